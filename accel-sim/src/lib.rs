@@ -1,0 +1,29 @@
+//! # accel-sim — the machine
+//!
+//! A cycle-approximate tile accelerator. It owns:
+//! - [`preset`]: devices as data (TOML files with sourced figures);
+//! - [`dtype`]: element types;
+//! - [`isa`]: the tile instruction set and each instruction's timing semantics;
+//! - [`functional`]: each instruction's functional semantics, on the host with SIMD (`wide`);
+//! - [`program`]: a program's recorded instruction stream;
+//! - [`timing`]: one program on one core (engine queues, dependencies, SRAM buffer reuse);
+//! - [`memory`]: L2 and HBM, bandwidth shared among cores;
+//! - [`schedule`]: programs onto cores in waves, producing a [`report::Report`];
+//! - [`trace`]: Chrome/Perfetto trace output.
+
+pub mod dtype;
+pub mod error;
+pub mod functional;
+pub mod isa;
+pub mod memory;
+pub mod preset;
+pub mod program;
+pub mod report;
+pub mod schedule;
+pub mod timing;
+pub mod trace;
+
+pub use dtype::DType;
+pub use error::SimError;
+pub use preset::DevicePreset;
+pub use report::Report;

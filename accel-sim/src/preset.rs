@@ -1,0 +1,317 @@
+//! Device presets: the hardware as data.
+//!
+//! Every figure the timing model uses comes from a TOML preset file (`accel-sim/presets/*.toml`),
+//! each figure commented with its public source. Built-in presets are embedded in the binary;
+//! `--device path/to/file.toml` loads any other.
+
+use crate::dtype::DType;
+use crate::error::SimError;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::path::Path;
+
+/// Matrix (cube / tensor-core / systolic) unit of one core.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct MatrixUnit {
+    /// Rows of the fragment the unit processes per step.
+    pub frag_m: u64,
+    /// Columns of the fragment per step.
+    pub frag_n: u64,
+    /// Reduction depth of the fragment per step.
+    pub frag_k: u64,
+    /// Fixed cycles per instruction (issue, pipeline fill/drain).
+    pub overhead_cycles: u64,
+    /// Dense FLOP per cycle per core, keyed by input dtype name (`bf16`, `f16`, `f32`, `fp8e4m3`...).
+    /// A dtype absent here is not supported by the matrix unit.
+    pub flop_per_cycle: BTreeMap<String, f64>,
+}
+
+/// Vector (SIMD) unit of one core.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct VectorUnit {
+    /// f32 element operations per cycle per core (16-bit types go twice as fast).
+    pub f32_lanes: u64,
+    /// Fixed cycles per instruction.
+    pub overhead_cycles: u64,
+    /// Cost multiplier of transcendental ops (exp, log, rsqrt, sigmoid) over a plain add.
+    pub transcendental_factor: u64,
+}
+
+/// On-chip scratchpad of one core.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct Sram {
+    /// Bytes a kernel's live tiles may occupy on one core.
+    pub bytes_per_core: u64,
+}
+
+/// Off-chip device memory.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct Hbm {
+    /// Capacity in bytes.
+    pub capacity_bytes: u64,
+    /// Aggregate bandwidth in GB/s (10^9 bytes per second).
+    pub bandwidth_gbps: f64,
+    /// Load-to-use latency in nanoseconds.
+    pub latency_ns: f64,
+}
+
+/// Last-level on-chip cache shared by all cores.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct L2 {
+    /// Capacity in bytes.
+    pub capacity_bytes: u64,
+    /// Aggregate bandwidth in GB/s.
+    pub bandwidth_gbps: f64,
+    /// Hit latency in nanoseconds.
+    pub latency_ns: f64,
+}
+
+/// The DMA engines of one core.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct Dma {
+    /// Peak bytes per cycle one core's DMA can move.
+    pub bytes_per_cycle_per_core: f64,
+    /// Fixed cycles per DMA instruction (descriptor setup).
+    pub overhead_cycles: u64,
+}
+
+/// Card-to-card interconnect (used by cluster models).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct Link {
+    /// Per-direction bandwidth of one card's links in GB/s.
+    pub bandwidth_gbps: f64,
+    /// Per-message latency in microseconds.
+    pub latency_us: f64,
+}
+
+/// One accelerator, described by published figures.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct DevicePreset {
+    /// Short name (`npu-910b`).
+    pub name: String,
+    /// One line saying what this device is.
+    pub description: String,
+    /// Core clock in GHz (cycles are counted at this clock).
+    pub clock_ghz: f64,
+    /// Compute cores (AI cores / SMs / arrays) that run programs.
+    pub cores: u64,
+    /// Matrix unit.
+    pub matrix: MatrixUnit,
+    /// Vector unit.
+    pub vector: VectorUnit,
+    /// Per-core scratchpad.
+    pub sram: Sram,
+    /// Shared cache.
+    pub l2: L2,
+    /// Device memory.
+    pub hbm: Hbm,
+    /// DMA engines.
+    pub dma: Dma,
+    /// Interconnect.
+    pub link: Link,
+}
+
+/// Built-in presets: (name, TOML text).
+const BUILTIN: &[(&str, &str)] = &[
+    ("npu-910b", include_str!("../presets/npu-910b.toml")),
+    ("h200", include_str!("../presets/h200.toml")),
+    ("systolic-128", include_str!("../presets/systolic-128.toml")),
+];
+
+impl DevicePreset {
+    /// Names of the presets compiled into day0.
+    pub fn builtin_names() -> Vec<&'static str> {
+        BUILTIN.iter().map(|(n, _)| *n).collect()
+    }
+
+    /// Loads a built-in preset by name, or a TOML file if `name_or_path` ends in `.toml`.
+    pub fn load(name_or_path: &str) -> Result<DevicePreset, SimError> {
+        if name_or_path.ends_with(".toml") {
+            let text =
+                std::fs::read_to_string(Path::new(name_or_path)).map_err(|e| SimError::Preset {
+                    source: name_or_path.to_string(),
+                    field: None,
+                    message: format!("cannot read file: {e}"),
+                })?;
+            return Self::from_toml(name_or_path, &text);
+        }
+        match BUILTIN.iter().find(|(n, _)| *n == name_or_path) {
+            Some((n, text)) => Self::from_toml(n, text),
+            None => Err(SimError::Preset {
+                source: name_or_path.to_string(),
+                field: None,
+                message: format!(
+                    "no such preset; built-in presets are {} (or pass a path to a .toml file)",
+                    Self::builtin_names().join(", ")
+                ),
+            }),
+        }
+    }
+
+    /// Parses and validates a preset from TOML text; `source` names it in errors.
+    pub fn from_toml(source: &str, text: &str) -> Result<DevicePreset, SimError> {
+        let preset: DevicePreset = toml::from_str(text).map_err(|e| {
+            let msg = e.message().to_string();
+            SimError::Preset {
+                source: source.to_string(),
+                field: field_of_toml_error(&msg),
+                message: msg,
+            }
+        })?;
+        preset.validate(source)?;
+        Ok(preset)
+    }
+
+    fn validate(&self, source: &str) -> Result<(), SimError> {
+        let bad = |field: &str, message: &str| SimError::Preset {
+            source: source.to_string(),
+            field: Some(field.to_string()),
+            message: message.to_string(),
+        };
+        let positive_f = [
+            ("clock_ghz", self.clock_ghz),
+            ("hbm.bandwidth_gbps", self.hbm.bandwidth_gbps),
+            ("l2.bandwidth_gbps", self.l2.bandwidth_gbps),
+            (
+                "dma.bytes_per_cycle_per_core",
+                self.dma.bytes_per_cycle_per_core,
+            ),
+            ("link.bandwidth_gbps", self.link.bandwidth_gbps),
+        ];
+        for (f, v) in positive_f {
+            if !(v.is_finite() && v > 0.0) {
+                return Err(bad(f, &format!("must be a positive number, got {v}")));
+            }
+        }
+        for (f, v) in [
+            ("hbm.latency_ns", self.hbm.latency_ns),
+            ("link.latency_us", self.link.latency_us),
+            ("l2.latency_ns", self.l2.latency_ns),
+        ] {
+            if !(v.is_finite() && v >= 0.0) {
+                return Err(bad(f, &format!("must be a non-negative number, got {v}")));
+            }
+        }
+        let positive_u = [
+            ("cores", self.cores),
+            ("matrix.frag_m", self.matrix.frag_m),
+            ("matrix.frag_n", self.matrix.frag_n),
+            ("matrix.frag_k", self.matrix.frag_k),
+            ("vector.f32_lanes", self.vector.f32_lanes),
+            (
+                "vector.transcendental_factor",
+                self.vector.transcendental_factor,
+            ),
+            ("sram.bytes_per_core", self.sram.bytes_per_core),
+            ("hbm.capacity_bytes", self.hbm.capacity_bytes),
+        ];
+        for (f, v) in positive_u {
+            if v == 0 {
+                return Err(bad(f, "must be greater than zero"));
+            }
+        }
+        if self.matrix.flop_per_cycle.is_empty() {
+            return Err(bad(
+                "matrix.flop_per_cycle",
+                "must list at least one dtype, e.g. `bf16 = 8192`",
+            ));
+        }
+        for (k, v) in &self.matrix.flop_per_cycle {
+            if DType::parse(k).is_none() {
+                return Err(bad(
+                    &format!("matrix.flop_per_cycle.{k}"),
+                    "unknown dtype; use one of f32, bf16, f16, fp8e4m3, fp8e5m2, fp4e2m1",
+                ));
+            }
+            if !(v.is_finite() && *v > 0.0) {
+                return Err(bad(
+                    &format!("matrix.flop_per_cycle.{k}"),
+                    "must be a positive number",
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// Matrix-unit FLOP per cycle per core for inputs of `dtype`, or `None` if unsupported.
+    pub fn matrix_flop_per_cycle(&self, dtype: DType) -> Option<f64> {
+        self.matrix.flop_per_cycle.get(dtype.name()).copied()
+    }
+
+    /// HBM bytes per core-clock cycle, whole device.
+    pub fn hbm_bytes_per_cycle(&self) -> f64 {
+        self.hbm.bandwidth_gbps / self.clock_ghz
+    }
+
+    /// L2 bytes per core-clock cycle, whole device.
+    pub fn l2_bytes_per_cycle(&self) -> f64 {
+        self.l2.bandwidth_gbps / self.clock_ghz
+    }
+
+    /// HBM latency in cycles.
+    pub fn hbm_latency_cycles(&self) -> u64 {
+        (self.hbm.latency_ns * self.clock_ghz).round() as u64
+    }
+
+    /// L2 hit latency in cycles.
+    pub fn l2_latency_cycles(&self) -> u64 {
+        (self.l2.latency_ns * self.clock_ghz).round() as u64
+    }
+
+    /// Converts cycles to microseconds at the preset clock.
+    pub fn cycles_to_us(&self, cycles: u64) -> f64 {
+        cycles as f64 / (self.clock_ghz * 1e3)
+    }
+}
+
+/// Pulls the field name out of serde/toml messages such as "missing field `clock_ghz`".
+fn field_of_toml_error(msg: &str) -> Option<String> {
+    let start = msg.find('`')? + 1;
+    let end = start + msg[start..].find('`')?;
+    Some(msg[start..end].to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn builtin_presets_load_and_validate() {
+        for name in DevicePreset::builtin_names() {
+            let p = DevicePreset::load(name).unwrap_or_else(|e| panic!("{e}"));
+            assert_eq!(p.name, name);
+        }
+    }
+
+    #[test]
+    fn missing_field_is_named() {
+        let text = BUILTIN[0].1.replace("clock_ghz", "clock_ghz_typo");
+        let err = DevicePreset::from_toml("edited", &text).unwrap_err();
+        let s = err.to_string();
+        assert!(s.contains("clock_ghz"), "{s}");
+    }
+
+    #[test]
+    fn invalid_value_is_named() {
+        let text = BUILTIN[0].1.replacen("cores = ", "cores = 0 #", 1);
+        let err = DevicePreset::from_toml("edited", &text).unwrap_err();
+        match err {
+            SimError::Preset { field: Some(f), .. } => assert_eq!(f, "cores"),
+            other => panic!("unexpected {other}"),
+        }
+    }
+
+    #[test]
+    fn unknown_preset_lists_builtins() {
+        let s = DevicePreset::load("tpu-v9").unwrap_err().to_string();
+        assert!(s.contains("npu-910b") && s.contains("h200"), "{s}");
+    }
+}

@@ -1,0 +1,363 @@
+//! The launch report: cycles, time, work, traffic, roofline, utilisation, SRAM and per-line costs.
+
+use crate::isa::Engine;
+use crate::preset::DevicePreset;
+use crate::timing::LineStat;
+use serde::Serialize;
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+
+/// Cycles attributed to one kernel source line, summed over all programs.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct LineReport {
+    /// Line number in the kernel's source file.
+    pub line: u32,
+    /// The line's code (as tokens).
+    pub code: String,
+    /// Instructions issued by this line.
+    pub count: u64,
+    /// Busy engine cycles of this line's instructions (all engines).
+    pub cycles: u64,
+    /// Busy cycles per engine.
+    pub engines: BTreeMap<&'static str, u64>,
+    /// Issue-stream stall cycles on this line's blocking instructions.
+    pub stall: u64,
+}
+
+/// What one kernel launch cost on the simulated device. Field names are stable (JSON output).
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct Report {
+    /// Kernel name.
+    pub kernel: String,
+    /// Device preset name.
+    pub device: String,
+    /// Tunable values of this launch.
+    pub config: BTreeMap<String, i64>,
+    /// Grid (programs per axis).
+    pub grid: [u64; 3],
+    /// Programs launched.
+    pub programs: u64,
+    /// Cores of the device.
+    pub cores: u64,
+    /// Waves: ⌈programs / cores⌉.
+    pub waves: u64,
+    /// Total cycles at the preset clock.
+    pub cycles: u64,
+    /// Time in microseconds.
+    pub time_us: f64,
+    /// Useful FLOP (matrix 2·m·n·k plus one per vector element op).
+    pub flop: u64,
+    /// Matrix-unit FLOP.
+    pub matrix_flop: u64,
+    /// Vector-unit element operations.
+    pub vector_ops: u64,
+    /// Bytes moved to and from HBM.
+    pub hbm_bytes: u64,
+    /// Bytes read from HBM.
+    pub hbm_read_bytes: u64,
+    /// Bytes written to HBM.
+    pub hbm_write_bytes: u64,
+    /// Bytes read from L2 (hits).
+    pub l2_bytes: u64,
+    /// Achieved TFLOP/s.
+    pub achieved_tflops: f64,
+    /// Peak TFLOP/s of the unit that does the work (matrix unit at the dominant dtype).
+    pub peak_tflops: f64,
+    /// Achieved HBM GB/s.
+    pub achieved_hbm_gbps: f64,
+    /// Peak HBM GB/s.
+    pub peak_hbm_gbps: f64,
+    /// FLOP per HBM byte.
+    pub arithmetic_intensity: f64,
+    /// `compute` or `memory`: which roofline term is largest.
+    pub bound: &'static str,
+    /// Which resource bounds the roofline: `matrix`, `vector`, `hbm` or `l2`.
+    pub bound_unit: &'static str,
+    /// Roofline lower bound in cycles: max of the per-resource minimum times.
+    pub roofline_cycles: u64,
+    /// roofline_cycles / cycles (1.0 = at the roofline).
+    pub roofline_fraction: f64,
+    /// Busy fraction of each engine over all cores for the whole launch.
+    pub engine_utilization: BTreeMap<&'static str, f64>,
+    /// DMA-in cycles not overlapped by compute, on the core that finishes last.
+    pub exposed_dma_cycles: u64,
+    /// Peak live SRAM bytes on one core.
+    pub sram_peak_bytes: u64,
+    /// SRAM bytes per core.
+    pub sram_capacity_bytes: u64,
+    /// Max relative error against the reference (set by the caller that checked; null in cost-only runs).
+    pub max_rel_error: Option<f64>,
+    /// Whether this report came from a cost-only run (no data).
+    pub cost_only: bool,
+    /// Cycles per kernel source line.
+    pub lines: Vec<LineReport>,
+}
+
+/// Totals over all programs that the report is built from.
+#[derive(Debug, Default, Clone)]
+pub struct Totals {
+    /// Busy cycles per engine.
+    pub busy: [u64; 4],
+    /// Matrix FLOP.
+    pub matrix_flop: u64,
+    /// Vector element ops.
+    pub vector_ops: u64,
+    /// Ideal matrix cycles (summed over programs).
+    pub matrix_ideal: f64,
+    /// Ideal vector cycles (summed over programs).
+    pub vector_ideal: f64,
+    /// HBM bytes read.
+    pub hbm_read: u64,
+    /// HBM bytes written.
+    pub hbm_write: u64,
+    /// L2 bytes read.
+    pub l2_read: u64,
+    /// Peak SRAM over programs.
+    pub sram_peak: u64,
+    /// FLOP per matrix dtype.
+    pub matrix_dtypes: BTreeMap<&'static str, u64>,
+    /// Per-line stats.
+    pub lines: BTreeMap<u32, LineStat>,
+}
+
+/// Inputs of [`Report::build`] that are not totals.
+pub struct ReportInput<'a> {
+    /// Kernel name.
+    pub kernel: &'a str,
+    /// Tunable values.
+    pub config: BTreeMap<String, i64>,
+    /// Grid.
+    pub grid: [u64; 3],
+    /// Makespan in cycles.
+    pub cycles: u64,
+    /// Exposed DMA on the critical core.
+    pub exposed_dma: u64,
+    /// Line → code text.
+    pub line_code: &'a dyn Fn(u32) -> String,
+    /// Cost-only run.
+    pub cost_only: bool,
+}
+
+impl Report {
+    /// Assembles a report from scheduled totals.
+    pub fn build(p: &DevicePreset, inp: ReportInput<'_>, tot: &Totals) -> Report {
+        let programs = inp.grid.iter().product::<u64>();
+        let cores = p.cores;
+        let cycles = inp.cycles.max(1);
+        let time_us = p.cycles_to_us(cycles);
+        let hbm_bytes = tot.hbm_read + tot.hbm_write;
+        let flop = tot.matrix_flop + tot.vector_ops;
+        let terms = [
+            ("matrix", tot.matrix_ideal / cores as f64),
+            ("vector", tot.vector_ideal / cores as f64),
+            ("hbm", hbm_bytes as f64 / p.hbm_bytes_per_cycle()),
+            (
+                "l2",
+                (tot.l2_read + tot.hbm_read) as f64 / p.l2_bytes_per_cycle(),
+            ),
+        ];
+        let (bound_unit, roof) =
+            terms.iter().copied().fold(
+                ("matrix", 0.0f64),
+                |acc, (n, v)| if v > acc.1 { (n, v) } else { acc },
+            );
+        let roofline_cycles = roof.ceil() as u64;
+        let bound = if matches!(bound_unit, "matrix" | "vector") {
+            "compute"
+        } else {
+            "memory"
+        };
+        let dominant = tot
+            .matrix_dtypes
+            .iter()
+            .max_by_key(|(_, f)| **f)
+            .map(|(d, _)| *d);
+        let peak_tflops = match dominant.and_then(|d| p.matrix.flop_per_cycle.get(d)) {
+            Some(rate) => rate * cores as f64 * p.clock_ghz / 1e3,
+            None => p.vector.f32_lanes as f64 * cores as f64 * p.clock_ghz / 1e3,
+        };
+        let secs = time_us * 1e-6;
+        let engine_utilization = Engine::ALL
+            .iter()
+            .map(|e| {
+                (
+                    e.name(),
+                    tot.busy[e.index()] as f64 / (cycles as f64 * cores as f64),
+                )
+            })
+            .collect();
+        let lines = tot
+            .lines
+            .iter()
+            .map(|(line, s)| LineReport {
+                line: *line,
+                code: (inp.line_code)(*line),
+                count: s.count,
+                cycles: s.busy.iter().sum(),
+                engines: Engine::ALL
+                    .iter()
+                    .filter(|e| s.busy[e.index()] > 0)
+                    .map(|e| (e.name(), s.busy[e.index()]))
+                    .collect(),
+                stall: s.stall,
+            })
+            .collect();
+        Report {
+            kernel: inp.kernel.to_string(),
+            device: p.name.clone(),
+            config: inp.config,
+            grid: inp.grid,
+            programs,
+            cores,
+            waves: programs.div_ceil(cores),
+            cycles,
+            time_us,
+            flop,
+            matrix_flop: tot.matrix_flop,
+            vector_ops: tot.vector_ops,
+            hbm_bytes,
+            hbm_read_bytes: tot.hbm_read,
+            hbm_write_bytes: tot.hbm_write,
+            l2_bytes: tot.l2_read,
+            achieved_tflops: flop as f64 / secs / 1e12,
+            peak_tflops,
+            achieved_hbm_gbps: hbm_bytes as f64 / secs / 1e9,
+            peak_hbm_gbps: p.hbm.bandwidth_gbps,
+            arithmetic_intensity: if hbm_bytes > 0 {
+                flop as f64 / hbm_bytes as f64
+            } else {
+                f64::INFINITY
+            },
+            bound,
+            bound_unit,
+            roofline_cycles,
+            roofline_fraction: roofline_cycles as f64 / cycles as f64,
+            engine_utilization,
+            exposed_dma_cycles: inp.exposed_dma,
+            sram_peak_bytes: tot.sram_peak,
+            sram_capacity_bytes: p.sram.bytes_per_core,
+            max_rel_error: None,
+            cost_only: inp.cost_only,
+            lines,
+        }
+    }
+
+    /// One line for suite listings: name, cycles, time, bound, roofline fraction.
+    pub fn summary_line(&self) -> String {
+        format!(
+            "{:<22} {:>12} cycles {:>10.2} us  {:>7.2} TFLOP/s  {:>8.1} GB/s  {:<7} ({:<6}) {:>5.1}% of roofline  SRAM {:>7} B{}",
+            self.kernel,
+            self.cycles,
+            self.time_us,
+            self.achieved_tflops,
+            self.achieved_hbm_gbps,
+            self.bound,
+            self.bound_unit,
+            100.0 * self.roofline_fraction,
+            self.sram_peak_bytes,
+            match self.max_rel_error {
+                Some(e) => format!("  max rel err {e:.2e}"),
+                None => String::new(),
+            }
+        )
+    }
+
+    /// A readable multi-line table.
+    pub fn table(&self) -> String {
+        let mut s = String::new();
+        let cfg: Vec<String> = self
+            .config
+            .iter()
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect();
+        let _ = writeln!(
+            s,
+            "kernel {}  on {}  [{}]{}",
+            self.kernel,
+            self.device,
+            cfg.join(" "),
+            if self.cost_only { "  (cost-only)" } else { "" }
+        );
+        let _ = writeln!(
+            s,
+            "  grid {}x{}x{} = {} programs on {} cores ({} waves)",
+            self.grid[0], self.grid[1], self.grid[2], self.programs, self.cores, self.waves
+        );
+        let _ = writeln!(
+            s,
+            "  cycles            {:>14}   ({:.2} us)",
+            self.cycles, self.time_us
+        );
+        let _ = writeln!(
+            s,
+            "  roofline          {:>14}   {} bound ({}), {:.1}% of roofline",
+            self.roofline_cycles,
+            self.bound,
+            self.bound_unit,
+            100.0 * self.roofline_fraction
+        );
+        let _ = writeln!(
+            s,
+            "  FLOP              {:>14}   {:.2} / {:.2} TFLOP/s achieved / peak",
+            self.flop, self.achieved_tflops, self.peak_tflops
+        );
+        let _ = writeln!(
+            s,
+            "  HBM bytes         {:>14}   read {} write {}; {:.1} / {:.1} GB/s",
+            self.hbm_bytes,
+            self.hbm_read_bytes,
+            self.hbm_write_bytes,
+            self.achieved_hbm_gbps,
+            self.peak_hbm_gbps
+        );
+        let _ = writeln!(s, "  L2 hit bytes      {:>14}", self.l2_bytes);
+        let _ = writeln!(
+            s,
+            "  exposed DMA       {:>14}   cycles on the critical core",
+            self.exposed_dma_cycles
+        );
+        let _ = writeln!(
+            s,
+            "  SRAM peak/core    {:>14}   of {} bytes",
+            self.sram_peak_bytes, self.sram_capacity_bytes
+        );
+        let util: Vec<String> = self
+            .engine_utilization
+            .iter()
+            .map(|(k, v)| format!("{k} {:.1}%", 100.0 * v))
+            .collect();
+        let _ = writeln!(s, "  utilisation       {}", util.join(", "));
+        if let Some(e) = self.max_rel_error {
+            let _ = writeln!(s, "  max rel error     {e:>14.3e}   vs f64 reference");
+        }
+        let _ = writeln!(s, "  per line (busy engine cycles, all programs):");
+        for l in &self.lines {
+            let eng: Vec<String> = l.engines.iter().map(|(k, v)| format!("{k}={v}")).collect();
+            let _ = writeln!(
+                s,
+                "    {:>4} | {:<60} | {:>12} cyc x{:<7} {}{}",
+                l.line,
+                truncate(&l.code, 60),
+                l.cycles,
+                l.count,
+                eng.join(" "),
+                if l.stall > 0 {
+                    format!(" stall={}", l.stall)
+                } else {
+                    String::new()
+                }
+            );
+        }
+        s
+    }
+}
+
+fn truncate(s: &str, n: usize) -> String {
+    if s.chars().count() <= n {
+        s.to_string()
+    } else {
+        let mut t: String = s.chars().take(n - 1).collect();
+        t.push('…');
+        t
+    }
+}

@@ -1,0 +1,401 @@
+//! Timing semantics of one program on one core: in-order engine queues, data dependencies, SRAM
+//! buffer reuse, and the issue stream.
+//!
+//! Model, in brief:
+//! - Each engine (DMA-in, DMA-out, matrix, vector) executes its instructions in issue order.
+//! - An instruction starts when its engine is free, its inputs are written (read-after-write), and
+//!   the buffer it writes is no longer being read (write-after-read).
+//! - A tile occupies an SRAM region from its creation to its last use (liveness, as a compiler's
+//!   buffer assignment would see it). A new tile takes a freed region of the same size if there is
+//!   one, and then must wait until the region's previous occupant is no longer in use. This is why a
+//!   kernel that loads the next tile only after the current one is consumed serialises DMA and
+//!   compute, while one that prefetches into a second buffer overlaps them.
+//! - The issue stream advances one cycle per instruction; a blocking instruction (a synchronous
+//!   `load`) stalls it until completion.
+
+use crate::error::SimError;
+use crate::isa::{mma_cycles, vector_cycles, Engine, Op, VectorClass};
+use crate::memory::{BandwidthShare, L2Cache, Level};
+use crate::preset::DevicePreset;
+use crate::program::{Event, ProgramTrace};
+use std::collections::BTreeMap;
+
+/// Cycles and counts attributed to one kernel source line.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct LineStat {
+    /// Busy cycles per engine ([`Engine::index`]).
+    pub busy: [u64; 4],
+    /// Cycles the issue stream stalled waiting on this line's blocking instructions.
+    pub stall: u64,
+    /// Instructions issued.
+    pub count: u64,
+}
+
+impl LineStat {
+    /// Adds another line's numbers into this one.
+    pub fn merge(&mut self, o: &LineStat) {
+        for e in 0..4 {
+            self.busy[e] += o.busy[e];
+        }
+        self.stall += o.stall;
+        self.count += o.count;
+    }
+}
+
+/// One executed instruction on the timeline (for traces).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Interval {
+    /// Engine that ran it.
+    pub engine: Engine,
+    /// Start cycle, relative to the program start.
+    pub start: u64,
+    /// End cycle, relative to the program start.
+    pub end: u64,
+    /// Mnemonic.
+    pub name: &'static str,
+    /// Kernel source line.
+    pub line: u32,
+}
+
+/// The timing of one program.
+#[derive(Debug, Clone, Default)]
+pub struct ProgramTiming {
+    /// Cycles from start to the last engine going idle.
+    pub cycles: u64,
+    /// Busy cycles per engine.
+    pub busy: [u64; 4],
+    /// DMA-in busy cycles during which neither the matrix nor the vector unit was busy.
+    pub exposed_dma: u64,
+    /// Per-line statistics.
+    pub lines: BTreeMap<u32, LineStat>,
+    /// Peak live SRAM bytes.
+    pub sram_peak: u64,
+    /// Bytes read from HBM.
+    pub hbm_read: u64,
+    /// Bytes written to HBM.
+    pub hbm_write: u64,
+    /// Bytes read from L2 (hits).
+    pub l2_read: u64,
+    /// Matrix-unit FLOP.
+    pub matrix_flop: u64,
+    /// Vector-unit element operations.
+    pub vector_ops: u64,
+    /// Matrix cycles at peak rate with no fragment padding or overhead (for the roofline).
+    pub matrix_ideal: f64,
+    /// Vector cycles at peak lanes with no overhead (for the roofline).
+    pub vector_ideal: f64,
+    /// Dtypes the matrix unit ran, with their FLOP.
+    pub matrix_dtypes: BTreeMap<&'static str, u64>,
+    /// Timeline, when requested.
+    pub intervals: Vec<Interval>,
+}
+
+struct BufState {
+    bytes: u64,
+    region: usize,
+    ready: u64,
+    last_access: u64,
+    last_use: usize,
+}
+
+struct RegionState {
+    bytes: u64,
+    free_at: u64,
+    in_use: bool,
+}
+
+/// Everything the timing pass needs to know about the launch besides the trace.
+pub struct TimingContext<'a> {
+    /// The device.
+    pub preset: &'a DevicePreset,
+    /// Memory share per core for this launch.
+    pub share: BandwidthShare,
+    /// Kernel name (for errors).
+    pub kernel: &'a str,
+    /// Source text of a kernel line (for errors).
+    pub line_code: &'a dyn Fn(u32) -> String,
+    /// Whether to keep the timeline.
+    pub record_intervals: bool,
+}
+
+/// Runs the timing model over one program's trace.
+pub fn time_program(
+    cx: &TimingContext<'_>,
+    trace: &ProgramTrace,
+    l2: &mut L2Cache,
+) -> Result<ProgramTiming, SimError> {
+    let p = cx.preset;
+    let n = trace.n_bufs as usize;
+    // Liveness: index of the last event touching each buffer.
+    let mut last_use = vec![0usize; n];
+    for (i, ev) in trace.events.iter().enumerate() {
+        match ev {
+            Event::Alloc { buf, .. } => last_use[*buf as usize] = i,
+            Event::Exec(ins) => {
+                for b in ins.reads().iter().chain(ins.write.iter()) {
+                    last_use[*b as usize] = i;
+                }
+            }
+        }
+    }
+    let mut bufs: Vec<Option<BufState>> = (0..n).map(|_| None).collect();
+    let mut regions: Vec<RegionState> = Vec::new();
+    let mut live = 0u64;
+    let mut t = ProgramTiming::default();
+    let mut engine_free = [0u64; 4];
+    let mut issue = 0u64;
+    let mut compute_iv: Vec<(u64, u64)> = Vec::new();
+    let mut dma_iv: Vec<(u64, u64)> = Vec::new();
+    let cap = p.sram.bytes_per_core;
+
+    for (i, ev) in trace.events.iter().enumerate() {
+        match ev {
+            Event::Alloc { buf, bytes, line } => {
+                let reuse = regions
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, r)| !r.in_use && r.bytes == *bytes)
+                    .min_by_key(|(ri, r)| (r.free_at, *ri))
+                    .map(|(ri, _)| ri);
+                let region = match reuse {
+                    Some(ri) => ri,
+                    None => {
+                        regions.push(RegionState {
+                            bytes: *bytes,
+                            free_at: 0,
+                            in_use: false,
+                        });
+                        regions.len() - 1
+                    }
+                };
+                regions[region].in_use = true;
+                live += bytes;
+                if live > cap {
+                    return Err(SimError::SramOverflow {
+                        kernel: cx.kernel.to_string(),
+                        line: *line,
+                        code: (cx.line_code)(*line),
+                        needed: live,
+                        capacity: cap,
+                    });
+                }
+                t.sram_peak = t.sram_peak.max(live);
+                let free_at = regions[region].free_at;
+                bufs[*buf as usize] = Some(BufState {
+                    bytes: *bytes,
+                    region,
+                    ready: free_at,
+                    last_access: free_at,
+                    last_use: last_use[*buf as usize],
+                });
+            }
+            Event::Exec(ins) => {
+                let mut deps = 0u64;
+                for b in ins.reads() {
+                    deps = deps.max(buf(&bufs, *b).ready);
+                }
+                if let Some(w) = ins.write {
+                    deps = deps.max(buf(&bufs, w).last_access);
+                }
+                let (engine, dur) = match &ins.op {
+                    Op::Barrier => (None, 0),
+                    op => {
+                        let e = op.engine().expect("non-barrier ops have an engine");
+                        (Some(e), cost(cx, op, ins.line, l2, &mut t)?)
+                    }
+                };
+                let start = match engine {
+                    Some(e) => issue.max(engine_free[e.index()]).max(deps),
+                    None => issue
+                        .max(engine_free.iter().copied().max().unwrap_or(0))
+                        .max(deps),
+                };
+                let end = start + dur;
+                let stat = t.lines.entry(ins.line).or_default();
+                stat.count += 1;
+                if let Some(e) = engine {
+                    engine_free[e.index()] = end;
+                    t.busy[e.index()] += dur;
+                    stat.busy[e.index()] += dur;
+                    match e {
+                        Engine::Matrix | Engine::Vector => compute_iv.push((start, end)),
+                        Engine::DmaIn => dma_iv.push((start, end)),
+                        Engine::DmaOut => {}
+                    }
+                    if cx.record_intervals && dur > 0 {
+                        t.intervals.push(Interval {
+                            engine: e,
+                            start,
+                            end,
+                            name: ins.op.mnemonic(),
+                            line: ins.line,
+                        });
+                    }
+                }
+                let new_issue = if ins.blocking || engine.is_none() {
+                    end
+                } else {
+                    issue + 1
+                };
+                stat.stall += new_issue.saturating_sub(issue + 1);
+                issue = new_issue;
+                for b in ins.reads() {
+                    let s = buf_mut(&mut bufs, *b);
+                    s.last_access = s.last_access.max(end);
+                }
+                if let Some(w) = ins.write {
+                    let s = buf_mut(&mut bufs, w);
+                    s.ready = end;
+                    s.last_access = s.last_access.max(end);
+                }
+            }
+        }
+        // Release buffers whose last use was this event.
+        let touched: Vec<u32> = match ev {
+            Event::Alloc { buf, .. } => vec![*buf],
+            Event::Exec(ins) => ins
+                .reads()
+                .iter()
+                .chain(ins.write.iter())
+                .copied()
+                .collect(),
+        };
+        for b in touched {
+            if let Some(s) = &bufs[b as usize] {
+                if s.last_use == i {
+                    let (region, bytes, at) = (s.region, s.bytes, s.last_access);
+                    regions[region].in_use = false;
+                    regions[region].free_at = at;
+                    live -= bytes;
+                    bufs[b as usize] = None;
+                }
+            }
+        }
+    }
+    t.cycles = engine_free.iter().copied().max().unwrap_or(0).max(issue);
+    t.exposed_dma = exposed(&mut dma_iv, &mut compute_iv);
+    Ok(t)
+}
+
+fn buf(bufs: &[Option<BufState>], b: u32) -> &BufState {
+    bufs[b as usize]
+        .as_ref()
+        .expect("front end recorded a use of a buffer after its last use")
+}
+
+fn buf_mut(bufs: &mut [Option<BufState>], b: u32) -> &mut BufState {
+    bufs[b as usize]
+        .as_mut()
+        .expect("front end recorded a use of a buffer after its last use")
+}
+
+fn cost(
+    cx: &TimingContext<'_>,
+    op: &Op,
+    line: u32,
+    l2: &mut L2Cache,
+    t: &mut ProgramTiming,
+) -> Result<u64, SimError> {
+    let p = cx.preset;
+    Ok(match op {
+        Op::Load { bytes, region } => {
+            let level = l2.read(*region, *bytes);
+            match level {
+                Level::L2 => t.l2_read += bytes,
+                Level::Hbm => t.hbm_read += bytes,
+            }
+            p.dma.overhead_cycles + cx.share.read_cycles(*bytes, level)
+        }
+        Op::Store { bytes } => {
+            t.hbm_write += bytes;
+            p.dma.overhead_cycles + cx.share.write_cycles(*bytes)
+        }
+        Op::Mma { m, n, k, dtype } => {
+            let c = mma_cycles(p, *m, *n, *k, *dtype).map_err(|message| SimError::Kernel {
+                kernel: cx.kernel.to_string(),
+                line,
+                message,
+            })?;
+            let flop = 2 * m * n * k;
+            t.matrix_flop += flop;
+            *t.matrix_dtypes.entry(dtype.name()).or_default() += flop;
+            t.matrix_ideal += flop as f64 / p.matrix_flop_per_cycle(*dtype).unwrap_or(1.0);
+            c
+        }
+        Op::Vector {
+            elems,
+            dtype,
+            class,
+        } => {
+            t.vector_ops += elems;
+            let lanes = crate::isa::vector_lanes(p, *dtype) as f64;
+            let factor = if *class == VectorClass::Transcendental {
+                p.vector.transcendental_factor as f64
+            } else {
+                1.0
+            };
+            t.vector_ideal += *elems as f64 * factor / lanes;
+            vector_cycles(p, *elems, *dtype, *class)
+        }
+        Op::Barrier => 0,
+    })
+}
+
+/// Total length of `dma` intervals not covered by the union of `compute` intervals.
+fn exposed(dma: &mut [(u64, u64)], compute: &mut Vec<(u64, u64)>) -> u64 {
+    compute.sort_unstable();
+    let mut merged: Vec<(u64, u64)> = Vec::with_capacity(compute.len());
+    for &(s, e) in compute.iter() {
+        match merged.last_mut() {
+            Some(last) if s <= last.1 => last.1 = last.1.max(e),
+            _ => merged.push((s, e)),
+        }
+    }
+    // Union of DMA intervals first, so overlapping DMA is not double counted.
+    dma.sort_unstable();
+    let mut dmerged: Vec<(u64, u64)> = Vec::with_capacity(dma.len());
+    for &(s, e) in dma.iter() {
+        match dmerged.last_mut() {
+            Some(last) if s <= last.1 => last.1 = last.1.max(e),
+            _ => dmerged.push((s, e)),
+        }
+    }
+    let mut total = 0;
+    let mut j = 0;
+    for (s, e) in dmerged {
+        let mut cur = s;
+        while j < merged.len() && merged[j].1 <= cur {
+            j += 1;
+        }
+        let mut k = j;
+        while cur < e {
+            if k < merged.len() && merged[k].0 < e {
+                let (cs, ce) = merged[k];
+                if cs > cur {
+                    total += cs - cur;
+                }
+                cur = cur.max(ce);
+                k += 1;
+            } else {
+                total += e - cur;
+                cur = e;
+            }
+        }
+    }
+    total
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn exposed_counts_uncovered_dma() {
+        let mut d = vec![(0, 10), (20, 30)];
+        let mut c = vec![(5, 8), (25, 40)];
+        assert_eq!(exposed(&mut d, &mut c), 5 + 2 + 5);
+        let mut d = vec![(0, 10)];
+        let mut c = vec![];
+        assert_eq!(exposed(&mut d, &mut c), 10);
+    }
+}

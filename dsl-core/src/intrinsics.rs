@@ -1,0 +1,561 @@
+//! The intrinsics a kernel calls. Each takes the program's [`Ctx`] first; `#[kernel]` inserts it, so
+//! kernel source reads `load::<BM, BK>(a, row, col)`.
+//!
+//! Every intrinsic does two things: computes its result (functional backend only, with the SIMD
+//! semantics in `accel_sim::functional`) and records one tile instruction for the timing model.
+//! Destination operands come first (`mma(&mut acc, &a, &b)`), as in an instruction set.
+
+use crate::ctx::Ctx;
+use crate::elem::Float;
+use crate::tensor::Tensor;
+use crate::tile::Tile;
+use accel_sim::functional::{self as f, Binary, Reduce, Unary};
+use accel_sim::isa::{Op, Region, VectorClass};
+use accel_sim::program::Instr;
+use accel_sim::DType;
+
+/// This program's index along grid `axis` (0, 1 or 2).
+pub fn program_id(ctx: &mut Ctx, axis: usize) -> usize {
+    if axis > 2 {
+        ctx.fail(format!(
+            "program_id axis {axis} out of range; the grid has axes 0, 1, 2"
+        ));
+        return 0;
+    }
+    ctx.pid[axis]
+}
+
+/// Number of programs along grid `axis`.
+pub fn num_programs(ctx: &mut Ctx, axis: usize) -> usize {
+    if axis > 2 {
+        ctx.fail(format!(
+            "num_programs axis {axis} out of range; the grid has axes 0, 1, 2"
+        ));
+        return 1;
+    }
+    ctx.grid[axis]
+}
+
+/// Ceiling division for grid and loop bounds.
+pub const fn cdiv(a: usize, b: usize) -> usize {
+    a.div_ceil(b)
+}
+
+fn load_impl<const R: usize, const C: usize, T: Float>(
+    ctx: &mut Ctx,
+    t: &Tensor<T>,
+    row: usize,
+    col: usize,
+    fill: f32,
+    blocking: bool,
+) -> Tile<T, R, C> {
+    let (rows, cols) = (t.rows(), t.cols());
+    let vr = rows.saturating_sub(row).min(R);
+    let vc = cols.saturating_sub(col).min(C);
+    let data = if ctx.functional {
+        let mut fv = [fill];
+        T::round(&mut fv);
+        let mut v = vec![fv[0]; R * C];
+        match t.data() {
+            Some(src) => {
+                for r in 0..vr {
+                    let s = (row + r) * cols + col;
+                    v[r * C..r * C + vc].copy_from_slice(&src[s..s + vc]);
+                }
+            }
+            None => ctx.fail(format!(
+                "functional launch given a shape-only tensor {t:?}; create it with data"
+            )),
+        }
+        Some(v)
+    } else {
+        None
+    };
+    let tile = ctx.new_tile::<T, R, C>(data);
+    let bytes = T::DTYPE.bytes_for((vr * vc) as u64);
+    let region = Region {
+        tensor: t.id(),
+        offset: (row * cols + col) as u64,
+        rows: vr as u64,
+        cols: vc as u64,
+    };
+    let ins = Instr::new(Op::Load { bytes, region }, ctx.line, &[], Some(tile.buf));
+    ctx.issue(if blocking { ins.blocking() } else { ins });
+    tile
+}
+
+/// Loads the `R×C` window at (`row`, `col`) of `t` into a new tile and waits for it.
+/// Elements outside the tensor read as 0 (ragged edges); only in-bounds bytes move.
+pub fn load<const R: usize, const C: usize, T: Float>(
+    ctx: &mut Ctx,
+    t: &Tensor<T>,
+    row: usize,
+    col: usize,
+) -> Tile<T, R, C> {
+    load_impl(ctx, t, row, col, 0.0, true)
+}
+
+/// Like [`load`] but does not wait: the program keeps issuing, and the tile's consumers wait for
+/// the data. Loading the next tile before consuming the current one double-buffers.
+pub fn load_async<const R: usize, const C: usize, T: Float>(
+    ctx: &mut Ctx,
+    t: &Tensor<T>,
+    row: usize,
+    col: usize,
+) -> Tile<T, R, C> {
+    load_impl(ctx, t, row, col, 0.0, false)
+}
+
+/// [`load`] with elements outside the tensor set to `fill` (e.g. `f32::NEG_INFINITY` before a max).
+pub fn load_or<const R: usize, const C: usize, T: Float>(
+    ctx: &mut Ctx,
+    t: &Tensor<T>,
+    row: usize,
+    col: usize,
+    fill: f32,
+) -> Tile<T, R, C> {
+    load_impl(ctx, t, row, col, fill, true)
+}
+
+/// [`load_async`] with elements outside the tensor set to `fill`.
+pub fn load_async_or<const R: usize, const C: usize, T: Float>(
+    ctx: &mut Ctx,
+    t: &Tensor<T>,
+    row: usize,
+    col: usize,
+    fill: f32,
+) -> Tile<T, R, C> {
+    load_impl(ctx, t, row, col, fill, false)
+}
+
+/// Stores `tile` to the window at (`row`, `col`) of `t`; elements outside the tensor are dropped.
+pub fn store<T: Float, const R: usize, const C: usize>(
+    ctx: &mut Ctx,
+    t: &Tensor<T>,
+    row: usize,
+    col: usize,
+    tile: &Tile<T, R, C>,
+) {
+    let vr = t.rows().saturating_sub(row).min(R);
+    let vc = t.cols().saturating_sub(col).min(C);
+    if ctx.functional {
+        if let Some(d) = &tile.data {
+            if t.has_data() {
+                t.write_window(row, col, vr, vc, d, C);
+            } else {
+                ctx.fail(format!(
+                    "functional launch given a shape-only output tensor {t:?}"
+                ));
+            }
+        }
+    }
+    let bytes = T::DTYPE.bytes_for((vr * vc) as u64);
+    ctx.issue(Instr::new(Op::Store { bytes }, ctx.line, &[tile.buf], None));
+}
+
+fn vec_op(
+    ctx: &mut Ctx,
+    elems: usize,
+    dtype: DType,
+    class: VectorClass,
+    reads: &[u32],
+    write: u32,
+) {
+    let ins = Instr::new(
+        Op::Vector {
+            elems: elems as u64,
+            dtype,
+            class,
+        },
+        ctx.line,
+        reads,
+        Some(write),
+    );
+    ctx.issue(ins);
+}
+
+/// A new tile with every element `value` (rounded to `T`).
+pub fn full<T: Float, const R: usize, const C: usize>(ctx: &mut Ctx, value: f32) -> Tile<T, R, C> {
+    let data = ctx.functional.then(|| {
+        let mut v = vec![value; R * C];
+        T::round(&mut v);
+        v
+    });
+    let t = ctx.new_tile::<T, R, C>(data);
+    vec_op(ctx, R * C, T::DTYPE, VectorClass::Simple, &[], t.buf);
+    t
+}
+
+/// A new tile of zeros (typically an accumulator).
+pub fn zeros<T: Float, const R: usize, const C: usize>(ctx: &mut Ctx) -> Tile<T, R, C> {
+    full::<T, R, C>(ctx, 0.0)
+}
+
+/// `acc[M×N] += a[M×K] · b[K×N]` on the matrix unit (inputs `T`, accumulation f32).
+pub fn mma<T: Float, const M: usize, const N: usize, const K: usize>(
+    ctx: &mut Ctx,
+    acc: &mut Tile<f32, M, N>,
+    a: &Tile<T, M, K>,
+    b: &Tile<T, K, N>,
+) {
+    if let (Some(c), Some(x), Some(y)) = (acc.data.as_mut(), a.data.as_ref(), b.data.as_ref()) {
+        f::mma_f32(c, x, y, M, N, K);
+    }
+    let op = Op::Mma {
+        m: M as u64,
+        n: N as u64,
+        k: K as u64,
+        dtype: T::DTYPE,
+    };
+    ctx.issue(Instr::new(
+        op,
+        ctx.line,
+        &[a.buf, b.buf, acc.buf],
+        Some(acc.buf),
+    ));
+}
+
+/// `acc[M×N] += a[M×K] · b[N×K]ᵀ` (e.g. queries times keys).
+pub fn mma_bt<T: Float, const M: usize, const N: usize, const K: usize>(
+    ctx: &mut Ctx,
+    acc: &mut Tile<f32, M, N>,
+    a: &Tile<T, M, K>,
+    b: &Tile<T, N, K>,
+) {
+    if let (Some(c), Some(x), Some(y)) = (acc.data.as_mut(), a.data.as_ref(), b.data.as_ref()) {
+        f::mma_f32_bt(c, x, y, M, N, K);
+    }
+    let op = Op::Mma {
+        m: M as u64,
+        n: N as u64,
+        k: K as u64,
+        dtype: T::DTYPE,
+    };
+    ctx.issue(Instr::new(
+        op,
+        ctx.line,
+        &[a.buf, b.buf, acc.buf],
+        Some(acc.buf),
+    ));
+}
+
+/// Converts a tile to another element type (round-to-nearest-even).
+pub fn cast<U: Float, T: Float, const R: usize, const C: usize>(
+    ctx: &mut Ctx,
+    t: &Tile<T, R, C>,
+) -> Tile<U, R, C> {
+    let data = t.data.as_ref().map(|d| {
+        let mut v = d.clone();
+        U::round(&mut v);
+        v
+    });
+    let out = ctx.new_tile::<U, R, C>(data);
+    let wider = if T::DTYPE.bits() >= U::DTYPE.bits() {
+        T::DTYPE
+    } else {
+        U::DTYPE
+    };
+    vec_op(ctx, R * C, wider, VectorClass::Simple, &[t.buf], out.buf);
+    out
+}
+
+fn unary_op<T: Float, const R: usize, const C: usize>(
+    ctx: &mut Ctx,
+    t: &Tile<T, R, C>,
+    op: Unary,
+) -> Tile<T, R, C> {
+    let data = t.data.as_ref().map(|d| {
+        let mut v = vec![0.0; R * C];
+        f::unary(&mut v, d, op);
+        T::round(&mut v);
+        v
+    });
+    let out = ctx.new_tile::<T, R, C>(data);
+    let class = if op.is_transcendental() {
+        VectorClass::Transcendental
+    } else {
+        VectorClass::Simple
+    };
+    vec_op(ctx, R * C, T::DTYPE, class, &[t.buf], out.buf);
+    out
+}
+
+macro_rules! unary_intrinsics {
+    ($($(#[$doc:meta])* $name:ident => $op:ident;)*) => {$(
+        $(#[$doc])*
+        pub fn $name<T: Float, const R: usize, const C: usize>(ctx: &mut Ctx, t: &Tile<T, R, C>) -> Tile<T, R, C> {
+            unary_op(ctx, t, Unary::$op)
+        }
+    )*};
+}
+
+unary_intrinsics! {
+    /// Element-wise eˣ.
+    exp => Exp;
+    /// Element-wise natural logarithm.
+    ln => Ln;
+    /// Element-wise square root.
+    sqrt => Sqrt;
+    /// Element-wise 1/√x.
+    rsqrt => Rsqrt;
+    /// Element-wise 1/x.
+    recip => Recip;
+    /// Element-wise −x.
+    neg => Neg;
+    /// Element-wise |x|.
+    abs => Abs;
+    /// Element-wise x².
+    square => Square;
+    /// Element-wise max(x, 0).
+    relu => Relu;
+    /// Element-wise logistic sigmoid.
+    sigmoid => Sigmoid;
+    /// Element-wise x·σ(x) (SiLU / swish).
+    silu => Silu;
+    /// Element-wise ln(1 + eˣ).
+    softplus => Softplus;
+}
+
+fn binary_op<T: Float, const R: usize, const C: usize>(
+    ctx: &mut Ctx,
+    a: &Tile<T, R, C>,
+    b: &Tile<T, R, C>,
+    op: Binary,
+) -> Tile<T, R, C> {
+    let data = match (&a.data, &b.data) {
+        (Some(x), Some(y)) => {
+            let mut v = vec![0.0; R * C];
+            f::binary(&mut v, x, y, op);
+            T::round(&mut v);
+            Some(v)
+        }
+        _ => None,
+    };
+    let out = ctx.new_tile::<T, R, C>(data);
+    vec_op(
+        ctx,
+        R * C,
+        T::DTYPE,
+        VectorClass::Simple,
+        &[a.buf, b.buf],
+        out.buf,
+    );
+    out
+}
+
+macro_rules! binary_intrinsics {
+    ($($(#[$doc:meta])* $name:ident => $op:ident;)*) => {$(
+        $(#[$doc])*
+        pub fn $name<T: Float, const R: usize, const C: usize>(ctx: &mut Ctx, a: &Tile<T, R, C>, b: &Tile<T, R, C>) -> Tile<T, R, C> {
+            binary_op(ctx, a, b, Binary::$op)
+        }
+    )*};
+}
+
+binary_intrinsics! {
+    /// Element-wise a + b.
+    add => Add;
+    /// Element-wise a − b.
+    sub => Sub;
+    /// Element-wise a · b.
+    mul => Mul;
+    /// Element-wise a / b.
+    div => Div;
+    /// Element-wise max(a, b) (NaN propagates).
+    maximum => Max;
+    /// Element-wise min(a, b) (NaN propagates).
+    minimum => Min;
+}
+
+fn scalar_op<T: Float, const R: usize, const C: usize>(
+    ctx: &mut Ctx,
+    t: &Tile<T, R, C>,
+    s: f32,
+    op: Binary,
+) -> Tile<T, R, C> {
+    let data = t.data.as_ref().map(|d| {
+        let mut v = vec![0.0; R * C];
+        f::binary_scalar(&mut v, d, s, op);
+        T::round(&mut v);
+        v
+    });
+    let out = ctx.new_tile::<T, R, C>(data);
+    vec_op(ctx, R * C, T::DTYPE, VectorClass::Simple, &[t.buf], out.buf);
+    out
+}
+
+/// Element-wise t · s for a scalar s.
+pub fn scale<T: Float, const R: usize, const C: usize>(
+    ctx: &mut Ctx,
+    t: &Tile<T, R, C>,
+    s: f32,
+) -> Tile<T, R, C> {
+    scalar_op(ctx, t, s, Binary::Mul)
+}
+
+/// Element-wise t + s for a scalar s.
+pub fn add_scalar<T: Float, const R: usize, const C: usize>(
+    ctx: &mut Ctx,
+    t: &Tile<T, R, C>,
+    s: f32,
+) -> Tile<T, R, C> {
+    scalar_op(ctx, t, s, Binary::Add)
+}
+
+fn col_bcast<T: Float, const R: usize, const C: usize>(
+    ctx: &mut Ctx,
+    a: &Tile<T, R, C>,
+    v: &Tile<T, R, 1>,
+    op: Binary,
+) -> Tile<T, R, C> {
+    let data = match (&a.data, &v.data) {
+        (Some(x), Some(y)) => {
+            let mut o = vec![0.0; R * C];
+            f::binary_col_bcast(&mut o, x, y, C, op);
+            T::round(&mut o);
+            Some(o)
+        }
+        _ => None,
+    };
+    let out = ctx.new_tile::<T, R, C>(data);
+    vec_op(
+        ctx,
+        R * C,
+        T::DTYPE,
+        VectorClass::Simple,
+        &[a.buf, v.buf],
+        out.buf,
+    );
+    out
+}
+
+fn row_bcast<T: Float, const R: usize, const C: usize>(
+    ctx: &mut Ctx,
+    a: &Tile<T, R, C>,
+    v: &Tile<T, 1, C>,
+    op: Binary,
+) -> Tile<T, R, C> {
+    let data = match (&a.data, &v.data) {
+        (Some(x), Some(y)) => {
+            let mut o = vec![0.0; R * C];
+            f::binary_row_bcast(&mut o, x, y, C, op);
+            T::round(&mut o);
+            Some(o)
+        }
+        _ => None,
+    };
+    let out = ctx.new_tile::<T, R, C>(data);
+    vec_op(
+        ctx,
+        R * C,
+        T::DTYPE,
+        VectorClass::Simple,
+        &[a.buf, v.buf],
+        out.buf,
+    );
+    out
+}
+
+macro_rules! bcast_intrinsics {
+    ($($(#[$doc:meta])* $name:ident => $f:ident, $op:ident, $vr:tt, $vc:tt;)*) => {$(
+        $(#[$doc])*
+        pub fn $name<T: Float, const R: usize, const C: usize>(ctx: &mut Ctx, a: &Tile<T, R, C>, v: &Tile<T, $vr, $vc>) -> Tile<T, R, C> {
+            $f(ctx, a, v, Binary::$op)
+        }
+    )*};
+}
+
+bcast_intrinsics! {
+    /// `a[r][c] + v[r]`: adds a column vector to every column.
+    add_col => col_bcast, Add, R, 1;
+    /// `a[r][c] − v[r]`.
+    sub_col => col_bcast, Sub, R, 1;
+    /// `a[r][c] · v[r]`.
+    mul_col => col_bcast, Mul, R, 1;
+    /// `a[r][c] / v[r]`.
+    div_col => col_bcast, Div, R, 1;
+    /// `a[r][c] + v[c]`: adds a row vector to every row.
+    add_row => row_bcast, Add, 1, C;
+    /// `a[r][c] − v[c]`.
+    sub_row => row_bcast, Sub, 1, C;
+    /// `a[r][c] · v[c]`.
+    mul_row => row_bcast, Mul, 1, C;
+    /// `a[r][c] / v[c]`.
+    div_row => row_bcast, Div, 1, C;
+}
+
+fn reduce_rows_op<T: Float, const R: usize, const C: usize>(
+    ctx: &mut Ctx,
+    t: &Tile<T, R, C>,
+    op: Reduce,
+) -> Tile<f32, R, 1> {
+    let data = t.data.as_ref().map(|d| {
+        let mut v = vec![0.0; R];
+        f::reduce_rows(&mut v, d, C, op);
+        v
+    });
+    let out = ctx.new_tile::<f32, R, 1>(data);
+    vec_op(
+        ctx,
+        R * C,
+        T::DTYPE,
+        VectorClass::Reduction,
+        &[t.buf],
+        out.buf,
+    );
+    out
+}
+
+fn reduce_cols_op<T: Float, const R: usize, const C: usize>(
+    ctx: &mut Ctx,
+    t: &Tile<T, R, C>,
+    op: Reduce,
+) -> Tile<f32, 1, C> {
+    let data = t.data.as_ref().map(|d| {
+        let mut v = vec![0.0; C];
+        f::reduce_cols(&mut v, d, C, op);
+        v
+    });
+    let out = ctx.new_tile::<f32, 1, C>(data);
+    vec_op(
+        ctx,
+        R * C,
+        T::DTYPE,
+        VectorClass::Reduction,
+        &[t.buf],
+        out.buf,
+    );
+    out
+}
+
+/// Sum of each row → an `R×1` f32 tile.
+pub fn row_sum<T: Float, const R: usize, const C: usize>(
+    ctx: &mut Ctx,
+    t: &Tile<T, R, C>,
+) -> Tile<f32, R, 1> {
+    reduce_rows_op(ctx, t, Reduce::Sum)
+}
+
+/// Max of each row → an `R×1` f32 tile.
+pub fn row_max<T: Float, const R: usize, const C: usize>(
+    ctx: &mut Ctx,
+    t: &Tile<T, R, C>,
+) -> Tile<f32, R, 1> {
+    reduce_rows_op(ctx, t, Reduce::Max)
+}
+
+/// Sum of each column → a `1×C` f32 tile.
+pub fn col_sum<T: Float, const R: usize, const C: usize>(
+    ctx: &mut Ctx,
+    t: &Tile<T, R, C>,
+) -> Tile<f32, 1, C> {
+    reduce_cols_op(ctx, t, Reduce::Sum)
+}
+
+/// Max of each column → a `1×C` f32 tile.
+pub fn col_max<T: Float, const R: usize, const C: usize>(
+    ctx: &mut Ctx,
+    t: &Tile<T, R, C>,
+) -> Tile<f32, 1, C> {
+    reduce_cols_op(ctx, t, Reduce::Max)
+}

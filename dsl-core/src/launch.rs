@@ -1,0 +1,286 @@
+//! Launching a kernel: kernel metadata, tunable configurations, backends and the launcher.
+
+use crate::ctx::Ctx;
+use accel_sim::program::ProgramTrace;
+use accel_sim::schedule::{LaunchInfo, LaunchSim};
+use accel_sim::trace::ChromeTrace;
+use accel_sim::{DevicePreset, Report, SimError};
+use rayon::prelude::*;
+use std::collections::BTreeMap;
+
+/// What `#[kernel]` knows about a kernel, available at run time.
+#[derive(Debug, Clone, Copy)]
+pub struct KernelMeta {
+    /// Kernel name (the function's name).
+    pub name: &'static str,
+    /// Parameter names, in order.
+    pub params: &'static [&'static str],
+    /// Tunable parameters and their allowed values, as declared in `tunable(...)`.
+    pub tunables: &'static [(&'static str, &'static [i64])],
+    /// Source text of each line that issues instructions: (line, code).
+    pub lines: &'static [(u32, &'static str)],
+    /// Source file of the kernel.
+    pub file: &'static str,
+}
+
+/// One choice of tunable values, e.g. `BM=128 BN=128 BK=64`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Config(pub BTreeMap<String, i64>);
+
+impl Config {
+    /// An empty configuration.
+    pub fn new() -> Config {
+        Config::default()
+    }
+
+    /// Sets `name` to `value`.
+    pub fn with(mut self, name: &str, value: i64) -> Config {
+        self.0.insert(name.to_string(), value);
+        self
+    }
+
+    /// The value of `name`, if set.
+    pub fn get(&self, name: &str) -> Option<i64> {
+        self.0.get(name).copied()
+    }
+}
+
+impl std::fmt::Display for Config {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let parts: Vec<String> = self.0.iter().map(|(k, v)| format!("{k}={v}")).collect();
+        f.write_str(&parts.join(" "))
+    }
+}
+
+impl KernelMeta {
+    /// Every configuration of the tunable space (cartesian product, in declaration order).
+    pub fn space(&self) -> Vec<Config> {
+        let mut out = vec![Config::new()];
+        for (name, values) in self.tunables {
+            out = out
+                .into_iter()
+                .flat_map(|c| values.iter().map(move |v| c.clone().with(name, *v)))
+                .collect();
+        }
+        out
+    }
+
+    /// The first listed value of every tunable.
+    pub fn default_config(&self) -> Config {
+        self.tunables
+            .iter()
+            .fold(Config::new(), |c, (n, v)| c.with(n, v[0]))
+    }
+
+    /// Resolves `config` against the declared space: fills unset tunables with their first value and
+    /// rejects unknown names and unlisted values, naming what is allowed.
+    pub fn resolve(&self, config: &Config) -> Result<Config, SimError> {
+        let mut out = Config::new();
+        for (k, _) in &config.0 {
+            if !self.tunables.iter().any(|(n, _)| n == k) {
+                let names: Vec<&str> = self.tunables.iter().map(|(n, _)| *n).collect();
+                return Err(SimError::Launch {
+                    kernel: self.name.to_string(),
+                    message: format!(
+                        "`{k}` is not a tunable of this kernel (tunables: {})",
+                        if names.is_empty() {
+                            "none".into()
+                        } else {
+                            names.join(", ")
+                        }
+                    ),
+                });
+            }
+        }
+        for (name, values) in self.tunables {
+            let v = config.get(name).unwrap_or(values[0]);
+            if !values.contains(&v) {
+                return Err(SimError::Launch {
+                    kernel: self.name.to_string(),
+                    message: format!("tunable {name}={v} is not in the declared values {values:?}; pick one of them or add it to `tunable(...)`"),
+                });
+            }
+            out = out.with(name, v);
+        }
+        Ok(out)
+    }
+}
+
+/// A grid of programs: 1 to 3 axes.
+pub trait IntoGrid {
+    /// The grid as three axes (missing axes are 1).
+    fn into_grid(self) -> [usize; 3];
+}
+
+impl IntoGrid for usize {
+    fn into_grid(self) -> [usize; 3] {
+        [self, 1, 1]
+    }
+}
+impl IntoGrid for (usize,) {
+    fn into_grid(self) -> [usize; 3] {
+        [self.0, 1, 1]
+    }
+}
+impl IntoGrid for (usize, usize) {
+    fn into_grid(self) -> [usize; 3] {
+        [self.0, self.1, 1]
+    }
+}
+impl IntoGrid for (usize, usize, usize) {
+    fn into_grid(self) -> [usize; 3] {
+        [self.0, self.1, self.2]
+    }
+}
+
+/// Which semantics a launch uses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Backend {
+    /// Real data through the functional (SIMD) semantics, plus timing.
+    Functional,
+    /// Shapes only: no tensor data is allocated or computed; timing is identical to functional.
+    CostOnly,
+}
+
+/// The result of a launch: the report and, if requested, the Chrome trace.
+#[derive(Debug)]
+pub struct Launch {
+    /// What the launch cost.
+    pub report: Report,
+    /// Timeline, when the launcher was asked for one.
+    pub trace: Option<ChromeTrace>,
+}
+
+/// Runs kernels on a device preset.
+#[derive(Debug, Clone)]
+pub struct Launcher {
+    /// The device.
+    pub preset: DevicePreset,
+    /// Functional or cost-only.
+    pub backend: Backend,
+    /// Host threads for functional execution (`None` = rayon's global pool). Results and cycles do
+    /// not depend on it.
+    pub threads: Option<usize>,
+    /// Record a Chrome trace.
+    pub trace: bool,
+}
+
+impl Launcher {
+    /// A functional launcher on `preset`.
+    pub fn new(preset: DevicePreset) -> Launcher {
+        Launcher {
+            preset,
+            backend: Backend::Functional,
+            threads: None,
+            trace: false,
+        }
+    }
+
+    /// Loads a preset by name (or `.toml` path) and makes a functional launcher.
+    pub fn for_device(name: &str) -> Result<Launcher, SimError> {
+        Ok(Launcher::new(DevicePreset::load(name)?))
+    }
+
+    /// Same launcher with another backend.
+    pub fn with_backend(mut self, backend: Backend) -> Launcher {
+        self.backend = backend;
+        self
+    }
+
+    /// Same launcher with a fixed host thread count.
+    pub fn with_threads(mut self, threads: usize) -> Launcher {
+        self.threads = Some(threads);
+        self
+    }
+
+    /// Same launcher, recording a trace.
+    pub fn with_trace(mut self, on: bool) -> Launcher {
+        self.trace = on;
+        self
+    }
+
+    /// Runs `body` once per program of `grid` and simulates the launch. Called by the code
+    /// `#[kernel]` generates; `config` must already be resolved.
+    pub fn run<F>(
+        &self,
+        meta: &KernelMeta,
+        config: &Config,
+        grid: [usize; 3],
+        body: F,
+    ) -> Result<Launch, SimError>
+    where
+        F: Fn(&mut Ctx) + Sync,
+    {
+        if grid.contains(&0) {
+            return Err(SimError::Launch {
+                kernel: meta.name.to_string(),
+                message: format!("empty grid {grid:?}: every axis needs at least one program (are the tensors empty?)"),
+            });
+        }
+        let work = || self.run_inner(meta, config, grid, &body);
+        match self.threads {
+            Some(n) => rayon::ThreadPoolBuilder::new()
+                .num_threads(n.max(1))
+                .build()
+                .map_err(|e| SimError::Launch {
+                    kernel: meta.name.to_string(),
+                    message: format!("cannot start {n} threads: {e}"),
+                })?
+                .install(work),
+            None => work(),
+        }
+    }
+
+    fn run_inner<F>(
+        &self,
+        meta: &KernelMeta,
+        config: &Config,
+        grid: [usize; 3],
+        body: &F,
+    ) -> Result<Launch, SimError>
+    where
+        F: Fn(&mut Ctx) + Sync,
+    {
+        let functional = self.backend == Backend::Functional;
+        let info = LaunchInfo {
+            kernel: meta.name,
+            config: config.0.clone(),
+            grid: grid.map(|g| g as u64),
+            lines: meta.lines,
+            cost_only: !functional,
+            want_trace: self.trace,
+        };
+        let mut sim = LaunchSim::new(&self.preset, info);
+        let total: usize = grid.iter().product();
+        let pid_of = |i: usize| {
+            [
+                i % grid[0],
+                (i / grid[0]) % grid[1],
+                i / (grid[0] * grid[1]),
+            ]
+        };
+        let run_one = |i: usize| -> (ProgramTrace, Option<SimError>) {
+            let mut ctx = Ctx::new(meta.name, pid_of(i), grid, functional);
+            body(&mut ctx);
+            (ctx.trace, ctx.error)
+        };
+        // Programs run in parallel in batches; their traces are timed in program-id order, so the
+        // numbers and cycles are the same for any thread count.
+        const BATCH: usize = 256;
+        let mut start = 0;
+        while start < total {
+            let end = (start + BATCH).min(total);
+            let batch: Vec<(ProgramTrace, Option<SimError>)> =
+                (start..end).into_par_iter().map(run_one).collect();
+            for (trace, err) in batch {
+                if let Some(e) = err {
+                    return Err(e);
+                }
+                sim.push(&trace)?;
+            }
+            start = end;
+        }
+        let (report, trace) = sim.finish();
+        Ok(Launch { report, trace })
+    }
+}

@@ -1,0 +1,167 @@
+//! `Tensor<T>`: a tensor in device memory, as a kernel sees it.
+
+use crate::elem::Float;
+use std::cell::UnsafeCell;
+use std::marker::PhantomData;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+static NEXT_ID: AtomicU64 = AtomicU64::new(1);
+
+/// Device memory backing a functional tensor.
+///
+/// Programs of one launch run on host threads at once and write disjoint windows of their output
+/// tensors, like blocks on an accelerator; overlapping writes are a kernel bug (a race), exactly as on
+/// hardware.
+pub(crate) struct DeviceMem {
+    data: UnsafeCell<Vec<f32>>,
+}
+
+// SAFETY: see the type's documentation: concurrent access is to disjoint windows, by construction of
+// the kernels; readers of a tensor never run concurrently with writers of the same elements.
+unsafe impl Sync for DeviceMem {}
+unsafe impl Send for DeviceMem {}
+
+/// A row-major tensor in (simulated) device memory. Kernels address it as a matrix: the last
+/// dimension is the columns and all leading dimensions fold into rows.
+///
+/// A tensor either holds data (functional runs) or only its shape (cost-only runs of production
+/// shapes that cannot be materialised).
+#[derive(Clone)]
+pub struct Tensor<T: Float> {
+    id: u64,
+    shape: Vec<usize>,
+    mem: Option<Arc<DeviceMem>>,
+    _t: PhantomData<T>,
+}
+
+impl<T: Float> std::fmt::Debug for Tensor<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "Tensor<{}>{:?}{}",
+            T::DTYPE,
+            self.shape,
+            if self.mem.is_some() {
+                ""
+            } else {
+                " (shape only)"
+            }
+        )
+    }
+}
+
+impl<T: Float> Tensor<T> {
+    fn with_mem(shape: &[usize], mem: Option<Vec<f32>>) -> Tensor<T> {
+        Tensor {
+            id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
+            shape: shape.to_vec(),
+            mem: mem.map(|v| {
+                Arc::new(DeviceMem {
+                    data: UnsafeCell::new(v),
+                })
+            }),
+            _t: PhantomData,
+        }
+    }
+
+    /// A tensor holding `data` (row-major), rounded to `T`. Errors if the length does not match.
+    pub fn from_f32(shape: &[usize], data: &[f32]) -> Result<Tensor<T>, String> {
+        let n: usize = shape.iter().product();
+        if data.len() != n {
+            return Err(format!(
+                "tensor of shape {shape:?} needs {n} values, got {}",
+                data.len()
+            ));
+        }
+        let mut v = data.to_vec();
+        T::round(&mut v);
+        Ok(Self::with_mem(shape, Some(v)))
+    }
+
+    /// A tensor filled with NaN: outputs start poisoned so an element a kernel forgets to write fails.
+    pub fn poisoned(shape: &[usize]) -> Tensor<T> {
+        let n: usize = shape.iter().product();
+        Self::with_mem(shape, Some(vec![f32::NAN; n]))
+    }
+
+    /// A tensor with a shape and no data, for cost-only launches.
+    pub fn shape_only(shape: &[usize]) -> Tensor<T> {
+        Self::with_mem(shape, None)
+    }
+
+    /// Launch-unique id (used by the cache model).
+    pub fn id(&self) -> u64 {
+        self.id
+    }
+
+    /// The shape.
+    pub fn shape(&self) -> &[usize] {
+        &self.shape
+    }
+
+    /// Rows when viewed as a matrix (product of all but the last dimension).
+    pub fn rows(&self) -> usize {
+        match self.shape.len() {
+            0 => 1,
+            n => self.shape[..n - 1].iter().product(),
+        }
+    }
+
+    /// Columns when viewed as a matrix (the last dimension).
+    pub fn cols(&self) -> usize {
+        self.shape.last().copied().unwrap_or(1)
+    }
+
+    /// Number of elements.
+    pub fn len(&self) -> usize {
+        self.shape.iter().product()
+    }
+
+    /// Whether the tensor has no elements.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Whether the tensor holds data.
+    pub fn has_data(&self) -> bool {
+        self.mem.is_some()
+    }
+
+    /// Copies the data out (`None` for a shape-only tensor).
+    pub fn to_vec(&self) -> Option<Vec<f32>> {
+        // SAFETY: called outside launches (no concurrent writer).
+        self.mem
+            .as_ref()
+            .map(|m| unsafe { (*m.data.get()).clone() })
+    }
+
+    /// Read access to the data during a launch.
+    pub(crate) fn data(&self) -> Option<&[f32]> {
+        // SAFETY: see `DeviceMem`.
+        self.mem
+            .as_ref()
+            .map(|m| unsafe { (*m.data.get()).as_slice() })
+    }
+
+    /// Writes `vals` (row-major `rows×cols`, already clipped) at (`row`, `col`).
+    pub(crate) fn write_window(
+        &self,
+        row: usize,
+        col: usize,
+        rows: usize,
+        cols: usize,
+        vals: &[f32],
+        src_stride: usize,
+    ) {
+        if let Some(m) = &self.mem {
+            let c = self.cols();
+            // SAFETY: see `DeviceMem`: programs write disjoint windows.
+            let data = unsafe { &mut *m.data.get() };
+            for r in 0..rows {
+                let dst = (row + r) * c + col;
+                data[dst..dst + cols].copy_from_slice(&vals[r * src_stride..r * src_stride + cols]);
+            }
+        }
+    }
+}

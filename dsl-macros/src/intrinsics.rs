@@ -1,0 +1,116 @@
+//! The DSL's vocabulary: which calls a kernel may make and how their generic arguments work.
+
+/// An intrinsic the macro rewrites to `::dsl_core::intrinsics::NAME(ctx, ...)`.
+pub struct Intrinsic {
+    /// Name as written in kernels.
+    pub name: &'static str,
+    /// Total generic parameters of the dsl-core function.
+    pub generics: usize,
+    /// Indices (among the user-written generic arguments) that are tile shapes and must be constant.
+    pub shape_args: &'static [usize],
+    /// Whether the intrinsic takes the context (false for pure scalar helpers like `cdiv`).
+    pub takes_ctx: bool,
+}
+
+const fn i(name: &'static str, generics: usize, shape_args: &'static [usize]) -> Intrinsic {
+    Intrinsic {
+        name,
+        generics,
+        shape_args,
+        takes_ctx: true,
+    }
+}
+
+/// All intrinsics.
+pub const INTRINSICS: &[Intrinsic] = &[
+    i("program_id", 0, &[]),
+    i("num_programs", 0, &[]),
+    Intrinsic {
+        name: "cdiv",
+        generics: 0,
+        shape_args: &[],
+        takes_ctx: false,
+    },
+    i("load", 3, &[0, 1]),
+    i("load_async", 3, &[0, 1]),
+    i("load_or", 3, &[0, 1]),
+    i("load_async_or", 3, &[0, 1]),
+    i("store", 3, &[]),
+    i("full", 3, &[1, 2]),
+    i("zeros", 3, &[1, 2]),
+    i("mma", 4, &[]),
+    i("mma_bt", 4, &[]),
+    i("cast", 4, &[]),
+    i("exp", 3, &[]),
+    i("ln", 3, &[]),
+    i("sqrt", 3, &[]),
+    i("rsqrt", 3, &[]),
+    i("recip", 3, &[]),
+    i("neg", 3, &[]),
+    i("abs", 3, &[]),
+    i("square", 3, &[]),
+    i("relu", 3, &[]),
+    i("sigmoid", 3, &[]),
+    i("silu", 3, &[]),
+    i("softplus", 3, &[]),
+    i("add", 3, &[]),
+    i("sub", 3, &[]),
+    i("mul", 3, &[]),
+    i("div", 3, &[]),
+    i("maximum", 3, &[]),
+    i("minimum", 3, &[]),
+    i("scale", 3, &[]),
+    i("add_scalar", 3, &[]),
+    i("add_col", 3, &[]),
+    i("sub_col", 3, &[]),
+    i("mul_col", 3, &[]),
+    i("div_col", 3, &[]),
+    i("add_row", 3, &[]),
+    i("sub_row", 3, &[]),
+    i("mul_row", 3, &[]),
+    i("div_row", 3, &[]),
+    i("row_sum", 3, &[]),
+    i("row_max", 3, &[]),
+    i("col_sum", 3, &[]),
+    i("col_max", 3, &[]),
+];
+
+/// Looks an intrinsic up by name.
+pub fn find(name: &str) -> Option<&'static Intrinsic> {
+    INTRINSICS.iter().find(|i| i.name == name)
+}
+
+/// Methods kernels may call on scalars and tensors (no data-dependent behaviour, no allocation).
+pub const METHODS: &[&str] = &[
+    "rows",
+    "cols",
+    "shape",
+    "len",
+    "is_empty",
+    "min",
+    "max",
+    "step_by",
+    "rev",
+    "sqrt",
+    "powi",
+    "powf",
+    "abs",
+    "exp",
+    "ln",
+    "saturating_sub",
+    "div_ceil",
+    "clamp",
+    "recip",
+];
+
+/// Primitive types whose associated functions and constants kernels may use (`f32::NEG_INFINITY`,
+/// `usize::min(a, b)`).
+pub const PRIMITIVES: &[&str] = &["f32", "f64", "usize", "u32", "u64", "i32", "i64", "isize"];
+
+/// A short list for error messages.
+pub fn summary() -> String {
+    "program_id, num_programs, cdiv, load, load_async, load_or, store, zeros, full, mma, mma_bt, cast, \
+     exp/ln/sqrt/rsqrt/recip/neg/abs/square/relu/sigmoid/silu/softplus, add/sub/mul/div/maximum/minimum, \
+     scale, add_scalar, {add,sub,mul,div}_{col,row}, row_sum/row_max/col_sum/col_max"
+        .to_string()
+}

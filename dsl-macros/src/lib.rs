@@ -1,0 +1,31 @@
+//! # dsl-macros — `#[kernel]`
+//!
+//! Turns a plain-looking Rust function into a day0 tile kernel. The macro only parses, validates and
+//! expands; the runtime (tiles, intrinsics, launch) lives in `dsl-core`.
+//!
+//! - `parse/`: the attribute (`grid = ...`, `tunable(NAME = [..])`, `helper`, `helpers(..)`) and the
+//!   body validation (the DSL subset, with spanned errors that say what is allowed);
+//! - `generate/`: the rewritten function (execution context threaded, source lines recorded) and the
+//!   companion module with the kernel's metadata and its `launch` function.
+
+mod generate;
+mod intrinsics;
+mod parse;
+
+use proc_macro::TokenStream;
+
+/// Marks a function as a day0 tile kernel (or, with `helper`, a function kernels may call).
+///
+/// ```text
+/// #[kernel(grid = (cdiv(c.rows(), BM), cdiv(c.cols(), BN)),
+///          tunable(BM = [64, 128], BN = [64, 128], BK = [32, 64]))]
+/// pub fn gemm<T: Float>(a: &Tensor<T>, b: &Tensor<T>, c: &Tensor<f32>) { ... }
+/// ```
+///
+/// Generates the kernel function (with the tunables as const generics and the execution context as
+/// a hidden first parameter) and a module of the same name holding `META` (name, parameters,
+/// tunable space, source lines) and `launch(launcher, config, args...)`.
+#[proc_macro_attribute]
+pub fn kernel(attr: TokenStream, item: TokenStream) -> TokenStream {
+    generate::expand(attr.into(), item.into()).into()
+}

@@ -1,0 +1,153 @@
+//! The `#[kernel(...)]` attribute: `grid = EXPR`, `tunable(NAME = [v, ...], ...)`, `helper`,
+//! `helpers(f, g)`.
+
+use proc_macro2::Span;
+use syn::parse::{Parse, ParseStream};
+use syn::punctuated::Punctuated;
+use syn::{bracketed, parenthesized, Expr, Ident, LitInt, Token};
+
+/// A tunable parameter with its allowed values.
+pub struct Tunable {
+    /// The name (used as a const generic in the kernel).
+    pub name: Ident,
+    /// Allowed values, in declaration order.
+    pub values: Vec<i64>,
+}
+
+/// The parsed attribute.
+#[derive(Default)]
+pub struct KernelAttr {
+    /// Grid expression (1–3 axes), for kernels.
+    pub grid: Option<Expr>,
+    /// Tunables.
+    pub tunables: Vec<Tunable>,
+    /// This function is a helper, not a launchable kernel.
+    pub helper: bool,
+    /// Helper functions this kernel calls.
+    pub helpers: Vec<Ident>,
+}
+
+enum Item {
+    Grid(Expr),
+    Tunable(Vec<Tunable>),
+    Helper,
+    Helpers(Vec<Ident>),
+}
+
+impl Parse for Item {
+    fn parse(input: ParseStream) -> syn::Result<Self> {
+        let key: Ident = input.parse()?;
+        match key.to_string().as_str() {
+            "grid" => {
+                input.parse::<Token![=]>()?;
+                Ok(Item::Grid(input.parse()?))
+            }
+            "tunable" => {
+                let content;
+                parenthesized!(content in input);
+                let list = Punctuated::<TunableDecl, Token![,]>::parse_terminated(&content)?;
+                Ok(Item::Tunable(list.into_iter().map(|t| t.0).collect()))
+            }
+            "helper" => Ok(Item::Helper),
+            "helpers" => {
+                let content;
+                parenthesized!(content in input);
+                let list = Punctuated::<Ident, Token![,]>::parse_terminated(&content)?;
+                Ok(Item::Helpers(list.into_iter().collect()))
+            }
+            other => Err(syn::Error::new(
+                key.span(),
+                format!(
+                    "unknown kernel option `{other}`; expected `grid = (...)`, `tunable(NAME = [values], ...)`, `helper` or `helpers(fn, ...)`"
+                ),
+            )),
+        }
+    }
+}
+
+struct TunableDecl(Tunable);
+
+impl Parse for TunableDecl {
+    fn parse(input: ParseStream) -> syn::Result<Self> {
+        let name: Ident = input.parse()?;
+        let s = name.to_string();
+        if s.chars().any(|c| c.is_ascii_lowercase()) {
+            return Err(syn::Error::new(
+                name.span(),
+                format!("tunable `{s}` must be an UPPER_CASE name: it becomes a compile-time constant of the kernel"),
+            ));
+        }
+        input.parse::<Token![=]>()?;
+        let content;
+        let bracket = bracketed!(content in input);
+        let mut values = Vec::new();
+        while !content.is_empty() {
+            let e: Expr = content.parse()?;
+            match &e {
+                Expr::Lit(syn::ExprLit {
+                    lit: syn::Lit::Int(li),
+                    ..
+                }) => {
+                    let v = parse_positive(li)?;
+                    if values.contains(&v) {
+                        return Err(syn::Error::new(
+                            li.span(),
+                            format!("value {v} is listed twice for tunable `{s}`"),
+                        ));
+                    }
+                    values.push(v);
+                }
+                _ => return Err(syn::Error::new_spanned(
+                    &e,
+                    format!(
+                        "tunable `{s}` values must be integer literals, e.g. `{s} = [32, 64, 128]`"
+                    ),
+                )),
+            }
+            if content.is_empty() {
+                break;
+            }
+            content.parse::<Token![,]>()?;
+        }
+        if values.is_empty() {
+            return Err(syn::Error::new(
+                bracket.span.join(),
+                format!("tunable `{s}` lists no values; give at least one, e.g. `{s} = [64]`"),
+            ));
+        }
+        Ok(TunableDecl(Tunable { name, values }))
+    }
+}
+
+fn parse_positive(li: &LitInt) -> syn::Result<i64> {
+    let v: i64 = li.base10_parse()?;
+    if v <= 0 {
+        return Err(syn::Error::new(
+            li.span(),
+            "tunable values are tile sizes and must be positive",
+        ));
+    }
+    Ok(v)
+}
+
+impl Parse for KernelAttr {
+    fn parse(input: ParseStream) -> syn::Result<Self> {
+        let items = Punctuated::<Item, Token![,]>::parse_terminated(input)?;
+        let mut out = KernelAttr::default();
+        for item in items {
+            match item {
+                Item::Grid(e) => out.grid = Some(e),
+                Item::Tunable(t) => out.tunables.extend(t),
+                Item::Helper => out.helper = true,
+                Item::Helpers(h) => out.helpers.extend(h),
+            }
+        }
+        if out.helper && (out.grid.is_some() || !out.tunables.is_empty()) {
+            return Err(syn::Error::new(
+                Span::call_site(),
+                "a `helper` is called from kernels and takes their constants as generics; it has no `grid` or `tunable` of its own",
+            ));
+        }
+        Ok(out)
+    }
+}
