@@ -85,6 +85,10 @@ impl BandwidthShare {
 
     /// Cycles for one core to read `bytes` from `level` (latency + transfer, no DMA overhead).
     pub fn read_cycles(&self, bytes: u64, level: Level) -> u64 {
+        if bytes == 0 {
+            // A window entirely outside the tensor moves nothing (masked prefetch past the end).
+            return 0;
+        }
         let (bw, lat) = match level {
             Level::L2 => (self.l2_per_core, self.l2_latency),
             Level::Hbm => (self.hbm_per_core, self.hbm_latency),

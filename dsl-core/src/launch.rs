@@ -201,23 +201,23 @@ impl Launcher {
 
     /// Runs `body` once per program of `grid` and simulates the launch. Called by the code
     /// `#[kernel]` generates; `config` must already be resolved.
-    pub fn run<F>(
+    ///
+    /// The body is a trait object so the launch machinery (rayon, timing) is compiled once, not
+    /// once per kernel instantiation of the tunable space.
+    pub fn run(
         &self,
         meta: &KernelMeta,
         config: &Config,
         grid: [usize; 3],
-        body: F,
-    ) -> Result<Launch, SimError>
-    where
-        F: Fn(&mut Ctx) + Sync,
-    {
+        body: &(dyn Fn(&mut Ctx) + Sync),
+    ) -> Result<Launch, SimError> {
         if grid.contains(&0) {
             return Err(SimError::Launch {
                 kernel: meta.name.to_string(),
                 message: format!("empty grid {grid:?}: every axis needs at least one program (are the tensors empty?)"),
             });
         }
-        let work = || self.run_inner(meta, config, grid, &body);
+        let work = || self.run_inner(meta, config, grid, body);
         match self.threads {
             Some(n) => rayon::ThreadPoolBuilder::new()
                 .num_threads(n.max(1))
@@ -231,16 +231,13 @@ impl Launcher {
         }
     }
 
-    fn run_inner<F>(
+    fn run_inner(
         &self,
         meta: &KernelMeta,
         config: &Config,
         grid: [usize; 3],
-        body: &F,
-    ) -> Result<Launch, SimError>
-    where
-        F: Fn(&mut Ctx) + Sync,
-    {
+        body: &(dyn Fn(&mut Ctx) + Sync),
+    ) -> Result<Launch, SimError> {
         let functional = self.backend == Backend::Functional;
         let info = LaunchInfo {
             kernel: meta.name,

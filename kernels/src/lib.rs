@@ -1,1 +1,10 @@
+//! # kernels — the operator library
+//!
+//! Operators grouped by family, each with a float64 reference ([`reference`]) and one or more DSL
+//! implementations; [`registry`] maps operator names to their implementations so one can be
+//! swapped for another with an equivalence check and a cycle comparison.
 
+pub mod gemm;
+pub mod reference;
+pub mod registry;
+pub mod testdata;

@@ -62,7 +62,7 @@ pub fn companion(func: &ItemFn, attr: &KernelAttr, lines: &[(u32, String)]) -> T
             (#(#pats,)*) => {
                 #(#consts)*
                 let grid = ::dsl_core::IntoGrid::into_grid(#grid);
-                launcher.run(&META, &config, grid, |__ctx| super::#name::<#(#type_params,)* #(#usz),*>(__ctx, #(#param_idents),*))
+                launcher.run(&META, &config, grid, &|__ctx: &mut ::dsl_core::Ctx| super::#name::<#(#type_params,)* #(#usz),*>(__ctx, #(#param_idents),*))
             }
         }
     });

@@ -1,0 +1,52 @@
+//! The kernel registry: operator name → implementations.
+//!
+//! An operator can have several implementations (a DSL prototype, a double-buffered or hand-tuned
+//! replacement). They share the operator's f64 reference, so swapping one for another is a one-line
+//! change checked for equivalence and compared in cycles.
+
+use dsl_core::KernelMeta;
+
+/// How an implementation was written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ImplKind {
+    /// A `#[kernel]` DSL prototype.
+    Dsl,
+    /// A DSL kernel tuned by hand (explicit prefetch, buffering).
+    DslTuned,
+}
+
+/// One implementation of an operator.
+#[derive(Debug, Clone, Copy)]
+pub struct Implementation {
+    /// Operator name (`gemm`, `softmax`, `rmsnorm_residual`).
+    pub op: &'static str,
+    /// How it was written.
+    pub kind: ImplKind,
+    /// The kernel's metadata (name, tunables, lines).
+    pub meta: &'static KernelMeta,
+    /// One line on what distinguishes it.
+    pub summary: &'static str,
+}
+
+/// Every registered implementation.
+pub fn all() -> Vec<Implementation> {
+    vec![
+        Implementation {
+            op: "gemm",
+            kind: ImplKind::Dsl,
+            meta: &crate::gemm::gemm::META,
+            summary: "tiled GEMM, synchronous loads (DMA and matrix unit serialise)",
+        },
+        Implementation {
+            op: "gemm",
+            kind: ImplKind::DslTuned,
+            meta: &crate::gemm::gemm_db::META,
+            summary: "tiled GEMM, double-buffered K loop (DMA overlaps the matrix unit)",
+        },
+    ]
+}
+
+/// Implementations of `op`.
+pub fn implementations(op: &str) -> Vec<Implementation> {
+    all().into_iter().filter(|i| i.op == op).collect()
+}
