@@ -1,1 +1,17 @@
+//! # day0 — the Day-0 adaptation workbench
+//!
+//! Facade over the workspace crates, plus what the `day0` command drives:
+//! - [`accel_sim`]: the simulated machine (presets, ISA, timing, reports);
+//! - [`dsl_core`]: tiles, tensors, intrinsics, `#[kernel]`, launch;
+//! - [`kernels`]: the operator library and its registry;
+//! - [`model`]: model configs and forward passes;
+//! - [`suite`]: the built-in kernel suite that `day0 run` executes;
+//! - [`tune`]: tile-shape sweeps over a kernel's tunable space.
 
+pub use accel_sim;
+pub use dsl_core;
+pub use kernels;
+pub use model;
+
+pub mod suite;
+pub mod tune;

@@ -1,1 +1,314 @@
-fn main() {}
+//! The `day0` command.
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use day0::tune;
+use dsl_core::{Backend, Config, Launcher};
+use kernels::gemm::{run_gemm, GemmCase, GemmDtype, GemmVariant};
+use std::process::ExitCode;
+
+#[derive(Parser)]
+#[command(
+    name = "day0",
+    version,
+    about = "Day-0 adaptation workbench: tile DSL kernels on a cycle-approximate accelerator simulator"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run the built-in kernel suite on a device and print one report line per kernel.
+    Run {
+        /// Device preset name or path to a preset .toml file.
+        #[arg(long, default_value = "npu-910b")]
+        device: String,
+        /// Print the reports as JSON (one array).
+        #[arg(long)]
+        json: bool,
+    },
+    /// Run one kernel and print its report.
+    #[command(subcommand)]
+    Kernel(KernelCommand),
+    /// List the built-in device presets.
+    Devices,
+}
+
+#[derive(Subcommand)]
+enum KernelCommand {
+    /// C[M×N] = A[M×K]·B[K×N] (f32 accumulation).
+    Gemm(GemmArgs),
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum DtypeArg {
+    Bf16,
+    F32,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum VariantArg {
+    /// Double-buffered K loop (DMA overlaps compute).
+    Db,
+    /// Synchronous loads (no overlap).
+    Naive,
+    /// Three-stage pipeline (hides DMA latency longer than one step).
+    Pipelined,
+}
+
+#[derive(Args)]
+struct CommonArgs {
+    /// Device preset name or path to a preset .toml file.
+    #[arg(long, default_value = "npu-910b")]
+    device: String,
+    /// Print the report as JSON (stable field names).
+    #[arg(long)]
+    json: bool,
+    /// Write a Chrome trace-event file (open in Perfetto / chrome://tracing).
+    #[arg(long, value_name = "FILE")]
+    trace: Option<String>,
+    /// Shapes only: no data is allocated or computed (for production shapes); same cycles.
+    #[arg(long)]
+    cost_only: bool,
+    /// Host threads for the functional run (results and cycles do not depend on it).
+    #[arg(long)]
+    threads: Option<usize>,
+    /// Seed of the random inputs.
+    #[arg(long, default_value_t = 7)]
+    seed: u64,
+}
+
+#[derive(Args)]
+struct GemmArgs {
+    #[arg(long)]
+    m: usize,
+    #[arg(long)]
+    n: usize,
+    #[arg(long)]
+    k: usize,
+    /// Input dtype.
+    #[arg(long, value_enum, default_value = "bf16")]
+    dtype: DtypeArg,
+    /// Tile shape BMxBNxBK, or `auto` to pick the fastest fitting tile by a cost-only sweep.
+    #[arg(long, default_value = "auto")]
+    tile: String,
+    /// Implementation.
+    #[arg(long, value_enum, default_value = "db")]
+    variant: VariantArg,
+    /// Sweep every tile shape (cost-only) and print the ranking instead of one run.
+    #[arg(long)]
+    sweep: bool,
+    #[command(flatten)]
+    common: CommonArgs,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match run(cli) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn run(cli: Cli) -> Result<(), String> {
+    match cli.command {
+        Command::Run { device, json } => run_suite(&device, json),
+        Command::Devices => {
+            for name in accel_sim::DevicePreset::builtin_names() {
+                let p = accel_sim::DevicePreset::load(name).map_err(|e| e.to_string())?;
+                println!("{:<14} {}", p.name, p.description);
+            }
+            Ok(())
+        }
+        Command::Kernel(KernelCommand::Gemm(args)) => kernel_gemm(args),
+    }
+}
+
+fn run_suite(device: &str, json: bool) -> Result<(), String> {
+    let launcher = Launcher::for_device(device).map_err(|e| e.to_string())?;
+    let mut reports = Vec::new();
+    let mut failed = 0;
+    if !json {
+        println!(
+            "day0 kernel suite on {} — {}",
+            launcher.preset.name, launcher.preset.description
+        );
+    }
+    for entry in day0::suite::entries() {
+        match (entry.run)(&launcher) {
+            Ok(r) => {
+                if !json {
+                    println!("{:<34} {}", entry.name, r.summary_line());
+                }
+                reports.push(r);
+            }
+            Err(e) => {
+                failed += 1;
+                eprintln!("{:<34} FAILED: {e}", entry.name);
+            }
+        }
+    }
+    if json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&reports).map_err(|e| e.to_string())?
+        );
+    }
+    if failed > 0 {
+        return Err(format!("{failed} suite entries failed"));
+    }
+    Ok(())
+}
+
+fn launcher_for(c: &CommonArgs) -> Result<Launcher, String> {
+    let mut l = Launcher::for_device(&c.device).map_err(|e| e.to_string())?;
+    if c.cost_only {
+        l = l.with_backend(Backend::CostOnly);
+    }
+    if let Some(t) = c.threads {
+        l = l.with_threads(t);
+    }
+    Ok(l.with_trace(c.trace.is_some()))
+}
+
+/// Parses `BMxBNxBK`.
+fn parse_tile(s: &str) -> Result<Config, String> {
+    let parts: Vec<&str> = s.split(['x', 'X']).collect();
+    let nums: Result<Vec<i64>, _> = parts.iter().map(|p| p.trim().parse::<i64>()).collect();
+    match nums {
+        Ok(v) if v.len() == 3 => Ok(Config::new()
+            .with("BM", v[0])
+            .with("BN", v[1])
+            .with("BK", v[2])),
+        _ => Err(format!(
+            "--tile `{s}`: expected BMxBNxBK (e.g. 128x128x64) or `auto`"
+        )),
+    }
+}
+
+fn kernel_gemm(args: GemmArgs) -> Result<(), String> {
+    if args.m == 0 || args.n == 0 || args.k == 0 {
+        return Err(format!(
+            "--m, --n and --k must be positive (got {}x{}x{})",
+            args.m, args.n, args.k
+        ));
+    }
+    let c = &args.common;
+    let launcher = launcher_for(c)?;
+    let variant = match args.variant {
+        VariantArg::Db => GemmVariant::DoubleBuffered,
+        VariantArg::Naive => GemmVariant::Naive,
+        VariantArg::Pipelined => GemmVariant::Pipelined,
+    };
+    let dtype = match args.dtype {
+        DtypeArg::Bf16 => GemmDtype::Bf16,
+        DtypeArg::F32 => GemmDtype::F32,
+    };
+    let case = |config: Config| GemmCase {
+        m: args.m,
+        n: args.n,
+        k: args.k,
+        dtype,
+        variant,
+        config,
+        seed: c.seed,
+    };
+    if args.sweep || args.tile == "auto" {
+        let cost = launcher
+            .clone()
+            .with_backend(Backend::CostOnly)
+            .with_trace(false);
+        let points = tune::sweep(variant.meta().space(), |cfg| {
+            Ok(run_gemm(&cost, &case(cfg.clone()))?.launch.report)
+        });
+        if args.sweep {
+            print_sweep(&points, c.json)?;
+            return Ok(());
+        }
+        let best = tune::best(&points).ok_or("no tile shape fits this device")?;
+        return run_one_gemm(&launcher, &case(best.config.clone()), c);
+    }
+    let config = parse_tile(&args.tile)?;
+    run_one_gemm(&launcher, &case(config), c)
+}
+
+fn run_one_gemm(launcher: &Launcher, case: &GemmCase, c: &CommonArgs) -> Result<(), String> {
+    let run = run_gemm(launcher, case).map_err(|e| e.to_string())?;
+    let report = &run.launch.report;
+    if c.json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(report).map_err(|e| e.to_string())?
+        );
+    } else {
+        print!("{}", report.table());
+    }
+    if let (Some(path), Some(trace)) = (&c.trace, &run.launch.trace) {
+        std::fs::write(path, trace.to_json())
+            .map_err(|e| format!("cannot write trace {path}: {e}"))?;
+        if !c.json {
+            println!("trace written to {path} (open in https://ui.perfetto.dev)");
+        }
+    }
+    if let Some(err) = report.max_rel_error {
+        let tol = if case.dtype == GemmDtype::Bf16 {
+            1e-2
+        } else {
+            1e-5
+        };
+        if !(err <= tol) {
+            return Err(format!(
+                "result does not match the f64 reference: max relative error {err:.3e} > {tol:.0e}"
+            ));
+        }
+    }
+    Ok(())
+}
+
+fn print_sweep(points: &[tune::SweepPoint], json: bool) -> Result<(), String> {
+    if json {
+        let rows: Vec<serde_json::Value> = points
+            .iter()
+            .map(|p| match &p.outcome {
+                Ok(r) => serde_json::json!({"config": p.config.0, "fits": true, "cycles": r.cycles, "roofline_cycles": r.roofline_cycles,
+                    "bound": r.bound, "sram_peak_bytes": r.sram_peak_bytes, "exposed_dma_cycles": r.exposed_dma_cycles,
+                    "engine_utilization": r.engine_utilization}),
+                Err(e) => serde_json::json!({"config": p.config.0, "fits": false, "error": e.to_string()}),
+            })
+            .collect();
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&rows).map_err(|e| e.to_string())?
+        );
+        return Ok(());
+    }
+    println!(
+        "{:<24} {:>12} {:>9} {:>10} {:>8} {:>8} {:>12}  verdict",
+        "tile", "cycles", "roofline", "SRAM peak", "matrix", "dma_in", "exposed DMA"
+    );
+    for p in points {
+        match &p.outcome {
+            Ok(r) => println!(
+                "{:<24} {:>12} {:>8.1}% {:>10} {:>7.1}% {:>7.1}% {:>12}  {} bound",
+                p.config.to_string(),
+                r.cycles,
+                100.0 * r.roofline_fraction,
+                r.sram_peak_bytes,
+                100.0 * r.engine_utilization["matrix"],
+                100.0 * r.engine_utilization["dma_in"],
+                r.exposed_dma_cycles,
+                r.bound
+            ),
+            Err(e) => println!(
+                "{:<24} {:>12}  does not fit: {e}",
+                p.config.to_string(),
+                "-"
+            ),
+        }
+    }
+    Ok(())
+}

@@ -57,47 +57,110 @@ impl L2Cache {
     }
 }
 
-/// Per-core share of the memory system while `active` cores run at once.
+/// The bandwidth one program gets from each level, and the latencies.
 #[derive(Debug, Clone, Copy)]
-pub struct BandwidthShare {
-    /// Bytes per cycle one core gets from HBM.
-    pub hbm_per_core: f64,
-    /// Bytes per cycle one core gets from L2.
-    pub l2_per_core: f64,
+pub struct ProgramRates {
+    /// Bytes per cycle this program gets from HBM.
+    pub hbm: f64,
+    /// Bytes per cycle this program gets from L2.
+    pub l2: f64,
     /// HBM latency in cycles.
     pub hbm_latency: u64,
     /// L2 hit latency in cycles.
     pub l2_latency: u64,
 }
 
-impl BandwidthShare {
-    /// The share each of `active` concurrently running cores gets (capped by the core's DMA width).
-    pub fn new(p: &DevicePreset, active: u64) -> BandwidthShare {
-        let active = active.max(1) as f64;
-        let core = p.dma.bytes_per_cycle_per_core;
-        BandwidthShare {
-            hbm_per_core: core.min(p.hbm_bytes_per_cycle() / active),
-            l2_per_core: core.min(p.l2_bytes_per_cycle() / active),
+/// What a program asks of the memory system: bytes from HBM (misses and writes) and from L2 (hits).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Demand {
+    /// HBM bytes (read misses + writes).
+    pub hbm: u64,
+    /// L2 hit bytes.
+    pub l2: u64,
+}
+
+/// Shares HBM and L2 bandwidth among the programs of one wave (programs running at once).
+///
+/// Processor sharing with a per-core cap (water-filling): while programs still have bytes to move,
+/// the level's bandwidth is split equally among them, no one exceeding its core's DMA width; a
+/// program that finishes early frees its share for the others. A program's effective rate is its
+/// bytes over its finishing time. So a wave where only one core misses gives that core the whole
+/// HBM (up to its DMA width), and a wave where all miss splits it evenly.
+pub fn share_wave(p: &DevicePreset, demands: &[Demand]) -> Vec<ProgramRates> {
+    let cap = p.dma.bytes_per_cycle_per_core;
+    let hbm: Vec<u64> = demands.iter().map(|d| d.hbm).collect();
+    let l2: Vec<u64> = demands.iter().map(|d| d.l2).collect();
+    let hbm_rates = water_fill(&hbm, p.hbm_bytes_per_cycle(), cap);
+    let l2_rates = water_fill(&l2, p.l2_bytes_per_cycle(), cap);
+    hbm_rates
+        .into_iter()
+        .zip(l2_rates)
+        .map(|(h, l)| ProgramRates {
+            hbm: h,
+            l2: l,
             hbm_latency: p.hbm_latency_cycles(),
             l2_latency: p.l2_latency_cycles(),
-        }
-    }
+        })
+        .collect()
+}
 
-    /// Cycles for one core to read `bytes` from `level` (latency + transfer, no DMA overhead).
-    pub fn read_cycles(&self, bytes: u64, level: Level) -> u64 {
+/// Effective rate of each demand under capped processor sharing of `total` bytes/cycle.
+fn water_fill(demand: &[u64], total: f64, cap: f64) -> Vec<f64> {
+    let n = demand.len();
+    let mut rate = vec![cap.min(total); n];
+    let mut order: Vec<usize> = (0..n).filter(|i| demand[*i] > 0).collect();
+    order.sort_by_key(|i| (demand[*i], *i));
+    let mut t = 0.0f64;
+    let mut moved = 0.0f64; // bytes every still-active program has moved so far
+    let mut active = order.len();
+    for &i in &order {
+        let r = cap.min(total / active as f64);
+        let remaining = demand[i] as f64 - moved;
+        t += remaining / r;
+        moved = demand[i] as f64;
+        rate[i] = demand[i] as f64 / t;
+        active -= 1;
+    }
+    rate
+}
+
+impl ProgramRates {
+    /// (transfer cycles, latency cycles) for this program to read `bytes` from `level` (no DMA
+    /// overhead). The transfer occupies the DMA engine; the latency only delays the data.
+    pub fn read_cycles(&self, bytes: u64, level: Level) -> (u64, u64) {
         if bytes == 0 {
             // A window entirely outside the tensor moves nothing (masked prefetch past the end).
-            return 0;
+            return (0, 0);
         }
         let (bw, lat) = match level {
-            Level::L2 => (self.l2_per_core, self.l2_latency),
-            Level::Hbm => (self.hbm_per_core, self.hbm_latency),
+            Level::L2 => (self.l2, self.l2_latency),
+            Level::Hbm => (self.hbm, self.hbm_latency),
         };
-        lat + (bytes as f64 / bw).ceil() as u64
+        ((bytes as f64 / bw).ceil() as u64, lat)
     }
 
-    /// Cycles for one core to write `bytes` to HBM (write-back; latency hidden by posted writes).
+    /// Cycles for this program to write `bytes` to HBM (posted writes: no latency on the engine).
     pub fn write_cycles(&self, bytes: u64) -> u64 {
-        (bytes as f64 / self.hbm_per_core).ceil() as u64
+        (bytes as f64 / self.hbm).ceil() as u64
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn water_fill_shares_and_caps() {
+        // Two equal demands share the total equally.
+        let r = water_fill(&[100, 100], 10.0, 100.0);
+        assert!((r[0] - 5.0).abs() < 1e-9 && (r[1] - 5.0).abs() < 1e-9);
+        // A lone demand is capped by the core.
+        let r = water_fill(&[100, 0], 10.0, 4.0);
+        assert!((r[0] - 4.0).abs() < 1e-9);
+        // Small demand finishes first at the shared rate; the big one then speeds up.
+        let r = water_fill(&[10, 100], 10.0, 100.0);
+        assert!((r[0] - 5.0).abs() < 1e-9);
+        // big: 10 bytes in 2 cycles, then 90 bytes at 10/cycle = 9 cycles → 100/11.
+        assert!((r[1] - 100.0 / 11.0).abs() < 1e-9);
     }
 }

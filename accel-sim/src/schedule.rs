@@ -1,13 +1,17 @@
 //! Launch-level simulation: programs onto cores, in waves, and the report.
 //!
-//! Programs are timed in program-id order (which also drives the L2 model) and placed greedily on
-//! the core that frees first (ties: lowest core), which yields waves of `cores` programs for uniform
-//! kernels. All cores that run at once share HBM and L2 bandwidth equally. Everything is a pure
-//! function of the traces, so the numbers do not depend on host threads.
+//! Programs are taken in program-id order in waves of `cores` (the programs that run at once). For
+//! each wave the L2 model classifies every load as hit or miss (in program order), the wave's HBM and
+//! L2 bandwidth is shared among its programs by demand (capped processor sharing, see
+//! [`crate::memory::share_wave`]), then each program is timed and placed on the core that frees first
+//! (ties: lowest core). Everything is a pure function of the traces, so the numbers do not depend on
+//! host threads.
 
 use crate::error::SimError;
-use crate::memory::{BandwidthShare, L2Cache};
+use crate::isa::Op;
+use crate::memory::{share_wave, Demand, L2Cache, Level};
 use crate::preset::DevicePreset;
+use crate::program::Event;
 use crate::program::ProgramTrace;
 use crate::report::{Report, ReportInput, Totals};
 use crate::timing::{time_program, TimingContext};
@@ -34,10 +38,11 @@ pub struct LaunchInfo<'a> {
 pub struct LaunchSim<'a> {
     preset: &'a DevicePreset,
     info: LaunchInfo<'a>,
-    share: BandwidthShare,
     l2: L2Cache,
+    pending: Vec<ProgramTrace>,
     core_free: Vec<u64>,
     core_exposed: Vec<u64>,
+    core_drain: Vec<u64>,
     totals: Totals,
     trace: Option<ChromeTrace>,
     next_program: u64,
@@ -46,15 +51,14 @@ pub struct LaunchSim<'a> {
 impl<'a> LaunchSim<'a> {
     /// Starts simulating a launch of `info.grid` programs on `preset`.
     pub fn new(preset: &'a DevicePreset, info: LaunchInfo<'a>) -> LaunchSim<'a> {
-        let programs: u64 = info.grid.iter().product();
-        let active = preset.cores.min(programs.max(1));
         let trace = info.want_trace.then(ChromeTrace::default);
         LaunchSim {
             preset,
-            share: BandwidthShare::new(preset, active),
+            pending: Vec::new(),
             l2: L2Cache::new(preset.l2.capacity_bytes),
             core_free: vec![0; preset.cores as usize],
             core_exposed: vec![0; preset.cores as usize],
+            core_drain: vec![0; preset.cores as usize],
             totals: Totals::default(),
             trace,
             next_program: 0,
@@ -62,23 +66,77 @@ impl<'a> LaunchSim<'a> {
         }
     }
 
-    /// Times the next program (in program-id order) and places it on a core.
-    pub fn push(&mut self, prog: &ProgramTrace) -> Result<(), SimError> {
+    /// Adds the next program (in program-id order); programs are timed a wave at a time.
+    pub fn push(&mut self, prog: ProgramTrace) -> Result<(), SimError> {
+        self.pending.push(prog);
+        if self.pending.len() as u64 >= self.preset.cores {
+            self.flush_wave()?;
+        }
+        Ok(())
+    }
+
+    fn flush_wave(&mut self) -> Result<(), SimError> {
+        let wave = std::mem::take(&mut self.pending);
+        let mut levels: Vec<Vec<Level>> = Vec::with_capacity(wave.len());
+        let mut demands: Vec<Demand> = Vec::with_capacity(wave.len());
+        for prog in &wave {
+            let mut lv = Vec::new();
+            let mut d = Demand::default();
+            for ev in &prog.events {
+                if let Event::Exec(ins) = ev {
+                    match &ins.op {
+                        Op::Load { bytes, region } => {
+                            let level = self.l2.read(*region, *bytes);
+                            match level {
+                                Level::L2 => d.l2 += bytes,
+                                Level::Hbm => d.hbm += bytes,
+                            }
+                            lv.push(level);
+                        }
+                        Op::Store { bytes } => d.hbm += bytes,
+                        _ => {}
+                    }
+                }
+            }
+            levels.push(lv);
+            demands.push(d);
+        }
+        let rates = share_wave(self.preset, &demands);
+        for (i, prog) in wave.iter().enumerate() {
+            self.time_one(prog, rates[i], &levels[i])?;
+        }
+        Ok(())
+    }
+
+    fn time_one(
+        &mut self,
+        prog: &ProgramTrace,
+        rates: crate::memory::ProgramRates,
+        levels: &[Level],
+    ) -> Result<(), SimError> {
         let lines = self.info.lines;
         let code = |l: u32| code_of(lines, l);
         let cx = TimingContext {
             preset: self.preset,
-            share: self.share,
+            rates,
+            levels,
             kernel: self.info.kernel,
             line_code: &code,
             record_intervals: self.trace.is_some(),
+            dma_out_busy_until: 0,
         };
-        let t = time_program(&cx, prog, &mut self.l2)?;
         let core = (0..self.core_free.len())
             .min_by_key(|c| (self.core_free[*c], *c))
             .expect("at least one core");
         let start = self.core_free[core];
-        self.core_free[core] = start + t.cycles;
+        let cx = TimingContext {
+            dma_out_busy_until: self.core_drain[core].saturating_sub(start),
+            ..cx
+        };
+        let t = time_program(&cx, prog)?;
+        // The core takes its next program when this one's work is done; its stores drain meanwhile.
+        self.core_free[core] = start + t.occupancy;
+        self.core_drain[core] = start + t.dma_out_end;
         self.core_exposed[core] += t.exposed_dma;
         if let Some(tr) = &mut self.trace {
             tr.add_program(
@@ -112,9 +170,17 @@ impl<'a> LaunchSim<'a> {
     }
 
     /// Finishes the launch: the report and, if requested, the Chrome trace.
-    pub fn finish(self) -> (Report, Option<ChromeTrace>) {
-        let (crit, cycles) = self
+    pub fn finish(mut self) -> Result<(Report, Option<ChromeTrace>), SimError> {
+        if !self.pending.is_empty() {
+            self.flush_wave()?;
+        }
+        let ends: Vec<u64> = self
             .core_free
+            .iter()
+            .zip(&self.core_drain)
+            .map(|(f, d)| (*f).max(*d))
+            .collect();
+        let (crit, cycles) = ends
             .iter()
             .enumerate()
             .max_by_key(|(c, f)| (**f, std::cmp::Reverse(*c)))
@@ -135,7 +201,7 @@ impl<'a> LaunchSim<'a> {
             },
             &self.totals,
         );
-        (report, self.trace)
+        Ok((report, self.trace))
     }
 }
 

@@ -15,7 +15,7 @@
 
 use crate::error::SimError;
 use crate::isa::{mma_cycles, vector_cycles, Engine, Op, VectorClass};
-use crate::memory::{BandwidthShare, L2Cache, Level};
+use crate::memory::{Level, ProgramRates};
 use crate::preset::DevicePreset;
 use crate::program::{Event, ProgramTrace};
 use std::collections::BTreeMap;
@@ -62,6 +62,11 @@ pub struct Interval {
 pub struct ProgramTiming {
     /// Cycles from start to the last engine going idle.
     pub cycles: u64,
+    /// Cycles until the core can take its next program: everything but the tail of posted stores
+    /// (the DMA-out queue drains while the next program starts).
+    pub occupancy: u64,
+    /// End of the DMA-out queue, relative to the program start (≥ `occupancy` when stores drain).
+    pub dma_out_end: u64,
     /// Busy cycles per engine.
     pub busy: [u64; 4],
     /// DMA-in busy cycles during which neither the matrix nor the vector unit was busy.
@@ -108,23 +113,28 @@ struct RegionState {
 pub struct TimingContext<'a> {
     /// The device.
     pub preset: &'a DevicePreset,
-    /// Memory share per core for this launch.
-    pub share: BandwidthShare,
+    /// Bandwidth this program gets from each memory level.
+    pub rates: ProgramRates,
+    /// Level that serves each load of the program, in issue order (from the cache model).
+    pub levels: &'a [Level],
     /// Kernel name (for errors).
     pub kernel: &'a str,
     /// Source text of a kernel line (for errors).
     pub line_code: &'a dyn Fn(u32) -> String,
     /// Whether to keep the timeline.
     pub record_intervals: bool,
+    /// Cycle (relative to this program's start) until which the core's DMA-out queue is still
+    /// draining the previous program's stores.
+    pub dma_out_busy_until: u64,
 }
 
 /// Runs the timing model over one program's trace.
 pub fn time_program(
     cx: &TimingContext<'_>,
     trace: &ProgramTrace,
-    l2: &mut L2Cache,
 ) -> Result<ProgramTiming, SimError> {
     let p = cx.preset;
+    let mut next_level = 0usize;
     let n = trace.n_bufs as usize;
     // Liveness: index of the last event touching each buffer.
     let mut last_use = vec![0usize; n];
@@ -143,7 +153,9 @@ pub fn time_program(
     let mut live = 0u64;
     let mut t = ProgramTiming::default();
     let mut engine_free = [0u64; 4];
+    engine_free[Engine::DmaOut.index()] = cx.dma_out_busy_until;
     let mut issue = 0u64;
+    let mut last_ready = 0u64;
     let mut compute_iv: Vec<(u64, u64)> = Vec::new();
     let mut dma_iv: Vec<(u64, u64)> = Vec::new();
     let cap = p.sram.bytes_per_core;
@@ -197,11 +209,11 @@ pub fn time_program(
                 if let Some(w) = ins.write {
                     deps = deps.max(buf(&bufs, w).last_access);
                 }
-                let (engine, dur) = match &ins.op {
-                    Op::Barrier => (None, 0),
+                let (engine, (dur, latency)) = match &ins.op {
+                    Op::Barrier => (None, (0, 0)),
                     op => {
                         let e = op.engine().expect("non-barrier ops have an engine");
-                        (Some(e), cost(cx, op, ins.line, l2, &mut t)?)
+                        (Some(e), cost(cx, op, ins.line, &mut next_level, &mut t)?)
                     }
                 };
                 let start = match engine {
@@ -210,15 +222,18 @@ pub fn time_program(
                         .max(engine_free.iter().copied().max().unwrap_or(0))
                         .max(deps),
                 };
-                let end = start + dur;
+                // The engine is busy for `dur`; the result is ready `latency` later (DMA requests are
+                // pipelined: the next transfer starts while this one's data is still in flight).
+                let busy_end = start + dur;
+                let end = busy_end + latency;
                 let stat = t.lines.entry(ins.line).or_default();
                 stat.count += 1;
                 if let Some(e) = engine {
-                    engine_free[e.index()] = end;
+                    engine_free[e.index()] = busy_end;
                     t.busy[e.index()] += dur;
                     stat.busy[e.index()] += dur;
                     match e {
-                        Engine::Matrix | Engine::Vector => compute_iv.push((start, end)),
+                        Engine::Matrix | Engine::Vector => compute_iv.push((start, busy_end)),
                         Engine::DmaIn => dma_iv.push((start, end)),
                         Engine::DmaOut => {}
                     }
@@ -226,7 +241,7 @@ pub fn time_program(
                         t.intervals.push(Interval {
                             engine: e,
                             start,
-                            end,
+                            end: busy_end,
                             name: ins.op.mnemonic(),
                             line: ins.line,
                         });
@@ -242,6 +257,9 @@ pub fn time_program(
                 for b in ins.reads() {
                     let s = buf_mut(&mut bufs, *b);
                     s.last_access = s.last_access.max(end);
+                }
+                if engine != Some(Engine::DmaOut) {
+                    last_ready = last_ready.max(end);
                 }
                 if let Some(w) = ins.write {
                     let s = buf_mut(&mut bufs, w);
@@ -272,7 +290,23 @@ pub fn time_program(
             }
         }
     }
-    t.cycles = engine_free.iter().copied().max().unwrap_or(0).max(issue);
+    t.cycles = engine_free
+        .iter()
+        .copied()
+        .max()
+        .unwrap_or(0)
+        .max(issue)
+        .max(last_ready);
+    // (`last_ready` excludes stores: they are posted and drain on the DMA-out queue.)
+    t.dma_out_end = engine_free[Engine::DmaOut.index()];
+    t.occupancy = Engine::ALL
+        .iter()
+        .filter(|e| **e != Engine::DmaOut)
+        .map(|e| engine_free[e.index()])
+        .max()
+        .unwrap_or(0)
+        .max(issue)
+        .max(last_ready);
     t.exposed_dma = exposed(&mut dma_iv, &mut compute_iv);
     Ok(t)
 }
@@ -293,22 +327,24 @@ fn cost(
     cx: &TimingContext<'_>,
     op: &Op,
     line: u32,
-    l2: &mut L2Cache,
+    next_level: &mut usize,
     t: &mut ProgramTiming,
-) -> Result<u64, SimError> {
+) -> Result<(u64, u64), SimError> {
     let p = cx.preset;
     Ok(match op {
-        Op::Load { bytes, region } => {
-            let level = l2.read(*region, *bytes);
+        Op::Load { bytes, .. } => {
+            let level = cx.levels.get(*next_level).copied().unwrap_or(Level::Hbm);
+            *next_level += 1;
             match level {
                 Level::L2 => t.l2_read += bytes,
                 Level::Hbm => t.hbm_read += bytes,
             }
-            p.dma.overhead_cycles + cx.share.read_cycles(*bytes, level)
+            let (transfer, latency) = cx.rates.read_cycles(*bytes, level);
+            (p.dma.overhead_cycles + transfer, latency)
         }
         Op::Store { bytes } => {
             t.hbm_write += bytes;
-            p.dma.overhead_cycles + cx.share.write_cycles(*bytes)
+            (p.dma.overhead_cycles + cx.rates.write_cycles(*bytes), 0)
         }
         Op::Mma { m, n, k, dtype } => {
             let c = mma_cycles(p, *m, *n, *k, *dtype).map_err(|message| SimError::Kernel {
@@ -320,7 +356,7 @@ fn cost(
             t.matrix_flop += flop;
             *t.matrix_dtypes.entry(dtype.name()).or_default() += flop;
             t.matrix_ideal += flop as f64 / p.matrix_flop_per_cycle(*dtype).unwrap_or(1.0);
-            c
+            (c, 0)
         }
         Op::Vector {
             elems,
@@ -335,9 +371,9 @@ fn cost(
                 1.0
             };
             t.vector_ideal += *elems as f64 * factor / lanes;
-            vector_cycles(p, *elems, *dtype, *class)
+            (vector_cycles(p, *elems, *dtype, *class), 0)
         }
-        Op::Barrier => 0,
+        Op::Barrier => (0, 0),
     })
 }
 

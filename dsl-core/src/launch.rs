@@ -273,11 +273,11 @@ impl Launcher {
                 if let Some(e) = err {
                     return Err(e);
                 }
-                sim.push(&trace)?;
+                sim.push(trace)?;
             }
             start = end;
         }
-        let (report, trace) = sim.finish();
+        let (report, trace) = sim.finish()?;
         Ok(Launch { report, trace })
     }
 }

@@ -48,6 +48,33 @@ pub fn gemm_db<T: Float>(a: &Tensor<T>, b: &Tensor<T>, c: &Tensor<f32>) {
     store(c, row, col, &acc);
 }
 
+/// Three-stage pipelined tiled GEMM: keeps two K-steps in flight while multiplying a third, so a
+/// DMA latency longer than one matrix step is still hidden (a double buffer hides only one step).
+#[kernel(
+    grid = (cdiv(c.rows(), BM), cdiv(c.cols(), BN)),
+    tunable(BM = [128, 32, 64, 256, 512], BN = [128, 32, 64, 256, 512], BK = [64, 32, 128, 256, 512])
+)]
+pub fn gemm_pipelined<T: Float>(a: &Tensor<T>, b: &Tensor<T>, c: &Tensor<f32>) {
+    let row = program_id(0) * BM;
+    let col = program_id(1) * BN;
+    let mut acc = zeros::<f32, BM, BN>();
+    let mut ta = load_async::<BM, BK>(a, row, 0);
+    let mut tb = load_async::<BK, BN>(b, 0, col);
+    let mut na = load_async::<BM, BK>(a, row, BK);
+    let mut nb = load_async::<BK, BN>(b, BK, col);
+    for k in (2 * BK..a.cols() + 2 * BK).step_by(BK) {
+        // Windows past the end of K move no bytes.
+        let next_a = load_async::<BM, BK>(a, row, k);
+        let next_b = load_async::<BK, BN>(b, k, col);
+        mma(&mut acc, &ta, &tb);
+        ta = na;
+        tb = nb;
+        na = next_a;
+        nb = next_b;
+    }
+    store(c, row, col, &acc);
+}
+
 /// Which GEMM implementation to run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum GemmVariant {
@@ -55,6 +82,8 @@ pub enum GemmVariant {
     Naive,
     /// [`gemm_db`]: double-buffered.
     DoubleBuffered,
+    /// [`gemm_pipelined`]: three stages in flight.
+    Pipelined,
 }
 
 impl GemmVariant {
@@ -63,6 +92,7 @@ impl GemmVariant {
         match self {
             GemmVariant::Naive => &gemm::META,
             GemmVariant::DoubleBuffered => &gemm_db::META,
+            GemmVariant::Pipelined => &gemm_pipelined::META,
         }
     }
 }
@@ -114,21 +144,32 @@ pub fn run_gemm(launcher: &Launcher, case: &GemmCase) -> Result<GemmRun, dsl_cor
     }
 }
 
-fn run_typed<T: Float>(launcher: &Launcher, case: &GemmCase) -> Result<GemmRun, dsl_core::SimError> {
+fn run_typed<T: Float>(
+    launcher: &Launcher,
+    case: &GemmCase,
+) -> Result<GemmRun, dsl_core::SimError> {
     let (m, n, k) = (case.m, case.n, case.k);
     let functional = launcher.backend == Backend::Functional;
-    let bad = |e: String| dsl_core::SimError::Launch { kernel: case.variant.meta().name.to_string(), message: e };
+    let bad = |e: String| dsl_core::SimError::Launch {
+        kernel: case.variant.meta().name.to_string(),
+        message: e,
+    };
     let (a, b, c) = if functional {
         let mut rng = crate::testdata::Rng::new(case.seed);
         let a = Tensor::<T>::from_f32(&[m, k], &rng.vec(m * k, 1.0)).map_err(bad)?;
         let b = Tensor::<T>::from_f32(&[k, n], &rng.vec(k * n, 1.0)).map_err(bad)?;
         (a, b, Tensor::<f32>::poisoned(&[m, n]))
     } else {
-        (Tensor::shape_only(&[m, k]), Tensor::shape_only(&[k, n]), Tensor::shape_only(&[m, n]))
+        (
+            Tensor::shape_only(&[m, k]),
+            Tensor::shape_only(&[k, n]),
+            Tensor::shape_only(&[m, n]),
+        )
     };
     let mut launch = match case.variant {
         GemmVariant::Naive => gemm::launch(launcher, &case.config, &a, &b, &c)?,
         GemmVariant::DoubleBuffered => gemm_db::launch(launcher, &case.config, &a, &b, &c)?,
+        GemmVariant::Pipelined => gemm_pipelined::launch(launcher, &case.config, &a, &b, &c)?,
     };
     let output = c.to_vec();
     if let (Some(out), Some(av), Some(bv)) = (&output, a.to_vec(), b.to_vec()) {

@@ -5,6 +5,8 @@
 //! swapped for another with an equivalence check and a cycle comparison.
 
 pub mod gemm;
+pub mod norm;
 pub mod reference;
 pub mod registry;
+pub mod softmax;
 pub mod testdata;

@@ -37,5 +37,61 @@ pub fn max_rel_error(got: &[f32], want: &[f64], floor: f64) -> f64 {
 /// measured against the size of typical outputs, not against accidental near-zeros.
 pub fn rms_floor(want: &[f64]) -> f64 {
     let n = want.len().max(1) as f64;
-    (want.iter().map(|v| v * v).sum::<f64>() / n).sqrt().max(f64::MIN_POSITIVE)
+    (want.iter().map(|v| v * v).sum::<f64>() / n)
+        .sqrt()
+        .max(f64::MIN_POSITIVE)
+}
+
+/// Row softmax in f64 of a row-major `rows×cols` matrix: `exp(x − max) / Σ exp(x − max)` per row.
+pub fn softmax_rows(x: &[f32], rows: usize, cols: usize) -> Vec<f64> {
+    assert_eq!(x.len(), rows * cols, "softmax_rows: input length");
+    let mut y = vec![0.0f64; rows * cols];
+    for (yr, xr) in y
+        .chunks_exact_mut(cols.max(1))
+        .zip(x.chunks_exact(cols.max(1)))
+    {
+        let m = xr.iter().fold(f64::NEG_INFINITY, |m, v| m.max(*v as f64));
+        let mut s = 0.0f64;
+        for (o, v) in yr.iter_mut().zip(xr) {
+            *o = (*v as f64 - m).exp();
+            s += *o;
+        }
+        for o in yr.iter_mut() {
+            *o /= s;
+        }
+    }
+    y
+}
+
+/// Residual add + RMSNorm in f64 over row-major `rows×h` inputs: returns `(hs, y)` with
+/// `hs = x + residual` and `y = hs / sqrt(mean(hs²) + eps) · weight` (weight has `h` elements).
+pub fn rmsnorm_residual(
+    x: &[f32],
+    residual: &[f32],
+    weight: &[f32],
+    rows: usize,
+    h: usize,
+    eps: f32,
+) -> (Vec<f64>, Vec<f64>) {
+    assert_eq!(x.len(), rows * h, "rmsnorm_residual: x length");
+    assert_eq!(
+        residual.len(),
+        rows * h,
+        "rmsnorm_residual: residual length"
+    );
+    assert_eq!(weight.len(), h, "rmsnorm_residual: weight length");
+    let hs: Vec<f64> = x
+        .iter()
+        .zip(residual)
+        .map(|(a, b)| *a as f64 + *b as f64)
+        .collect();
+    let mut y = vec![0.0f64; rows * h];
+    for (yr, hr) in y.chunks_exact_mut(h.max(1)).zip(hs.chunks_exact(h.max(1))) {
+        let ms = hr.iter().map(|v| v * v).sum::<f64>() / h as f64;
+        let inv = 1.0 / (ms + eps as f64).sqrt();
+        for ((o, v), w) in yr.iter_mut().zip(hr).zip(weight) {
+            *o = v * inv * *w as f64;
+        }
+    }
+    (hs, y)
 }

@@ -43,6 +43,19 @@ pub fn all() -> Vec<Implementation> {
             meta: &crate::gemm::gemm_db::META,
             summary: "tiled GEMM, double-buffered K loop (DMA overlaps the matrix unit)",
         },
+        Implementation {
+            op: "softmax",
+            kind: ImplKind::Dsl,
+            meta: &crate::softmax::softmax::META,
+            summary:
+                "row softmax, online max/sum pass then normalise pass over column tiles (f32 math)",
+        },
+        Implementation {
+            op: "rmsnorm_residual",
+            kind: ImplKind::Dsl,
+            meta: &crate::norm::rmsnorm_residual::META,
+            summary: "residual add + RMSNorm, whole row in one tile (BH >= H), stores h and y",
+        },
     ]
 }
 

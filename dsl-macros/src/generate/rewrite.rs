@@ -76,16 +76,36 @@ impl VisitMut for Rewriter<'_> {
             };
             let text = self.code_for(line);
             self.lines.push((line, text));
-            *e = syn::parse2(quote_spanned!(span=> ::dsl_core::intrinsics::#ident #turbofish(__ctx.at(#line), #args)))
+            // Arguments are evaluated into locals first: they may be intrinsic calls themselves, and
+            // each needs the context mutably.
+            let (binds, names) = hoist(args);
+            *e = syn::parse2(quote_spanned!(span=> { #(#binds)* ::dsl_core::intrinsics::#ident #turbofish(__ctx.at(#line), #(#names),*) }))
                 .expect("valid call");
         } else if self.helpers.iter().any(|h| *h == seg.ident) {
             let text = self.code_for(line);
             self.lines.push((line, text));
             let func = &call.func;
-            *e = syn::parse2(quote_spanned!(span=> #func(__ctx.at(#line), #args)))
-                .expect("valid call");
+            let (binds, names) = hoist(args);
+            *e = syn::parse2(
+                quote_spanned!(span=> { #(#binds)* #func(__ctx.at(#line), #(#names),*) }),
+            )
+            .expect("valid call");
         }
     }
+}
+
+/// `let __argN = <arg>;` for each argument, and the names to pass.
+fn hoist(
+    args: &syn::punctuated::Punctuated<Expr, syn::Token![,]>,
+) -> (Vec<TokenStream>, Vec<Ident>) {
+    let mut binds = Vec::new();
+    let mut names = Vec::new();
+    for (i, a) in args.iter().enumerate() {
+        let name = Ident::new(&format!("__arg{i}"), Span::call_site());
+        binds.push(quote_spanned!(a.span()=> let #name = #a;));
+        names.push(name);
+    }
+    (binds, names)
 }
 
 impl Rewriter<'_> {

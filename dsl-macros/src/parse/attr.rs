@@ -1,7 +1,6 @@
 //! The `#[kernel(...)]` attribute: `grid = EXPR`, `tunable(NAME = [v, ...], ...)`, `helper`,
 //! `helpers(f, g)`.
 
-use proc_macro2::Span;
 use syn::parse::{Parse, ParseStream};
 use syn::punctuated::Punctuated;
 use syn::{bracketed, parenthesized, Expr, Ident, LitInt, Token};
@@ -19,6 +18,10 @@ pub struct Tunable {
 pub struct KernelAttr {
     /// Grid expression (1–3 axes), for kernels.
     pub grid: Option<Expr>,
+    /// The `grid` key, for errors.
+    pub grid_key: Option<Ident>,
+    /// The `tunable` keys, for errors.
+    pub tunable_keys: Vec<Ident>,
     /// Tunables.
     pub tunables: Vec<Tunable>,
     /// This function is a helper, not a launchable kernel.
@@ -28,8 +31,8 @@ pub struct KernelAttr {
 }
 
 enum Item {
-    Grid(Expr),
-    Tunable(Vec<Tunable>),
+    Grid(Ident, Expr),
+    Tunable(Ident, Vec<Tunable>),
     Helper,
     Helpers(Vec<Ident>),
 }
@@ -39,14 +42,20 @@ impl Parse for Item {
         let key: Ident = input.parse()?;
         match key.to_string().as_str() {
             "grid" => {
+                if !input.peek(Token![=]) {
+                    return Err(syn::Error::new(
+                        key.span(),
+                        "`grid` needs a value: `grid = (cdiv(out.rows(), BM), cdiv(out.cols(), BN))` (1 to 3 axes)",
+                    ));
+                }
                 input.parse::<Token![=]>()?;
-                Ok(Item::Grid(input.parse()?))
+                Ok(Item::Grid(key, input.parse()?))
             }
             "tunable" => {
                 let content;
                 parenthesized!(content in input);
                 let list = Punctuated::<TunableDecl, Token![,]>::parse_terminated(&content)?;
-                Ok(Item::Tunable(list.into_iter().map(|t| t.0).collect()))
+                Ok(Item::Tunable(key, list.into_iter().map(|t| t.0).collect()))
             }
             "helper" => Ok(Item::Helper),
             "helpers" => {
@@ -77,6 +86,12 @@ impl Parse for TunableDecl {
                 format!("tunable `{s}` must be an UPPER_CASE name: it becomes a compile-time constant of the kernel"),
             ));
         }
+        if !input.peek(Token![=]) || !input.peek2(syn::token::Bracket) {
+            return Err(syn::Error::new(
+                name.span(),
+                format!("tunable `{s}` needs a list of values: `{s} = [32, 64, 128]`"),
+            ));
+        }
         input.parse::<Token![=]>()?;
         let content;
         let bracket = bracketed!(content in input);
@@ -92,7 +107,7 @@ impl Parse for TunableDecl {
                     if values.contains(&v) {
                         return Err(syn::Error::new(
                             li.span(),
-                            format!("value {v} is listed twice for tunable `{s}`"),
+                            format!("value {v} is listed twice for tunable `{s}`; list each value once"),
                         ));
                     }
                     values.push(v);
@@ -100,7 +115,7 @@ impl Parse for TunableDecl {
                 _ => return Err(syn::Error::new_spanned(
                     &e,
                     format!(
-                        "tunable `{s}` values must be integer literals, e.g. `{s} = [32, 64, 128]`"
+                        "tunable `{s}` values must be positive integer literals (tile sizes), e.g. `{s} = [32, 64, 128]`"
                     ),
                 )),
             }
@@ -127,6 +142,15 @@ fn parse_positive(li: &LitInt) -> syn::Result<i64> {
             "tunable values are tile sizes and must be positive",
         ));
     }
+    if !matches!(li.suffix(), "" | "usize") {
+        return Err(syn::Error::new(
+            li.span(),
+            format!(
+                "tunable values are `usize` tile sizes; write `{v}` without the `{}` suffix",
+                li.suffix()
+            ),
+        ));
+    }
     Ok(v)
 }
 
@@ -136,17 +160,51 @@ impl Parse for KernelAttr {
         let mut out = KernelAttr::default();
         for item in items {
             match item {
-                Item::Grid(e) => out.grid = Some(e),
-                Item::Tunable(t) => out.tunables.extend(t),
+                Item::Grid(key, e) => {
+                    if out.grid_key.is_some() {
+                        return Err(syn::Error::new(
+                            key.span(),
+                            "`grid` is given twice; a kernel has one grid of 1 to 3 axes: `grid = (x, y)`",
+                        ));
+                    }
+                    out.grid = Some(e);
+                    out.grid_key = Some(key);
+                }
+                Item::Tunable(key, t) => {
+                    for new in t {
+                        if out.tunables.iter().any(|o| o.name == new.name) {
+                            return Err(syn::Error::new(
+                                new.name.span(),
+                                format!(
+                                    "tunable `{0}` is declared twice; declare it once with all its values: `{0} = [..]`",
+                                    new.name
+                                ),
+                            ));
+                        }
+                        out.tunables.push(new);
+                    }
+                    out.tunable_keys.push(key);
+                }
                 Item::Helper => out.helper = true,
                 Item::Helpers(h) => out.helpers.extend(h),
             }
         }
-        if out.helper && (out.grid.is_some() || !out.tunables.is_empty()) {
-            return Err(syn::Error::new(
-                Span::call_site(),
-                "a `helper` is called from kernels and takes their constants as generics; it has no `grid` or `tunable` of its own",
-            ));
+        if out.helper {
+            let keys = out.grid_key.iter().chain(&out.tunable_keys);
+            let mut errs = keys.map(|k| {
+                syn::Error::new(
+                    k.span(),
+                    format!(
+                        "a `helper` has no `{k}` of its own: it runs inside the calling kernel's program and takes the kernel's constants as const generics (`fn h<const R: usize>(..)`)"
+                    ),
+                )
+            });
+            if let Some(mut first) = errs.next() {
+                for e in errs {
+                    first.combine(e);
+                }
+                return Err(first);
+            }
         }
         Ok(out)
     }
