@@ -4,6 +4,8 @@
 use accel_sim::{Report, SimError};
 use dsl_core::{Config, Launcher};
 use kernels::gemm::{run_gemm, GemmCase, GemmDtype, GemmVariant};
+use kernels::norm::{run_rmsnorm_residual, RmsNormCase};
+use kernels::softmax::{run_softmax, SoftmaxCase};
 
 /// One suite entry: a name and how to run it.
 pub struct SuiteEntry {
@@ -51,6 +53,34 @@ pub fn entries() -> Vec<SuiteEntry> {
             1024,
             1024,
         ),
+        gemm_entry(GemmVariant::Pipelined, GemmDtype::Bf16, 1024, 1024, 1024),
         gemm_entry(GemmVariant::DoubleBuffered, GemmDtype::F32, 1000, 500, 300),
+        SuiteEntry {
+            name: "softmax[f32] 512x4000".into(),
+            run: Box::new(|l| {
+                let case = SoftmaxCase {
+                    rows: 512,
+                    cols: 4000,
+                    dtype: GemmDtype::F32,
+                    config: Config::new(),
+                    seed: 7,
+                };
+                Ok(run_softmax(l, &case)?.launch.report)
+            }),
+        },
+        SuiteEntry {
+            name: "rmsnorm_residual[bf16] 256x7168".into(),
+            run: Box::new(|l| {
+                let case = RmsNormCase {
+                    rows: 256,
+                    hidden: 7168,
+                    dtype: GemmDtype::Bf16,
+                    config: Config::new(),
+                    eps: 1e-6,
+                    seed: 7,
+                };
+                Ok(run_rmsnorm_residual(l, &case)?.launch.report)
+            }),
+        },
     ]
 }

@@ -27,9 +27,9 @@ fn st(d: &mut [f32], i: usize, v: f32x8) {
 // Matrix multiply (the matrix unit's functional semantics).
 //
 // BLAS-style: B is packed into column panels of `NR` columns (`k` rows of `NR` contiguous lanes,
-// zero-padded), A into row blocks of `MR` rows (`k` groups of `MR` contiguous values, zero-padded),
-// and an `MR×NR` register-blocked micro-kernel walks one A block against one B panel, k ascending.
-// The packed B panel (k·NR·4 bytes) stays in L1 while the A blocks stream from L2.
+// zero-padded), and an `MR×NR` register-blocked micro-kernel walks `MR` rows of A (read in place,
+// one broadcast per element) against one B panel, k ascending. The packed B panel (k·NR·4 bytes)
+// stays in L1 while the rows of A stream from L2.
 //
 // With AVX-512 (the native target of this workspace's CI machines) the micro-kernel is 8×32 on
 // `f32x16` (16 accumulators, 32 vector registers); otherwise 6×16 on `f32x8` (12 accumulators, 16
@@ -60,8 +60,9 @@ const NR: usize = 2 * VL;
 type BRow = [V; 2];
 
 thread_local! {
-    /// Per-thread packing buffers (B panels, A blocks), reused across calls.
-    static PACK: std::cell::RefCell<(Vec<BRow>, Vec<[f32; MR]>)> =
+    /// Per-thread packing buffers, reused across calls: the B panels, and a row of zeros that
+    /// stands for the missing rows of a ragged A block.
+    static PACK: std::cell::RefCell<(Vec<BRow>, Vec<f32>)> =
         const { std::cell::RefCell::new((Vec::new(), Vec::new())) };
 }
 
@@ -104,38 +105,46 @@ fn mma_packed(c: &mut [f32], a: &[f32], b: &[f32], m: usize, n: usize, k: usize,
     }
     PACK.with(|cell| {
         let mut guard = cell.borrow_mut();
-        let (bpack, apack) = &mut *guard;
-        let panels = n.div_ceil(NR);
-        let blocks = m.div_ceil(MR);
+        let (bpack, zeros) = &mut *guard;
         pack_b(bpack, b, n, k, layout);
-        pack_a(apack, a, m, k);
-        for jp in 0..panels {
+        if zeros.len() < k {
+            zeros.resize(k, 0.0);
+        }
+        let zeros = &zeros[..k];
+        for jp in 0..n.div_ceil(NR) {
             let bp = &bpack[jp * k..(jp + 1) * k];
             let j0 = jp * NR;
             let nc = NR.min(n - j0);
-            for ib in 0..blocks {
-                let ap = &apack[ib * k..(ib + 1) * k];
-                let i0 = ib * MR;
+            for i0 in (0..m).step_by(MR) {
                 let mr = MR.min(m - i0);
+                // A is read in place: MR row slices of length k (zeros past the last row).
+                let rows: [&[f32]; MR] = std::array::from_fn(|i| {
+                    if i < mr {
+                        &a[(i0 + i) * k..(i0 + i + 1) * k]
+                    } else {
+                        zeros
+                    }
+                });
                 let mut acc = [[V::ZERO; 2]; MR];
                 load_c(&mut acc, c, n, i0, j0, mr, nc);
-                micro(&mut acc, ap, bp);
+                micro(&mut acc, &rows, bp);
                 store_c(&acc, c, n, i0, j0, mr, nc);
             }
         }
     });
 }
 
-/// The `MR×NR` micro-kernel: `acc += ap · bp` over the `k` packed steps, k ascending.
-///
-/// No bounds checks: the loop zips two slices of fixed-size rows.
+/// The `MR×NR` micro-kernel: `acc += A-rows · bp` over the `k` packed steps, k ascending.
 #[inline(always)]
-fn micro(acc: &mut [[V; 2]; MR], ap: &[[f32; MR]], bp: &[BRow]) {
+fn micro(acc: &mut [[V; 2]; MR], rows: &[&[f32]; MR], bp: &[BRow]) {
+    let k = bp.len();
+    // Every row has length k (checked once here, so the loop below has no bounds checks).
+    let rows: [&[f32]; MR] = std::array::from_fn(|i| &rows[i][..k]);
     let mut r = *acc;
-    for (x, y) in ap.iter().zip(bp) {
+    for (p, y) in bp.iter().enumerate() {
         let (b0, b1) = (y[0], y[1]);
         for i in 0..MR {
-            let s = V::splat(x[i]);
+            let s = V::splat(rows[i][p]);
             r[i][0] = s.mul_add(b0, r[i][0]);
             r[i][1] = s.mul_add(b1, r[i][1]);
         }
@@ -187,51 +196,49 @@ fn store_c(
 
 /// Packs B into `ceil(n/NR)` panels of `k` rows of `NR` columns (zero-padded past `n`).
 fn pack_b(out: &mut Vec<BRow>, b: &[f32], n: usize, k: usize, layout: BLayout) {
-    let panels = n.div_ceil(NR);
     out.clear();
-    out.resize(panels * k, [V::ZERO; 2]);
-    for (jp, panel) in out.chunks_exact_mut(k).enumerate() {
-        let j0 = jp * NR;
+    out.reserve(n.div_ceil(NR) * k);
+    for j0 in (0..n).step_by(NR) {
         let nc = NR.min(n - j0);
         match layout {
+            BLayout::RowMajor if nc == NR => {
+                for p in 0..k {
+                    let src = &b[p * n + j0..p * n + j0 + NR];
+                    out.push([
+                        V::new(src[..VL].try_into().expect("VL lanes")),
+                        V::new(src[VL..].try_into().expect("VL lanes")),
+                    ]);
+                }
+            }
             BLayout::RowMajor => {
-                for (p, row) in panel.iter_mut().enumerate() {
-                    let src = &b[p * n + j0..p * n + j0 + nc];
-                    if nc == NR {
-                        row[0] = V::new(src[..VL].try_into().expect("VL lanes"));
-                        row[1] = V::new(src[VL..].try_into().expect("VL lanes"));
-                    } else {
-                        for (jj, v) in src.iter().enumerate() {
-                            row[jj / VL].as_mut_array()[jj % VL] = *v;
-                        }
-                    }
+                for p in 0..k {
+                    let mut t = [0.0f32; NR];
+                    t[..nc].copy_from_slice(&b[p * n + j0..p * n + j0 + nc]);
+                    out.push([
+                        V::new(t[..VL].try_into().expect("VL lanes")),
+                        V::new(t[VL..].try_into().expect("VL lanes")),
+                    ]);
                 }
             }
             BLayout::Transposed => {
-                // Source row j of B (n×k) is column j of the product's B.
-                for jj in 0..nc {
-                    let src = &b[(j0 + jj) * k..(j0 + jj + 1) * k];
-                    for (row, v) in panel.iter_mut().zip(src) {
-                        row[jj / VL].as_mut_array()[jj % VL] = *v;
+                // Column j of the product's B is row j of the given n×k matrix.
+                let cols: [&[f32]; NR] = std::array::from_fn(|jj| {
+                    if jj < nc {
+                        &b[(j0 + jj) * k..(j0 + jj + 1) * k]
+                    } else {
+                        &[]
                     }
+                });
+                for p in 0..k {
+                    let mut t = [0.0f32; NR];
+                    for (jj, col) in cols.iter().enumerate().take(nc) {
+                        t[jj] = col[p];
+                    }
+                    out.push([
+                        V::new(t[..VL].try_into().expect("VL lanes")),
+                        V::new(t[VL..].try_into().expect("VL lanes")),
+                    ]);
                 }
-            }
-        }
-    }
-}
-
-/// Packs A into `ceil(m/MR)` blocks of `k` groups of `MR` row values (zero-padded past `m`).
-fn pack_a(out: &mut Vec<[f32; MR]>, a: &[f32], m: usize, k: usize) {
-    let blocks = m.div_ceil(MR);
-    out.clear();
-    out.resize(blocks * k, [0.0; MR]);
-    for (ib, block) in out.chunks_exact_mut(k).enumerate() {
-        let i0 = ib * MR;
-        let mr = MR.min(m - i0);
-        for i in 0..mr {
-            let src = &a[(i0 + i) * k..(i0 + i + 1) * k];
-            for (g, v) in block.iter_mut().zip(src) {
-                g[i] = *v;
             }
         }
     }

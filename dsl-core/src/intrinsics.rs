@@ -58,7 +58,8 @@ fn load_impl<const R: usize, const C: usize, T: Float>(
         let mut v = vec![fv[0]; R * C];
         match t.data() {
             Some(src) => {
-                for r in 0..vr {
+                // (A window wholly outside the tensor, vc == 0, copies nothing.)
+                for r in 0..if vc == 0 { 0 } else { vr } {
                     let s = (row + r) * cols + col;
                     v[r * C..r * C + vc].copy_from_slice(&src[s..s + vc]);
                 }

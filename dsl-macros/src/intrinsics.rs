@@ -8,6 +8,11 @@ pub struct Intrinsic {
     pub generics: usize,
     /// Indices (among the user-written generic arguments) that are tile shapes and must be constant.
     pub shape_args: &'static [usize],
+    /// Indices (among the user-written generic arguments) that are element types: a tile size
+    /// written there is a mistake worth its own message.
+    pub type_args: &'static [usize],
+    /// How the call is written, for messages.
+    pub usage: &'static str,
     /// Whether the intrinsic takes the context (false for pure scalar helpers like `cdiv`).
     pub takes_ctx: bool,
 }
@@ -17,6 +22,26 @@ const fn i(name: &'static str, generics: usize, shape_args: &'static [usize]) ->
         name,
         generics,
         shape_args,
+        type_args: &[],
+        usage: "",
+        takes_ctx: true,
+    }
+}
+
+/// An intrinsic whose generic arguments authors write: shapes and element types are checked.
+const fn typed(
+    name: &'static str,
+    generics: usize,
+    shape_args: &'static [usize],
+    type_args: &'static [usize],
+    usage: &'static str,
+) -> Intrinsic {
+    Intrinsic {
+        name,
+        generics,
+        shape_args,
+        type_args,
+        usage,
         takes_ctx: true,
     }
 }
@@ -29,18 +54,38 @@ pub const INTRINSICS: &[Intrinsic] = &[
         name: "cdiv",
         generics: 0,
         shape_args: &[],
+        type_args: &[],
+        usage: "",
         takes_ctx: false,
     },
-    i("load", 3, &[0, 1]),
-    i("load_async", 3, &[0, 1]),
-    i("load_or", 3, &[0, 1]),
-    i("load_async_or", 3, &[0, 1]),
+    typed("load", 3, &[0, 1], &[2], "load::<R, C>(tensor, row, col)"),
+    typed(
+        "load_async",
+        3,
+        &[0, 1],
+        &[2],
+        "load_async::<R, C>(tensor, row, col)",
+    ),
+    typed(
+        "load_or",
+        3,
+        &[0, 1],
+        &[2],
+        "load_or::<R, C>(tensor, row, col, fill)",
+    ),
+    typed(
+        "load_async_or",
+        3,
+        &[0, 1],
+        &[2],
+        "load_async_or::<R, C>(tensor, row, col, fill)",
+    ),
     i("store", 3, &[]),
-    i("full", 3, &[1, 2]),
-    i("zeros", 3, &[1, 2]),
+    typed("full", 3, &[1, 2], &[0], "full::<f32, R, C>(value)"),
+    typed("zeros", 3, &[1, 2], &[0], "zeros::<f32, R, C>()"),
     i("mma", 4, &[]),
     i("mma_bt", 4, &[]),
-    i("cast", 4, &[]),
+    typed("cast", 4, &[], &[0, 1], "cast::<f32>(&tile)"),
     i("exp", 3, &[]),
     i("ln", 3, &[]),
     i("sqrt", 3, &[]),

@@ -44,6 +44,12 @@ pub fn all() -> Vec<Implementation> {
             summary: "tiled GEMM, double-buffered K loop (DMA overlaps the matrix unit)",
         },
         Implementation {
+            op: "gemm",
+            kind: ImplKind::DslTuned,
+            meta: &crate::gemm::gemm_pipelined::META,
+            summary: "tiled GEMM, three K-steps in flight (hides DMA latency longer than one step)",
+        },
+        Implementation {
             op: "softmax",
             kind: ImplKind::Dsl,
             meta: &crate::softmax::softmax::META,

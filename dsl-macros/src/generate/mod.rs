@@ -14,35 +14,68 @@ pub fn expand(attr: TokenStream, item: TokenStream) -> TokenStream {
     let func: ItemFn = match syn::parse2(item.clone()) {
         Ok(f) => f,
         Err(_) => {
-            return syn::Error::new(
+            let err = syn::Error::new(
                 Span::call_site(),
-                "#[kernel] goes on a function: `#[kernel] fn name(x: &Tensor<f32>) { ... }`",
+                "#[kernel] goes on a function: `#[kernel(grid = ..)] fn name(x: &Tensor<f32>) { ... }`",
             )
-            .to_compile_error()
+            .to_compile_error();
+            // Keep the item, so the only error is this one.
+            return quote!(#err #item);
         }
     };
-    let attr: KernelAttr = match syn::parse2(attr) {
+    let attr: KernelAttr = match syn::parse2(attr.clone()) {
         Ok(a) => a,
-        Err(e) => return with_stub(e.to_compile_error(), &func),
+        Err(e) => {
+            // Best guess at what was meant, so the stub has the right shape.
+            let helper = attr
+                .into_iter()
+                .any(|t| matches!(&t, proc_macro2::TokenTree::Ident(i) if i == "helper"));
+            return with_stub(e.to_compile_error(), &func, &[], helper);
+        }
     };
     let tunable_names: Vec<String> = attr.tunables.iter().map(|t| t.name.to_string()).collect();
-    let errors = validate(&func, &attr.helpers, &tunable_names, attr.helper);
+    let mut errors = validate(&func, &attr.helpers, &tunable_names, attr.helper);
+    if !attr.helper && attr.grid.is_none() {
+        errors.insert(
+            0,
+            syn::Error::new(
+                func.sig.ident.span(),
+                "a kernel needs a grid: `#[kernel(grid = (cdiv(out.rows(), BM), cdiv(out.cols(), BN)))]` (1 to 3 axes), \
+                 or `#[kernel(helper)]` for a function kernels call",
+            ),
+        );
+    }
+    // Tunables become generic parameters of the kernel: they must not collide with its own.
+    for t in &attr.tunables {
+        let clash = func.sig.generics.params.iter().any(|g| match g {
+            syn::GenericParam::Type(tp) => tp.ident == t.name,
+            syn::GenericParam::Const(cp) => cp.ident == t.name,
+            syn::GenericParam::Lifetime(_) => false,
+        });
+        if clash {
+            errors.push(syn::Error::new(
+                t.name.span(),
+                format!(
+                    "tunable `{}` has the name of a generic parameter of the kernel; tunables become const generics, so rename one of them",
+                    t.name
+                ),
+            ));
+        }
+    }
     if let Some(combined) = errors.into_iter().reduce(|mut a, b| {
         a.combine(b);
         a
     }) {
-        return with_stub(combined.to_compile_error(), &func);
-    }
-    if !attr.helper && attr.grid.is_none() {
-        let e = syn::Error::new(
-            func.sig.ident.span(),
-            "a kernel needs a grid: `#[kernel(grid = (cdiv(out.rows(), BM), cdiv(out.cols(), BN)))]` (1 to 3 axes)",
+        return with_stub(
+            combined.to_compile_error(),
+            &func,
+            &attr.tunables,
+            attr.helper,
         );
-        return with_stub(e.to_compile_error(), &func);
     }
 
     let mut kernel_fn = func.clone();
-    let lines = rewrite::rewrite_body(&mut kernel_fn.block, &attr.helpers);
+    let lines = rewrite::rewrite_body(&mut kernel_fn.block, &attr.helpers, attr.helper);
     // Tunables become const generics; the context becomes the first parameter.
     for t in &attr.tunables {
         let name = &t.name;
@@ -68,15 +101,27 @@ pub fn expand(attr: TokenStream, item: TokenStream) -> TokenStream {
     }
 }
 
-/// On error: the compile errors plus the function with an unreachable body, so the item still
-/// exists for IDEs and callers while the author fixes the reported span.
-fn with_stub(errors: TokenStream, func: &ItemFn) -> TokenStream {
+/// On error: the compile errors plus the function with an unreachable body (and, for a kernel, a
+/// companion module whose `launch` is unreachable), so the items still exist for IDEs and callers
+/// while the author fixes the reported span: one mistake gives one error, not one per caller.
+fn with_stub(
+    errors: TokenStream,
+    func: &ItemFn,
+    tunables: &[crate::parse::attr::Tunable],
+    helper: bool,
+) -> TokenStream {
     let mut stub = func.clone();
     stub.block = parse_quote!({ ::core::unreachable!() });
     stub.attrs
         .push(parse_quote!(#[allow(unused_variables, dead_code)]));
+    let module = if helper {
+        quote!()
+    } else {
+        launch::stub_companion(func, tunables)
+    };
     quote! {
         #errors
         #stub
+        #module
     }
 }

@@ -103,7 +103,7 @@ impl Parse for TunableDecl {
                     lit: syn::Lit::Int(li),
                     ..
                 }) => {
-                    let v = parse_positive(li)?;
+                    let v = parse_positive(li, &s)?;
                     if values.contains(&v) {
                         return Err(syn::Error::new(
                             li.span(),
@@ -134,12 +134,12 @@ impl Parse for TunableDecl {
     }
 }
 
-fn parse_positive(li: &LitInt) -> syn::Result<i64> {
+fn parse_positive(li: &LitInt, name: &str) -> syn::Result<i64> {
     let v: i64 = li.base10_parse()?;
     if v <= 0 {
         return Err(syn::Error::new(
             li.span(),
-            "tunable values are tile sizes and must be positive",
+            format!("tunable `{name}` = {v}: tunable values are tile sizes and must be positive, e.g. `{name} = [32, 64, 128]`"),
         ));
     }
     if !matches!(li.suffix(), "" | "usize") {

@@ -20,6 +20,7 @@ pub fn validate(
         errors: Vec::new(),
         helpers,
         tunables,
+        closures: Vec::new(),
     };
     let sig = &f.sig;
     if let Some(a) = &sig.asyncness {
@@ -42,6 +43,20 @@ pub fn validate(
             );
         }
     }
+    if !is_helper {
+        for g in &sig.generics.params {
+            if let syn::GenericParam::Const(c) = g {
+                let n = &c.ident;
+                v.err(
+                    n.span(),
+                    format!(
+                        "a kernel cannot have a const generic of its own: `launch` has no way to choose `{n}`; \
+                         declare it as a tunable instead: `#[kernel(tunable({n} = [64, 128]), ..)]` (helpers may take const generics)"
+                    ),
+                );
+            }
+        }
+    }
     for input in &sig.inputs {
         match input {
             syn::FnArg::Receiver(r) => v.err(
@@ -49,11 +64,19 @@ pub fn validate(
                 "kernels are free functions; `self` parameters are not allowed",
             ),
             syn::FnArg::Typed(pt) => {
-                if !matches!(&*pt.pat, syn::Pat::Ident(_)) {
-                    v.err(
+                match &*pt.pat {
+                    syn::Pat::Ident(pi) if pi.ident.to_string().starts_with("__") => v.err(
+                        pi.ident.span(),
+                        format!(
+                            "`{}`: names starting with `__` are reserved for the code `#[kernel]` generates; rename the parameter",
+                            pi.ident
+                        ),
+                    ),
+                    syn::Pat::Ident(_) => {}
+                    _ => v.err(
                         pt.pat.span(),
                         "kernel parameters must be plain names (`x: &Tensor<f32>`), not patterns",
-                    );
+                    ),
                 }
             }
         }
@@ -66,6 +89,8 @@ struct Validator<'a> {
     errors: Vec<syn::Error>,
     helpers: &'a [Ident],
     tunables: &'a [String],
+    /// Local names bound to a closure (already reported; calls to them are not reported again).
+    closures: Vec<Ident>,
 }
 
 impl Validator<'_> {
@@ -73,11 +98,32 @@ impl Validator<'_> {
         self.errors.push(syn::Error::new(span, msg.into()));
     }
 
-    fn check_shape_args(&mut self, seg: &syn::PathSegment, shape_args: &[usize]) {
+    fn check_shape_args(&mut self, seg: &syn::PathSegment, intr: &intrinsics::Intrinsic) {
+        let shape_args = intr.shape_args;
         let PathArguments::AngleBracketed(ab) = &seg.arguments else {
             return;
         };
         for (idx, arg) in ab.args.iter().enumerate() {
+            if intr.type_args.contains(&idx) {
+                let shape_like = match arg {
+                    GenericArgument::Const(_) => true,
+                    GenericArgument::Type(Type::Path(tp)) => tp
+                        .path
+                        .get_ident()
+                        .is_some_and(|i| self.tunables.iter().any(|t| i == t)),
+                    _ => false,
+                };
+                if shape_like {
+                    self.err(
+                        arg.span(),
+                        format!(
+                            "this generic argument of `{}` is the element type (`f32`, `bf16`, `f16` or a type parameter), not a tile size: write `{}`",
+                            intr.name, intr.usage
+                        ),
+                    );
+                }
+                continue;
+            }
             if !shape_args.contains(&idx) {
                 continue;
             }
@@ -116,14 +162,27 @@ impl Validator<'_> {
             self.err(call.func.span(), "only named functions can be called in a kernel: DSL intrinsics or `#[kernel(helper)]` functions");
             return;
         };
+        if let Some(q) = &p.qself {
+            let prim = matches!(&*q.ty, Type::Path(tp) if tp.path.get_ident().is_some_and(|i| PRIMITIVES.iter().any(|p| i == p)));
+            if !prim {
+                self.err(
+                    q.ty.span(),
+                    "only scalar functions of primitive types (`f32::sqrt`) can be called through a type in a kernel",
+                );
+            }
+            return;
+        }
         let segs = &p.path.segments;
         let first = segs[0].ident.to_string();
         if segs.len() == 1 {
             if let Some(intr) = intrinsics::find(&first) {
-                self.check_shape_args(&segs[0], intr.shape_args);
+                self.check_shape_args(&segs[0], intr);
                 return;
             }
             if self.helpers.iter().any(|h| h == &segs[0].ident) {
+                return;
+            }
+            if self.closures.iter().any(|c| c == &segs[0].ident) {
                 return;
             }
             self.err(
@@ -136,13 +195,25 @@ impl Validator<'_> {
             );
             return;
         }
-        if matches!(
-            first.as_str(),
-            "Vec" | "Box" | "String" | "HashMap" | "BTreeMap" | "Rc" | "Arc"
-        ) {
+        let heap = segs.iter().find(|s| {
+            matches!(
+                s.ident.to_string().as_str(),
+                "Vec"
+                    | "Box"
+                    | "String"
+                    | "HashMap"
+                    | "BTreeMap"
+                    | "HashSet"
+                    | "BTreeSet"
+                    | "VecDeque"
+                    | "Rc"
+                    | "Arc"
+            )
+        });
+        if let Some(h) = heap {
             self.err(
-                call.func.span(),
-                format!("heap allocation (`{first}`) is not available on the accelerator; keep data in tiles (`zeros::<T, R, C>()`, `load`)"),
+                h.ident.span(),
+                format!("heap allocation (`{}`) is not available on the accelerator; keep data in tiles (`zeros::<T, R, C>()`, `load`)", h.ident),
             );
             return;
         }
@@ -160,7 +231,11 @@ impl<'ast> Visit<'ast> for Validator<'_> {
     fn visit_expr(&mut self, e: &'ast Expr) {
         match e {
             Expr::Closure(c) => {
-                self.err(c.or1_token.span, "closures are not allowed in a kernel; write the code inline or in a `#[kernel(helper)]` function");
+                let (or1, inputs, or2) = (&c.or1_token, &c.inputs, &c.or2_token);
+                self.errors.push(syn::Error::new_spanned(
+                    quote::quote!(#or1 #inputs #or2),
+                    "closures are not allowed in a kernel; write the code inline or in a `#[kernel(helper)]` function",
+                ));
                 return;
             }
             Expr::While(w) => {
@@ -213,6 +288,15 @@ impl<'ast> Visit<'ast> for Validator<'_> {
             }
             _ => visit::visit_stmt(self, s),
         }
+    }
+
+    fn visit_local(&mut self, l: &'ast syn::Local) {
+        if let (syn::Pat::Ident(pi), Some(init)) = (&l.pat, &l.init) {
+            if matches!(&*init.expr, Expr::Closure(_)) {
+                self.closures.push(pi.ident.clone());
+            }
+        }
+        visit::visit_local(self, l);
     }
 
     fn visit_expr_method_call(&mut self, m: &'ast ExprMethodCall) {

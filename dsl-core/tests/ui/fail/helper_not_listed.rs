@@ -1,0 +1,15 @@
+use dsl_core::prelude::*;
+
+#[kernel(helper)]
+fn twice<const R: usize>(t: &Tile<f32, R, 64>) -> Tile<f32, R, 64> {
+    add(t, t)
+}
+
+#[kernel(grid = (cdiv(x.rows(), 16),))]
+fn k(x: &Tensor<f32>, y: &Tensor<f32>) {
+    let r = program_id(0) * 16;
+    let t = load::<16, 64>(x, r, 0);
+    store(y, r, 0, &twice::<16>(&t));
+}
+
+fn main() {}
