@@ -95,7 +95,7 @@ impl VisitMut for Rewriter<'_> {
                 quote_spanned!(span=> ::dsl_core::intrinsics::#ident #turbofish(#ctx, #(#args),*)),
                 span,
             );
-        } else if self.helpers.iter().any(|h| *h == seg.ident) {
+        } else if self.helpers.contains(&seg.ident) {
             let ctx = self.ctx_arg(span, line);
             let func = &call.func;
             let (binds, args) = hoist(args);
@@ -175,7 +175,8 @@ fn stmt_text(s: &syn::Stmt) -> String {
 
 /// Removes the spaces `TokenStream::to_string` puts around punctuation.
 fn tidy(s: &str) -> String {
-    let mut out = s.to_string();
+    // One line: the compiler's rendering of a long statement may contain line breaks.
+    let mut out = s.split_whitespace().collect::<Vec<_>>().join(" ");
     for (from, to) in [
         (" :: ", "::"),
         (":: <", "::<"),
@@ -269,6 +270,10 @@ mod tests {
             ("let v = a * (b + c) ;", "let v = a * (b + c);"),
             ("f (a , (b , c))", "f(a, (b, c))"),
             ("if (a < b)", "if (a < b)"),
+            (
+                "store (y , r , 0 , &\nadd (& s , & t) ,) ;",
+                "store(y, r, 0, &add(&s, &t),);",
+            ),
             (
                 "let y = cast :: < f32 > (& load :: < BR , BH > (x , r , 0)) ;",
                 "let y = cast::<f32>(&load::<BR, BH>(x, r, 0));",

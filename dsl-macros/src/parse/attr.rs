@@ -31,7 +31,7 @@ pub struct KernelAttr {
 }
 
 enum Item {
-    Grid(Ident, Expr),
+    Grid(Ident, Box<Expr>),
     Tunable(Ident, Vec<Tunable>),
     Helper,
     Helpers(Vec<Ident>),
@@ -49,7 +49,7 @@ impl Parse for Item {
                     ));
                 }
                 input.parse::<Token![=]>()?;
-                Ok(Item::Grid(key, input.parse()?))
+                Ok(Item::Grid(key, Box::new(input.parse()?)))
             }
             "tunable" => {
                 let content;
@@ -167,7 +167,7 @@ impl Parse for KernelAttr {
                             "`grid` is given twice; a kernel has one grid of 1 to 3 axes: `grid = (x, y)`",
                         ));
                     }
-                    out.grid = Some(e);
+                    out.grid = Some(*e);
                     out.grid_key = Some(key);
                 }
                 Item::Tunable(key, t) => {
