@@ -17,14 +17,10 @@ fn typed_params(func: &ItemFn) -> Vec<&syn::PatType> {
         .collect()
 }
 
-/// The companion module of a kernel that failed validation: same `META` shape and `launch`
-/// signature, unreachable body. Callers keep compiling while the reported error is fixed.
-pub fn stub_companion(func: &ItemFn, tunables: &[Tunable]) -> TokenStream {
-    let name = &func.sig.ident;
-    let name_str = name.to_string();
-    let vis = &func.vis;
-    let params = typed_params(func);
-    let param_names: Vec<String> = params
+/// The `META` constant: name, parameter names, tunable space and source lines (empty for a stub).
+fn meta_const(func: &ItemFn, tunables: &[Tunable], lines: &[(u32, String)]) -> TokenStream {
+    let name_str = func.sig.ident.to_string();
+    let param_names: Vec<String> = typed_params(func)
         .iter()
         .map(|pt| match &*pt.pat {
             Pat::Ident(pi) => pi.ident.to_string(),
@@ -33,6 +29,28 @@ pub fn stub_companion(func: &ItemFn, tunables: &[Tunable]) -> TokenStream {
         .collect();
     let tun_names: Vec<String> = tunables.iter().map(|t| t.name.to_string()).collect();
     let tun_values: Vec<&Vec<i64>> = tunables.iter().map(|t| &t.values).collect();
+    let line_nums: Vec<u32> = lines.iter().map(|(l, _)| *l).collect();
+    let line_texts: Vec<&String> = lines.iter().map(|(_, t)| t).collect();
+    quote! {
+        /// Name, parameters, tunable space and source lines of this kernel.
+        pub const META: ::dsl_core::KernelMeta = ::dsl_core::KernelMeta {
+            name: #name_str,
+            params: &[#(#param_names),*],
+            tunables: &[#((#tun_names, &[#(#tun_values),*])),*],
+            lines: &[#((#line_nums, #line_texts)),*],
+            file: file!(),
+        };
+    }
+}
+
+/// The companion module of a kernel that failed validation: same `META` shape and `launch`
+/// signature, unreachable body. Callers keep compiling while the reported error is fixed.
+pub fn stub_companion(func: &ItemFn, tunables: &[Tunable]) -> TokenStream {
+    let name = &func.sig.ident;
+    let name_str = name.to_string();
+    let vis = &func.vis;
+    let params = typed_params(func);
+    let meta = meta_const(func, tunables, &[]);
     let generics = &func.sig.generics;
     let gen_params = &generics.params;
     let where_clause = &generics.where_clause;
@@ -43,13 +61,7 @@ pub fn stub_companion(func: &ItemFn, tunables: &[Tunable]) -> TokenStream {
             #[allow(unused_imports)]
             use super::*;
 
-            pub const META: ::dsl_core::KernelMeta = ::dsl_core::KernelMeta {
-                name: #name_str,
-                params: &[#(#param_names),*],
-                tunables: &[#((#tun_names, &[#(#tun_values),*])),*],
-                lines: &[],
-                file: file!(),
-            };
+            #meta
 
             pub fn launch<#gen_params>(
                 __launcher: &::dsl_core::Launcher,
@@ -75,11 +87,8 @@ pub fn companion(func: &ItemFn, attr: &KernelAttr, lines: &[(u32, String)]) -> T
             _ => None,
         })
         .collect();
-    let param_names: Vec<String> = param_idents.iter().map(|i| i.to_string()).collect();
     let tun_names: Vec<String> = attr.tunables.iter().map(|t| t.name.to_string()).collect();
-    let tun_values: Vec<&Vec<i64>> = attr.tunables.iter().map(|t| &t.values).collect();
-    let line_nums: Vec<u32> = lines.iter().map(|(l, _)| *l).collect();
-    let line_texts: Vec<&String> = lines.iter().map(|(_, t)| t).collect();
+    let meta = meta_const(func, &attr.tunables, lines);
 
     let generics = &func.sig.generics;
     let (_, _, where_clause) = generics.split_for_impl();
@@ -130,14 +139,7 @@ pub fn companion(func: &ItemFn, attr: &KernelAttr, lines: &[(u32, String)]) -> T
             #[allow(unused_imports)]
             use super::*;
 
-            /// Name, parameters, tunable space and source lines of this kernel.
-            pub const META: ::dsl_core::KernelMeta = ::dsl_core::KernelMeta {
-                name: #name_str,
-                params: &[#(#param_names),*],
-                tunables: &[#((#tun_names, &[#(#tun_values),*])),*],
-                lines: &[#((#line_nums, #line_texts)),*],
-                file: file!(),
-            };
+            #meta
 
             #[doc = #doc_launch]
             #[allow(clippy::too_many_arguments, unreachable_patterns)]
