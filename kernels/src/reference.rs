@@ -95,3 +95,8 @@ pub fn rmsnorm_residual(
     }
     (hs, y)
 }
+
+/// [`max_rel_error`] with the [`rms_floor`] of the reference: the error every kernel check reports.
+pub fn rel_error(got: &[f32], want: &[f64]) -> f64 {
+    max_rel_error(got, want, rms_floor(want))
+}

@@ -28,3 +28,49 @@ impl Rng {
         (0..n).map(|_| self.uniform() * scale).collect()
     }
 }
+
+use dsl_core::{Backend, Float, Launcher, SimError, Tensor};
+
+/// Builds a case's tensors for either backend: random inputs and NaN-poisoned outputs in
+/// functional runs, shape-only tensors in cost-only runs (nothing allocated).
+#[derive(Debug)]
+pub struct CaseTensors {
+    rng: Option<Rng>,
+    kernel: &'static str,
+}
+
+impl CaseTensors {
+    /// Tensors for a launch of `kernel` on `launcher`, inputs drawn from `seed`.
+    pub fn new(launcher: &Launcher, seed: u64, kernel: &'static str) -> CaseTensors {
+        let rng = (launcher.backend == Backend::Functional).then(|| Rng::new(seed));
+        CaseTensors { rng, kernel }
+    }
+
+    /// An input uniform in [center − scale, center + scale) (drawn in row-major order).
+    pub fn input<T: Float>(
+        &mut self,
+        shape: &[usize],
+        center: f32,
+        scale: f32,
+    ) -> Result<Tensor<T>, SimError> {
+        match &mut self.rng {
+            Some(rng) => {
+                let n: usize = shape.iter().product();
+                let values: Vec<f32> = rng.vec(n, scale).into_iter().map(|v| v + center).collect();
+                Tensor::from_f32(shape, &values).map_err(|message| SimError::Launch {
+                    kernel: self.kernel.to_string(),
+                    message,
+                })
+            }
+            None => Ok(Tensor::shape_only(shape)),
+        }
+    }
+
+    /// An output: NaN-poisoned, so an element the kernel forgets to write fails its check.
+    pub fn output<T: Float>(&self, shape: &[usize]) -> Tensor<T> {
+        match self.rng {
+            Some(_) => Tensor::poisoned(shape),
+            None => Tensor::shape_only(shape),
+        }
+    }
+}
