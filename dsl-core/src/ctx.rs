@@ -3,7 +3,7 @@
 //! Kernel authors never write it: `#[kernel]` threads it through every intrinsic call and records
 //! the calling line, so every simulated cycle is attributed to a line of the kernel.
 
-use crate::elem::Float;
+use crate::elem::Elem;
 use crate::tile::Tile;
 use accel_sim::program::{BufId, Event, Instr, ProgramTrace};
 use accel_sim::SimError;
@@ -63,7 +63,7 @@ impl Ctx {
     }
 
     /// A new tile buffer of `T`, `R×C`, with `data` (functional runs).
-    pub(crate) fn new_tile<T: Float, const R: usize, const C: usize>(
+    pub(crate) fn new_tile<T: Elem, const R: usize, const C: usize>(
         &mut self,
         data: Option<Vec<f32>>,
     ) -> Tile<T, R, C> {

@@ -1,29 +1,57 @@
-//! Element types a kernel can name: `f32`, `bf16`, `f16`.
+//! Element types a kernel can name: floats (`f32`, `bf16`, `f16`) that the vector and matrix units
+//! compute in, and raw integers (`u8` packed blocks and scales, `i32` indices) that are only moved
+//! and converted.
 
 use accel_sim::functional::round_to;
 use accel_sim::DType;
 pub use half::{bf16, f16};
 
-/// A floating-point element type usable in tiles and tensors.
+/// An element type of tiles and tensors.
 ///
-/// Values are held as `f32` on the host (every supported format is exactly representable in f32);
-/// `DTYPE` decides rounding and byte accounting.
-pub trait Float: Copy + Send + Sync + 'static {
+/// Values are held as `f32` on the host (every supported format, and every `u8` and every `i32`
+/// index below 2^24, is exactly representable in f32); `DTYPE` decides rounding and byte accounting.
+pub trait Elem: Copy + Send + Sync + 'static {
     /// The simulator's dtype for this element.
     const DTYPE: DType;
 
-    /// Rounds host values to this format in place (round-to-nearest-even).
+    /// Rounds host values to this format in place (floats: round-to-nearest-even).
     fn round(x: &mut [f32]) {
         round_to(x, Self::DTYPE);
     }
 }
 
-impl Float for f32 {
+/// An element type the vector and matrix units compute in.
+pub trait Float: Elem {}
+
+impl Elem for f32 {
     const DTYPE: DType = DType::F32;
 }
-impl Float for bf16 {
+impl Elem for bf16 {
     const DTYPE: DType = DType::Bf16;
 }
-impl Float for f16 {
+impl Elem for f16 {
     const DTYPE: DType = DType::F16;
+}
+impl Float for f32 {}
+impl Float for bf16 {}
+impl Float for f16 {}
+
+impl Elem for u8 {
+    const DTYPE: DType = DType::U8;
+    /// Bytes: nearest integer, clamped to 0..=255 (NaN stays NaN so a poisoned byte is visible).
+    fn round(x: &mut [f32]) {
+        for v in x {
+            *v = v.round_ties_even().clamp(0.0, 255.0);
+        }
+    }
+}
+
+impl Elem for i32 {
+    const DTYPE: DType = DType::I32;
+    /// Indices: nearest integer (exact below 2^24).
+    fn round(x: &mut [f32]) {
+        for v in x {
+            *v = v.round_ties_even();
+        }
+    }
 }

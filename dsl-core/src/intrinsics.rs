@@ -6,7 +6,7 @@
 //! Destination operands come first (`mma(&mut acc, &a, &b)`), as in an instruction set.
 
 use crate::ctx::Ctx;
-use crate::elem::Float;
+use crate::elem::{Elem, Float};
 use crate::tensor::Tensor;
 use crate::tile::Tile;
 use accel_sim::functional::{self as f, Binary, Reduce, Unary};
@@ -41,7 +41,7 @@ pub const fn cdiv(a: usize, b: usize) -> usize {
     a.div_ceil(b)
 }
 
-fn load_impl<const R: usize, const C: usize, T: Float>(
+fn load_impl<const R: usize, const C: usize, T: Elem>(
     ctx: &mut Ctx,
     t: &Tensor<T>,
     row: usize,
@@ -87,7 +87,7 @@ fn load_impl<const R: usize, const C: usize, T: Float>(
 
 /// Loads the `R×C` window at (`row`, `col`) of `t` into a new tile and waits for it.
 /// Elements outside the tensor read as 0 (ragged edges); only in-bounds bytes move.
-pub fn load<const R: usize, const C: usize, T: Float>(
+pub fn load<const R: usize, const C: usize, T: Elem>(
     ctx: &mut Ctx,
     t: &Tensor<T>,
     row: usize,
@@ -98,7 +98,7 @@ pub fn load<const R: usize, const C: usize, T: Float>(
 
 /// Like [`load`] but does not wait: the program keeps issuing, and the tile's consumers wait for
 /// the data. Loading the next tile before consuming the current one double-buffers.
-pub fn load_async<const R: usize, const C: usize, T: Float>(
+pub fn load_async<const R: usize, const C: usize, T: Elem>(
     ctx: &mut Ctx,
     t: &Tensor<T>,
     row: usize,
@@ -108,7 +108,7 @@ pub fn load_async<const R: usize, const C: usize, T: Float>(
 }
 
 /// [`load`] with elements outside the tensor set to `fill` (e.g. `f32::NEG_INFINITY` before a max).
-pub fn load_or<const R: usize, const C: usize, T: Float>(
+pub fn load_or<const R: usize, const C: usize, T: Elem>(
     ctx: &mut Ctx,
     t: &Tensor<T>,
     row: usize,
@@ -119,7 +119,7 @@ pub fn load_or<const R: usize, const C: usize, T: Float>(
 }
 
 /// [`load_async`] with elements outside the tensor set to `fill`.
-pub fn load_async_or<const R: usize, const C: usize, T: Float>(
+pub fn load_async_or<const R: usize, const C: usize, T: Elem>(
     ctx: &mut Ctx,
     t: &Tensor<T>,
     row: usize,
@@ -130,7 +130,7 @@ pub fn load_async_or<const R: usize, const C: usize, T: Float>(
 }
 
 /// Stores `tile` to the window at (`row`, `col`) of `t`; elements outside the tensor are dropped.
-pub fn store<T: Float, const R: usize, const C: usize>(
+pub fn store<T: Elem, const R: usize, const C: usize>(
     ctx: &mut Ctx,
     t: &Tensor<T>,
     row: usize,
@@ -176,7 +176,7 @@ fn vec_op(
 }
 
 /// A new tile with every element `value` (rounded to `T`).
-pub fn full<T: Float, const R: usize, const C: usize>(ctx: &mut Ctx, value: f32) -> Tile<T, R, C> {
+pub fn full<T: Elem, const R: usize, const C: usize>(ctx: &mut Ctx, value: f32) -> Tile<T, R, C> {
     let data = ctx.functional.then(|| {
         let mut v = vec![value; R * C];
         T::round(&mut v);
@@ -188,7 +188,7 @@ pub fn full<T: Float, const R: usize, const C: usize>(ctx: &mut Ctx, value: f32)
 }
 
 /// A new tile of zeros (typically an accumulator).
-pub fn zeros<T: Float, const R: usize, const C: usize>(ctx: &mut Ctx) -> Tile<T, R, C> {
+pub fn zeros<T: Elem, const R: usize, const C: usize>(ctx: &mut Ctx) -> Tile<T, R, C> {
     full::<T, R, C>(ctx, 0.0)
 }
 
@@ -241,7 +241,7 @@ pub fn mma_bt<T: Float, const M: usize, const N: usize, const K: usize>(
 }
 
 /// Converts a tile to another element type (round-to-nearest-even).
-pub fn cast<U: Float, T: Float, const R: usize, const C: usize>(
+pub fn cast<U: Elem, T: Elem, const R: usize, const C: usize>(
     ctx: &mut Ctx,
     t: &Tile<T, R, C>,
 ) -> Tile<U, R, C> {

@@ -1,6 +1,6 @@
 //! `Tensor<T>`: a tensor in device memory, as a kernel sees it.
 
-use crate::elem::Float;
+use crate::elem::Elem;
 use std::cell::UnsafeCell;
 use std::marker::PhantomData;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -28,14 +28,14 @@ unsafe impl Send for DeviceMem {}
 /// A tensor either holds data (functional runs) or only its shape (cost-only runs of production
 /// shapes that cannot be materialised).
 #[derive(Clone)]
-pub struct Tensor<T: Float> {
+pub struct Tensor<T: Elem> {
     id: u64,
     shape: Vec<usize>,
     mem: Option<Arc<DeviceMem>>,
     _t: PhantomData<T>,
 }
 
-impl<T: Float> std::fmt::Debug for Tensor<T> {
+impl<T: Elem> std::fmt::Debug for Tensor<T> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(
             f,
@@ -51,7 +51,7 @@ impl<T: Float> std::fmt::Debug for Tensor<T> {
     }
 }
 
-impl<T: Float> Tensor<T> {
+impl<T: Elem> Tensor<T> {
     fn with_mem(shape: &[usize], mem: Option<Vec<f32>>) -> Tensor<T> {
         Tensor {
             id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
@@ -163,5 +163,30 @@ impl<T: Float> Tensor<T> {
                 data[dst..dst + cols].copy_from_slice(&vals[r * src_stride..r * src_stride + cols]);
             }
         }
+    }
+}
+
+impl Tensor<u8> {
+    /// A byte tensor (packed FP4 blocks, E8M0 scales...). Errors if the length does not match.
+    pub fn from_bytes(shape: &[usize], bytes: &[u8]) -> Result<Tensor<u8>, String> {
+        let v: Vec<f32> = bytes.iter().map(|b| *b as f32).collect();
+        Tensor::from_f32(shape, &v)
+    }
+
+    /// The bytes (`None` for a shape-only tensor; NaN-poisoned elements read as 0).
+    pub fn to_bytes(&self) -> Option<Vec<u8>> {
+        self.to_vec().map(|v| v.iter().map(|x| *x as u8).collect())
+    }
+}
+
+impl Tensor<i32> {
+    /// An index tensor. Indices must be below 2^24 in magnitude (they are held exactly as f32).
+    pub fn from_indices(shape: &[usize], idx: &[i32]) -> Result<Tensor<i32>, String> {
+        const LIMIT: i32 = 1 << 24;
+        if let Some(bad) = idx.iter().find(|i| i.abs() >= LIMIT) {
+            return Err(format!("index {bad} is out of the supported range ±2^24"));
+        }
+        let v: Vec<f32> = idx.iter().map(|i| *i as f32).collect();
+        Tensor::from_f32(shape, &v)
     }
 }

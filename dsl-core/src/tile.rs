@@ -1,6 +1,6 @@
 //! `Tile<T, R, C>`: an `R×C` block of `T` in a core's on-chip SRAM.
 
-use crate::elem::Float;
+use crate::elem::Elem;
 use accel_sim::program::BufId;
 use std::marker::PhantomData;
 
@@ -8,13 +8,13 @@ use std::marker::PhantomData;
 ///
 /// Created only by intrinsics (`load`, `zeros`, element-wise ops...). In a cost-only run it holds no
 /// data; in a functional run it holds `R·C` values, row-major.
-pub struct Tile<T: Float, const R: usize, const C: usize> {
+pub struct Tile<T: Elem, const R: usize, const C: usize> {
     pub(crate) buf: BufId,
     pub(crate) data: Option<Vec<f32>>,
     pub(crate) _t: PhantomData<T>,
 }
 
-impl<T: Float, const R: usize, const C: usize> Tile<T, R, C> {
+impl<T: Elem, const R: usize, const C: usize> Tile<T, R, C> {
     /// Rows.
     pub const ROWS: usize = R;
     /// Columns.
@@ -26,7 +26,7 @@ impl<T: Float, const R: usize, const C: usize> Tile<T, R, C> {
     }
 }
 
-impl<T: Float, const R: usize, const C: usize> std::fmt::Debug for Tile<T, R, C> {
+impl<T: Elem, const R: usize, const C: usize> std::fmt::Debug for Tile<T, R, C> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "Tile<{}, {R}, {C}>#{}", T::DTYPE, self.buf)
     }

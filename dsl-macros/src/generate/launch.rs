@@ -75,7 +75,15 @@ pub fn stub_companion(func: &ItemFn, tunables: &[Tunable]) -> TokenStream {
 }
 
 /// `pub mod <name> { pub const META; pub fn launch(...) }`.
-pub fn companion(func: &ItemFn, attr: &KernelAttr, lines: &[(u32, String)]) -> TokenStream {
+///
+/// `space` holds every point of the tunable space with the derived constants appended
+/// (see [`super::derived::space`]).
+pub fn companion(
+    func: &ItemFn,
+    attr: &KernelAttr,
+    space: &[Vec<i64>],
+    lines: &[(u32, String)],
+) -> TokenStream {
     let name = &func.sig.ident;
     let name_str = name.to_string();
     let vis = &func.vis;
@@ -103,17 +111,16 @@ pub fn companion(func: &ItemFn, attr: &KernelAttr, lines: &[(u32, String)]) -> T
     let gen_params = &generics.params;
 
     // One match arm per point of the tunable space, each calling a monomorphised kernel.
-    let mut combos: Vec<Vec<i64>> = vec![Vec::new()];
-    for t in &attr.tunables {
-        combos = combos
-            .into_iter()
-            .flat_map(|c| t.values.iter().map(move |v| [c.clone(), vec![*v]].concat()))
-            .collect();
-    }
+    let n_tunables = attr.tunables.len();
     let grid = attr.grid.as_ref().expect("kernels have a grid (checked)");
-    let tun_idents: Vec<&syn::Ident> = attr.tunables.iter().map(|t| &t.name).collect();
-    let arms = combos.iter().map(|combo| {
-        let pats = combo.iter().map(|v| quote!(#v));
+    let tun_idents: Vec<&syn::Ident> = attr
+        .tunables
+        .iter()
+        .map(|t| &t.name)
+        .chain(attr.derived.iter().map(|(n, _)| n))
+        .collect();
+    let arms = space.iter().map(|combo| {
+        let pats = combo[..n_tunables].iter().map(|v| quote!(#v));
         let usz: Vec<usize> = combo.iter().map(|v| *v as usize).collect();
         let consts = tun_idents.iter().zip(&usz).map(|(n, v)| quote!(#[allow(non_upper_case_globals, dead_code)] const #n: usize = #v;));
         quote! {

@@ -1,5 +1,6 @@
 //! Expansion: the rewritten kernel function and its companion module.
 
+mod derived;
 mod launch;
 mod rewrite;
 
@@ -62,6 +63,13 @@ pub fn expand(attr: TokenStream, item: TokenStream) -> TokenStream {
             ));
         }
     }
+    let space = match derived::space(&attr) {
+        Ok(s) => s,
+        Err(e) => {
+            errors.push(e);
+            Vec::new()
+        }
+    };
     if let Some(combined) = errors.into_iter().reduce(|mut a, b| {
         a.combine(b);
         a
@@ -77,8 +85,12 @@ pub fn expand(attr: TokenStream, item: TokenStream) -> TokenStream {
     let mut kernel_fn = func.clone();
     let lines = rewrite::rewrite_body(&mut kernel_fn.block, &attr.helpers, attr.helper);
     // Tunables become const generics; the context becomes the first parameter.
-    for t in &attr.tunables {
-        let name = &t.name;
+    for name in attr
+        .tunables
+        .iter()
+        .map(|t| &t.name)
+        .chain(attr.derived.iter().map(|(n, _)| n))
+    {
         kernel_fn
             .sig
             .generics
@@ -94,7 +106,7 @@ pub fn expand(attr: TokenStream, item: TokenStream) -> TokenStream {
     if attr.helper {
         return quote!(#kernel_fn);
     }
-    let module = launch::companion(&func, &attr, &lines);
+    let module = launch::companion(&func, &attr, &space, &lines);
     quote! {
         #kernel_fn
         #module

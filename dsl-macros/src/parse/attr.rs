@@ -28,12 +28,15 @@ pub struct KernelAttr {
     pub helper: bool,
     /// Helper functions this kernel calls.
     pub helpers: Vec<Ident>,
+    /// Constants derived from the tunables (`derived(BKH = BK / 2)`), in declaration order.
+    pub derived: Vec<(Ident, Expr)>,
 }
 
 enum Item {
     Grid(Ident, Box<Expr>),
     Tunable(Ident, Vec<Tunable>),
     Helper,
+    Derived(Vec<(Ident, Expr)>),
     Helpers(Vec<Ident>),
 }
 
@@ -58,6 +61,12 @@ impl Parse for Item {
                 Ok(Item::Tunable(key, list.into_iter().map(|t| t.0).collect()))
             }
             "helper" => Ok(Item::Helper),
+            "derived" => {
+                let content;
+                parenthesized!(content in input);
+                let list = Punctuated::<DerivedDecl, Token![,]>::parse_terminated(&content)?;
+                Ok(Item::Derived(list.into_iter().map(|d| (d.0, d.1)).collect()))
+            }
             "helpers" => {
                 let content;
                 parenthesized!(content in input);
@@ -67,7 +76,7 @@ impl Parse for Item {
             other => Err(syn::Error::new(
                 key.span(),
                 format!(
-                    "unknown kernel option `{other}`; expected `grid = (...)`, `tunable(NAME = [values], ...)`, `helper` or `helpers(fn, ...)`"
+                    "unknown kernel option `{other}`; expected `grid = (...)`, `tunable(NAME = [values], ...)`, `derived(NAME = TUNABLE / 2, ...)`, `helper` or `helpers(fn, ...)`"
                 ),
             )),
         }
@@ -186,6 +195,21 @@ impl Parse for KernelAttr {
                     out.tunable_keys.push(key);
                 }
                 Item::Helper => out.helper = true,
+                Item::Derived(d) => {
+                    for (name, _) in &d {
+                        if out.tunables.iter().any(|t| t.name == *name)
+                            || out.derived.iter().any(|(n, _)| n == name)
+                        {
+                            return Err(syn::Error::new(
+                                name.span(),
+                                format!(
+                                    "`{name}` is declared twice (as a tunable or derived constant)"
+                                ),
+                            ));
+                        }
+                    }
+                    out.derived.extend(d);
+                }
                 Item::Helpers(h) => out.helpers.extend(h),
             }
         }
@@ -207,5 +231,22 @@ impl Parse for KernelAttr {
             }
         }
         Ok(out)
+    }
+}
+
+/// `NAME = <integer expression over tunables>`.
+struct DerivedDecl(Ident, Expr);
+
+impl Parse for DerivedDecl {
+    fn parse(input: ParseStream) -> syn::Result<Self> {
+        let name: Ident = input.parse()?;
+        if name.to_string().chars().any(|c| c.is_ascii_lowercase()) {
+            return Err(syn::Error::new(
+                name.span(),
+                format!("derived constant `{name}` must be an UPPER_CASE name: it becomes a compile-time constant of the kernel"),
+            ));
+        }
+        input.parse::<Token![=]>()?;
+        Ok(DerivedDecl(name, input.parse()?))
     }
 }
