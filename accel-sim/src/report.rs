@@ -242,6 +242,57 @@ impl Report {
         }
     }
 
+    /// The report of launches run one after another (an operator made of several kernels):
+    /// cycles, time, work, traffic and roofline add up; utilisation is weighted by cycles; the
+    /// bound is that of the part with the largest roofline time; lines are prefixed by their kernel.
+    pub fn chain(name: &str, parts: &[Report]) -> Option<Report> {
+        let first = parts.first()?;
+        let mut r = first.clone();
+        r.kernel = name.to_string();
+        let sum = |f: fn(&Report) -> u64| parts.iter().map(f).sum::<u64>();
+        r.cycles = sum(|p| p.cycles);
+        r.time_us = parts.iter().map(|p| p.time_us).sum();
+        r.flop = sum(|p| p.flop);
+        r.matrix_flop = sum(|p| p.matrix_flop);
+        r.vector_ops = sum(|p| p.vector_ops);
+        r.hbm_read_bytes = sum(|p| p.hbm_read_bytes);
+        r.hbm_write_bytes = sum(|p| p.hbm_write_bytes);
+        r.hbm_bytes = r.hbm_read_bytes + r.hbm_write_bytes;
+        r.l2_bytes = sum(|p| p.l2_bytes);
+        r.roofline_cycles = sum(|p| p.roofline_cycles);
+        r.exposed_dma_cycles = sum(|p| p.exposed_dma_cycles);
+        r.programs = sum(|p| p.programs);
+        r.waves = sum(|p| p.waves);
+        r.sram_peak_bytes = parts.iter().map(|p| p.sram_peak_bytes).max().unwrap_or(0);
+        r.peak_tflops = parts.iter().map(|p| p.peak_tflops).fold(0.0, f64::max);
+        let secs = r.time_us * 1e-6;
+        r.achieved_tflops = r.flop as f64 / secs / 1e12;
+        r.achieved_hbm_gbps = r.hbm_bytes as f64 / secs / 1e9;
+        r.arithmetic_intensity = if r.hbm_bytes > 0 { r.flop as f64 / r.hbm_bytes as f64 } else { f64::INFINITY };
+        r.roofline_fraction = r.roofline_cycles as f64 / r.cycles.max(1) as f64;
+        let dominant = parts.iter().max_by_key(|p| p.roofline_cycles).unwrap_or(first);
+        r.bound = dominant.bound;
+        r.bound_unit = dominant.bound_unit;
+        for (k, v) in r.engine_utilization.iter_mut() {
+            *v = parts.iter().map(|p| p.engine_utilization.get(k).copied().unwrap_or(0.0) * p.cycles as f64).sum::<f64>()
+                / r.cycles.max(1) as f64;
+        }
+        r.config = parts
+            .iter()
+            .flat_map(|p| p.config.iter().map(move |(k, v)| (format!("{}.{k}", p.kernel), *v)))
+            .collect();
+        r.grid = [r.programs, 1, 1];
+        r.max_rel_error = parts.iter().filter_map(|p| p.max_rel_error).reduce(f64::max);
+        r.cost_only = parts.iter().any(|p| p.cost_only);
+        r.lines = parts
+            .iter()
+            .flat_map(|p| {
+                p.lines.iter().map(move |l| LineReport { code: format!("{}: {}", p.kernel, l.code), ..l.clone() })
+            })
+            .collect();
+        Some(r)
+    }
+
     /// One line for suite listings: name, cycles, time, bound, roofline fraction.
     pub fn summary_line(&self) -> String {
         format!(

@@ -76,7 +76,7 @@ fn load_impl<const R: usize, const C: usize, T: Elem>(
     let bytes = T::DTYPE.bytes_for((vr * vc) as u64);
     let region = Region {
         tensor: t.id(),
-        offset: (row * cols + col) as u64,
+        offset: (t.offset() + row * cols + col) as u64,
         rows: vr as u64,
         cols: vc as u64,
     };
@@ -559,4 +559,34 @@ pub fn col_max<T: Float, const R: usize, const C: usize>(
     t: &Tile<T, R, C>,
 ) -> Tile<f32, 1, C> {
     reduce_cols_op(ctx, t, Reduce::Max)
+}
+
+/// Masks an attention score tile: element (r, c) holds the score of the query at absolute position
+/// `q_pos + r` against the key at absolute position `k_pos + c`; it becomes −∞ when the key is past
+/// the context (`≥ kv_len`) or, with `causal`, after the query. One vector pass (compare + select).
+pub fn mask_keys<T: Float, const R: usize, const C: usize>(
+    ctx: &mut Ctx,
+    s: &Tile<T, R, C>,
+    q_pos: usize,
+    k_pos: usize,
+    kv_len: usize,
+    causal: bool,
+) -> Tile<T, R, C> {
+    let data = s.data.as_ref().map(|d| {
+        let mut v = d.clone();
+        for (r, row) in v.chunks_exact_mut(C).enumerate() {
+            // Keys at column ≥ `limit` are masked for this row.
+            let mut limit = kv_len.saturating_sub(k_pos);
+            if causal {
+                limit = limit.min((q_pos + r + 1).saturating_sub(k_pos));
+            }
+            for x in row.iter_mut().skip(limit) {
+                *x = f32::NEG_INFINITY;
+            }
+        }
+        v
+    });
+    let out = ctx.new_tile::<T, R, C>(data);
+    vec_op(ctx, R * C, T::DTYPE, VectorClass::Simple, &[s.buf], out.buf);
+    out
 }

@@ -31,6 +31,8 @@ unsafe impl Send for DeviceMem {}
 pub struct Tensor<T: Elem> {
     id: u64,
     shape: Vec<usize>,
+    /// First element of this view in the underlying memory (views share memory: see [`Tensor::at`]).
+    offset: usize,
     mem: Option<Arc<DeviceMem>>,
     _t: PhantomData<T>,
 }
@@ -56,6 +58,7 @@ impl<T: Elem> Tensor<T> {
         Tensor {
             id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
             shape: shape.to_vec(),
+            offset: 0,
             mem: mem.map(|v| {
                 Arc::new(DeviceMem {
                     data: UnsafeCell::new(v),
@@ -130,18 +133,46 @@ impl<T: Elem> Tensor<T> {
 
     /// Copies the data out (`None` for a shape-only tensor).
     pub fn to_vec(&self) -> Option<Vec<f32>> {
-        // SAFETY: called outside launches (no concurrent writer).
-        self.mem
-            .as_ref()
-            .map(|m| unsafe { (*m.data.get()).clone() })
+        self.data().map(<[f32]>::to_vec)
+    }
+
+    /// The `index`-th sub-tensor along the first dimension, sharing memory: `x.at(h)` of a
+    /// `[H, S, D]` tensor is the `[S, D]` matrix of head `h`. Loads and stores through the view are
+    /// bounded by the view, so a ragged tile never touches the next head. An index past the end
+    /// gives an empty view (loads read the fill value, stores write nothing): no panic.
+    pub fn at(&self, index: usize) -> Tensor<T> {
+        let inner: Vec<usize> = self.shape.iter().skip(1).copied().collect();
+        let stride: usize = inner.iter().product();
+        let first = self.shape.first().copied().unwrap_or(1);
+        let mut view = Tensor {
+            id: self.id,
+            shape: inner,
+            offset: self.offset,
+            mem: self.mem.clone(),
+            _t: PhantomData,
+        };
+        if index < first {
+            view.offset += index * stride;
+        } else if let Some(d) = view.shape.first_mut() {
+            *d = 0;
+        } else {
+            view.shape = vec![0];
+        }
+        view
+    }
+
+    /// Element offset of this view in the underlying memory (for cache-reuse keys).
+    pub fn offset(&self) -> usize {
+        self.offset
     }
 
     /// Read access to the data during a launch.
     pub(crate) fn data(&self) -> Option<&[f32]> {
         // SAFETY: see `DeviceMem`.
+        let len = self.len();
         self.mem
             .as_ref()
-            .map(|m| unsafe { (*m.data.get()).as_slice() })
+            .map(|m| unsafe { &(&*m.data.get())[self.offset..self.offset + len] })
     }
 
     /// Writes `vals` (row-major `rows×cols`, already clipped) at (`row`, `col`).
@@ -159,7 +190,7 @@ impl<T: Elem> Tensor<T> {
             // SAFETY: see `DeviceMem`: programs write disjoint windows.
             let data = unsafe { &mut *m.data.get() };
             for r in 0..rows {
-                let dst = (row + r) * c + col;
+                let dst = self.offset + (row + r) * c + col;
                 data[dst..dst + cols].copy_from_slice(&vals[r * src_stride..r * src_stride + cols]);
             }
         }

@@ -114,6 +114,7 @@ pub const INTRINSICS: &[Intrinsic] = &[
     i("sub_row", 3, &[]),
     i("mul_row", 3, &[]),
     i("div_row", 3, &[]),
+    i("mask_keys", 3, &[]),
     i("row_sum", 3, &[]),
     i("row_max", 3, &[]),
     i("col_sum", 3, &[]),
@@ -127,6 +128,7 @@ pub fn find(name: &str) -> Option<&'static Intrinsic> {
 
 /// Methods kernels may call on scalars and tensors (no data-dependent behaviour, no allocation).
 pub const METHODS: &[&str] = &[
+    "at",
     "rows",
     "cols",
     "shape",

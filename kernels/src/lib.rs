@@ -4,6 +4,7 @@
 //! implementations; [`registry`] maps operator names to their implementations so one can be
 //! swapped for another with an equivalence check and a cycle comparison.
 
+pub mod attention;
 pub mod gemm;
 pub mod norm;
 pub mod reference;

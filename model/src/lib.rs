@@ -1,1 +1,7 @@
-//! Model layer (configs, op graph, plans, forward pass). Starts thin: the foundation issue only needs the crate to exist; the model issue fills it.
+//! # model — the model layer
+//!
+//! Model configs, op graph, weights, parallel and memory plans, forward pass. So far it holds the
+//! paged KV cache ([`kv_cache`]): page pool, per-sequence block tables, and the per-layer cache
+//! geometry a memory plan sizes the pool from.
+
+pub mod kv_cache;

@@ -1,0 +1,148 @@
+//! Flash attention for prefill: tiles over queries and keys with an online softmax, causal mask,
+//! grouped-query heads (GQA/MQA), any lengths (ragged last tiles).
+//!
+//! Token-major layout, as checkpoints' reference code holds activations (see
+//! [`super::reference`]): `q`, `o` are `[Sq, Hq·D]`, `k`, `v` are `[Skv, Hkv·D]`; query head `h`
+//! reads key/value head `h / (Hq / Hkv)`. The `Sq` queries are the *last* `Sq` positions of a
+//! context of `Skv` tokens (`q_pos = Skv − Sq + i`), so chunked prefill against a growing cache and
+//! one-shot prefill are the same kernel.
+
+use super::reference::{attention_prefill, AttnShape};
+use crate::gemm::GemmDtype;
+use crate::testdata::CaseTensors;
+use dsl_core::prelude::*;
+use dsl_core::SimError;
+
+/// One program per (query tile, query head). `D` is the head dimension.
+#[kernel(
+    grid = (cdiv(q.rows(), BQ), q.cols() / D),
+    tunable(BQ = [64, 16, 32, 128], BK = [64, 16, 32, 128], D = [128, 16, 32, 64, 192, 256])
+)]
+pub fn flash_prefill<T: Float>(
+    q: &Tensor<T>,
+    k: &Tensor<T>,
+    v: &Tensor<T>,
+    o: &Tensor<T>,
+    sm_scale: f32,
+    causal: bool,
+) {
+    let h = program_id(1);
+    let q0 = program_id(0) * BQ;
+    let (sq, skv) = (q.rows(), k.rows());
+    let kv_col = (h / ((q.cols() / D) / (k.cols() / D))) * D;
+    let q_pos = skv.saturating_sub(sq) + q0;
+    // Causal: no key after this tile's last query is needed.
+    let k_end = if causal {
+        usize::min(skv, q_pos + BQ)
+    } else {
+        skv
+    };
+    let tq = load::<BQ, D>(q, q0, h * D);
+    let mut m = full::<f32, BQ, 1>(f32::NEG_INFINITY);
+    let mut l = zeros::<f32, BQ, 1>();
+    let mut acc = zeros::<f32, BQ, D>();
+    for kb in (0..k_end).step_by(BK) {
+        let tk = load_async::<BK, D>(k, kb, kv_col);
+        let tv = load_async::<BK, D>(v, kb, kv_col);
+        let mut s = zeros::<f32, BQ, BK>();
+        mma_bt(&mut s, &tq, &tk);
+        let s = mask_keys(&scale(&s, sm_scale), q_pos, kb, skv, causal);
+        // Online softmax: rescale what was accumulated under the old running max.
+        let m_new = maximum(&m, &row_max(&s));
+        let p = exp(&sub_col(&s, &m_new));
+        let alpha = exp(&sub(&m, &m_new));
+        l = add(&mul(&l, &alpha), &row_sum(&p));
+        acc = mul_col(&acc, &alpha);
+        mma(&mut acc, &cast::<T>(&p), &tv);
+        m = m_new;
+    }
+    store(o, q0, h * D, &cast::<T>(&div_col(&acc, &l)));
+}
+
+/// One prefill problem: heads, lengths, dtype, tile choice, seed.
+#[derive(Debug, Clone)]
+pub struct PrefillCase {
+    /// Query heads.
+    pub heads: usize,
+    /// Key/value heads (divides `heads`).
+    pub kv_heads: usize,
+    /// Head dimension (one of the kernel's `D` values).
+    pub head_dim: usize,
+    /// Queries (the last `sq` positions of the context).
+    pub sq: usize,
+    /// Context length.
+    pub skv: usize,
+    /// Element dtype of q, k, v, o.
+    pub dtype: GemmDtype,
+    /// Tunable values (`BQ`, `BK`); `D` is set from `head_dim`.
+    pub config: Config,
+    /// Seed of the random inputs.
+    pub seed: u64,
+}
+
+/// A prefill run: the report (with `max_rel_error` in functional runs) and the output.
+#[derive(Debug)]
+pub struct PrefillRun {
+    /// The launch.
+    pub launch: Launch,
+    /// `o [sq, heads·head_dim]` (functional runs).
+    pub output: Option<Vec<f32>>,
+}
+
+/// Runs causal prefill attention on random inputs (q, k, v uniform in ±1; output poisoned) and
+/// checks it against the f64 reference of the rounded inputs. Shapes are validated first: bad
+/// ones are errors, not panics.
+pub fn run_prefill(launcher: &Launcher, case: &PrefillCase) -> Result<PrefillRun, SimError> {
+    let name = flash_prefill::META.name;
+    let shape = AttnShape {
+        sq: case.sq,
+        skv: case.skv,
+        heads: case.heads,
+        kv_heads: case.kv_heads,
+        head_dim: case.head_dim,
+        v_head_dim: case.head_dim,
+    };
+    shape.validate().map_err(|e| SimError::Launch {
+        kernel: name.into(),
+        message: e.to_string(),
+    })?;
+    if case.sq == 0 {
+        return Err(SimError::Launch {
+            kernel: name.into(),
+            message: "no queries (sq = 0)".into(),
+        });
+    }
+    let config = case.config.clone().with("D", case.head_dim as i64);
+    match case.dtype {
+        GemmDtype::F32 => run_typed::<f32>(launcher, case, shape, &config),
+        GemmDtype::Bf16 => run_typed::<bf16>(launcher, case, shape, &config),
+    }
+}
+
+fn run_typed<T: Float>(
+    launcher: &Launcher,
+    case: &PrefillCase,
+    shape: AttnShape,
+    config: &Config,
+) -> Result<PrefillRun, SimError> {
+    let (hd, kvd) = (case.heads * case.head_dim, case.kv_heads * case.head_dim);
+    let mut t = CaseTensors::new(launcher, case.seed, flash_prefill::META.name);
+    let q = t.input::<T>(&[case.sq, hd], 0.0, 1.0)?;
+    let k = t.input::<T>(&[case.skv, kvd], 0.0, 1.0)?;
+    let v = t.input::<T>(&[case.skv, kvd], 0.0, 1.0)?;
+    let o = t.output::<T>(&[case.sq, hd]);
+    let sm_scale = 1.0 / (case.head_dim as f32).sqrt();
+    let mut launch = flash_prefill::launch(launcher, config, &q, &k, &v, &o, sm_scale, true)?;
+    let output = o.to_vec();
+    if let (Some(out), Some(qv), Some(kv), Some(vv)) = (&output, q.to_vec(), k.to_vec(), v.to_vec())
+    {
+        let want = attention_prefill(&qv, &kv, &vv, shape, sm_scale as f64).map_err(|e| {
+            SimError::Launch {
+                kernel: flash_prefill::META.name.into(),
+                message: e.to_string(),
+            }
+        })?;
+        launch.report.max_rel_error = Some(crate::reference::rel_error(out, &want));
+    }
+    Ok(PrefillRun { launch, output })
+}

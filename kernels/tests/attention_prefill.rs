@@ -1,0 +1,136 @@
+//! Flash prefill attention against the f64 reference, chunked == one-shot, determinism.
+//!
+//! Tolerances: f32 inputs ≤ 1e-5 relative (to the output RMS); bf16 inputs ≤ 1e-2 (the kernel
+//! feeds the softmax probabilities to the matrix unit in bf16, as flash attention does, while the
+//! reference keeps them in f64).
+
+use dsl_core::prelude::*;
+use kernels::attention::prefill::{flash_prefill, run_prefill, PrefillCase};
+use kernels::gemm::GemmDtype;
+use kernels::testdata::Rng;
+use proptest::prelude::*;
+
+fn launcher() -> Launcher {
+    Launcher::for_device("npu-910b").unwrap()
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(20))]
+
+    #[test]
+    fn prefill_matches_reference(
+        kv_heads in 1usize..3, group in prop::sample::select(vec![1usize, 2, 4]),
+        head_dim in prop::sample::select(vec![16usize, 32, 64]),
+        sq in 1usize..90, extra in 0usize..60,
+        bq in prop::sample::select(vec![16i64, 32, 64]), bk in prop::sample::select(vec![16i64, 32, 64]),
+        bf16 in any::<bool>(), seed in any::<u64>(),
+    ) {
+        let case = PrefillCase {
+            heads: kv_heads * group, kv_heads, head_dim, sq, skv: sq + extra,
+            dtype: if bf16 { GemmDtype::Bf16 } else { GemmDtype::F32 },
+            config: Config::new().with("BQ", bq).with("BK", bk), seed,
+        };
+        let run = run_prefill(&launcher(), &case).unwrap();
+        let err = run.launch.report.max_rel_error.unwrap();
+        let tol = if bf16 { 1e-2 } else { 1e-5 };
+        prop_assert!(err <= tol, "{case:?}: {err}");
+    }
+}
+
+#[test]
+fn chunked_prefill_equals_one_shot() {
+    let (s, h, hkv, d) = (150usize, 4usize, 2usize, 32usize);
+    let mut rng = Rng::new(11);
+    let qv = rng.vec(s * h * d, 1.0);
+    let kv = rng.vec(s * hkv * d, 1.0);
+    let vv = rng.vec(s * hkv * d, 1.0);
+    let cfg = Config::new()
+        .with("BQ", 32)
+        .with("BK", 32)
+        .with("D", d as i64);
+    let scale = 1.0 / (d as f32).sqrt();
+    let rows = |v: &[f32], r0: usize, r1: usize, w: usize| v[r0 * w..r1 * w].to_vec();
+    let run = |q: &[f32], k: &[f32], v: &[f32], sq: usize, skv: usize| {
+        let q = Tensor::<f32>::from_f32(&[sq, h * d], q).unwrap();
+        let k = Tensor::<f32>::from_f32(&[skv, hkv * d], k).unwrap();
+        let v = Tensor::<f32>::from_f32(&[skv, hkv * d], v).unwrap();
+        let o = Tensor::<f32>::poisoned(&[sq, h * d]);
+        flash_prefill::launch(&launcher(), &cfg, &q, &k, &v, &o, scale, true).unwrap();
+        o.to_vec().unwrap()
+    };
+    let whole = run(&qv, &kv, &vv, s, s);
+    for chunks in [
+        vec![0, 150],
+        vec![0, 64, 150],
+        vec![0, 1, 17, 100, 149, 150],
+    ] {
+        let mut got = Vec::new();
+        for w in chunks.windows(2) {
+            let (a, b) = (w[0], w[1]);
+            got.extend(run(
+                &rows(&qv, a, b, h * d),
+                &rows(&kv, 0, b, hkv * d),
+                &rows(&vv, 0, b, hkv * d),
+                b - a,
+                b,
+            ));
+        }
+        let worst = got
+            .iter()
+            .zip(&whole)
+            .map(|(x, y)| (x - y).abs())
+            .fold(0.0f32, f32::max);
+        assert!(worst <= 1e-5, "chunks {chunks:?}: max abs diff {worst}");
+    }
+}
+
+#[test]
+fn prefill_is_deterministic_and_cost_only_matches() {
+    let case = PrefillCase {
+        heads: 4,
+        kv_heads: 1,
+        head_dim: 64,
+        sq: 77,
+        skv: 130,
+        dtype: GemmDtype::Bf16,
+        config: Config::new(),
+        seed: 5,
+    };
+    let one = run_prefill(&launcher().with_threads(1), &case).unwrap();
+    let two = run_prefill(&launcher().with_threads(2), &case).unwrap();
+    assert_eq!(one.launch.report, two.launch.report);
+    let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+    assert_eq!(
+        bits(one.output.as_ref().unwrap()),
+        bits(two.output.as_ref().unwrap())
+    );
+    let cost = run_prefill(&launcher().with_backend(Backend::CostOnly), &case).unwrap();
+    assert_eq!(cost.launch.report.cycles, one.launch.report.cycles);
+}
+
+#[test]
+fn bad_shapes_are_errors() {
+    let mut case = PrefillCase {
+        heads: 3,
+        kv_heads: 2,
+        head_dim: 64,
+        sq: 8,
+        skv: 8,
+        dtype: GemmDtype::F32,
+        config: Config::new(),
+        seed: 1,
+    };
+    assert!(
+        run_prefill(&launcher(), &case).is_err(),
+        "kv_heads must divide heads"
+    );
+    case.kv_heads = 1;
+    case.skv = 4;
+    assert!(run_prefill(&launcher(), &case).is_err(), "sq > skv");
+    case.skv = 8;
+    case.head_dim = 48;
+    assert!(run_prefill(&launcher(), &case)
+        .unwrap_err()
+        .to_string()
+        .contains("D=48"));
+}
