@@ -508,8 +508,14 @@ pub fn reduce_cols(out: &mut [f32], a: &[f32], cols: usize, op: Reduce) {
 
 /// Rounds every element to the nearest value of `dtype` (round-to-nearest-even); f32 is unchanged.
 ///
-/// bf16 and f16 round here; the FP8/FP4 formats are implemented in their own modules.
+/// bf16 and f16 round here; the FP8/FP4 formats round in [`crate::formats`] (SIMD, exact), with
+/// [`Overflow::Saturate`](crate::formats::Overflow::Saturate): a value beyond the format's largest
+/// finite magnitude (or ±inf) becomes ±max (E4M3 ±448, E5M2 ±57344, E2M1 ±6). That is what
+/// accelerators' conversion instructions do (`cvt.satfinite`, torch's E4M3 cast), and it keeps
+/// the on-chip `f32` stand-in a value of the format; NaN stays NaN (so poisoned data stays
+/// visible, also for E2M1, which has no NaN of its own).
 pub fn round_to(x: &mut [f32], dtype: DType) {
+    use crate::formats::{fp4, fp8, Overflow};
     match dtype {
         DType::F32 | DType::I32 | DType::U8 => {}
         DType::Bf16 => round_bf16(x),
@@ -518,16 +524,10 @@ pub fn round_to(x: &mut [f32], dtype: DType) {
                 *v = half::f16::from_f32(*v).to_f32();
             }
         }
-        DType::Fp8e4m3 | DType::Fp8e5m2 | DType::Fp4e2m1 => {
-            // The FP8/FP4 encoders belong to the formats layer; until they land, refuse loudly.
-            unimplemented_format(dtype)
-        }
+        DType::Fp8e4m3 => fp8::round_e4m3_slice(x, Overflow::Saturate),
+        DType::Fp8e5m2 => fp8::round_e5m2_slice(x, Overflow::Saturate),
+        DType::Fp4e2m1 => fp4::round_e2m1_slice(x, Overflow::Saturate),
     }
-}
-
-#[cold]
-fn unimplemented_format(dtype: DType) {
-    panic!("rounding to {dtype} is provided by the formats module");
 }
 
 /// RNE to bf16 with the integer trick, 8 lanes at a time; NaN stays NaN (quietened).

@@ -3,6 +3,7 @@
 //! A cycle-approximate tile accelerator. It owns:
 //! - [`preset`]: devices as data (TOML files with sourced figures);
 //! - [`dtype`]: element types;
+//! - [`formats`]: low-precision number formats (FP8, FP4, E8M0, MX blocks, checkpoint packings), exact;
 //! - [`isa`]: the tile instruction set and each instruction's timing semantics;
 //! - [`functional`]: each instruction's functional semantics, on the host with SIMD (`wide`);
 //! - [`program`]: a program's recorded instruction stream;
@@ -13,6 +14,7 @@
 
 pub mod dtype;
 pub mod error;
+pub mod formats;
 pub mod functional;
 pub mod isa;
 pub mod memory;

@@ -268,26 +268,46 @@ impl Report {
         let secs = r.time_us * 1e-6;
         r.achieved_tflops = r.flop as f64 / secs / 1e12;
         r.achieved_hbm_gbps = r.hbm_bytes as f64 / secs / 1e9;
-        r.arithmetic_intensity = if r.hbm_bytes > 0 { r.flop as f64 / r.hbm_bytes as f64 } else { f64::INFINITY };
+        r.arithmetic_intensity = if r.hbm_bytes > 0 {
+            r.flop as f64 / r.hbm_bytes as f64
+        } else {
+            f64::INFINITY
+        };
         r.roofline_fraction = r.roofline_cycles as f64 / r.cycles.max(1) as f64;
-        let dominant = parts.iter().max_by_key(|p| p.roofline_cycles).unwrap_or(first);
+        let dominant = parts
+            .iter()
+            .max_by_key(|p| p.roofline_cycles)
+            .unwrap_or(first);
         r.bound = dominant.bound;
         r.bound_unit = dominant.bound_unit;
         for (k, v) in r.engine_utilization.iter_mut() {
-            *v = parts.iter().map(|p| p.engine_utilization.get(k).copied().unwrap_or(0.0) * p.cycles as f64).sum::<f64>()
+            *v = parts
+                .iter()
+                .map(|p| p.engine_utilization.get(k).copied().unwrap_or(0.0) * p.cycles as f64)
+                .sum::<f64>()
                 / r.cycles.max(1) as f64;
         }
         r.config = parts
             .iter()
-            .flat_map(|p| p.config.iter().map(move |(k, v)| (format!("{}.{k}", p.kernel), *v)))
+            .flat_map(|p| {
+                p.config
+                    .iter()
+                    .map(move |(k, v)| (format!("{}.{k}", p.kernel), *v))
+            })
             .collect();
         r.grid = [r.programs, 1, 1];
-        r.max_rel_error = parts.iter().filter_map(|p| p.max_rel_error).reduce(f64::max);
+        r.max_rel_error = parts
+            .iter()
+            .filter_map(|p| p.max_rel_error)
+            .reduce(f64::max);
         r.cost_only = parts.iter().any(|p| p.cost_only);
         r.lines = parts
             .iter()
             .flat_map(|p| {
-                p.lines.iter().map(move |l| LineReport { code: format!("{}: {}", p.kernel, l.code), ..l.clone() })
+                p.lines.iter().map(move |l| LineReport {
+                    code: format!("{}: {}", p.kernel, l.code),
+                    ..l.clone()
+                })
             })
             .collect();
         Some(r)

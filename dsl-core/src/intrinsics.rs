@@ -590,3 +590,51 @@ pub fn mask_keys<T: Float, const R: usize, const C: usize>(
     vec_op(ctx, R * C, T::DTYPE, VectorClass::Simple, &[s.buf], out.buf);
     out
 }
+/// Dequantizes an MXFP4 tile on chip (vector unit): `blocks` holds `R×C` E2M1 values packed two per
+/// byte (element `2j` in the low nibble of byte `j`, as gpt-oss checkpoints store them), `scales`
+/// one E8M0 byte per 32 elements of a row; element `(r, c)` = E2M1(nibble) · 2^(scale − 127),
+/// rounded to `U`. A NaN scale (0xFF) makes its 32 elements NaN. The packed tile sizes must be
+/// `C/2` and `C/32` columns (use `derived(CB = C / 2, CS = C / 32)`).
+pub fn dequant_mxfp4<U: Float, const R: usize, const C: usize, const CB: usize, const CS: usize>(
+    ctx: &mut Ctx,
+    blocks: &Tile<u8, R, CB>,
+    scales: &Tile<u8, R, CS>,
+) -> Tile<U, R, C> {
+    if CB * 2 != C || CS * 32 != C {
+        ctx.fail(format!(
+            "dequant_mxfp4 to {R}x{C} needs blocks of {R}x{} bytes and scales of {R}x{} bytes, got {R}x{CB} and {R}x{CS}",
+            C / 2,
+            C.div_ceil(32)
+        ));
+    }
+    let data = match (&blocks.data, &scales.data) {
+        (Some(b), Some(s)) if CB * 2 == C && CS * 32 == C => {
+            let mut out = vec![0.0f32; R * C];
+            let bytes: Vec<u8> = b.iter().map(|v| *v as u8).collect();
+            for r in 0..R {
+                let row = &mut out[r * C..(r + 1) * C];
+                accel_sim::formats::fp4::decode_e2m1_packed(&bytes[r * CB..(r + 1) * CB], row);
+                for (g, chunk) in row.chunks_exact_mut(32).enumerate() {
+                    let scale = accel_sim::formats::e8m0::decode(s[r * CS + g] as u8);
+                    for x in chunk {
+                        *x *= scale;
+                    }
+                }
+            }
+            U::round(&mut out);
+            Some(out)
+        }
+        _ => None,
+    };
+    let out = ctx.new_tile::<U, R, C>(data);
+    // Two passes: table decode of the nibbles, then the scale multiply.
+    vec_op(
+        ctx,
+        2 * R * C,
+        U::DTYPE,
+        VectorClass::Simple,
+        &[blocks.buf, scales.buf],
+        out.buf,
+    );
+    out
+}

@@ -161,6 +161,25 @@ impl<T: Elem> Tensor<T> {
         view
     }
 
+    /// A view of the first `shape.iter().product()` elements with another shape (e.g. one reusable
+    /// workspace serving several weights in turn). Errors if the view would be larger.
+    pub fn reshaped(&self, shape: &[usize]) -> Result<Tensor<T>, String> {
+        let n: usize = shape.iter().product();
+        if n > self.len() {
+            return Err(format!(
+                "cannot view {self:?} as {shape:?}: {n} elements needed, {} available",
+                self.len()
+            ));
+        }
+        Ok(Tensor {
+            id: self.id,
+            shape: shape.to_vec(),
+            offset: self.offset,
+            mem: self.mem.clone(),
+            _t: PhantomData,
+        })
+    }
+
     /// Element offset of this view in the underlying memory (for cache-reuse keys).
     pub fn offset(&self) -> usize {
         self.offset

@@ -115,6 +115,13 @@ pub const INTRINSICS: &[Intrinsic] = &[
     i("mul_row", 3, &[]),
     i("div_row", 3, &[]),
     i("mask_keys", 3, &[]),
+    typed(
+        "dequant_mxfp4",
+        5,
+        &[1, 2],
+        &[0],
+        "dequant_mxfp4::<bf16, R, C>(&blocks, &scales)",
+    ),
     i("row_sum", 3, &[]),
     i("row_max", 3, &[]),
     i("col_sum", 3, &[]),

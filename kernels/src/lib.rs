@@ -6,6 +6,7 @@
 
 pub mod attention;
 pub mod gemm;
+pub mod moe;
 pub mod norm;
 pub mod reference;
 pub mod registry;

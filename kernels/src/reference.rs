@@ -100,3 +100,14 @@ pub fn rmsnorm_residual(
 pub fn rel_error(got: &[f32], want: &[f64]) -> f64 {
     max_rel_error(got, want, rms_floor(want))
 }
+
+/// `aᵀ` of a row-major `rows×cols` matrix (a helper for references of `x · Wᵀ` products).
+pub fn transpose(a: &[f32], rows: usize, cols: usize) -> Vec<f32> {
+    let mut t = vec![0.0f32; rows * cols];
+    for r in 0..rows {
+        for c in 0..cols {
+            t[c * rows + r] = a[r * cols + c];
+        }
+    }
+    t
+}
