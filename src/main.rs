@@ -39,6 +39,84 @@ enum Command {
 enum KernelCommand {
     /// C[M×N] = A[M×K]·B[K×N] (f32 accumulation).
     Gemm(GemmArgs),
+    /// SwiGLU expert FFN over MXFP4 or bf16 weights: what online conversion costs.
+    ExpertFfn(ExpertFfnArgs),
+    /// Attention kernels (prefill so far).
+    Attention(AttentionArgs),
+}
+
+#[derive(Clone, Copy, ValueEnum, PartialEq)]
+enum WeightsArg {
+    Mxfp4,
+    Fp8,
+    Bf16,
+}
+
+#[derive(Clone, Copy, ValueEnum, PartialEq)]
+enum ModeArg {
+    /// Dequantize tile by tile in SRAM.
+    Online,
+    /// Convert to bf16 in device memory first.
+    Offline,
+}
+
+#[derive(Args)]
+struct ExpertFfnArgs {
+    /// Experts in the layer.
+    #[arg(long)]
+    experts: usize,
+    /// Tokens routed to each expert.
+    #[arg(long)]
+    tokens: usize,
+    /// Hidden size.
+    #[arg(long)]
+    hidden: usize,
+    /// Expert intermediate size.
+    #[arg(long)]
+    inter: usize,
+    /// Weight format (default: compare every available choice).
+    #[arg(long, value_enum)]
+    weights: Option<WeightsArg>,
+    /// Conversion mode for MXFP4 weights (default: both).
+    #[arg(long, value_enum)]
+    mode: Option<ModeArg>,
+    #[command(flatten)]
+    common: CommonArgs,
+}
+
+#[derive(Clone, Copy, ValueEnum, PartialEq)]
+enum AttentionKind {
+    Prefill,
+    Decode,
+    MlaDecode,
+    DsaDecode,
+}
+
+#[derive(Args)]
+struct AttentionArgs {
+    /// Which attention kernel.
+    #[arg(long, value_enum)]
+    kind: AttentionKind,
+    /// Query tokens (prefill chunk length).
+    #[arg(long)]
+    seq: usize,
+    /// Context length (defaults to --seq).
+    #[arg(long)]
+    ctx: Option<usize>,
+    /// Query heads.
+    #[arg(long)]
+    heads: usize,
+    /// Key/value heads (default: --heads).
+    #[arg(long)]
+    kv_heads: Option<usize>,
+    /// Head dimension.
+    #[arg(long, default_value_t = 128)]
+    head_dim: usize,
+    /// Input dtype.
+    #[arg(long, value_enum, default_value = "bf16")]
+    dtype: DtypeArg,
+    #[command(flatten)]
+    common: CommonArgs,
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -125,6 +203,8 @@ fn run(cli: Cli) -> Result<(), String> {
             Ok(())
         }
         Command::Kernel(KernelCommand::Gemm(args)) => kernel_gemm(args),
+        Command::Kernel(KernelCommand::ExpertFfn(args)) => kernel_expert_ffn(args),
+        Command::Kernel(KernelCommand::Attention(args)) => kernel_attention(args),
     }
 }
 
@@ -308,6 +388,162 @@ fn print_sweep(points: &[tune::SweepPoint], json: bool) -> Result<(), String> {
                 p.config.to_string(),
                 "-"
             ),
+        }
+    }
+    Ok(())
+}
+
+fn kernel_expert_ffn(args: ExpertFfnArgs) -> Result<(), String> {
+    use kernels::moe::expert_gemm::{run_expert_ffn, ExpertFfnCase, WeightPath};
+    let c = &args.common;
+    let launcher = launcher_for(c)?;
+    if args.weights == Some(WeightsArg::Fp8) {
+        return Err("--weights fp8: the block-scaled FP8 expert GEMM is not implemented yet (the FP8 format and \
+                    DeepSeek block dequantization are, in accel_sim::formats); use mxfp4 or bf16"
+            .into());
+    }
+    let mut paths = Vec::new();
+    if args.weights != Some(WeightsArg::Bf16) {
+        if args.mode != Some(ModeArg::Offline) {
+            paths.push(("mxfp4", "online", WeightPath::Mxfp4Online));
+        }
+        if args.mode != Some(ModeArg::Online) {
+            paths.push(("mxfp4", "offline", WeightPath::Mxfp4Offline));
+        }
+    }
+    if args.weights.is_none() || args.weights == Some(WeightsArg::Bf16) {
+        paths.push(("bf16", "-", WeightPath::Bf16));
+    }
+    let mut rows = Vec::new();
+    for (weights, mode, path) in paths {
+        let case = ExpertFfnCase {
+            experts: args.experts,
+            tokens: args.tokens,
+            hidden: args.hidden,
+            inter: args.inter,
+            path,
+            config: Config::new(),
+            seed: c.seed,
+        };
+        let run = run_expert_ffn(&launcher, &case).map_err(|e| e.to_string())?;
+        if let Some(err) = run.report.max_rel_error {
+            if !(err <= 1e-3) {
+                return Err(format!(
+                    "{weights}/{mode}: result does not match the f64 reference: {err:.3e}"
+                ));
+            }
+        }
+        rows.push((weights, mode, run));
+    }
+    if c.json {
+        let list: Vec<serde_json::Value> = rows
+            .iter()
+            .map(|(w, m, r)| {
+                let mut v = serde_json::to_value(&r.report).expect("report serialises");
+                v["weights"] = (*w).into();
+                v["mode"] = (*m).into();
+                v["peak_device_bytes"] = r.peak_device_bytes.into();
+                v["weight_bytes"] = r.weight_bytes.into();
+                v
+            })
+            .collect();
+        let out = if list.len() == 1 {
+            list[0].clone()
+        } else {
+            serde_json::Value::Array(list)
+        };
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&out).map_err(|e| e.to_string())?
+        );
+        return Ok(());
+    }
+    println!(
+        "expert FFN: {} experts x {} tokens, hidden {}, inter {} on {}{}",
+        args.experts,
+        args.tokens,
+        args.hidden,
+        args.inter,
+        launcher.preset.name,
+        if c.cost_only { " (cost-only)" } else { "" }
+    );
+    println!(
+        "{:<7} {:<8} {:>12} {:>10} {:>14} {:>14} {:>16} {:>8} {:>10}",
+        "weights",
+        "mode",
+        "cycles",
+        "time us",
+        "HBM read B",
+        "weight B",
+        "peak device B",
+        "bound",
+        "max err"
+    );
+    for (w, m, r) in &rows {
+        println!(
+            "{:<7} {:<8} {:>12} {:>10.2} {:>14} {:>14} {:>16} {:>8} {:>10}",
+            w,
+            m,
+            r.report.cycles,
+            r.report.time_us,
+            r.report.hbm_read_bytes,
+            r.weight_bytes,
+            r.peak_device_bytes,
+            r.report.bound,
+            r.report
+                .max_rel_error
+                .map_or("-".to_string(), |e| format!("{e:.1e}"))
+        );
+    }
+    Ok(())
+}
+
+fn kernel_attention(args: AttentionArgs) -> Result<(), String> {
+    use kernels::attention::prefill::{run_prefill, PrefillCase};
+    let c = &args.common;
+    if args.kind != AttentionKind::Prefill {
+        return Err("only --kind prefill is implemented so far (decode, mla-decode and dsa-decode have f64 references \
+                    in kernels::attention::reference but no DSL kernel yet)"
+            .into());
+    }
+    let launcher = launcher_for(c)?;
+    let case = PrefillCase {
+        heads: args.heads,
+        kv_heads: args.kv_heads.unwrap_or(args.heads),
+        head_dim: args.head_dim,
+        sq: args.seq,
+        skv: args.ctx.unwrap_or(args.seq),
+        dtype: match args.dtype {
+            DtypeArg::Bf16 => GemmDtype::Bf16,
+            DtypeArg::F32 => GemmDtype::F32,
+        },
+        config: Config::new(),
+        seed: c.seed,
+    };
+    let run = run_prefill(&launcher, &case).map_err(|e| e.to_string())?;
+    let report = &run.launch.report;
+    if c.json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(report).map_err(|e| e.to_string())?
+        );
+    } else {
+        print!("{}", report.table());
+    }
+    if let (Some(path), Some(trace)) = (&c.trace, &run.launch.trace) {
+        std::fs::write(path, trace.to_json())
+            .map_err(|e| format!("cannot write trace {path}: {e}"))?;
+    }
+    if let Some(err) = report.max_rel_error {
+        let tol = if case.dtype == GemmDtype::Bf16 {
+            1e-2
+        } else {
+            1e-5
+        };
+        if !(err <= tol) {
+            return Err(format!(
+                "result does not match the f64 reference: max relative error {err:.3e} > {tol:.0e}"
+            ));
         }
     }
     Ok(())
