@@ -638,3 +638,123 @@ pub fn dequant_mxfp4<U: Float, const R: usize, const C: usize, const CB: usize, 
     );
     out
 }
+
+/// `acc[M×N] += a[K×M]ᵀ · b[K×N]` (e.g. a state update `Kᵀ V`; with `K = 1`, an outer product).
+pub fn mma_at<T: Float, const M: usize, const N: usize, const K: usize>(
+    ctx: &mut Ctx,
+    acc: &mut Tile<f32, M, N>,
+    a: &Tile<T, K, M>,
+    b: &Tile<T, K, N>,
+) {
+    if let (Some(c), Some(x), Some(y)) = (acc.data.as_mut(), a.data.as_ref(), b.data.as_ref()) {
+        let mut at = vec![0.0f32; M * K];
+        f::transpose(&mut at, x, K, M);
+        f::mma_f32(c, &at, y, M, N, K);
+    }
+    let op = Op::Mma {
+        m: M as u64,
+        n: N as u64,
+        k: K as u64,
+        dtype: T::DTYPE,
+    };
+    ctx.issue(Instr::new(
+        op,
+        ctx.line,
+        &[a.buf, b.buf, acc.buf],
+        Some(acc.buf),
+    ));
+}
+
+/// `tᵀ`: a `C×R` tile from an `R×C` one (one vector pass).
+pub fn transpose<T: Elem, const R: usize, const C: usize>(
+    ctx: &mut Ctx,
+    t: &Tile<T, R, C>,
+) -> Tile<T, C, R> {
+    let data = t.data.as_ref().map(|d| {
+        let mut v = vec![0.0f32; R * C];
+        f::transpose(&mut v, d, R, C);
+        v
+    });
+    let out = ctx.new_tile::<T, C, R>(data);
+    vec_op(ctx, R * C, T::DTYPE, VectorClass::Simple, &[t.buf], out.buf);
+    out
+}
+
+/// A `1×1` tile's value repeated over `R×C` (a per-head scalar such as a decay, applied to a tile).
+pub fn broadcast<T: Elem, const R: usize, const C: usize>(
+    ctx: &mut Ctx,
+    s: &Tile<T, 1, 1>,
+) -> Tile<T, R, C> {
+    let data = s.data.as_ref().map(|d| vec![d[0]; R * C]);
+    let out = ctx.new_tile::<T, R, C>(data);
+    vec_op(ctx, R * C, T::DTYPE, VectorClass::Simple, &[s.buf], out.buf);
+    out
+}
+
+/// Lower-triangular part of a square-indexed tile: element (r, c) kept when `c ≤ r` (or `c < r`
+/// with `strict`), zero elsewhere. For chunked linear attention's causal masks.
+pub fn tril<T: Elem, const R: usize, const C: usize>(
+    ctx: &mut Ctx,
+    t: &Tile<T, R, C>,
+    strict: bool,
+) -> Tile<T, R, C> {
+    let data = t.data.as_ref().map(|d| {
+        let mut v = d.clone();
+        for (r, row) in v.chunks_exact_mut(C).enumerate() {
+            let keep = if strict { r } else { r + 1 };
+            for x in row.iter_mut().skip(keep) {
+                *x = 0.0;
+            }
+        }
+        v
+    });
+    let out = ctx.new_tile::<T, R, C>(data);
+    vec_op(ctx, R * C, T::DTYPE, VectorClass::Simple, &[t.buf], out.buf);
+    out
+}
+
+/// The `N×N` identity.
+pub fn eye<T: Elem, const N: usize>(ctx: &mut Ctx) -> Tile<T, N, N> {
+    let data = ctx.functional.then(|| {
+        let mut v = vec![0.0f32; N * N];
+        for i in 0..N {
+            v[i * N + i] = 1.0;
+        }
+        v
+    });
+    let out = ctx.new_tile::<T, N, N>(data);
+    vec_op(ctx, N * N, T::DTYPE, VectorClass::Simple, &[], out.buf);
+    out
+}
+
+/// Reads one index from device memory into the program (a block-table entry, a selected token):
+/// a small blocking DMA, since the next addresses depend on it. In cost-only runs there is no data,
+/// so it returns `fallback` (e.g. the identity page mapping) — addresses do not change costs.
+pub fn load_index(ctx: &mut Ctx, t: &Tensor<i32>, i: usize, fallback: usize) -> usize {
+    let value = match t.data() {
+        Some(d) if i < d.len() => {
+            let v = d[i];
+            if v.is_finite() && v >= 0.0 {
+                v as usize
+            } else {
+                ctx.fail(format!(
+                    "index tensor {t:?} holds {v} at {i}; indices must be non-negative"
+                ));
+                0
+            }
+        }
+        Some(_) => {
+            ctx.fail(format!("load_index: position {i} is outside {t:?}"));
+            0
+        }
+        None => fallback,
+    };
+    let region = Region {
+        tensor: t.id(),
+        offset: (t.offset() + i) as u64,
+        rows: 1,
+        cols: 1,
+    };
+    ctx.issue(Instr::new(Op::Load { bytes: 4, region }, ctx.line, &[], None).blocking());
+    value
+}

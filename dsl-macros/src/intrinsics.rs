@@ -115,6 +115,18 @@ pub const INTRINSICS: &[Intrinsic] = &[
     i("mul_row", 3, &[]),
     i("div_row", 3, &[]),
     i("mask_keys", 3, &[]),
+    i("mma_at", 4, &[]),
+    i("transpose", 3, &[]),
+    typed(
+        "broadcast",
+        3,
+        &[1, 2],
+        &[0],
+        "broadcast::<_, R, C>(&scalar_tile)",
+    ),
+    i("tril", 3, &[]),
+    typed("eye", 2, &[1], &[0], "eye::<f32, N>()"),
+    i("load_index", 0, &[]),
     typed(
         "dequant_mxfp4",
         5,
