@@ -6,5 +6,6 @@
 //! latent cache). [`reference`](mod@reference) holds the float64 semantics every attention kernel
 //! is checked against; the DSL kernels ([`prefill`], ...) build on it.
 
+pub mod decode;
 pub mod prefill;
 pub mod reference;

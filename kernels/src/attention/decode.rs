@@ -1,0 +1,285 @@
+//! Decode attention over a paged KV cache, split along the context (flash-decoding), and the
+//! combine that merges the splits. The same kernel serves MLA's absorbed decode: a single latent
+//! "key/value head" (`kv_heads = 1`), keys of `kv_lora + rope` values and values that are the
+//! first `kv_lora` of them (the same pool passed as `k_pool` and `v_pool`).
+//!
+//! Layouts (token-major, as [`super::reference`]):
+//! - `q [Hkv, G, D]`: the newest token's queries, grouped by the key/value head they read;
+//! - `k_pool [pages, P, Hkv·D]`, `v_pool [pages, P, Hkv·DV]`: fixed-size pages of `P` tokens;
+//! - `block_table [n]` (i32): the sequence's pages in logical order;
+//! - partials `o_part [S, Hkv, G, DV]`, `lse_part [S, Hkv, G, 1]` (f32) for `S` splits;
+//! - output `o [Hkv·G, DV]`.
+
+use super::reference::{attention_decode_paged, mqa_dense, AttnShape, MqaShape};
+use crate::gemm::GemmDtype;
+use dsl_core::prelude::*;
+use dsl_core::SimError;
+
+/// One program per (block of `BH` query rows of one key/value head, context split).
+#[kernel(
+    grid = (q.shape()[0] * cdiv(q.shape()[1], BH), o_part.shape()[0]),
+    tunable(BH = [16, 64, 128], P = [64, 16, 128], D = [128, 64, 576], DV = [128, 64, 512])
+)]
+pub fn paged_decode_split<T: Float>(
+    q: &Tensor<T>,
+    k_pool: &Tensor<T>,
+    v_pool: &Tensor<T>,
+    block_table: &Tensor<i32>,
+    o_part: &Tensor<f32>,
+    lse_part: &Tensor<f32>,
+    ctx_len: usize,
+    sm_scale: f32,
+) {
+    let blocks = cdiv(q.shape()[1], BH);
+    let kvh = program_id(0) / blocks;
+    let r0 = (program_id(0) - kvh * blocks) * BH;
+    let split = program_id(1);
+    let splits = num_programs(1);
+    let n_pages = cdiv(ctx_len, P);
+    // Balanced, never-empty page ranges (the runner keeps splits ≤ pages).
+    let (p0, p1) = (split * n_pages / splits, (split + 1) * n_pages / splits);
+    let tq = load::<BH, D>(&q.at(kvh), r0, 0);
+    let mut m = full::<f32, BH, 1>(f32::NEG_INFINITY);
+    let mut l = zeros::<f32, BH, 1>();
+    let mut acc = zeros::<f32, BH, DV>();
+    for p in p0..p1 {
+        let page = load_index(block_table, p, p);
+        let tk = load_async::<P, D>(&k_pool.at(page), 0, kvh * D);
+        let tv = load_async::<P, DV>(&v_pool.at(page), 0, kvh * DV);
+        let mut s = zeros::<f32, BH, P>();
+        mma_bt(&mut s, &tq, &tk);
+        let s = mask_keys(&scale(&s, sm_scale), 0, p * P, ctx_len, false);
+        let m_new = maximum(&m, &row_max(&s));
+        let pr = exp(&sub_col(&s, &m_new));
+        let alpha = exp(&sub(&m, &m_new));
+        l = add(&mul(&l, &alpha), &row_sum(&pr));
+        acc = mul_col(&acc, &alpha);
+        mma(&mut acc, &cast::<T>(&pr), &tv);
+        m = m_new;
+    }
+    store(&o_part.at(split).at(kvh), r0, 0, &div_col(&acc, &l));
+    store(&lse_part.at(split).at(kvh), r0, 0, &add(&m, &ln(&l)));
+}
+
+/// Merges split partials: `o = Σ_s e^(lse_s − m) o_s / Σ_s e^(lse_s − m)`, `m = max_s lse_s`.
+#[kernel(grid = (cdiv(o.rows(), BH),), tunable(BH = [16, 64, 128], DV = [128, 64, 512]))]
+pub fn decode_combine<T: Float>(o_part: &Tensor<f32>, lse_part: &Tensor<f32>, o: &Tensor<T>) {
+    let r = program_id(0) * BH;
+    let splits = o_part.shape()[0];
+    let mut m = full::<f32, BH, 1>(f32::NEG_INFINITY);
+    for s in 0..splits {
+        m = maximum(&m, &load::<BH, 1>(&lse_part.at(s), r, 0));
+    }
+    let mut num = zeros::<f32, BH, DV>();
+    let mut den = zeros::<f32, BH, 1>();
+    for s in 0..splits {
+        let w = exp(&sub(&load_async::<BH, 1>(&lse_part.at(s), r, 0), &m));
+        num = add(
+            &num,
+            &mul_col(&load_async::<BH, DV>(&o_part.at(s), r, 0), &w),
+        );
+        den = add(&den, &w);
+    }
+    store(o, r, 0, &cast::<T>(&div_col(&num, &den)));
+}
+
+/// One decode problem over a paged cache.
+#[derive(Debug, Clone)]
+pub struct DecodeCase {
+    /// Query heads.
+    pub heads: usize,
+    /// Key/value heads (1 for MLA's latent cache).
+    pub kv_heads: usize,
+    /// Key (and query) head dimension (`kv_lora + rope` for MLA).
+    pub head_dim: usize,
+    /// Value head dimension (`kv_lora` for MLA, whose values are the first `kv_lora` key values).
+    pub v_head_dim: usize,
+    /// Whether keys and values share one pool (MLA latent cache).
+    pub shared_kv: bool,
+    /// Context length (the newest token included).
+    pub ctx: usize,
+    /// Tokens per page.
+    pub page_size: usize,
+    /// Context splits (flash-decoding); clamped to the number of pages.
+    pub splits: usize,
+    /// Element dtype.
+    pub dtype: GemmDtype,
+    /// Seed of the random inputs (and of the scrambled block table).
+    pub seed: u64,
+}
+
+/// A decode run: both launches chained in one report, and the output `[heads, v_head_dim]`.
+#[derive(Debug)]
+pub struct DecodeRun {
+    /// Split kernel + combine.
+    pub report: dsl_core::Report,
+    /// Output (functional runs).
+    pub output: Option<Vec<f32>>,
+}
+
+fn pick(values: &[i64], want: usize, what: &str) -> Result<i64, SimError> {
+    values
+        .iter()
+        .copied()
+        .filter(|v| *v as usize >= want)
+        .min()
+        .ok_or_else(|| SimError::Launch {
+            kernel: paged_decode_split::META.name.into(),
+            message: format!(
+                "{what} {want} is larger than the kernel supports (largest {:?})",
+                values.iter().max()
+            ),
+        })
+}
+
+/// Runs paged decode on random data with a scrambled block table, checked against the f64
+/// reference (contiguous attention over the gathered pages; for a shared pool, latent MQA).
+pub fn run_decode(launcher: &Launcher, case: &DecodeCase) -> Result<DecodeRun, SimError> {
+    let name = paged_decode_split::META.name;
+    let fail = |message: String| SimError::Launch {
+        kernel: name.into(),
+        message,
+    };
+    let shape = AttnShape {
+        sq: 1,
+        skv: case.ctx,
+        heads: case.heads,
+        kv_heads: case.kv_heads,
+        head_dim: case.head_dim,
+        v_head_dim: case.v_head_dim,
+    };
+    shape.validate().map_err(|e| fail(e.to_string()))?;
+    if case.page_size == 0 || case.ctx == 0 {
+        return Err(fail("page size and context must be ≥ 1".into()));
+    }
+    if case.shared_kv && (case.kv_heads != 1 || case.v_head_dim > case.head_dim) {
+        return Err(fail(
+            "a shared (latent) pool needs one kv head and v_head_dim ≤ head_dim".into(),
+        ));
+    }
+    let dims = &paged_decode_split::META.tunables;
+    let values = |n: &str| {
+        dims.iter()
+            .find(|(k, _)| *k == n)
+            .map(|(_, v)| *v)
+            .unwrap_or(&[])
+    };
+    for (n, v) in [
+        ("P", case.page_size),
+        ("D", case.head_dim),
+        ("DV", case.v_head_dim),
+    ] {
+        if !values(n).contains(&(v as i64)) {
+            return Err(fail(format!(
+                "{n} = {v} is not one of the kernel's sizes {:?}",
+                values(n)
+            )));
+        }
+    }
+    let group = case.heads / case.kv_heads;
+    let bh = pick(values("BH"), group.min(64), "query rows per kv head")?;
+    let cfg = Config::new()
+        .with("BH", bh)
+        .with("P", case.page_size as i64)
+        .with("D", case.head_dim as i64);
+    let cfg = cfg.with("DV", case.v_head_dim as i64);
+    match case.dtype {
+        GemmDtype::F32 => run_typed::<f32>(launcher, case, shape, &cfg, group),
+        GemmDtype::Bf16 => run_typed::<bf16>(launcher, case, shape, &cfg, group),
+    }
+}
+
+fn run_typed<T: Float>(
+    launcher: &Launcher,
+    case: &DecodeCase,
+    shape: AttnShape,
+    cfg: &Config,
+    group: usize,
+) -> Result<DecodeRun, SimError> {
+    let fail = |message: String| SimError::Launch {
+        kernel: paged_decode_split::META.name.into(),
+        message,
+    };
+    let n_pages = case.ctx.div_ceil(case.page_size);
+    let splits = case.splits.clamp(1, n_pages);
+    // A pool with spare pages and a scrambled block table, as a real allocator leaves it.
+    let pool_pages = n_pages + 3;
+    let mut rng = crate::testdata::Rng::new(case.seed);
+    let mut table: Vec<usize> = (0..pool_pages).collect();
+    for i in (1..table.len()).rev() {
+        table.swap(i, (rng.next_u64() % (i as u64 + 1)) as usize);
+    }
+    table.truncate(n_pages);
+    let krow = case.kv_heads * case.head_dim;
+    let vrow = case.kv_heads * case.v_head_dim;
+    let mut t = crate::testdata::CaseTensors::new(
+        launcher,
+        case.seed ^ 0x5eed,
+        paged_decode_split::META.name,
+    );
+    let q = t.input::<T>(&[case.kv_heads, group, case.head_dim], 0.0, 1.0)?;
+    let k_pool = t.input::<T>(&[pool_pages, case.page_size, krow], 0.0, 1.0)?;
+    let v_pool = if case.shared_kv {
+        k_pool.clone()
+    } else {
+        t.input::<T>(&[pool_pages, case.page_size, vrow], 0.0, 1.0)?
+    };
+    let idx: Vec<i32> = table.iter().map(|p| *p as i32).collect();
+    let block_table = if launcher.backend == Backend::Functional {
+        Tensor::<i32>::from_indices(&[n_pages], &idx).map_err(fail)?
+    } else {
+        Tensor::shape_only(&[n_pages])
+    };
+    let o_part = t.output::<f32>(&[splits, case.kv_heads, group, case.v_head_dim]);
+    let lse_part = t.output::<f32>(&[splits, case.kv_heads, group, 1]);
+    let o = t.output::<T>(&[case.heads, case.v_head_dim]);
+    let sm_scale = 1.0 / (case.head_dim as f32).sqrt();
+    let split = paged_decode_split::launch(
+        launcher,
+        cfg,
+        &q,
+        &k_pool,
+        &v_pool,
+        &block_table,
+        &o_part,
+        &lse_part,
+        case.ctx,
+        sm_scale,
+    )?;
+    let comb_cfg = Config::new()
+        .with("BH", 16)
+        .with("DV", case.v_head_dim as i64);
+    let combine = decode_combine::launch(launcher, &comb_cfg, &o_part, &lse_part, &o)?;
+    let mut report = dsl_core::Report::chain("paged_decode", &[split.report, combine.report])
+        .expect("two launches");
+    let output = o.to_vec();
+    if let (Some(out), Some(qv), Some(kv), Some(vv)) =
+        (&output, q.to_vec(), k_pool.to_vec(), v_pool.to_vec())
+    {
+        let want = if case.shared_kv {
+            let rows = super::reference::gather_pages(&kv, krow, case.page_size, &table, case.ctx)
+                .map_err(|e| fail(e.to_string()))?;
+            let ms = MqaShape {
+                sq: 1,
+                skv: case.ctx,
+                heads: case.heads,
+                dk: case.head_dim,
+                dv: case.v_head_dim,
+            };
+            mqa_dense(&qv, &rows, ms, sm_scale as f64).map_err(|e| fail(e.to_string()))?
+        } else {
+            attention_decode_paged(
+                &qv,
+                &kv,
+                &vv,
+                &table,
+                case.page_size,
+                shape,
+                sm_scale as f64,
+            )
+            .map_err(|e| fail(e.to_string()))?
+        };
+        report.max_rel_error = Some(crate::reference::rel_error(out, &want));
+    }
+    Ok(DecodeRun { report, output })
+}
