@@ -112,9 +112,30 @@ struct AttentionArgs {
     /// Head dimension.
     #[arg(long, default_value_t = 128)]
     head_dim: usize,
-    /// Input dtype.
+    /// Input dtype (prefill, decode, mla-decode; dsa-decode runs f32).
     #[arg(long, value_enum, default_value = "bf16")]
     dtype: DtypeArg,
+    /// Tokens per KV-cache page (decode kinds).
+    #[arg(long, default_value_t = 64)]
+    page_size: usize,
+    /// Context splits for flash-decoding (decode kinds).
+    #[arg(long, default_value_t = 4)]
+    splits: usize,
+    /// index_topk (dsa-decode).
+    #[arg(long, default_value_t = 2048)]
+    topk: usize,
+    /// MLA kv_lora_rank (mla-decode, dsa-decode).
+    #[arg(long, default_value_t = 512)]
+    kv_lora: usize,
+    /// MLA qk_rope_head_dim (mla-decode, dsa-decode).
+    #[arg(long, default_value_t = 64)]
+    rope_dim: usize,
+    /// Indexer heads (dsa-decode).
+    #[arg(long, default_value_t = 64)]
+    index_heads: usize,
+    /// Indexer head dim (dsa-decode).
+    #[arg(long, default_value_t = 128)]
+    index_dim: usize,
     #[command(flatten)]
     common: CommonArgs,
 }
@@ -499,12 +520,100 @@ fn kernel_expert_ffn(args: ExpertFfnArgs) -> Result<(), String> {
 }
 
 fn kernel_attention(args: AttentionArgs) -> Result<(), String> {
+    use kernels::attention::decode::{run_decode, DecodeCase};
     use kernels::attention::prefill::{run_prefill, PrefillCase};
+    use kernels::attention::sparse::{run_dsa_decode, DsaDecodeCase};
     let c = &args.common;
-    if args.kind != AttentionKind::Prefill {
-        return Err("only --kind prefill is implemented so far (decode, mla-decode and dsa-decode have f64 references \
-                    in kernels::attention::reference but no DSL kernel yet)"
-            .into());
+    let dtype = match args.dtype {
+        DtypeArg::Bf16 => GemmDtype::Bf16,
+        DtypeArg::F32 => GemmDtype::F32,
+    };
+    let ctx = args.ctx.unwrap_or(args.seq);
+    let print = |report: &accel_sim::Report| -> Result<(), String> {
+        if c.json {
+            println!(
+                "{}",
+                serde_json::to_string_pretty(report).map_err(|e| e.to_string())?
+            );
+        } else {
+            print!("{}", report.table());
+        }
+        Ok(())
+    };
+    let check = |err: Option<f64>, tol: f64| match err {
+        Some(e) if !(e <= tol) => Err(format!(
+            "result does not match the f64 reference: max relative error {e:.3e} > {tol:.0e}"
+        )),
+        _ => Ok(()),
+    };
+    let tol = if dtype == GemmDtype::Bf16 { 1e-2 } else { 1e-5 };
+    match args.kind {
+        AttentionKind::Prefill => {}
+        AttentionKind::Decode | AttentionKind::MlaDecode => {
+            let launcher = launcher_for(c)?;
+            let mla = args.kind == AttentionKind::MlaDecode;
+            let case = DecodeCase {
+                heads: args.heads,
+                kv_heads: if mla {
+                    1
+                } else {
+                    args.kv_heads.unwrap_or(args.heads)
+                },
+                head_dim: if mla {
+                    args.kv_lora + args.rope_dim
+                } else {
+                    args.head_dim
+                },
+                v_head_dim: if mla { args.kv_lora } else { args.head_dim },
+                shared_kv: mla,
+                ctx,
+                page_size: args.page_size,
+                splits: args.splits,
+                dtype,
+                seed: c.seed,
+            };
+            let run = run_decode(&launcher, &case).map_err(|e| e.to_string())?;
+            print(&run.report)?;
+            return check(run.report.max_rel_error, tol);
+        }
+        AttentionKind::DsaDecode => {
+            let launcher = launcher_for(c)?;
+            let case = DsaDecodeCase {
+                heads: args.heads,
+                ctx,
+                topk: args.topk,
+                index_heads: args.index_heads,
+                index_dim: args.index_dim,
+                head_dim: args.kv_lora + args.rope_dim,
+                v_head_dim: args.kv_lora,
+                page_size: args.page_size,
+                seed: c.seed,
+            };
+            let run = run_dsa_decode(&launcher, &case).map_err(|e| e.to_string())?;
+            if c.json {
+                let v = serde_json::json!({"total": run.total, "indexer": run.indexer, "topk": run.topk, "attention": run.attention});
+                println!(
+                    "{}",
+                    serde_json::to_string_pretty(&v).map_err(|e| e.to_string())?
+                );
+            } else {
+                for (name, r) in [
+                    ("indexer", &run.indexer),
+                    ("top-k", &run.topk),
+                    ("sparse attention", &run.attention),
+                ] {
+                    println!("{name:<17} {}", r.summary_line());
+                }
+                print!("{}", run.total.table());
+            }
+            if run.selection_matches == Some(false) {
+                return Err(
+                    "top-k selection differs from the reference selection of the same scores"
+                        .into(),
+                );
+            }
+            return check(run.total.max_rel_error, 1e-5);
+        }
     }
     let launcher = launcher_for(c)?;
     let case = PrefillCase {

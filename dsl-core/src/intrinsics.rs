@@ -758,3 +758,142 @@ pub fn load_index(ctx: &mut Ctx, t: &Tensor<i32>, i: usize, fallback: usize) -> 
     ctx.issue(Instr::new(Op::Load { bytes: 4, region }, ctx.line, &[], None).blocking());
     value
 }
+
+/// Total order of top-k selection: higher score first, equal scores by lower index, `−0 = +0`,
+/// NaN below everything (so a NaN never displaces a real score).
+fn topk_before(a: (f32, f32), b: (f32, f32)) -> std::cmp::Ordering {
+    let key = |v: f32| {
+        if v.is_nan() {
+            f32::NEG_INFINITY
+        } else {
+            v + 0.0
+        }
+    };
+    let nan_rank = |v: f32| v.is_nan() as u8;
+    nan_rank(a.0)
+        .cmp(&nan_rank(b.0))
+        .then(
+            key(b.0)
+                .partial_cmp(&key(a.0))
+                .unwrap_or(std::cmp::Ordering::Equal),
+        )
+        .then(a.1.partial_cmp(&b.1).unwrap_or(std::cmp::Ordering::Equal))
+}
+
+/// Merges `C` candidate scores (indices `base..base+C`) into a running top-`K` (`best`, best
+/// first; `best_idx` holds the indices). Repeated over a row's tiles it selects the row's top-`K`
+/// with [`topk_before`]'s deterministic order. Start from `full(-inf)` scores and `full(-1)`
+/// indices. Costed as a bitonic merge on the vector unit: `(K + C)·log2(K + C)` element passes.
+pub fn topk_update<const K: usize, const C: usize>(
+    ctx: &mut Ctx,
+    best: &mut Tile<f32, 1, K>,
+    best_idx: &mut Tile<i32, 1, K>,
+    cand: &Tile<f32, 1, C>,
+    base: usize,
+) {
+    if let (Some(bv), Some(bi), Some(cv)) = (
+        best.data.as_mut(),
+        best_idx.data.as_mut(),
+        cand.data.as_ref(),
+    ) {
+        let mut all: Vec<(f32, f32)> = bv.iter().copied().zip(bi.iter().copied()).collect();
+        all.extend(cv.iter().enumerate().map(|(c, v)| (*v, (base + c) as f32)));
+        all.sort_by(|a, b| topk_before(*a, *b));
+        for (k, (v, i)) in all.into_iter().take(K).enumerate() {
+            bv[k] = v;
+            bi[k] = i;
+        }
+    }
+    let n = (K + C) as u64;
+    let passes = n * (64 - n.leading_zeros() as u64);
+    let op = Op::Vector {
+        elems: passes,
+        dtype: accel_sim::DType::F32,
+        class: VectorClass::Simple,
+    };
+    ctx.issue(Instr::new(
+        op.clone(),
+        ctx.line,
+        &[best.buf, best_idx.buf, cand.buf],
+        Some(best.buf),
+    ));
+    ctx.issue(Instr::new(
+        Op::Vector {
+            elems: 0,
+            dtype: accel_sim::DType::I32,
+            class: VectorClass::Simple,
+        },
+        ctx.line,
+        &[best.buf],
+        Some(best_idx.buf),
+    ));
+}
+
+/// Gathers `R` rows of a paged pool into a tile: row `r` is logical token `idx[i0 + r]` of a
+/// sequence whose pages are `block_table` (`pool [pages, P, row]`), columns `col..col+C`. Rows
+/// `r ≥ count` read as 0. One gather DMA: the indices, the block-table entries and the rows move.
+#[allow(clippy::too_many_arguments)]
+pub fn gather_rows<const R: usize, const C: usize, T: Elem>(
+    ctx: &mut Ctx,
+    pool: &Tensor<T>,
+    block_table: &Tensor<i32>,
+    idx: &Tensor<i32>,
+    i0: usize,
+    count: usize,
+    col: usize,
+) -> Tile<T, R, C> {
+    let page = pool.shape().get(1).copied().unwrap_or(1).max(1);
+    let row_len = pool.cols();
+    let rows = count
+        .saturating_sub(i0)
+        .min(R)
+        .min(idx.len().saturating_sub(i0));
+    let vc = row_len.saturating_sub(col).min(C);
+    let data = if ctx.functional {
+        let mut v = vec![0.0f32; R * C];
+        match (pool.data(), block_table.data(), idx.data()) {
+            (Some(p), Some(bt), Some(ix)) => {
+                for r in 0..rows {
+                    let s = ix[i0 + r] as usize;
+                    let Some(pg) = bt.get(s / page) else {
+                        ctx.fail(format!(
+                            "gather_rows: token {s} is past the block table ({} pages)",
+                            bt.len()
+                        ));
+                        break;
+                    };
+                    let src = (*pg as usize * page + s % page) * row_len + col;
+                    if src + vc > p.len() {
+                        ctx.fail(format!(
+                            "gather_rows: token {s} maps outside the pool {pool:?}"
+                        ));
+                        break;
+                    }
+                    v[r * C..r * C + vc].copy_from_slice(&p[src..src + vc]);
+                }
+            }
+            _ => ctx.fail("gather_rows: functional launch given shape-only tensors".into()),
+        }
+        let mut v = v;
+        T::round(&mut v);
+        Some(v)
+    } else {
+        None
+    };
+    let tile = ctx.new_tile::<T, R, C>(data);
+    let bytes = T::DTYPE.bytes_for((rows * vc) as u64) + 8 * rows as u64;
+    // Keyed by the index window: programs gathering the same selection hit in L2.
+    let region = Region {
+        tensor: pool.id(),
+        offset: u64::MAX - (idx.offset() + i0) as u64,
+        rows: rows as u64,
+        cols: (col + vc) as u64,
+    };
+    ctx.issue(Instr::new(
+        Op::Load { bytes, region },
+        ctx.line,
+        &[],
+        Some(tile.buf),
+    ));
+    tile
+}

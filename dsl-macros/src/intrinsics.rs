@@ -127,6 +127,8 @@ pub const INTRINSICS: &[Intrinsic] = &[
     i("tril", 3, &[]),
     typed("eye", 2, &[1], &[0], "eye::<f32, N>()"),
     i("load_index", 0, &[]),
+    i("topk_update", 2, &[]),
+    i("gather_rows", 3, &[0, 1]),
     typed(
         "dequant_mxfp4",
         5,

@@ -29,7 +29,7 @@ impl Rng {
     }
 }
 
-use dsl_core::{Backend, Float, Launcher, SimError, Tensor};
+use dsl_core::{Backend, Elem, Launcher, SimError, Tensor};
 
 /// Builds a case's tensors for either backend: random inputs and NaN-poisoned outputs in
 /// functional runs, shape-only tensors in cost-only runs (nothing allocated).
@@ -47,7 +47,7 @@ impl CaseTensors {
     }
 
     /// An input uniform in [center − scale, center + scale) (drawn in row-major order).
-    pub fn input<T: Float>(
+    pub fn input<T: Elem>(
         &mut self,
         shape: &[usize],
         center: f32,
@@ -67,7 +67,7 @@ impl CaseTensors {
     }
 
     /// An output: NaN-poisoned, so an element the kernel forgets to write fails its check.
-    pub fn output<T: Float>(&self, shape: &[usize]) -> Tensor<T> {
+    pub fn output<T: Elem>(&self, shape: &[usize]) -> Tensor<T> {
         match self.rng {
             Some(_) => Tensor::poisoned(shape),
             None => Tensor::shape_only(shape),

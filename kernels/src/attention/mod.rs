@@ -9,3 +9,4 @@
 pub mod decode;
 pub mod prefill;
 pub mod reference;
+pub mod sparse;
