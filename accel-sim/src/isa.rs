@@ -1,7 +1,7 @@
 //! The tile instruction set: what a program issues, and the timing semantics of each instruction.
 //!
 //! The functional semantics live in [`crate::functional`]; a front end (dsl-core) computes the data
-//! and records one [`Instr`] per operation. The timing model ([`crate::timing`]) turns a program's
+//! and records one [`crate::program::Instr`] per operation. The timing model ([`crate::timing`]) turns a program's
 //! recorded instructions into a schedule on the core's engines.
 
 use crate::dtype::DType;

@@ -782,7 +782,7 @@ fn topk_before(a: (f32, f32), b: (f32, f32)) -> std::cmp::Ordering {
 
 /// Merges `C` candidate scores (indices `base..base+C`) into a running top-`K` (`best`, best
 /// first; `best_idx` holds the indices). Repeated over a row's tiles it selects the row's top-`K`
-/// with [`topk_before`]'s deterministic order. Start from `full(-inf)` scores and `full(-1)`
+/// with a deterministic order (higher score first, ties by lower index, NaN last). Start from `full(-inf)` scores and `full(-1)`
 /// indices. Costed as a bitonic merge on the vector unit: `(K + C)·log2(K + C)` element passes.
 pub fn topk_update<const K: usize, const C: usize>(
     ctx: &mut Ctx,

@@ -1,10 +1,10 @@
 //! GEMM: `C[M×N] = A[M×K] · B[K×N]` with f32 accumulation (inputs bf16, f16 or f32).
 //!
 //! Two DSL implementations of the same operator:
-//! - [`gemm`]: the straightforward tiling: load A and B tiles, multiply, repeat. Each load waits,
+//! - [`gemm()`]: the straightforward tiling: load A and B tiles, multiply, repeat. Each load waits,
 //!   and a tile's SRAM is reused only after the matrix unit is done with it, so DMA and compute
 //!   serialise;
-//! - [`gemm_db`]: double-buffered: the next K-step's tiles are requested (`load_async`) before the
+//! - [`gemm_db()`]: double-buffered: the next K-step's tiles are requested (`load_async`) before the
 //!   current ones are multiplied, so DMA overlaps the matrix unit.
 
 use dsl_core::prelude::*;
@@ -78,11 +78,11 @@ pub fn gemm_pipelined<T: Float>(a: &Tensor<T>, b: &Tensor<T>, c: &Tensor<f32>) {
 /// Which GEMM implementation to run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum GemmVariant {
-    /// [`gemm`]: no prefetch.
+    /// [`gemm()`]: no prefetch.
     Naive,
-    /// [`gemm_db`]: double-buffered.
+    /// [`gemm_db()`]: double-buffered.
     DoubleBuffered,
-    /// [`gemm_pipelined`]: three stages in flight.
+    /// [`gemm_pipelined()`]: three stages in flight.
     Pipelined,
 }
 

@@ -1,11 +1,12 @@
 //! # kernels — the operator library
 //!
-//! Operators grouped by family, each with a float64 reference ([`reference`]) and one or more DSL
+//! Operators grouped by family, each with a float64 reference ([`mod@reference`]) and one or more DSL
 //! implementations; [`registry`] maps operator names to their implementations so one can be
 //! swapped for another with an equivalence check and a cycle comparison.
 
 pub mod attention;
 pub mod gemm;
+pub mod linear_attention;
 pub mod moe;
 pub mod norm;
 pub mod reference;

@@ -4,7 +4,7 @@
 //! - `h = x + residual`, stored to `h_out` (the new residual stream);
 //! - `y = h · rsqrt(mean(h²) + eps) · weight`, with the mean over the true hidden size `H`.
 //!
-//! [`rmsnorm_residual`] holds a whole row in one tile of width `BH ≥ H` (ragged columns load as 0
+//! [`rmsnorm_residual()`] holds a whole row in one tile of width `BH ≥ H` (ragged columns load as 0
 //! and add nothing to the sum of squares). `h` is computed in f32; `y` is normalised from that f32
 //! `h` (not from its `T`-rounded copy in `h_out`), then cast to `T`.
 //!

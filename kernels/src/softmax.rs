@@ -1,6 +1,6 @@
 //! Row softmax: `y[r][c] = exp(x[r][c] − max_r) / Σ_c exp(x[r][c] − max_r)` over the last dimension.
 //!
-//! [`softmax`] handles rows of any width with two passes over column tiles of width `BC`:
+//! [`softmax()`] handles rows of any width with two passes over column tiles of width `BC`:
 //! 1. online statistics: a running row max `m` and a running sum `s` of `exp(x − m)`, rescaled by
 //!    `exp(m_old − m_new)` whenever the max grows (one read of the row);
 //! 2. output: `exp(x − m) / s`, cast back to `T` and stored (a second read of the row).

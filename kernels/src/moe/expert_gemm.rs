@@ -2,11 +2,11 @@
 //! expert (`[E, T, K]`) and `W[e]` the expert's weight stored output-major (`[E, N, K]`, as
 //! checkpoints store `nn.Linear` weights).
 //!
-//! - [`expert_gemm_mxfp4`]: weights stay packed in device memory (MXFP4: `blocks [E, N, K/2]`,
+//! - [`expert_gemm_mxfp4()`]: weights stay packed in device memory (MXFP4: `blocks [E, N, K/2]`,
 //!   `scales [E, N, K/32]`); each tile is dequantized in SRAM and fed to the matrix unit, so a
 //!   dequantized copy never touches device memory (online conversion).
-//! - [`expert_gemm`]: weights already in a float format (bf16, or the offline-converted copy).
-//! - [`dequant_mxfp4_experts`]: the offline conversion itself (packed → bf16 in device memory).
+//! - [`expert_gemm()`]: weights already in a float format (bf16, or the offline-converted copy).
+//! - [`dequant_mxfp4_experts()`]: the offline conversion itself (packed → bf16 in device memory).
 //!
 //! All three double-buffer their K loop.
 
@@ -100,13 +100,13 @@ pub fn swiglu<T: Float>(g: &Tensor<f32>, u: &Tensor<f32>, h: &Tensor<T>) {
 /// How the expert weights are stored and converted.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum WeightPath {
-    /// MXFP4 in device memory, dequantized tile by tile in SRAM ([`expert_gemm_mxfp4`]).
+    /// MXFP4 in device memory, dequantized tile by tile in SRAM ([`expert_gemm_mxfp4()`]).
     Mxfp4Online,
     /// MXFP4 in device memory, converted to bf16 in a device workspace first
-    /// ([`dequant_mxfp4_experts`]), then a bf16 GEMM ([`expert_gemm`]). One workspace serves every
+    /// ([`dequant_mxfp4_experts()`]), then a bf16 GEMM ([`expert_gemm()`]). One workspace serves every
     /// weight matrix in turn, so peak memory holds one converted matrix at most.
     Mxfp4Offline,
-    /// bf16 weights in device memory ([`expert_gemm`]).
+    /// bf16 weights in device memory ([`expert_gemm()`]).
     Bf16,
 }
 
