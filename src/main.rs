@@ -418,19 +418,17 @@ fn kernel_expert_ffn(args: ExpertFfnArgs) -> Result<(), String> {
     use kernels::moe::expert_gemm::{run_expert_ffn, ExpertFfnCase, WeightPath};
     let c = &args.common;
     let launcher = launcher_for(c)?;
-    if args.weights == Some(WeightsArg::Fp8) {
-        return Err("--weights fp8: the block-scaled FP8 expert GEMM is not implemented yet (the FP8 format and \
-                    DeepSeek block dequantization are, in accel_sim::formats); use mxfp4 or bf16"
-            .into());
-    }
     let mut paths = Vec::new();
-    if args.weights != Some(WeightsArg::Bf16) {
+    if args.weights.is_none() || args.weights == Some(WeightsArg::Mxfp4) {
         if args.mode != Some(ModeArg::Offline) {
             paths.push(("mxfp4", "online", WeightPath::Mxfp4Online));
         }
         if args.mode != Some(ModeArg::Online) {
             paths.push(("mxfp4", "offline", WeightPath::Mxfp4Offline));
         }
+    }
+    if args.weights.is_none() || args.weights == Some(WeightsArg::Fp8) {
+        paths.push(("fp8", "online", WeightPath::Fp8Block));
     }
     if args.weights.is_none() || args.weights == Some(WeightsArg::Bf16) {
         paths.push(("bf16", "-", WeightPath::Bf16));

@@ -55,3 +55,14 @@ impl Elem for i32 {
         }
     }
 }
+
+/// OCP FP8 E4M3 ("fn": bias 7, max 448, no infinity) elements, e.g. DeepSeek-V3 block-scaled
+/// weights. A marker type: values are held as the f32 they decode to; rounding saturates at ±448.
+#[allow(non_camel_case_types)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct fp8e4m3;
+
+impl Elem for fp8e4m3 {
+    const DTYPE: DType = DType::Fp8e4m3;
+}
+impl Float for fp8e4m3 {}

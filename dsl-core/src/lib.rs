@@ -40,14 +40,14 @@ pub mod tile;
 pub use accel_sim::{self, DevicePreset, Report, SimError};
 pub use ctx::Ctx;
 pub use dsl_macros::kernel;
-pub use elem::{bf16, f16, Elem, Float};
+pub use elem::{bf16, f16, fp8e4m3, Elem, Float};
 pub use launch::{Backend, Config, IntoGrid, KernelMeta, Launch, Launcher};
 pub use tensor::Tensor;
 pub use tile::Tile;
 
 /// Everything a kernel file needs: `use dsl_core::prelude::*;`.
 pub mod prelude {
-    pub use crate::elem::{bf16, f16, Elem, Float};
+    pub use crate::elem::{bf16, f16, fp8e4m3, Elem, Float};
     pub use crate::intrinsics::cdiv;
     pub use crate::launch::{Backend, Config, Launch, Launcher};
     pub use crate::tensor::Tensor;

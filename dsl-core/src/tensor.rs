@@ -240,3 +240,17 @@ impl Tensor<i32> {
         Tensor::from_f32(shape, &v)
     }
 }
+
+impl Tensor<crate::elem::fp8e4m3> {
+    /// An FP8 E4M3 tensor from its codes (one byte per element, as checkpoints store them).
+    pub fn from_e4m3_codes(
+        shape: &[usize],
+        codes: &[u8],
+    ) -> Result<Tensor<crate::elem::fp8e4m3>, String> {
+        let v: Vec<f32> = codes
+            .iter()
+            .map(|c| accel_sim::formats::fp8::decode_e4m3(*c))
+            .collect();
+        Tensor::from_f32(shape, &v)
+    }
+}

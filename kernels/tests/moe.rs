@@ -13,10 +13,11 @@ use kernels::moe::expert_gemm::{
 };
 use proptest::prelude::*;
 
-const PATHS: [WeightPath; 3] = [
+const PATHS: [WeightPath; 4] = [
     WeightPath::Mxfp4Online,
     WeightPath::Mxfp4Offline,
     WeightPath::Bf16,
+    WeightPath::Fp8Block,
 ];
 
 fn launcher() -> Launcher {
@@ -129,4 +130,55 @@ fn mxfp4_needs_k_in_whole_blocks() {
     };
     let err = run_expert_gemm(&launcher(), &case).unwrap_err().to_string();
     assert!(err.contains("multiple of the 32-element block"), "{err}");
+}
+
+#[test]
+fn fp8_block_path_reads_half_the_bf16_weight_bytes() {
+    let cost = launcher().with_backend(Backend::CostOnly);
+    let (e, t, k, n) = (4usize, 8usize, 7168usize, 2048usize);
+    let run = |path| {
+        let case = ExpertGemmCase {
+            experts: e,
+            tokens: t,
+            k,
+            n,
+            path,
+            config: Config::new(),
+            seed: 0,
+        };
+        run_expert_gemm(&cost, &case).unwrap()
+    };
+    let fp8 = run(WeightPath::Fp8Block);
+    let scale_bytes = (4 * e * n.div_ceil(128) * k.div_ceil(128)) as u64;
+    assert_eq!(fp8.weight_bytes, (e * n * k) as u64 + scale_bytes);
+    assert_eq!(
+        fp8.report.hbm_read_bytes,
+        (e * t * k * 2) as u64 + fp8.weight_bytes
+    );
+    assert!(fp8.report.cycles < run(WeightPath::Bf16).report.cycles);
+}
+
+#[test]
+fn fp8_matrix_unit_is_refused_where_the_device_has_none() {
+    // The 910B-class cube has no FP8 mode: an FP8 mma is an error naming the kernel line.
+    let a = Tensor::<fp8e4m3>::from_f32(&[32, 32], &vec![0.5; 1024]).unwrap();
+    let c = Tensor::<f32>::poisoned(&[32, 32]);
+    let err = fp8_mma::launch(&launcher(), &Config::new(), &a, &c)
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("no fp8e4m3 mode"), "{err}");
+    let h200 = Launcher::for_device("h200").unwrap();
+    fp8_mma::launch(&h200, &Config::new(), &a, &c).unwrap();
+    assert!(
+        c.to_vec().unwrap().iter().all(|v| *v == 8.0),
+        "32 · 0.5 · 0.5"
+    );
+}
+
+#[kernel(grid = (1,), tunable(N = [32]))]
+fn fp8_mma(a: &Tensor<fp8e4m3>, c: &Tensor<f32>) {
+    let t = load::<N, N>(a, 0, 0);
+    let mut acc = zeros::<f32, N, N>();
+    mma(&mut acc, &t, &t);
+    store(c, 0, 0, &acc);
 }

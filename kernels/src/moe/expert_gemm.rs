@@ -88,6 +88,44 @@ pub fn dequant_mxfp4_experts<T: Float>(
     store(&w.at(e), row, k, &dequant_mxfp4::<T, BN, BK>(&tb, &ts));
 }
 
+/// Block-scaled FP8 expert GEMM (DeepSeek-V3 weights): `w [E, N, K]` E4M3 with one f32
+/// `scale_inv` per 128×128 block (`s [E, ⌈N/128⌉, ⌈K/128⌉]`); each 128-deep partial product of
+/// the raw codes is scaled in f32 and accumulated. `BK` is the 128-wide scale
+/// block, and `BN` divides it, so every tile lies in one scale block.
+#[kernel(
+    grid = (cdiv(x.shape()[1], BM), cdiv(w.shape()[1], BN), x.shape()[0]),
+    tunable(BM = [16, 32, 64, 128], BN = [128, 64], BK = [128])
+)]
+pub fn expert_gemm_fp8<T: Float>(
+    x: &Tensor<T>,
+    w: &Tensor<fp8e4m3>,
+    s: &Tensor<f32>,
+    y: &Tensor<f32>,
+) {
+    let e = program_id(2);
+    let (xe, we, se, ye) = (x.at(e), w.at(e), s.at(e), y.at(e));
+    let row = program_id(0) * BM;
+    let col = program_id(1) * BN;
+    let mut acc = zeros::<f32, BM, BN>();
+    let mut tx = load_async::<BM, BK>(&xe, row, 0);
+    let mut tw = load_async::<BN, BK>(&we, col, 0);
+    let mut ts = load_async::<1, 1>(&se, col / 128, 0);
+    for k in (BK..xe.cols() + BK).step_by(BK) {
+        let next_x = load_async::<BM, BK>(&xe, row, k);
+        let next_w = load_async::<BN, BK>(&we, col, k);
+        let next_s = load_async::<1, 1>(&se, col / 128, k / 128);
+        // E4M3 codes are exact in T; the block scale is applied to the f32 partial product, as
+        // DeepSeek's FP8 GEMM promotes each 128-deep partial sum: no rounding of scaled weights.
+        let mut part = zeros::<f32, BM, BN>();
+        mma_bt(&mut part, &tx, &cast::<T>(&tw));
+        acc = add(&acc, &mul(&part, &broadcast::<f32, BM, BN>(&ts)));
+        tx = next_x;
+        tw = next_w;
+        ts = next_s;
+    }
+    store(&ye, row, col, &acc);
+}
+
 /// SwiGLU activation of an expert FFN: `h = SiLU(g) ⊙ u`, rounded to `T` for the down projection.
 #[kernel(grid = (cdiv(g.rows(), BR), cdiv(g.cols(), BC)), tunable(BR = [16, 32, 64], BC = [256, 128, 512]))]
 pub fn swiglu<T: Float>(g: &Tensor<f32>, u: &Tensor<f32>, h: &Tensor<T>) {
@@ -108,6 +146,9 @@ pub enum WeightPath {
     Mxfp4Offline,
     /// bf16 weights in device memory ([`expert_gemm()`]).
     Bf16,
+    /// DeepSeek-style FP8 E4M3 weights with 128×128 block scales, scaled on chip
+    /// ([`expert_gemm_fp8()`]): partial products scaled in f32.
+    Fp8Block,
 }
 
 impl WeightPath {
@@ -115,7 +156,10 @@ impl WeightPath {
     pub fn stored_bytes(self, e: usize, n: usize, k: usize) -> u64 {
         match self {
             WeightPath::Bf16 => (e * n * k * 2) as u64,
-            _ => (e * n * (k / 2 + k.div_ceil(32))) as u64,
+            WeightPath::Fp8Block => (e * n * k + 4 * e * n.div_ceil(128) * k.div_ceil(128)) as u64,
+            WeightPath::Mxfp4Online | WeightPath::Mxfp4Offline => {
+                (e * n * (k / 2 + k.div_ceil(32))) as u64
+            }
         }
     }
 }
@@ -131,6 +175,13 @@ pub enum ExpertWeight {
     },
     /// Dense bf16.
     Bf16(Tensor<bf16>),
+    /// FP8 E4M3 `[E, N, K]` with f32 block scales `[E, ⌈N/128⌉, ⌈K/128⌉]`.
+    Fp8Block {
+        /// E4M3 weights.
+        weight: Tensor<fp8e4m3>,
+        /// `weight_scale_inv` per 128×128 block.
+        scale_inv: Tensor<f32>,
+    },
 }
 
 /// A weight prepared for a run: device tensors plus the dequantized values the reference uses.
@@ -159,6 +210,9 @@ pub fn prepare_weight(
         kernel: name.to_string(),
         message,
     };
+    if path == WeightPath::Fp8Block {
+        return prepare_fp8_block(launcher, shape, rng, name);
+    }
     if path != WeightPath::Bf16 && k % 32 != 0 {
         return Err(fail(format!(
             "MXFP4 weight `{name}` needs K a multiple of the 32-element block, got K = {k}"
@@ -201,6 +255,52 @@ pub fn prepare_weight(
     })
 }
 
+/// FP8 block-scaled weights: random values quantized per expert with DeepSeek's rule
+/// (`scale_inv = amax / 448` per 128×128 block).
+fn prepare_fp8_block(
+    launcher: &Launcher,
+    shape: [usize; 3],
+    rng: &mut crate::testdata::Rng,
+    name: &str,
+) -> Result<PreparedWeight, dsl_core::SimError> {
+    use accel_sim::formats::packing::{fp8_block_dequant, fp8_block_quant};
+    let [e, n, k] = shape;
+    let fail = |message: String| dsl_core::SimError::Launch {
+        kernel: name.to_string(),
+        message,
+    };
+    let sshape = [e, n.div_ceil(128), k.div_ceil(128)];
+    if launcher.backend != Backend::Functional {
+        let device = ExpertWeight::Fp8Block {
+            weight: Tensor::shape_only(&shape),
+            scale_inv: Tensor::shape_only(&sshape),
+        };
+        return Ok(PreparedWeight {
+            device,
+            values: None,
+            shape,
+        });
+    }
+    let (mut codes, mut scales, mut values) = (Vec::new(), Vec::new(), Vec::new());
+    for _ in 0..e {
+        let w = rng.vec(n * k, 1.0);
+        let q = fp8_block_quant(name, &w, &[n, k], 128).map_err(|er| fail(er.to_string()))?;
+        values.extend(
+            fp8_block_dequant(name, &q.weight, &[n, k], &q.scale_inv, &q.scale_shape, 128)
+                .map_err(|er| fail(er.to_string()))?,
+        );
+        codes.extend(q.weight);
+        scales.extend(q.scale_inv);
+    }
+    let weight = Tensor::from_e4m3_codes(&shape, &codes).map_err(fail)?;
+    let scale_inv = Tensor::from_f32(&sshape, &scales).map_err(fail)?;
+    Ok(PreparedWeight {
+        device: ExpertWeight::Fp8Block { weight, scale_inv },
+        values: Some(values),
+        shape,
+    })
+}
+
 /// `y[e] = x[e] · W[e]ᵀ` along `path`; `workspace` (bf16, at least `[E, N, K]` elements) is
 /// required by the offline path and reused by every call. Returns the launch reports in order.
 pub fn expert_matmul(
@@ -216,6 +316,18 @@ pub fn expert_matmul(
         (ExpertWeight::Bf16(wt), WeightPath::Bf16) => Ok(vec![
             expert_gemm::launch(launcher, config, x, wt, y)?.report,
         ]),
+        (ExpertWeight::Fp8Block { weight, scale_inv }, WeightPath::Fp8Block) => {
+            // Tiles must sit inside one 128×128 scale block: BK = 128, BN ∈ {64, 128}.
+            let bn = if config.get("BN") == Some(64) {
+                64
+            } else {
+                128
+            };
+            let cfg = config.clone().with("BK", 128).with("BN", bn);
+            Ok(vec![
+                expert_gemm_fp8::launch(launcher, &cfg, x, weight, scale_inv, y)?.report,
+            ])
+        }
         (ExpertWeight::Mxfp4 { blocks, scales }, WeightPath::Mxfp4Online) => Ok(vec![
             expert_gemm_mxfp4::launch(launcher, config, x, blocks, scales, y)?.report,
         ]),
