@@ -182,3 +182,31 @@ fn fp8_mma(a: &Tensor<fp8e4m3>, c: &Tensor<f32>) {
     mma(&mut acc, &t, &t);
     store(c, 0, 0, &acc);
 }
+
+/// `dequant_mxfp4` to FP8 tiles: on a device that multiplies FP8, MXFP4 weights can be fed to the
+/// matrix unit as FP8 (values beyond ±448 saturate).
+#[kernel(grid = (1,), tunable(C = [64]), derived(CB = C / 2, CS = C / 32))]
+fn mxfp4_to_fp8(blocks: &Tensor<u8>, scales: &Tensor<u8>, out: &Tensor<fp8e4m3>) {
+    let tb = load::<4, CB>(blocks, 0, 0);
+    let ts = load::<4, CS>(scales, 0, 0);
+    store(out, 0, 0, &dequant_mxfp4::<fp8e4m3, 4, C>(&tb, &ts));
+}
+
+#[test]
+fn mxfp4_dequantizes_to_fp8_tiles() {
+    use accel_sim::formats::mx::{MxElem, MxTensor};
+    let mut rng = kernels::testdata::Rng::new(3);
+    let w = rng.vec(4 * 64, 8.0);
+    let mx = MxTensor::quantize("w", &w, &[4, 64], MxElem::Fp4E2M1).unwrap();
+    let blocks = Tensor::<u8>::from_bytes(&[4, 32], &mx.data).unwrap();
+    let scales = Tensor::<u8>::from_bytes(&[4, 2], &mx.scales).unwrap();
+    let out = Tensor::<fp8e4m3>::poisoned(&[4, 64]);
+    mxfp4_to_fp8::launch(&launcher(), &Config::new(), &blocks, &scales, &out).unwrap();
+    let mut want = mx.dequantize();
+    accel_sim::functional::round_to(&mut want, accel_sim::DType::Fp8e4m3);
+    let got = out.to_vec().unwrap();
+    assert_eq!(
+        got.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+        want.iter().map(|v| v.to_bits()).collect::<Vec<_>>()
+    );
+}

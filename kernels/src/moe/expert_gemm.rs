@@ -312,6 +312,20 @@ pub fn expert_matmul(
     workspace: Option<&Tensor<bf16>>,
     y: &Tensor<f32>,
 ) -> Result<Vec<dsl_core::Report>, dsl_core::SimError> {
+    // Unset BM: the smallest token tile that covers the batch (decode: 16; prefill: 128), so weights
+    // are streamed as few times as possible.
+    let tokens = x.shape().get(1).copied().unwrap_or(1);
+    let tuned;
+    let config = if config.get("BM").is_none() {
+        let bm = [16i64, 32, 64, 128]
+            .into_iter()
+            .find(|b| *b as usize >= tokens)
+            .unwrap_or(128);
+        tuned = config.clone().with("BM", bm);
+        &tuned
+    } else {
+        config
+    };
     match (&w.device, path) {
         (ExpertWeight::Bf16(wt), WeightPath::Bf16) => Ok(vec![
             expert_gemm::launch(launcher, config, x, wt, y)?.report,
