@@ -33,6 +33,16 @@ enum Command {
     Kernel(KernelCommand),
     /// List the built-in device presets.
     Devices,
+    /// Release-day triage: every operator a model (config.json) needs, and which kernel covers it.
+    /// Exits non-zero when an operator is missing.
+    Coverage {
+        /// config.json, or a directory holding one.
+        #[arg(long)]
+        config: String,
+        /// Print JSON instead of the table.
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 #[derive(Subcommand)]
@@ -109,9 +119,12 @@ struct AttentionArgs {
     /// Key/value heads (default: --heads).
     #[arg(long)]
     kv_heads: Option<usize>,
-    /// Head dimension.
+    /// Head dimension (queries and keys).
     #[arg(long, default_value_t = 128)]
     head_dim: usize,
+    /// Value head dimension for prefill (default: --head-dim; MLA naive prefill: 128 with --head-dim 192).
+    #[arg(long)]
+    v_head_dim: Option<usize>,
     /// Input dtype (prefill, decode, mla-decode; dsa-decode runs f32).
     #[arg(long, value_enum, default_value = "bf16")]
     dtype: DtypeArg,
@@ -223,6 +236,7 @@ fn run(cli: Cli) -> Result<(), String> {
             }
             Ok(())
         }
+        Command::Coverage { config, json } => coverage(&config, json),
         Command::Kernel(KernelCommand::Gemm(args)) => kernel_gemm(args),
         Command::Kernel(KernelCommand::ExpertFfn(args)) => kernel_expert_ffn(args),
         Command::Kernel(KernelCommand::Attention(args)) => kernel_attention(args),
@@ -618,6 +632,7 @@ fn kernel_attention(args: AttentionArgs) -> Result<(), String> {
         heads: args.heads,
         kv_heads: args.kv_heads.unwrap_or(args.heads),
         head_dim: args.head_dim,
+        v_head_dim: args.v_head_dim.unwrap_or(args.head_dim),
         sq: args.seq,
         skv: args.ctx.unwrap_or(args.seq),
         dtype: match args.dtype {
@@ -654,4 +669,22 @@ fn kernel_attention(args: AttentionArgs) -> Result<(), String> {
         }
     }
     Ok(())
+}
+
+fn coverage(path: &str, json: bool) -> Result<(), String> {
+    let cov = model::coverage::inventory(std::path::Path::new(path)).map_err(|e| e.to_string())?;
+    if json {
+        println!("{}", cov.to_json_string());
+    } else {
+        print!("{}", cov.table());
+    }
+    if cov.is_complete() {
+        Ok(())
+    } else {
+        Err(format!(
+            "{} operator(s) missing: {}",
+            cov.missing().len(),
+            cov.missing().join(", ")
+        ))
+    }
 }

@@ -204,6 +204,10 @@ impl<T: Elem> Tensor<T> {
         vals: &[f32],
         src_stride: usize,
     ) {
+        if cols == 0 || rows == 0 {
+            // A window wholly outside the tensor writes nothing (its start may be past the end).
+            return;
+        }
         if let Some(m) = &self.mem {
             let c = self.cols();
             // SAFETY: see `DeviceMem`: programs write disjoint windows.

@@ -26,7 +26,7 @@ proptest! {
         bf16 in any::<bool>(), seed in any::<u64>(),
     ) {
         let case = PrefillCase {
-            heads: kv_heads * group, kv_heads, head_dim, sq, skv: sq + extra,
+            heads: kv_heads * group, kv_heads, head_dim, v_head_dim: head_dim, sq, skv: sq + extra,
             dtype: if bf16 { GemmDtype::Bf16 } else { GemmDtype::F32 },
             config: Config::new().with("BQ", bq).with("BK", bk), seed,
         };
@@ -47,7 +47,8 @@ fn chunked_prefill_equals_one_shot() {
     let cfg = Config::new()
         .with("BQ", 32)
         .with("BK", 32)
-        .with("D", d as i64);
+        .with("D", d as i64)
+        .with("DV", d as i64);
     let scale = 1.0 / (d as f32).sqrt();
     let rows = |v: &[f32], r0: usize, r1: usize, w: usize| v[r0 * w..r1 * w].to_vec();
     let run = |q: &[f32], k: &[f32], v: &[f32], sq: usize, skv: usize| {
@@ -90,6 +91,7 @@ fn prefill_is_deterministic_and_cost_only_matches() {
         heads: 4,
         kv_heads: 1,
         head_dim: 64,
+        v_head_dim: 64,
         sq: 77,
         skv: 130,
         dtype: GemmDtype::Bf16,
@@ -114,6 +116,7 @@ fn bad_shapes_are_errors() {
         heads: 3,
         kv_heads: 2,
         head_dim: 64,
+        v_head_dim: 64,
         sq: 8,
         skv: 8,
         dtype: GemmDtype::F32,
@@ -133,4 +136,27 @@ fn bad_shapes_are_errors() {
         .unwrap_err()
         .to_string()
         .contains("D=48"));
+}
+
+/// MLA's naive prefill form: per-head keys of `nope + rope = 192` values, values of 128.
+#[test]
+fn mla_naive_prefill_shapes() {
+    let case = PrefillCase {
+        heads: 4,
+        kv_heads: 4,
+        head_dim: 192,
+        v_head_dim: 128,
+        sq: 70,
+        skv: 90,
+        dtype: GemmDtype::F32,
+        config: Config::new(),
+        seed: 12,
+    };
+    let err = run_prefill(&launcher(), &case)
+        .unwrap()
+        .launch
+        .report
+        .max_rel_error
+        .unwrap();
+    assert!(err <= 1e-5, "{err}");
 }

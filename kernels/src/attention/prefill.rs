@@ -13,10 +13,11 @@ use crate::testdata::CaseTensors;
 use dsl_core::prelude::*;
 use dsl_core::SimError;
 
-/// One program per (query tile, query head). `D` is the head dimension.
+/// One program per (query tile, query head). `D` is the query/key head dimension and `DV` the
+/// value/output head dimension (MLA's naive prefill: `D = nope + rope = 192`, `DV = 128`).
 #[kernel(
     grid = (cdiv(q.rows(), BQ), q.cols() / D),
-    tunable(BQ = [64, 16, 32, 128], BK = [64, 16, 32, 128], D = [128, 16, 32, 64, 192, 256])
+    tunable(BQ = [64, 16, 32, 128], BK = [64, 16, 32, 128], D = [128, 16, 32, 64, 192, 256], DV = [128, 16, 32, 64, 256])
 )]
 pub fn flash_prefill<T: Float>(
     q: &Tensor<T>,
@@ -29,7 +30,7 @@ pub fn flash_prefill<T: Float>(
     let h = program_id(1);
     let q0 = program_id(0) * BQ;
     let (sq, skv) = (q.rows(), k.rows());
-    let kv_col = (h / ((q.cols() / D) / (k.cols() / D))) * D;
+    let kv_head = h / ((q.cols() / D) / (k.cols() / D));
     let q_pos = skv.saturating_sub(sq) + q0;
     // Causal: no key after this tile's last query is needed.
     let k_end = if causal {
@@ -40,10 +41,10 @@ pub fn flash_prefill<T: Float>(
     let tq = load::<BQ, D>(q, q0, h * D);
     let mut m = full::<f32, BQ, 1>(f32::NEG_INFINITY);
     let mut l = zeros::<f32, BQ, 1>();
-    let mut acc = zeros::<f32, BQ, D>();
+    let mut acc = zeros::<f32, BQ, DV>();
     for kb in (0..k_end).step_by(BK) {
-        let tk = load_async::<BK, D>(k, kb, kv_col);
-        let tv = load_async::<BK, D>(v, kb, kv_col);
+        let tk = load_async::<BK, D>(k, kb, kv_head * D);
+        let tv = load_async::<BK, DV>(v, kb, kv_head * DV);
         let mut s = zeros::<f32, BQ, BK>();
         mma_bt(&mut s, &tq, &tk);
         let s = mask_keys(&scale(&s, sm_scale), q_pos, kb, skv, causal);
@@ -56,7 +57,7 @@ pub fn flash_prefill<T: Float>(
         mma(&mut acc, &cast::<T>(&p), &tv);
         m = m_new;
     }
-    store(o, q0, h * D, &cast::<T>(&div_col(&acc, &l)));
+    store(o, q0, h * DV, &cast::<T>(&div_col(&acc, &l)));
 }
 
 /// One prefill problem: heads, lengths, dtype, tile choice, seed.
@@ -66,8 +67,10 @@ pub struct PrefillCase {
     pub heads: usize,
     /// Key/value heads (divides `heads`).
     pub kv_heads: usize,
-    /// Head dimension (one of the kernel's `D` values).
+    /// Query/key head dimension (one of the kernel's `D` values).
     pub head_dim: usize,
+    /// Value head dimension (one of the kernel's `DV` values).
+    pub v_head_dim: usize,
     /// Queries (the last `sq` positions of the context).
     pub sq: usize,
     /// Context length.
@@ -85,7 +88,7 @@ pub struct PrefillCase {
 pub struct PrefillRun {
     /// The launch.
     pub launch: Launch,
-    /// `o [sq, heads·head_dim]` (functional runs).
+    /// `o [sq, heads·v_head_dim]` (functional runs).
     pub output: Option<Vec<f32>>,
 }
 
@@ -100,7 +103,7 @@ pub fn run_prefill(launcher: &Launcher, case: &PrefillCase) -> Result<PrefillRun
         heads: case.heads,
         kv_heads: case.kv_heads,
         head_dim: case.head_dim,
-        v_head_dim: case.head_dim,
+        v_head_dim: case.v_head_dim,
     };
     shape.validate().map_err(|e| SimError::Launch {
         kernel: name.into(),
@@ -112,7 +115,11 @@ pub fn run_prefill(launcher: &Launcher, case: &PrefillCase) -> Result<PrefillRun
             message: "no queries (sq = 0)".into(),
         });
     }
-    let config = case.config.clone().with("D", case.head_dim as i64);
+    let config = case
+        .config
+        .clone()
+        .with("D", case.head_dim as i64)
+        .with("DV", case.v_head_dim as i64);
     match case.dtype {
         GemmDtype::F32 => run_typed::<f32>(launcher, case, shape, &config),
         GemmDtype::Bf16 => run_typed::<bf16>(launcher, case, shape, &config),
@@ -126,11 +133,15 @@ fn run_typed<T: Float>(
     config: &Config,
 ) -> Result<PrefillRun, SimError> {
     let (hd, kvd) = (case.heads * case.head_dim, case.kv_heads * case.head_dim);
+    let (hv, kvv) = (
+        case.heads * case.v_head_dim,
+        case.kv_heads * case.v_head_dim,
+    );
     let mut t = CaseTensors::new(launcher, case.seed, flash_prefill::META.name);
     let q = t.input::<T>(&[case.sq, hd], 0.0, 1.0)?;
     let k = t.input::<T>(&[case.skv, kvd], 0.0, 1.0)?;
-    let v = t.input::<T>(&[case.skv, kvd], 0.0, 1.0)?;
-    let o = t.output::<T>(&[case.sq, hd]);
+    let v = t.input::<T>(&[case.skv, kvv], 0.0, 1.0)?;
+    let o = t.output::<T>(&[case.sq, hv]);
     let sm_scale = 1.0 / (case.head_dim as f32).sqrt();
     let mut launch = flash_prefill::launch(launcher, config, &q, &k, &v, &o, sm_scale, true)?;
     let output = o.to_vec();

@@ -1,0 +1,1137 @@
+//! # Architecture parsers: one per `model_type`, into a [`ModelConfig`]
+//!
+//! Field names and defaults follow transformers' configuration classes
+//! (`models/deepseek_v3/configuration_deepseek_v3.py`, `models/deepseek_v32/configuration_deepseek_v32.py`,
+//! `models/qwen3_next/configuration_qwen3_next.py`, `models/kimi_linear/configuration_kimi_linear.py`)
+//! and the layer structure their modeling files build:
+//!
+//! - **DeepSeek-V3 / Kimi-K2 / DeepSeek-V3.2**: every layer is MLA (V3.2: MLA + the DSA
+//!   indexer); layer `i` has a dense MLP when `i < first_k_dense_replace`, MoE otherwise
+//!   (transformers ignores `moe_layer_freq`; so does day0, with a warning when it is not 1). V3.2
+//!   files may carry explicit `layer_types` / `mlp_layer_types`, which win.
+//! - **Qwen3-Next**: `layer_types` when given, else layer `i` is full (gated GQA) attention when
+//!   `(i + 1) % full_attention_interval == 0` and Gated DeltaNet otherwise; MoE when `i` is not in
+//!   `mlp_only_layers`, `num_experts > 0` and `(i + 1) % decoder_sparse_step == 0`.
+//! - **Kimi Linear**: `linear_attn_config.kda_layers` / `full_attn_layers` (1-based) when given,
+//!   else `layer_types`, else transformers' default; dense MLP for `i < first_k_dense_replace`
+//!   (default 1) unless `mlp_layer_types` says otherwise. Its MLA uses no RoPE when `mla_use_nope`.
+//!
+//! ## day0's hybrid schema (`"model_type": "day0_hybrid"`)
+//!
+//! For a model that mixes the families above, layer by layer. Sections are required only when a
+//! layer uses them; every field listed without a default is required.
+//!
+//! ```json
+//! {
+//!   "model_type": "day0_hybrid",
+//!   "hidden_size": 4096, "vocab_size": 129280,
+//!   "num_hidden_layers": 8,            // optional; must match the expanded `layers`
+//!   "rms_norm_eps": 1e-6,              // default 1e-6
+//!   "tie_word_embeddings": false,      // default false
+//!   "rope_theta": 10000,               // + optional "rope_scaling" or "rope_parameters" (MLA layers)
+//!   "mla": { "num_heads": 32, "q_lora_rank": 1536, "kv_lora_rank": 512,   // q_lora_rank may be null
+//!            "qk_nope_head_dim": 128, "qk_rope_head_dim": 64, "v_head_dim": 128,
+//!            "rope_interleave": true },                                   // default true
+//!   "indexer": { "n_heads": 64, "head_dim": 128, "topk": 2048 },          // for "dsa" layers
+//!   "linear_attention": { "num_key_heads": 16, "num_value_heads": 32,
+//!                         "key_head_dim": 128, "value_head_dim": 128,
+//!                         "conv_kernel": 4,                               // default 4
+//!                         "decay": "scalar" },                            // "scalar" (GDN) | "per_channel" (KDA)
+//!   "dense_mlp": { "intermediate_size": 11264 },                          // for "dense" ffn layers
+//!   "moe": { "num_experts": 128, "experts_per_token": 8, "intermediate_size": 1536,
+//!            "shared_experts": 1,                    // default 0
+//!            "shared_intermediate_size": 1536,       // default intermediate_size · shared_experts
+//!            "router": "sigmoid_group_topk",         // or "softmax_topk"
+//!            "n_group": 1, "topk_group": 1,          // defaults 1, 1
+//!            "norm_topk_prob": true,                 // default true
+//!            "routed_scaling_factor": 1.0,           // default 1.0
+//!            "expert_format": "mxfp4" },             // "mxfp4" | "bf16" | "fp8"; default "bf16"
+//!   "layers": [ { "attention": "mla", "ffn": "dense" },
+//!               { "attention": "dsa", "ffn": "moe", "repeat": 3 },   // "repeat" (default 1) expands
+//!               { "attention": "linear", "ffn": "moe", "repeat": 4 } ]
+//! }
+//! ```
+//!
+//! Attention kinds: `mla` (alias `dense`: MLA over all past tokens), `dsa` (alias `sparse_mla`:
+//! MLA over the indexer's top-k), `linear` (gated delta rule with `linear_attention.decay`;
+//! `gdn` and `kda` force the decay). FFN kinds: `dense`, `moe`. Any other kind is kept by name: the
+//! configuration still parses, and the coverage inventory reports the layer as missing.
+
+use crate::config::{
+    AttentionKind, ConfigWarning, Decay, DenseMlpDims, Family, FfnKind, GqaDims, IndexerDims,
+    LayerSpec, LinearAttnDims, MlaDims, ModelConfig, ModelError, MoeDims, Obj, RopeConfig,
+    RopeScaling, RouterKind, WeightFormat,
+};
+
+/// Fields every Hugging Face config may carry that do not change the forward pass.
+const HF_IGNORED: &[&str] = &[
+    "architectures",
+    "auto_map",
+    "torch_dtype",
+    "dtype",
+    "transformers_version",
+    "bos_token_id",
+    "eos_token_id",
+    "pad_token_id",
+    "initializer_range",
+    "use_cache",
+    "attention_dropout",
+    "pretraining_tp",
+    "output_router_logits",
+    "router_aux_loss_coef",
+    "aux_loss_alpha",
+    "seq_aux",
+    "ep_size",
+    "_name_or_path",
+    "output_attentions",
+    "output_hidden_states",
+    "return_dict",
+    "is_decoder",
+];
+
+/// Dispatches on `model_type`.
+pub(crate) fn parse(o: &Obj, model_type: &str) -> Result<ModelConfig, ModelError> {
+    match model_type {
+        "deepseek_v3" => deepseek(o, model_type, Family::DeepseekV3),
+        "kimi_k2" => deepseek(o, model_type, Family::KimiK2),
+        "deepseek_v32" => deepseek(o, model_type, Family::DeepseekV32),
+        "qwen3_next" => qwen3_next(o, model_type),
+        "kimi_linear" => kimi_linear(o, model_type),
+        "day0_hybrid" => hybrid(o, model_type),
+        other => Err(ModelError::UnsupportedModelType {
+            file: o.file.to_string(),
+            model_type: other.to_string(),
+        }),
+    }
+}
+
+/// Fields shared by the Hugging Face families: activation, biases, MTP layers.
+fn common_hf(o: &Obj, w: &mut Vec<ConfigWarning>) -> Result<(), ModelError> {
+    o.ignore(HF_IGNORED);
+    if let Some(act) = o.opt_str("hidden_act")? {
+        if act != "silu" {
+            w.push(ConfigWarning::Ignored {
+                field: o.path("hidden_act"),
+                reason: format!(
+                    "day0's MLP and expert kernels implement SiLU (SwiGLU), not `{act}`"
+                ),
+            });
+        }
+    }
+    if o.opt_bool("attention_bias")? == Some(true) {
+        w.push(ConfigWarning::Ignored {
+            field: o.path("attention_bias"),
+            reason: "projection biases are not modelled in the operator graph".into(),
+        });
+    }
+    if let Some(n) = o.opt_usize("num_nextn_predict_layers")? {
+        if n > 0 {
+            w.push(ConfigWarning::Ignored {
+                field: o.path("num_nextn_predict_layers"),
+                reason: format!(
+                    "{n} multi-token-prediction layer(s) are not part of the main model graph"
+                ),
+            });
+        }
+    }
+    Ok(())
+}
+
+/// `quantization_config` → the checkpoint's weight format.
+fn weight_format(o: &Obj) -> Result<WeightFormat, ModelError> {
+    let Some(q) = o.opt_obj("quantization_config")? else {
+        return Ok(WeightFormat::Float);
+    };
+    // The quantization block's details vary by tool; only the method and block size matter here.
+    let method = q.opt_str("quant_method")?.unwrap_or("unknown");
+    Ok(match method {
+        "fp8" => {
+            let block = q
+                .opt_usize_list("weight_block_size")?
+                .unwrap_or(vec![128, 128]);
+            if block.len() != 2 || block.contains(&0) {
+                return Err(q.invalid(
+                    "weight_block_size",
+                    format!("must be two positive integers, found {block:?}"),
+                ));
+            }
+            WeightFormat::Fp8Block {
+                block: [block[0], block[1]],
+            }
+        }
+        "mxfp4" => WeightFormat::Mxfp4,
+        other => WeightFormat::Other(other.to_string()),
+    })
+}
+
+/// RoPE from `rope_scaling` or `rope_parameters` (see the module docs of [`crate::config`]).
+pub(crate) fn parse_rope(
+    o: &Obj,
+    default_partial: f64,
+    w: &mut Vec<ConfigWarning>,
+) -> Result<RopeConfig, ModelError> {
+    let scaling = o.opt_obj("rope_scaling")?;
+    let params = o.opt_obj("rope_parameters")?;
+    let top_theta = o.opt_f64("rope_theta")?;
+    let top_partial = o.opt_f64("partial_rotary_factor")?;
+    let (chosen, other, source) = match (scaling, params) {
+        (Some(s), Some(p)) => {
+            w.push(ConfigWarning::Ignored {
+                field: o.path("rope_parameters"),
+                reason: "`rope_scaling` is also present and takes precedence (as in transformers)"
+                    .into(),
+            });
+            (Some(s), Some(p), Some("rope_scaling"))
+        }
+        (Some(s), None) => (Some(s), None, Some("rope_scaling")),
+        (None, Some(p)) => (Some(p), None, Some("rope_parameters")),
+        (None, None) => (None, None, None),
+    };
+    let mut theta = None;
+    let mut partial = None;
+    let mut scaling = RopeScaling::None;
+    if let Some(d) = &chosen {
+        theta = d.opt_f64("rope_theta")?;
+        partial = d.opt_f64("partial_rotary_factor")?;
+        let kind = d
+            .opt_str("rope_type")?
+            .or(d.opt_str("type")?)
+            .unwrap_or("default")
+            .to_string();
+        d.ignore(&[
+            "mrope_section",
+            "mrope_interleaved",
+            "attention_factor",
+            "truncate",
+            "low_freq_factor",
+            "high_freq_factor",
+            "long_factor",
+            "short_factor",
+        ]);
+        scaling = match kind.as_str() {
+            "default" => RopeScaling::None,
+            "yarn" => {
+                let factor = d
+                    .opt_f64("factor")?
+                    .ok_or_else(|| d.missing_for("factor", "YaRN RoPE scaling"))?;
+                let original = d
+                    .opt_usize("original_max_position_embeddings")?
+                    .ok_or_else(|| {
+                        d.missing_for("original_max_position_embeddings", "YaRN RoPE scaling")
+                    })?;
+                RopeScaling::Yarn {
+                    factor,
+                    original_max_position_embeddings: original,
+                    beta_fast: d.f64_or("beta_fast", 32.0, w)?,
+                    beta_slow: d.f64_or("beta_slow", 1.0, w)?,
+                    mscale: d.f64_or("mscale", 1.0, w)?,
+                    mscale_all_dim: d.f64_or("mscale_all_dim", 0.0, w)?,
+                }
+            }
+            "linear" => RopeScaling::Linear {
+                factor: d
+                    .opt_f64("factor")?
+                    .ok_or_else(|| d.missing_for("factor", "linear RoPE scaling"))?,
+            },
+            "dynamic" => RopeScaling::Dynamic {
+                factor: d
+                    .opt_f64("factor")?
+                    .ok_or_else(|| d.missing_for("factor", "dynamic RoPE scaling"))?,
+            },
+            t => {
+                // Parameters of a scaling day0 does not implement: kept by name, not reported
+                // field by field.
+                d.ignore(&[
+                    "factor",
+                    "original_max_position_embeddings",
+                    "beta_fast",
+                    "beta_slow",
+                    "mscale",
+                    "mscale_all_dim",
+                ]);
+                RopeScaling::Other(t.to_string())
+            }
+        };
+        o.adopt(d);
+    }
+    if theta.is_none() {
+        theta = top_theta;
+    }
+    if let Some(p) = &other {
+        if theta.is_none() {
+            theta = p.opt_f64("rope_theta")?;
+        }
+        p.ignore_rest();
+    }
+    if partial.is_none() {
+        partial = top_partial;
+    }
+    let theta = match theta {
+        Some(t) => t,
+        None => {
+            w.push(ConfigWarning::Defaulted {
+                field: o.path("rope_theta"),
+                value: "10000".into(),
+            });
+            10000.0
+        }
+    };
+    let partial_rotary_factor = partial.unwrap_or(default_partial);
+    if !(partial_rotary_factor > 0.0 && partial_rotary_factor <= 1.0) {
+        return Err(o.invalid(
+            "partial_rotary_factor",
+            format!("must be in (0, 1], found {partial_rotary_factor}"),
+        ));
+    }
+    Ok(RopeConfig {
+        theta,
+        scaling,
+        partial_rotary_factor,
+        source,
+    })
+}
+
+/// Validates a layer-kind list's length.
+fn check_len<T>(o: &Obj, key: &str, v: &[T], layers: usize) -> Result<(), ModelError> {
+    if v.len() != layers {
+        return Err(o.invalid(
+            key,
+            format!(
+                "has {} entries but num_hidden_layers is {layers}: one entry per layer",
+                v.len()
+            ),
+        ));
+    }
+    Ok(())
+}
+
+fn mlp_kind(s: &str) -> FfnKind {
+    match s {
+        "dense" => FfnKind::Dense,
+        "sparse" | "moe" => FfnKind::Moe,
+        other => FfnKind::Unknown(other.to_string()),
+    }
+}
+
+/// Checks the group-limited routing can be formed (transformers views the scores as
+/// `[tokens, n_group, experts / n_group]` and keeps `topk_group` groups).
+fn check_moe(o: &Obj, m: &MoeDims) -> Result<(), ModelError> {
+    if m.experts_per_token > m.experts {
+        return Err(o.invalid(
+            "num_experts_per_tok",
+            format!(
+                "{} experts per token but only {} experts",
+                m.experts_per_token, m.experts
+            ),
+        ));
+    }
+    if m.router == RouterKind::SigmoidGroupTopk {
+        if m.n_group == 0 || m.experts % m.n_group != 0 {
+            return Err(o.invalid(
+                "n_group",
+                format!(
+                    "{} groups do not divide {} experts evenly",
+                    m.n_group, m.experts
+                ),
+            ));
+        }
+        if m.topk_group == 0 || m.topk_group > m.n_group {
+            return Err(o.invalid(
+                "topk_group",
+                format!(
+                    "must be in 1..={} (n_group), found {}",
+                    m.n_group, m.topk_group
+                ),
+            ));
+        }
+        if m.experts_per_token > m.topk_group * (m.experts / m.n_group) {
+            return Err(o.invalid(
+                "topk_group",
+                format!(
+                    "{} groups of {} experts cannot supply {} experts per token",
+                    m.topk_group,
+                    m.experts / m.n_group,
+                    m.experts_per_token
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// DeepSeek-V3, Kimi-K2 (same architecture) and DeepSeek-V3.2.
+fn deepseek(o: &Obj, model_type: &str, family: Family) -> Result<ModelConfig, ModelError> {
+    let mut w = Vec::new();
+    common_hf(o, &mut w)?;
+    // MLA caches a latent, not per-head keys: num_key_value_heads has no effect; head_dim /
+    // qk_head_dim are derived by transformers.
+    o.ignore(&["num_key_value_heads", "head_dim", "qk_head_dim", "mlp_bias"]);
+    let hidden_size = o.req_dim("hidden_size")?;
+    let n_layers = o.req_dim("num_hidden_layers")?;
+    let vocab_size = o.req_dim("vocab_size")?;
+    let heads = o.req_dim("num_attention_heads")?;
+    if !o.contains("q_lora_rank") {
+        return Err(o.missing("q_lora_rank"));
+    }
+    let q_lora_rank = o.opt_usize("q_lora_rank")?;
+    if q_lora_rank == Some(0) {
+        return Err(o.invalid(
+            "q_lora_rank",
+            "must be at least 1, or null for no query compression",
+        ));
+    }
+    let mla = MlaDims {
+        heads,
+        q_lora_rank,
+        kv_lora_rank: o.req_dim("kv_lora_rank")?,
+        qk_nope_head_dim: o.req_dim("qk_nope_head_dim")?,
+        qk_rope_head_dim: o.req_dim("qk_rope_head_dim")?,
+        v_head_dim: o.req_dim("v_head_dim")?,
+        use_rope: true,
+        rope_interleave: o.bool_or("rope_interleave", true, &mut w)?,
+    };
+    let intermediate_size = o.req_dim("intermediate_size")?;
+    let first_k = o.req_usize("first_k_dense_replace")?;
+    let experts = o.req_usize("n_routed_experts")?;
+    let weight_format = weight_format(o)?;
+    let moe = if experts > 0 {
+        let scoring = o.opt_str("scoring_func")?.unwrap_or("sigmoid");
+        let method = o.opt_str("topk_method")?.unwrap_or("noaux_tc");
+        let router = match (scoring, method) {
+            ("sigmoid", "noaux_tc") => RouterKind::SigmoidGroupTopk,
+            ("softmax", "greedy") | ("softmax", "group_limited_greedy") => RouterKind::SoftmaxTopk,
+            (s, m) => RouterKind::Unknown(format!("{s}/{m}")),
+        };
+        let moe_inter = o.req_dim("moe_intermediate_size")?;
+        let shared = o.usize_or("n_shared_experts", 1, &mut w)?;
+        let m = MoeDims {
+            experts,
+            experts_per_token: o.req_dim("num_experts_per_tok")?,
+            intermediate_size: moe_inter,
+            shared_experts: shared,
+            shared_intermediate_size: moe_inter * shared,
+            shared_expert_gate: false,
+            router,
+            n_group: o.usize_or("n_group", 8, &mut w)?,
+            topk_group: o.usize_or("topk_group", 4, &mut w)?,
+            norm_topk_prob: o.bool_or("norm_topk_prob", true, &mut w)?,
+            routed_scaling_factor: o.f64_or("routed_scaling_factor", 2.5, &mut w)?,
+            expert_format: weight_format.clone(),
+        };
+        check_moe(o, &m)?;
+        if let Some(f) = o.opt_usize("moe_layer_freq")? {
+            if f != 1 {
+                w.push(ConfigWarning::Ignored {
+                    field: o.path("moe_layer_freq"),
+                    reason: format!(
+                        "{f}: transformers makes every layer from first_k_dense_replace on MoE"
+                    ),
+                });
+            }
+        }
+        Some(m)
+    } else {
+        o.ignore(&[
+            "scoring_func",
+            "topk_method",
+            "moe_intermediate_size",
+            "n_shared_experts",
+            "num_experts_per_tok",
+            "n_group",
+            "topk_group",
+            "norm_topk_prob",
+            "routed_scaling_factor",
+            "moe_layer_freq",
+        ]);
+        None
+    };
+    let indexer = if family == Family::DeepseekV32 {
+        Some(IndexerDims {
+            heads: o.req_dim("index_n_heads")?,
+            head_dim: o.req_dim("index_head_dim")?,
+            topk: o.req_dim("index_topk")?,
+        })
+    } else {
+        None
+    };
+    let default_attention = if indexer.is_some() {
+        AttentionKind::SparseMla
+    } else {
+        AttentionKind::Mla
+    };
+    // V3.2 files written by recent transformers may list the kinds explicitly.
+    let (attn_list, mlp_list) = if family == Family::DeepseekV32 {
+        (
+            o.opt_str_list("layer_types")?,
+            o.opt_str_list("mlp_layer_types")?,
+        )
+    } else {
+        (None, None)
+    };
+    let mut layers = Vec::with_capacity(n_layers);
+    for i in 0..n_layers {
+        let attention = match &attn_list {
+            Some(l) => match l.get(i).map(String::as_str) {
+                Some("indexed_attention" | "deepseek_sparse_attention" | "sparse_attention") => {
+                    AttentionKind::SparseMla
+                }
+                Some("full_attention" | "attention") => AttentionKind::Mla,
+                Some(other) => AttentionKind::Unknown(other.to_string()),
+                None => default_attention.clone(),
+            },
+            None => default_attention.clone(),
+        };
+        let ffn = match &mlp_list {
+            Some(l) => l.get(i).map(|s| mlp_kind(s)).unwrap_or(FfnKind::Dense),
+            None if i < first_k || moe.is_none() => FfnKind::Dense,
+            None => FfnKind::Moe,
+        };
+        layers.push(LayerSpec { attention, ffn });
+    }
+    if let Some(l) = &attn_list {
+        check_len(o, "layer_types", l, n_layers)?;
+    }
+    if let Some(l) = &mlp_list {
+        check_len(o, "mlp_layer_types", l, n_layers)?;
+    }
+    if layers.iter().any(|l| l.ffn == FfnKind::Moe) && moe.is_none() {
+        return Err(o.invalid(
+            "n_routed_experts",
+            "is 0 but a layer is listed as MoE (sparse)",
+        ));
+    }
+    let rope = parse_rope(o, 1.0, &mut w)?;
+    Ok(ModelConfig {
+        source: o.file.to_string(),
+        model_type: model_type.to_string(),
+        family,
+        hidden_size,
+        vocab_size,
+        rms_norm_eps: o.f64_or("rms_norm_eps", 1e-6, &mut w)?,
+        tie_word_embeddings: o.bool_or("tie_word_embeddings", false, &mut w)?,
+        max_position_embeddings: o.opt_usize("max_position_embeddings")?,
+        rope: Some(rope),
+        mla: Some(mla),
+        indexer,
+        gqa: None,
+        linear_attention: None,
+        dense_mlp: Some(DenseMlpDims { intermediate_size }),
+        moe,
+        layers,
+        weight_format,
+        warnings: w,
+    })
+}
+
+/// Qwen3-Next.
+fn qwen3_next(o: &Obj, model_type: &str) -> Result<ModelConfig, ModelError> {
+    let mut w = Vec::new();
+    common_hf(o, &mut w)?;
+    o.ignore(&[
+        "use_sliding_window",
+        "sliding_window",
+        "max_window_layers",
+        "mamba_ssm_dtype",
+    ]);
+    let hidden_size = o.req_dim("hidden_size")?;
+    let n_layers = o.req_dim("num_hidden_layers")?;
+    let vocab_size = o.req_dim("vocab_size")?;
+    let attention: Vec<AttentionKind> = match o.opt_str_list("layer_types")? {
+        Some(l) => {
+            check_len(o, "layer_types", &l, n_layers)?;
+            o.seen("full_attention_interval");
+            l.iter()
+                .map(|s| match s.as_str() {
+                    "linear_attention" => AttentionKind::LinearAttention,
+                    "full_attention" => AttentionKind::Gqa,
+                    other => AttentionKind::Unknown(other.to_string()),
+                })
+                .collect()
+        }
+        None => {
+            let interval = o.usize_or("full_attention_interval", 4, &mut w)?;
+            if interval == 0 {
+                return Err(o.invalid("full_attention_interval", "must be at least 1"));
+            }
+            (0..n_layers)
+                .map(|i| {
+                    if (i + 1) % interval == 0 {
+                        AttentionKind::Gqa
+                    } else {
+                        AttentionKind::LinearAttention
+                    }
+                })
+                .collect()
+        }
+    };
+    let gqa = if attention.contains(&AttentionKind::Gqa) {
+        let heads = o.req_dim("num_attention_heads")?;
+        let kv_heads = o.req_dim("num_key_value_heads")?;
+        if heads % kv_heads != 0 {
+            return Err(o.invalid(
+                "num_key_value_heads",
+                format!("{kv_heads} does not divide num_attention_heads {heads}"),
+            ));
+        }
+        Some(GqaDims {
+            heads,
+            kv_heads,
+            head_dim: o.req_dim("head_dim")?,
+            qk_norm: true,
+            output_gate: true,
+        })
+    } else {
+        o.ignore(&["num_attention_heads", "num_key_value_heads", "head_dim"]);
+        None
+    };
+    let linear_attention = if attention.contains(&AttentionKind::LinearAttention) {
+        let key_heads = o.req_dim("linear_num_key_heads")?;
+        let value_heads = o.req_dim("linear_num_value_heads")?;
+        if value_heads % key_heads != 0 {
+            return Err(o.invalid(
+                "linear_num_value_heads",
+                format!("{value_heads} is not a multiple of linear_num_key_heads {key_heads}"),
+            ));
+        }
+        Some(LinearAttnDims {
+            key_heads,
+            value_heads,
+            key_head_dim: o.req_dim("linear_key_head_dim")?,
+            value_head_dim: o.req_dim("linear_value_head_dim")?,
+            conv_kernel: o.usize_or("linear_conv_kernel_dim", 4, &mut w)?,
+            decay: Decay::Scalar,
+        })
+    } else {
+        o.ignore(&[
+            "linear_num_key_heads",
+            "linear_num_value_heads",
+            "linear_key_head_dim",
+            "linear_value_head_dim",
+            "linear_conv_kernel_dim",
+        ]);
+        None
+    };
+    let experts = o.req_usize("num_experts")?;
+    let sparse_step = o.usize_or("decoder_sparse_step", 1, &mut w)?;
+    if sparse_step == 0 {
+        return Err(o.invalid("decoder_sparse_step", "must be at least 1"));
+    }
+    let mlp_only = o.opt_usize_list("mlp_only_layers")?.unwrap_or_default();
+    let ffn: Vec<FfnKind> = (0..n_layers)
+        .map(|i| {
+            if !mlp_only.contains(&i) && experts > 0 && (i + 1) % sparse_step == 0 {
+                FfnKind::Moe
+            } else {
+                FfnKind::Dense
+            }
+        })
+        .collect();
+    let moe = if experts > 0 {
+        let m = MoeDims {
+            experts,
+            experts_per_token: o.req_dim("num_experts_per_tok")?,
+            intermediate_size: o.req_dim("moe_intermediate_size")?,
+            shared_experts: 1,
+            shared_intermediate_size: o.req_dim("shared_expert_intermediate_size")?,
+            shared_expert_gate: true,
+            router: RouterKind::SoftmaxTopk,
+            n_group: 1,
+            topk_group: 1,
+            norm_topk_prob: o.bool_or("norm_topk_prob", true, &mut w)?,
+            routed_scaling_factor: 1.0,
+            expert_format: weight_format(o)?,
+        };
+        check_moe(o, &m)?;
+        Some(m)
+    } else {
+        None
+    };
+    let dense_mlp = if ffn.contains(&FfnKind::Dense) {
+        Some(DenseMlpDims {
+            intermediate_size: o.req_dim("intermediate_size")?,
+        })
+    } else {
+        o.seen("intermediate_size");
+        None
+    };
+    let weight_format = weight_format(o)?;
+    let rope = parse_rope(o, 0.25, &mut w)?;
+    let layers = attention
+        .into_iter()
+        .zip(ffn)
+        .map(|(attention, ffn)| LayerSpec { attention, ffn })
+        .collect();
+    Ok(ModelConfig {
+        source: o.file.to_string(),
+        model_type: model_type.to_string(),
+        family: Family::Qwen3Next,
+        hidden_size,
+        vocab_size,
+        rms_norm_eps: o.f64_or("rms_norm_eps", 1e-6, &mut w)?,
+        tie_word_embeddings: o.bool_or("tie_word_embeddings", false, &mut w)?,
+        max_position_embeddings: o.opt_usize("max_position_embeddings")?,
+        rope: Some(rope),
+        mla: None,
+        indexer: None,
+        gqa,
+        linear_attention,
+        dense_mlp,
+        moe,
+        layers,
+        weight_format,
+        warnings: w,
+    })
+}
+
+/// The first of several alias keys that is present (Kimi Linear's checkpoints use other names
+/// than its configuration class: `attribute_map`).
+fn first_usize(o: &Obj, keys: &[&str]) -> Result<Option<usize>, ModelError> {
+    let mut found = None;
+    for k in keys {
+        let v = o.opt_usize(k)?;
+        if found.is_none() {
+            found = v;
+        }
+    }
+    Ok(found)
+}
+
+/// Kimi Linear.
+fn kimi_linear(o: &Obj, model_type: &str) -> Result<ModelConfig, ModelError> {
+    let mut w = Vec::new();
+    common_hf(o, &mut w)?;
+    // MLA does not use `head_dim` / `num_key_value_heads`; `use_grouped_topk` is implied by the
+    // group counts.
+    o.ignore(&[
+        "num_key_value_heads",
+        "head_dim",
+        "qk_head_dim",
+        "model_max_length",
+        "use_grouped_topk",
+    ]);
+    let hidden_size = o.req_dim("hidden_size")?;
+    let n_layers = o.req_dim("num_hidden_layers")?;
+    let vocab_size = o.req_dim("vocab_size")?;
+    let lac = o.opt_obj("linear_attn_config")?;
+    let mut attention: Option<Vec<AttentionKind>> = None;
+    let mut linear_attention = None;
+    if let Some(l) = &lac {
+        let dim = l.req_dim("head_dim")?;
+        linear_attention = Some(LinearAttnDims {
+            key_heads: l.req_dim("num_heads")?,
+            value_heads: l.req_dim("num_heads")?,
+            key_head_dim: dim,
+            value_head_dim: dim,
+            conv_kernel: l.usize_or("short_conv_kernel_size", 4, &mut w)?,
+            decay: Decay::PerChannel,
+        });
+        let kda = l.opt_usize_list("kda_layers")?;
+        let full = l.opt_usize_list("full_attn_layers")?;
+        if let (Some(kda), Some(full)) = (kda, full) {
+            // 1-based in the checkpoint (transformers: `layer_types[layer - 1]`).
+            let mut kinds: Vec<Option<AttentionKind>> = vec![None; n_layers];
+            for (list, key, kind) in [
+                (&full, "full_attn_layers", AttentionKind::Mla),
+                (&kda, "kda_layers", AttentionKind::LinearAttention),
+            ] {
+                for &layer in list.iter() {
+                    if layer == 0 || layer > n_layers {
+                        return Err(l.invalid(
+                            key,
+                            format!(
+                                "layer {layer} is outside 1..={n_layers} (the list is 1-based)"
+                            ),
+                        ));
+                    }
+                    kinds[layer - 1] = Some(kind.clone());
+                }
+            }
+            if let Some(i) = kinds.iter().position(Option::is_none) {
+                return Err(l.invalid(
+                    "kda_layers",
+                    format!(
+                        "layer {} is in neither kda_layers nor full_attn_layers",
+                        i + 1
+                    ),
+                ));
+            }
+            attention = Some(kinds.into_iter().flatten().collect());
+        }
+        o.adopt(l);
+    }
+    if attention.is_none() {
+        attention = Some(match o.opt_str_list("layer_types")? {
+            Some(l) => {
+                check_len(o, "layer_types", &l, n_layers)?;
+                l.iter()
+                    .map(|s| match s.as_str() {
+                        "linear_attention" => AttentionKind::LinearAttention,
+                        "full_attention" => AttentionKind::Mla,
+                        other => AttentionKind::Unknown(other.to_string()),
+                    })
+                    .collect()
+            }
+            None => (0..n_layers)
+                .map(|i| {
+                    if i > 0 && i % 4 == 0 {
+                        AttentionKind::Mla
+                    } else {
+                        AttentionKind::LinearAttention
+                    }
+                })
+                .collect(),
+        });
+    }
+    let attention = attention.unwrap_or_default();
+    if attention.contains(&AttentionKind::LinearAttention) && linear_attention.is_none() {
+        return Err(o.missing_for("linear_attn_config", "the linear-attention (KDA) layers"));
+    }
+    let use_nope = o.opt_bool("mla_use_nope")?.unwrap_or(false);
+    let mla = if attention.contains(&AttentionKind::Mla) {
+        Some(MlaDims {
+            heads: o.req_dim("num_attention_heads")?,
+            q_lora_rank: o.opt_usize("q_lora_rank")?.filter(|&r| r > 0),
+            kv_lora_rank: o.req_dim("kv_lora_rank")?,
+            qk_nope_head_dim: o.req_dim("qk_nope_head_dim")?,
+            qk_rope_head_dim: o.req_usize("qk_rope_head_dim")?,
+            v_head_dim: o.req_dim("v_head_dim")?,
+            use_rope: !use_nope,
+            rope_interleave: o.opt_bool("rope_interleave")?.unwrap_or(true),
+        })
+    } else {
+        None
+    };
+    let experts = first_usize(o, &["num_experts", "num_local_experts", "n_routed_experts"])?
+        .ok_or_else(|| o.missing("num_experts"))?;
+    let first_k = o.usize_or("first_k_dense_replace", 1, &mut w)?;
+    let ffn: Vec<FfnKind> = match o.opt_str_list("mlp_layer_types")? {
+        Some(l) => {
+            check_len(o, "mlp_layer_types", &l, n_layers)?;
+            l.iter().map(|s| mlp_kind(s)).collect()
+        }
+        None => (0..n_layers)
+            .map(|i| {
+                if i < first_k || experts == 0 {
+                    FfnKind::Dense
+                } else {
+                    FfnKind::Moe
+                }
+            })
+            .collect(),
+    };
+    o.seen("moe_layer_freq");
+    let weight_format = weight_format(o)?;
+    let moe = if experts > 0 {
+        let moe_inter = o.req_dim("moe_intermediate_size")?;
+        let shared = first_usize(o, &["num_shared_experts", "n_shared_experts"])?.unwrap_or(1);
+        let router = match o
+            .opt_str("moe_router_activation_func")?
+            .unwrap_or("sigmoid")
+        {
+            "sigmoid" => RouterKind::SigmoidGroupTopk,
+            "softmax" => RouterKind::SoftmaxTopk,
+            other => RouterKind::Unknown(other.to_string()),
+        };
+        let norm = match o.opt_bool("moe_renormalize")? {
+            Some(b) => {
+                o.seen("norm_topk_prob");
+                b
+            }
+            None => o.bool_or("norm_topk_prob", true, &mut w)?,
+        };
+        let m = MoeDims {
+            experts,
+            experts_per_token: first_usize(o, &["num_experts_per_token", "num_experts_per_tok"])?
+                .ok_or_else(|| o.missing("num_experts_per_token"))?,
+            intermediate_size: moe_inter,
+            shared_experts: shared,
+            shared_intermediate_size: moe_inter * shared,
+            shared_expert_gate: false,
+            router,
+            n_group: first_usize(o, &["num_expert_group", "n_group"])?.unwrap_or(1),
+            topk_group: o.opt_usize("topk_group")?.unwrap_or(1),
+            norm_topk_prob: norm,
+            routed_scaling_factor: o.f64_or("routed_scaling_factor", 2.446, &mut w)?,
+            expert_format: weight_format.clone(),
+        };
+        check_moe(o, &m)?;
+        Some(m)
+    } else {
+        None
+    };
+    let dense_mlp = if ffn.contains(&FfnKind::Dense) {
+        Some(DenseMlpDims {
+            intermediate_size: o.req_dim("intermediate_size")?,
+        })
+    } else {
+        o.seen("intermediate_size");
+        None
+    };
+    // Kimi Linear's full-attention layers use no positional encoding when `mla_use_nope`.
+    let rope = if mla.as_ref().is_some_and(|m| m.use_rope) {
+        Some(parse_rope(o, 1.0, &mut w)?)
+    } else {
+        o.ignore(&["rope_theta", "rope_scaling", "rope_parameters"]);
+        None
+    };
+    let layers = attention
+        .into_iter()
+        .zip(ffn)
+        .map(|(attention, ffn)| LayerSpec { attention, ffn })
+        .collect();
+    Ok(ModelConfig {
+        source: o.file.to_string(),
+        model_type: model_type.to_string(),
+        family: Family::KimiLinear,
+        hidden_size,
+        vocab_size,
+        rms_norm_eps: o.f64_or("rms_norm_eps", 1e-5, &mut w)?,
+        tie_word_embeddings: o.bool_or("tie_word_embeddings", false, &mut w)?,
+        max_position_embeddings: first_usize(o, &["max_position_embeddings", "model_max_length"])?,
+        rope,
+        mla,
+        indexer: None,
+        gqa: None,
+        linear_attention,
+        dense_mlp,
+        moe,
+        layers,
+        weight_format,
+        warnings: w,
+    })
+}
+
+/// day0's hybrid schema (module docs).
+fn hybrid(o: &Obj, model_type: &str) -> Result<ModelConfig, ModelError> {
+    let mut w = Vec::new();
+    o.seen("name");
+    o.seen("description");
+    let hidden_size = o.req_dim("hidden_size")?;
+    let vocab_size = o.req_dim("vocab_size")?;
+    let entries = o
+        .opt_obj_list("layers")?
+        .ok_or_else(|| o.missing("layers"))?;
+    if entries.is_empty() {
+        return Err(o.invalid("layers", "must list at least one layer"));
+    }
+    let linear_section = o.opt_obj("linear_attention")?;
+    let section_decay = match &linear_section {
+        Some(l) => match l.opt_str("decay")?.unwrap_or("scalar") {
+            "scalar" | "gdn" => Some(Decay::Scalar),
+            "per_channel" | "kda" => Some(Decay::PerChannel),
+            other => {
+                return Err(l.invalid(
+                    "decay",
+                    format!("`{other}`: expected \"scalar\" (GDN) or \"per_channel\" (KDA)"),
+                ))
+            }
+        },
+        None => None,
+    };
+    let mut layers = Vec::new();
+    let mut forced_decay: Option<Decay> = None;
+    for e in &entries {
+        let att = e.req_str("attention")?;
+        let ffn = e.req_str("ffn")?;
+        let repeat = match e.opt_usize("repeat")? {
+            Some(0) => return Err(e.invalid("repeat", "must be at least 1")),
+            Some(r) => r,
+            None => 1,
+        };
+        let attention = match att {
+            "mla" | "dense" | "dense_mla" => AttentionKind::Mla,
+            "dsa" | "sparse_mla" => AttentionKind::SparseMla,
+            "linear" => AttentionKind::LinearAttention,
+            "gdn" | "kda" => {
+                let d = if att == "gdn" {
+                    Decay::Scalar
+                } else {
+                    Decay::PerChannel
+                };
+                if let Some(prev) = forced_decay.or(section_decay) {
+                    if prev != d {
+                        return Err(e.invalid(
+                            "attention",
+                            "mixes GDN and KDA layers; one linear_attention section describes one decay",
+                        ));
+                    }
+                }
+                forced_decay = Some(d);
+                AttentionKind::LinearAttention
+            }
+            other => AttentionKind::Unknown(other.to_string()),
+        };
+        let ffn = match ffn {
+            "dense" => FfnKind::Dense,
+            "moe" => FfnKind::Moe,
+            other => FfnKind::Unknown(other.to_string()),
+        };
+        for _ in 0..repeat {
+            layers.push(LayerSpec {
+                attention: attention.clone(),
+                ffn: ffn.clone(),
+            });
+        }
+        o.adopt(e);
+    }
+    if let Some(n) = o.opt_usize("num_hidden_layers")? {
+        if n != layers.len() {
+            return Err(o.invalid(
+                "num_hidden_layers",
+                format!("is {n} but `layers` expands to {} layers", layers.len()),
+            ));
+        }
+    }
+    let uses = |k: &AttentionKind| layers.iter().any(|l| &l.attention == k);
+    let needs_mla = uses(&AttentionKind::Mla) || uses(&AttentionKind::SparseMla);
+    let mla_section = o.opt_obj("mla")?;
+    let mla = match (&mla_section, needs_mla) {
+        (Some(m), _) => {
+            let q = if m.contains("q_lora_rank") {
+                m.opt_usize("q_lora_rank")?
+            } else {
+                return Err(m.missing_for(
+                    "q_lora_rank",
+                    "the mla section (null for no query compression)",
+                ));
+            };
+            let dims = MlaDims {
+                heads: m.req_dim("num_heads")?,
+                q_lora_rank: q.filter(|&r| r > 0),
+                kv_lora_rank: m.req_dim("kv_lora_rank")?,
+                qk_nope_head_dim: m.req_dim("qk_nope_head_dim")?,
+                qk_rope_head_dim: m.req_dim("qk_rope_head_dim")?,
+                v_head_dim: m.req_dim("v_head_dim")?,
+                use_rope: true,
+                rope_interleave: m.opt_bool("rope_interleave")?.unwrap_or(true),
+            };
+            o.adopt(m);
+            Some(dims)
+        }
+        (None, true) => return Err(o.missing_for("mla", "layers of attention kind mla/dsa")),
+        (None, false) => None,
+    };
+    let indexer = match (o.opt_obj("indexer")?, uses(&AttentionKind::SparseMla)) {
+        (Some(i), _) => {
+            let dims = IndexerDims {
+                heads: i.req_dim("n_heads")?,
+                head_dim: i.req_dim("head_dim")?,
+                topk: i.req_dim("topk")?,
+            };
+            o.adopt(&i);
+            Some(dims)
+        }
+        (None, true) => return Err(o.missing_for("indexer", "layers of attention kind dsa")),
+        (None, false) => None,
+    };
+    let linear_attention = match (&linear_section, uses(&AttentionKind::LinearAttention)) {
+        (Some(l), _) => {
+            let key_heads = l.req_dim("num_key_heads")?;
+            let value_heads = l.req_dim("num_value_heads")?;
+            if value_heads % key_heads != 0 {
+                return Err(l.invalid(
+                    "num_value_heads",
+                    format!("{value_heads} is not a multiple of num_key_heads {key_heads}"),
+                ));
+            }
+            let dims = LinearAttnDims {
+                key_heads,
+                value_heads,
+                key_head_dim: l.req_dim("key_head_dim")?,
+                value_head_dim: l.req_dim("value_head_dim")?,
+                conv_kernel: l.opt_usize("conv_kernel")?.unwrap_or(4),
+                decay: forced_decay.or(section_decay).unwrap_or(Decay::Scalar),
+            };
+            o.adopt(l);
+            Some(dims)
+        }
+        (None, true) => {
+            return Err(o.missing_for(
+                "linear_attention",
+                "layers of attention kind linear/gdn/kda",
+            ))
+        }
+        (None, false) => None,
+    };
+    let dense_mlp = match (
+        o.opt_obj("dense_mlp")?,
+        layers.iter().any(|l| l.ffn == FfnKind::Dense),
+    ) {
+        (Some(d), _) => {
+            let dims = DenseMlpDims {
+                intermediate_size: d.req_dim("intermediate_size")?,
+            };
+            o.adopt(&d);
+            Some(dims)
+        }
+        (None, true) => return Err(o.missing_for("dense_mlp", "layers of ffn kind dense")),
+        (None, false) => None,
+    };
+    let moe = match (
+        o.opt_obj("moe")?,
+        layers.iter().any(|l| l.ffn == FfnKind::Moe),
+    ) {
+        (Some(m), _) => {
+            let inter = m.req_dim("intermediate_size")?;
+            let shared = m.opt_usize("shared_experts")?.unwrap_or(0);
+            let router = match m.opt_str("router")?.unwrap_or("sigmoid_group_topk") {
+                "sigmoid_group_topk" => RouterKind::SigmoidGroupTopk,
+                "softmax_topk" => RouterKind::SoftmaxTopk,
+                other => RouterKind::Unknown(other.to_string()),
+            };
+            let expert_format = match m.opt_str("expert_format")?.unwrap_or("bf16") {
+                "bf16" | "float" => WeightFormat::Float,
+                "mxfp4" => WeightFormat::Mxfp4,
+                "fp8" => WeightFormat::Fp8Block { block: [128, 128] },
+                other => WeightFormat::Other(other.to_string()),
+            };
+            let dims = MoeDims {
+                experts: m.req_dim("num_experts")?,
+                experts_per_token: m.req_dim("experts_per_token")?,
+                intermediate_size: inter,
+                shared_experts: shared,
+                shared_intermediate_size: m
+                    .opt_usize("shared_intermediate_size")?
+                    .unwrap_or(inter * shared),
+                shared_expert_gate: m.opt_bool("shared_expert_gate")?.unwrap_or(false),
+                router,
+                n_group: m.opt_usize("n_group")?.unwrap_or(1),
+                topk_group: m.opt_usize("topk_group")?.unwrap_or(1),
+                norm_topk_prob: m.opt_bool("norm_topk_prob")?.unwrap_or(true),
+                routed_scaling_factor: m.opt_f64("routed_scaling_factor")?.unwrap_or(1.0),
+                expert_format,
+            };
+            check_moe(&m, &dims)?;
+            o.adopt(&m);
+            Some(dims)
+        }
+        (None, true) => return Err(o.missing_for("moe", "layers of ffn kind moe")),
+        (None, false) => None,
+    };
+    let rope = if needs_mla {
+        Some(parse_rope(o, 1.0, &mut w)?)
+    } else {
+        o.ignore(&["rope_theta", "rope_scaling", "rope_parameters"]);
+        None
+    };
+    Ok(ModelConfig {
+        source: o.file.to_string(),
+        model_type: model_type.to_string(),
+        family: Family::Day0Hybrid,
+        hidden_size,
+        vocab_size,
+        rms_norm_eps: o.opt_f64("rms_norm_eps")?.unwrap_or(1e-6),
+        tie_word_embeddings: o.opt_bool("tie_word_embeddings")?.unwrap_or(false),
+        max_position_embeddings: o.opt_usize("max_position_embeddings")?,
+        rope,
+        mla,
+        indexer,
+        gqa: None,
+        linear_attention,
+        dense_mlp,
+        moe,
+        layers,
+        weight_format: WeightFormat::Float,
+        warnings: w,
+    })
+}

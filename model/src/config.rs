@@ -1,0 +1,1021 @@
+//! # Model configurations: from `config.json` to one normalised description
+//!
+//! Release day starts with a Hugging Face `config.json`. [`load_config`] reads one (a file, or a
+//! model directory holding `config.json`) and [`parse_config`] parses its text into a
+//! [`ModelConfig`]: the same normalised description whatever the source layout — model-wide sizes,
+//! the dimensions of each attention and feed-forward family the model uses, and one [`LayerSpec`]
+//! per layer saying which attention and which feed-forward block that layer runs. The operator
+//! graph ([`crate::graph`]) and the coverage inventory ([`crate::coverage`]) are built from it.
+//!
+//! Supported `model_type`s (parsers in [`crate::arch`], which documents each field's source):
+//!
+//! | `model_type` | architecture | layers |
+//! |---|---|---|
+//! | `deepseek_v3`, `kimi_k2` | DeepSeek-V3 (Kimi-K2 uses it) | MLA; dense MLP for the first `first_k_dense_replace`, then MoE |
+//! | `deepseek_v32` | DeepSeek-V3.2 | MLA + DSA indexer (`index_n_heads`, `index_head_dim`, `index_topk`) |
+//! | `qwen3_next` | Qwen3-Next | gated GQA every `full_attention_interval`-th layer, Gated DeltaNet elsewhere (or `layer_types`) |
+//! | `kimi_linear` | Kimi Linear | KDA / MLA (no RoPE) from `linear_attn_config` |
+//! | `day0_hybrid` | day0's own schema (see [`crate::arch`]) | per-layer kind: MLA / sparse-indexed MLA / linear attention; MoE with MXFP4 experts |
+//!
+//! Rules, following the reference code (transformers' `configuration_*.py`) where it has one:
+//! - **Required fields** are the ones that fix tensor shapes or the layer structure; a missing one
+//!   is [`ModelError::MissingField`] naming the field and the file. Behavioural fields that the
+//!   reference configuration class defaults (e.g. `n_group`, `rms_norm_eps`) take the same default,
+//!   recorded as a [`ConfigWarning::Defaulted`] so nothing is silently assumed.
+//! - **Unknown fields** are not fatal: each is reported as a [`ConfigWarning::UnknownField`].
+//!   Fields the reference knows but that do not change the forward pass (token ids, training-only
+//!   coefficients, `auto_map`, ...) are accepted silently.
+//! - **RoPE** parameters are read from `rope_scaling` (older files) or `rope_parameters` (what
+//!   transformers 5 writes); when both are present `rope_scaling` wins, as in transformers'
+//!   `convert_rope_params_to_dict`. `rope_theta` may sit at the top level or inside the dict.
+//! - **Errors are values** ([`ModelError`], with the file and the field), never panics.
+
+use serde_json::{Map, Value};
+use std::cell::RefCell;
+use std::collections::BTreeSet;
+use std::fmt;
+use std::path::Path;
+
+/// What went wrong reading a configuration. Every variant names the file it came from.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ModelError {
+    /// The file could not be read.
+    Io {
+        /// The path given.
+        file: String,
+        /// The operating system's message.
+        message: String,
+    },
+    /// The file is not valid JSON.
+    Json {
+        /// The file.
+        file: String,
+        /// 1-based line of the error.
+        line: usize,
+        /// 1-based column of the error.
+        column: usize,
+        /// The parser's message.
+        message: String,
+    },
+    /// A required field is absent (or `null` where a value is needed).
+    MissingField {
+        /// The file.
+        file: String,
+        /// The field, with its enclosing objects (`linear_attn_config.num_heads`).
+        field: String,
+        /// Why it is required (the model type, or the layer kind that needs it).
+        needed_by: String,
+    },
+    /// A field holds the wrong JSON type.
+    WrongType {
+        /// The file.
+        file: String,
+        /// The field.
+        field: String,
+        /// What was expected (`a non-negative integer`, ...).
+        expected: &'static str,
+        /// What was found (`a string "abc"`, ...).
+        found: String,
+    },
+    /// A field has a value the model cannot have (zero heads, a layer list of the wrong length...).
+    InvalidValue {
+        /// The file.
+        file: String,
+        /// The field.
+        field: String,
+        /// What is wrong and what to change.
+        message: String,
+    },
+    /// `model_type` names an architecture day0 does not parse.
+    UnsupportedModelType {
+        /// The file.
+        file: String,
+        /// The `model_type` found.
+        model_type: String,
+    },
+}
+
+/// The `model_type`s [`parse_config`] accepts.
+pub const SUPPORTED_MODEL_TYPES: &[&str] = &[
+    "deepseek_v3",
+    "kimi_k2",
+    "deepseek_v32",
+    "qwen3_next",
+    "kimi_linear",
+    "day0_hybrid",
+];
+
+impl ModelError {
+    /// The file the error is about.
+    pub fn file(&self) -> &str {
+        match self {
+            ModelError::Io { file, .. }
+            | ModelError::Json { file, .. }
+            | ModelError::MissingField { file, .. }
+            | ModelError::WrongType { file, .. }
+            | ModelError::InvalidValue { file, .. }
+            | ModelError::UnsupportedModelType { file, .. } => file,
+        }
+    }
+
+    /// The field the error is about, if any.
+    pub fn field(&self) -> Option<&str> {
+        match self {
+            ModelError::MissingField { field, .. }
+            | ModelError::WrongType { field, .. }
+            | ModelError::InvalidValue { field, .. } => Some(field),
+            _ => None,
+        }
+    }
+}
+
+impl fmt::Display for ModelError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ModelError::Io { file, message } => write!(f, "{file}: cannot read: {message}"),
+            ModelError::Json {
+                file,
+                line,
+                column,
+                message,
+            } => write!(f, "{file}:{line}:{column}: malformed JSON: {message}"),
+            ModelError::MissingField {
+                file,
+                field,
+                needed_by,
+            } => write!(
+                f,
+                "{file}: required field `{field}` is missing (needed by {needed_by})"
+            ),
+            ModelError::WrongType {
+                file,
+                field,
+                expected,
+                found,
+            } => write!(
+                f,
+                "{file}: field `{field}` must be {expected}, found {found}"
+            ),
+            ModelError::InvalidValue {
+                file,
+                field,
+                message,
+            } => write!(f, "{file}: field `{field}`: {message}"),
+            ModelError::UnsupportedModelType { file, model_type } => write!(
+                f,
+                "{file}: model_type `{model_type}` is not supported (supported: {})",
+                SUPPORTED_MODEL_TYPES.join(", ")
+            ),
+        }
+    }
+}
+
+impl std::error::Error for ModelError {}
+
+/// Something worth telling the user that does not stop the parse.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ConfigWarning {
+    /// A field the parser does not know (a new architecture feature, or a typo).
+    UnknownField {
+        /// The field, with its enclosing objects.
+        field: String,
+    },
+    /// An optional field was absent; the reference configuration's default was used.
+    Defaulted {
+        /// The field.
+        field: String,
+        /// The value used.
+        value: String,
+    },
+    /// A field was read but has no effect on day0's model (with why).
+    Ignored {
+        /// The field.
+        field: String,
+        /// Why it has no effect.
+        reason: String,
+    },
+}
+
+impl fmt::Display for ConfigWarning {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ConfigWarning::UnknownField { field } => write!(f, "unknown field `{field}` (ignored)"),
+            ConfigWarning::Defaulted { field, value } => {
+                write!(f, "`{field}` not set: using the reference default {value}")
+            }
+            ConfigWarning::Ignored { field, reason } => write!(f, "`{field}` ignored: {reason}"),
+        }
+    }
+}
+
+/// The architecture a configuration describes (from its `model_type`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Family {
+    /// `deepseek_v3`.
+    DeepseekV3,
+    /// `kimi_k2` (DeepSeek-V3 architecture, other sizes).
+    KimiK2,
+    /// `deepseek_v32` (DeepSeek-V3 + DSA indexer).
+    DeepseekV32,
+    /// `qwen3_next`.
+    Qwen3Next,
+    /// `kimi_linear`.
+    KimiLinear,
+    /// `day0_hybrid`, day0's own schema.
+    Day0Hybrid,
+}
+
+impl Family {
+    /// A human name for tables.
+    pub fn display_name(self) -> &'static str {
+        match self {
+            Family::DeepseekV3 => "DeepSeek-V3",
+            Family::KimiK2 => "Kimi-K2 (DeepSeek-V3 architecture)",
+            Family::DeepseekV32 => "DeepSeek-V3.2 (MLA + DSA)",
+            Family::Qwen3Next => "Qwen3-Next (Gated DeltaNet + gated attention)",
+            Family::KimiLinear => "Kimi Linear (KDA + MLA)",
+            Family::Day0Hybrid => "day0 hybrid",
+        }
+    }
+}
+
+/// Which attention a layer runs.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum AttentionKind {
+    /// Multi-head latent attention over all past tokens ([`ModelConfig::mla`]).
+    Mla,
+    /// MLA restricted to the `index_topk` tokens a DSA indexer selects ([`ModelConfig::indexer`]).
+    SparseMla,
+    /// Grouped-query attention ([`ModelConfig::gqa`]; Qwen3-Next's gated variant).
+    Gqa,
+    /// Linear attention with the gated delta rule ([`ModelConfig::linear_attention`]), GDN or KDA.
+    LinearAttention,
+    /// A kind day0 does not know: kept by name so the coverage inventory reports it.
+    Unknown(String),
+}
+
+impl AttentionKind {
+    /// Short name (`mla`, `sparse_mla`, `gqa`, `linear`, or the unknown name).
+    pub fn name(&self) -> String {
+        match self {
+            AttentionKind::Mla => "mla".into(),
+            AttentionKind::SparseMla => "sparse_mla".into(),
+            AttentionKind::Gqa => "gqa".into(),
+            AttentionKind::LinearAttention => "linear".into(),
+            AttentionKind::Unknown(s) => s.clone(),
+        }
+    }
+}
+
+/// Which feed-forward block a layer runs.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum FfnKind {
+    /// A dense SwiGLU MLP ([`ModelConfig::dense_mlp`]).
+    Dense,
+    /// Mixture of experts ([`ModelConfig::moe`]).
+    Moe,
+    /// A kind day0 does not know, kept by name.
+    Unknown(String),
+}
+
+impl FfnKind {
+    /// Short name (`dense`, `moe`, or the unknown name).
+    pub fn name(&self) -> String {
+        match self {
+            FfnKind::Dense => "dense".into(),
+            FfnKind::Moe => "moe".into(),
+            FfnKind::Unknown(s) => s.clone(),
+        }
+    }
+}
+
+/// One decoder layer: its attention and its feed-forward block.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LayerSpec {
+    /// The attention block.
+    pub attention: AttentionKind,
+    /// The feed-forward block.
+    pub ffn: FfnKind,
+}
+
+/// Multi-head latent attention (DeepSeek-V2/V3) dimensions.
+#[derive(Debug, Clone, PartialEq)]
+pub struct MlaDims {
+    /// Attention heads.
+    pub heads: usize,
+    /// `q_lora_rank`; `None` (JSON `null`) means queries are projected directly (`q_proj`).
+    pub q_lora_rank: Option<usize>,
+    /// `kv_lora_rank`: width of the cached latent `c_KV`.
+    pub kv_lora_rank: usize,
+    /// `qk_nope_head_dim`.
+    pub qk_nope_head_dim: usize,
+    /// `qk_rope_head_dim` (also the width of the shared rotated key `k_R`).
+    pub qk_rope_head_dim: usize,
+    /// `v_head_dim`.
+    pub v_head_dim: usize,
+    /// Whether RoPE is applied (Kimi Linear's MLA uses none: `mla_use_nope`).
+    pub use_rope: bool,
+    /// RoPE pairs adjacent dims (`rope_interleave`, transformers default `true` for DeepSeek).
+    pub rope_interleave: bool,
+}
+
+impl MlaDims {
+    /// `qk_nope_head_dim + qk_rope_head_dim`.
+    pub fn qk_head_dim(&self) -> usize {
+        self.qk_nope_head_dim + self.qk_rope_head_dim
+    }
+
+    /// Width of one cached latent row: `kv_lora_rank + qk_rope_head_dim`.
+    pub fn latent_dim(&self) -> usize {
+        self.kv_lora_rank + self.qk_rope_head_dim
+    }
+}
+
+/// DeepSeek-V3.2 lightning indexer (DSA) dimensions.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IndexerDims {
+    /// `index_n_heads`.
+    pub heads: usize,
+    /// `index_head_dim`.
+    pub head_dim: usize,
+    /// `index_topk`: tokens each query attends to.
+    pub topk: usize,
+}
+
+/// Grouped-query attention dimensions (Qwen3-Next full-attention layers).
+#[derive(Debug, Clone, PartialEq)]
+pub struct GqaDims {
+    /// Query heads.
+    pub heads: usize,
+    /// Key/value heads.
+    pub kv_heads: usize,
+    /// Head dimension.
+    pub head_dim: usize,
+    /// Per-head RMSNorm of q and k (Qwen3-Next: yes).
+    pub qk_norm: bool,
+    /// Sigmoid output gate from a second half of `q_proj` (Qwen3-Next: yes).
+    pub output_gate: bool,
+}
+
+/// How the gated delta rule decays its state.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Decay {
+    /// Gated DeltaNet (Qwen3-Next): one scalar per head and token.
+    Scalar,
+    /// KDA (Kimi Linear): one per key channel.
+    PerChannel,
+}
+
+/// Linear-attention (gated delta rule) dimensions.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LinearAttnDims {
+    /// Query/key heads.
+    pub key_heads: usize,
+    /// Value heads (a multiple of `key_heads`).
+    pub value_heads: usize,
+    /// Key head dimension.
+    pub key_head_dim: usize,
+    /// Value head dimension.
+    pub value_head_dim: usize,
+    /// Causal short-convolution kernel size.
+    pub conv_kernel: usize,
+    /// GDN or KDA.
+    pub decay: Decay,
+}
+
+/// Dense SwiGLU MLP dimensions.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DenseMlpDims {
+    /// Intermediate size.
+    pub intermediate_size: usize,
+}
+
+/// How the router picks experts.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum RouterKind {
+    /// DeepSeek-V3: sigmoid scores, `e_score_correction_bias` for selection, group-limited top-k.
+    SigmoidGroupTopk,
+    /// Softmax over experts, top-k (Qwen3-Next, DeepSeek-V2 greedy).
+    SoftmaxTopk,
+    /// A scoring/selection day0 does not know (`scoring_func/topk_method`).
+    Unknown(String),
+}
+
+impl RouterKind {
+    /// Short name used in operator names.
+    pub fn name(&self) -> String {
+        match self {
+            RouterKind::SigmoidGroupTopk => "sigmoid_group_topk".into(),
+            RouterKind::SoftmaxTopk => "softmax_topk".into(),
+            RouterKind::Unknown(s) => s.clone(),
+        }
+    }
+}
+
+/// Storage format of weights in the checkpoint.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum WeightFormat {
+    /// Plain floats (bf16/f16/f32; `torch_dtype`).
+    Float,
+    /// Block-scaled FP8 E4M3 (`quantization_config.quant_method = "fp8"`), block `[rows, cols]`.
+    Fp8Block {
+        /// `weight_block_size`.
+        block: [usize; 2],
+    },
+    /// MXFP4 (32 E2M1 values + one E8M0 scale per block).
+    Mxfp4,
+    /// Another `quant_method`, by name.
+    Other(String),
+}
+
+impl fmt::Display for WeightFormat {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            WeightFormat::Float => write!(f, "float"),
+            WeightFormat::Fp8Block { block } => {
+                write!(f, "fp8 e4m3, block-scaled {}x{}", block[0], block[1])
+            }
+            WeightFormat::Mxfp4 => write!(f, "mxfp4"),
+            WeightFormat::Other(s) => write!(f, "{s}"),
+        }
+    }
+}
+
+/// Mixture-of-experts dimensions and routing.
+#[derive(Debug, Clone, PartialEq)]
+pub struct MoeDims {
+    /// Routed experts.
+    pub experts: usize,
+    /// Experts per token.
+    pub experts_per_token: usize,
+    /// Intermediate size of one routed expert.
+    pub intermediate_size: usize,
+    /// Number of shared experts (DeepSeek: `n_shared_experts`; Qwen3-Next: 1).
+    pub shared_experts: usize,
+    /// Intermediate size of the shared expert block (DeepSeek: `moe_intermediate_size ·
+    /// n_shared_experts`; Qwen3-Next: `shared_expert_intermediate_size`).
+    pub shared_intermediate_size: usize,
+    /// Whether the shared expert's output is scaled by `σ(x · w_gate)` (Qwen3-Next).
+    pub shared_expert_gate: bool,
+    /// Router.
+    pub router: RouterKind,
+    /// Expert groups (`n_group`).
+    pub n_group: usize,
+    /// Groups kept per token (`topk_group`).
+    pub topk_group: usize,
+    /// Renormalise the selected weights (`norm_topk_prob`).
+    pub norm_topk_prob: bool,
+    /// `routed_scaling_factor`.
+    pub routed_scaling_factor: f64,
+    /// Expert weight storage.
+    pub expert_format: WeightFormat,
+}
+
+/// RoPE scaling.
+#[derive(Debug, Clone, PartialEq)]
+pub enum RopeScaling {
+    /// Plain RoPE.
+    None,
+    /// YaRN (DeepSeek-V3 and derivatives).
+    Yarn {
+        /// `factor`.
+        factor: f64,
+        /// `original_max_position_embeddings`.
+        original_max_position_embeddings: usize,
+        /// `beta_fast` (default 32).
+        beta_fast: f64,
+        /// `beta_slow` (default 1).
+        beta_slow: f64,
+        /// `mscale` (default 1).
+        mscale: f64,
+        /// `mscale_all_dim` (default 0).
+        mscale_all_dim: f64,
+    },
+    /// Linear position interpolation.
+    Linear {
+        /// `factor`.
+        factor: f64,
+    },
+    /// Dynamic NTK.
+    Dynamic {
+        /// `factor`.
+        factor: f64,
+    },
+    /// Another `rope_type`, by name (parameters kept unparsed).
+    Other(String),
+}
+
+/// Rotary position embedding parameters.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RopeConfig {
+    /// Base frequency `rope_theta`.
+    pub theta: f64,
+    /// Scaling.
+    pub scaling: RopeScaling,
+    /// Fraction of the head dimension rotated (Qwen3-Next: 0.25).
+    pub partial_rotary_factor: f64,
+    /// Which key the parameters came from (`rope_scaling`, `rope_parameters`, or `None` if only
+    /// `rope_theta` / defaults were used).
+    pub source: Option<&'static str>,
+}
+
+impl RopeConfig {
+    /// The YaRN attention-scale correction `m` (transformers `yarn_get_mscale(factor,
+    /// mscale_all_dim)`): `0.1 · mscale_all_dim · ln(factor) + 1` when `factor > 1` and
+    /// `mscale_all_dim ≠ 0`, else 1. DeepSeek's MLA multiplies its softmax scale by `m²`.
+    pub fn mla_mscale(&self) -> f64 {
+        match self.scaling {
+            RopeScaling::Yarn {
+                factor,
+                mscale_all_dim,
+                ..
+            } if mscale_all_dim != 0.0 && factor > 1.0 => 0.1 * mscale_all_dim * factor.ln() + 1.0,
+            _ => 1.0,
+        }
+    }
+
+    /// MLA softmax scale `τ = qk_head_dim^-1/2 · m²`.
+    pub fn mla_softmax_scale(&self, qk_head_dim: usize) -> f64 {
+        let m = self.mla_mscale();
+        (qk_head_dim as f64).powf(-0.5) * m * m
+    }
+
+    /// Short description (`yarn x40 (theta 10000)`).
+    pub fn describe(&self) -> String {
+        let s = match &self.scaling {
+            RopeScaling::None => "plain".to_string(),
+            RopeScaling::Yarn { factor, .. } => format!("yarn x{factor}"),
+            RopeScaling::Linear { factor } => format!("linear x{factor}"),
+            RopeScaling::Dynamic { factor } => format!("dynamic x{factor}"),
+            RopeScaling::Other(t) => t.clone(),
+        };
+        format!("{s}, theta {}", self.theta)
+    }
+}
+
+/// A parsed, normalised model configuration.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ModelConfig {
+    /// The file it came from (as given).
+    pub source: String,
+    /// `model_type` as written.
+    pub model_type: String,
+    /// Architecture.
+    pub family: Family,
+    /// `hidden_size`.
+    pub hidden_size: usize,
+    /// `vocab_size`.
+    pub vocab_size: usize,
+    /// `rms_norm_eps`.
+    pub rms_norm_eps: f64,
+    /// `tie_word_embeddings`.
+    pub tie_word_embeddings: bool,
+    /// `max_position_embeddings`, when given.
+    pub max_position_embeddings: Option<usize>,
+    /// RoPE (absent for models whose layers use none).
+    pub rope: Option<RopeConfig>,
+    /// MLA dimensions, when a layer uses MLA or sparse MLA.
+    pub mla: Option<MlaDims>,
+    /// DSA indexer dimensions, when a layer uses sparse MLA.
+    pub indexer: Option<IndexerDims>,
+    /// GQA dimensions, when a layer uses GQA.
+    pub gqa: Option<GqaDims>,
+    /// Linear-attention dimensions, when a layer uses it.
+    pub linear_attention: Option<LinearAttnDims>,
+    /// Dense MLP dimensions, when a layer uses one.
+    pub dense_mlp: Option<DenseMlpDims>,
+    /// MoE dimensions, when a layer uses MoE.
+    pub moe: Option<MoeDims>,
+    /// One entry per decoder layer.
+    pub layers: Vec<LayerSpec>,
+    /// Storage format of the (non-expert) weights.
+    pub weight_format: WeightFormat,
+    /// Unknown fields, defaults applied, fields ignored.
+    pub warnings: Vec<ConfigWarning>,
+}
+
+impl ModelConfig {
+    /// Number of decoder layers.
+    pub fn num_layers(&self) -> usize {
+        self.layers.len()
+    }
+
+    /// The unknown fields found, by name.
+    pub fn unknown_fields(&self) -> Vec<&str> {
+        self.warnings
+            .iter()
+            .filter_map(|w| match w {
+                ConfigWarning::UnknownField { field } => Some(field.as_str()),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// Layer indices per (attention, ffn) kind, for summaries: `[(kind name, count)]` in first-seen
+    /// order.
+    pub fn layer_summary(&self) -> String {
+        let mut att: Vec<(String, usize)> = Vec::new();
+        let mut ffn: Vec<(String, usize)> = Vec::new();
+        for l in &self.layers {
+            bump(&mut att, l.attention.name());
+            bump(&mut ffn, l.ffn.name());
+        }
+        let join = |v: &[(String, usize)]| {
+            v.iter()
+                .map(|(k, n)| format!("{n} {k}"))
+                .collect::<Vec<_>>()
+                .join(" + ")
+        };
+        format!("attention: {}; ffn: {}", join(&att), join(&ffn))
+    }
+}
+
+fn bump(v: &mut Vec<(String, usize)>, k: String) {
+    match v.iter_mut().find(|(n, _)| *n == k) {
+        Some((_, c)) => *c += 1,
+        None => v.push((k, 1)),
+    }
+}
+
+/// Reads and parses a configuration: `path` is a `config.json`-style file, or a directory holding
+/// `config.json`.
+pub fn load_config(path: &Path) -> Result<ModelConfig, ModelError> {
+    let file = if path.is_dir() {
+        path.join("config.json")
+    } else {
+        path.to_path_buf()
+    };
+    let name = file.display().to_string();
+    let text = std::fs::read_to_string(&file).map_err(|e| ModelError::Io {
+        file: name.clone(),
+        message: e.to_string(),
+    })?;
+    parse_config(&text, &name)
+}
+
+/// Parses the text of a configuration; `file` names it in errors and warnings.
+pub fn parse_config(text: &str, file: &str) -> Result<ModelConfig, ModelError> {
+    let value: Value = serde_json::from_str(text).map_err(|e| ModelError::Json {
+        file: file.to_string(),
+        line: e.line(),
+        column: e.column(),
+        message: e.to_string(),
+    })?;
+    let map = match &value {
+        Value::Object(m) => m,
+        other => {
+            return Err(ModelError::WrongType {
+                file: file.to_string(),
+                field: "(top level)".into(),
+                expected: "a JSON object",
+                found: describe(other),
+            })
+        }
+    };
+    let model_type = match map.get("model_type") {
+        Some(Value::String(s)) => s.clone(),
+        Some(other) => {
+            return Err(ModelError::WrongType {
+                file: file.to_string(),
+                field: "model_type".into(),
+                expected: "a string",
+                found: describe(other),
+            })
+        }
+        None => {
+            return Err(ModelError::MissingField {
+                file: file.to_string(),
+                field: "model_type".into(),
+                needed_by: "every config.json (it selects the architecture)".into(),
+            })
+        }
+    };
+    let obj = Obj::root(file, &model_type, map);
+    obj.seen("model_type");
+    let mut cfg = crate::arch::parse(&obj, &model_type)?;
+    for field in obj.unknown() {
+        cfg.warnings.push(ConfigWarning::UnknownField { field });
+    }
+    Ok(cfg)
+}
+
+/// A short description of a JSON value for error messages.
+pub(crate) fn describe(v: &Value) -> String {
+    match v {
+        Value::Null => "null".into(),
+        Value::Bool(b) => format!("a boolean {b}"),
+        Value::Number(n) => format!("the number {n}"),
+        Value::String(s) => format!("a string {s:?}"),
+        Value::Array(a) => format!("an array of {} elements", a.len()),
+        Value::Object(_) => "an object".into(),
+    }
+}
+
+/// A JSON object being read: typed accessors that name the field and the file in errors, and a
+/// record of the keys read so the rest can be reported as unknown.
+pub(crate) struct Obj<'a> {
+    pub(crate) file: &'a str,
+    /// Why fields of this object are required (the model type, by default).
+    pub(crate) needed_by: String,
+    prefix: String,
+    map: &'a Map<String, Value>,
+    seen: RefCell<BTreeSet<String>>,
+    children: RefCell<Vec<Vec<String>>>,
+}
+
+impl<'a> Obj<'a> {
+    pub(crate) fn root(file: &'a str, model_type: &str, map: &'a Map<String, Value>) -> Obj<'a> {
+        Obj {
+            file,
+            needed_by: format!("model_type {model_type}"),
+            prefix: String::new(),
+            map,
+            seen: RefCell::new(BTreeSet::new()),
+            children: RefCell::new(Vec::new()),
+        }
+    }
+
+    /// The full name of `key` (`rope_scaling.factor`).
+    pub(crate) fn path(&self, key: &str) -> String {
+        format!("{}{}", self.prefix, key)
+    }
+
+    /// Marks `key` as known without reading it.
+    pub(crate) fn seen(&self, key: &str) {
+        self.seen.borrow_mut().insert(key.to_string());
+    }
+
+    /// Marks every key in `keys` as known (fields the reference accepts that do not change the
+    /// forward pass).
+    pub(crate) fn ignore(&self, keys: &[&str]) {
+        for k in keys {
+            self.seen(k);
+        }
+    }
+
+    /// Whether `key` is present at all (even as `null`); marks it known.
+    pub(crate) fn contains(&self, key: &str) -> bool {
+        self.seen(key);
+        self.map.contains_key(key)
+    }
+
+    /// The value of `key`, `None` when absent or `null`; marks it known.
+    pub(crate) fn get(&self, key: &str) -> Option<&'a Value> {
+        self.seen(key);
+        match self.map.get(key) {
+            None | Some(Value::Null) => None,
+            Some(v) => Some(v),
+        }
+    }
+
+    pub(crate) fn missing(&self, key: &str) -> ModelError {
+        ModelError::MissingField {
+            file: self.file.to_string(),
+            field: self.path(key),
+            needed_by: self.needed_by.clone(),
+        }
+    }
+
+    pub(crate) fn missing_for(&self, key: &str, needed_by: &str) -> ModelError {
+        ModelError::MissingField {
+            file: self.file.to_string(),
+            field: self.path(key),
+            needed_by: needed_by.to_string(),
+        }
+    }
+
+    pub(crate) fn invalid(&self, key: &str, message: impl Into<String>) -> ModelError {
+        ModelError::InvalidValue {
+            file: self.file.to_string(),
+            field: self.path(key),
+            message: message.into(),
+        }
+    }
+
+    fn wrong(&self, key: &str, expected: &'static str, v: &Value) -> ModelError {
+        ModelError::WrongType {
+            file: self.file.to_string(),
+            field: self.path(key),
+            expected,
+            found: describe(v),
+        }
+    }
+
+    fn as_usize(&self, key: &str, v: &Value) -> Result<usize, ModelError> {
+        if let Some(u) = v.as_u64() {
+            return usize::try_from(u).map_err(|_| self.invalid(key, "value too large"));
+        }
+        // Some files write integers as floats (`4096.0`); accept exact ones.
+        if let Some(f) = v.as_f64() {
+            if f >= 0.0 && f.fract() == 0.0 && f < 1e15 {
+                return Ok(f as usize);
+            }
+        }
+        Err(self.wrong(key, "a non-negative integer", v))
+    }
+
+    pub(crate) fn opt_usize(&self, key: &str) -> Result<Option<usize>, ModelError> {
+        self.get(key).map(|v| self.as_usize(key, v)).transpose()
+    }
+
+    pub(crate) fn req_usize(&self, key: &str) -> Result<usize, ModelError> {
+        self.opt_usize(key)?.ok_or_else(|| self.missing(key))
+    }
+
+    /// A required, non-zero integer (a count or a dimension).
+    pub(crate) fn req_dim(&self, key: &str) -> Result<usize, ModelError> {
+        let v = self.req_usize(key)?;
+        if v == 0 {
+            return Err(self.invalid(key, "must be at least 1"));
+        }
+        Ok(v)
+    }
+
+    /// An optional integer with the reference default, recorded in `warnings` when used.
+    pub(crate) fn usize_or(
+        &self,
+        key: &str,
+        default: usize,
+        warnings: &mut Vec<ConfigWarning>,
+    ) -> Result<usize, ModelError> {
+        match self.opt_usize(key)? {
+            Some(v) => Ok(v),
+            None => {
+                warnings.push(ConfigWarning::Defaulted {
+                    field: self.path(key),
+                    value: default.to_string(),
+                });
+                Ok(default)
+            }
+        }
+    }
+
+    pub(crate) fn opt_f64(&self, key: &str) -> Result<Option<f64>, ModelError> {
+        match self.get(key) {
+            None => Ok(None),
+            Some(v) => v
+                .as_f64()
+                .map(Some)
+                .ok_or_else(|| self.wrong(key, "a number", v)),
+        }
+    }
+
+    pub(crate) fn f64_or(
+        &self,
+        key: &str,
+        default: f64,
+        warnings: &mut Vec<ConfigWarning>,
+    ) -> Result<f64, ModelError> {
+        match self.opt_f64(key)? {
+            Some(v) => Ok(v),
+            None => {
+                warnings.push(ConfigWarning::Defaulted {
+                    field: self.path(key),
+                    value: default.to_string(),
+                });
+                Ok(default)
+            }
+        }
+    }
+
+    pub(crate) fn opt_bool(&self, key: &str) -> Result<Option<bool>, ModelError> {
+        match self.get(key) {
+            None => Ok(None),
+            Some(v) => v
+                .as_bool()
+                .map(Some)
+                .ok_or_else(|| self.wrong(key, "a boolean", v)),
+        }
+    }
+
+    pub(crate) fn bool_or(
+        &self,
+        key: &str,
+        default: bool,
+        warnings: &mut Vec<ConfigWarning>,
+    ) -> Result<bool, ModelError> {
+        match self.opt_bool(key)? {
+            Some(v) => Ok(v),
+            None => {
+                warnings.push(ConfigWarning::Defaulted {
+                    field: self.path(key),
+                    value: default.to_string(),
+                });
+                Ok(default)
+            }
+        }
+    }
+
+    pub(crate) fn opt_str(&self, key: &str) -> Result<Option<&'a str>, ModelError> {
+        match self.get(key) {
+            None => Ok(None),
+            Some(v) => v
+                .as_str()
+                .map(Some)
+                .ok_or_else(|| self.wrong(key, "a string", v)),
+        }
+    }
+
+    pub(crate) fn req_str(&self, key: &str) -> Result<&'a str, ModelError> {
+        self.opt_str(key)?.ok_or_else(|| self.missing(key))
+    }
+
+    pub(crate) fn opt_str_list(&self, key: &str) -> Result<Option<Vec<String>>, ModelError> {
+        let Some(v) = self.get(key) else {
+            return Ok(None);
+        };
+        let arr = v
+            .as_array()
+            .ok_or_else(|| self.wrong(key, "an array of strings", v))?;
+        arr.iter()
+            .map(|e| {
+                e.as_str()
+                    .map(str::to_string)
+                    .ok_or_else(|| self.wrong(key, "an array of strings", e))
+            })
+            .collect::<Result<Vec<_>, _>>()
+            .map(Some)
+    }
+
+    pub(crate) fn opt_usize_list(&self, key: &str) -> Result<Option<Vec<usize>>, ModelError> {
+        let Some(v) = self.get(key) else {
+            return Ok(None);
+        };
+        let arr = v
+            .as_array()
+            .ok_or_else(|| self.wrong(key, "an array of integers", v))?;
+        arr.iter()
+            .map(|e| self.as_usize(key, e))
+            .collect::<Result<Vec<_>, _>>()
+            .map(Some)
+    }
+
+    /// The array of objects under `key`, each read as an [`Obj`] (`key[i].`); unknown fields of
+    /// the elements are reported with the parent's.
+    pub(crate) fn opt_obj_list(&self, key: &str) -> Result<Option<Vec<Obj<'a>>>, ModelError> {
+        let Some(v) = self.get(key) else {
+            return Ok(None);
+        };
+        let arr = v
+            .as_array()
+            .ok_or_else(|| self.wrong(key, "an array of objects", v))?;
+        arr.iter()
+            .enumerate()
+            .map(|(i, e)| match e {
+                Value::Object(m) => Ok(self.child(&format!("{key}[{i}]"), m)),
+                other => Err(self.wrong(key, "an array of objects", other)),
+            })
+            .collect::<Result<Vec<_>, _>>()
+            .map(Some)
+    }
+
+    /// The object under `key`, `None` when absent or `null`.
+    pub(crate) fn opt_obj(&self, key: &str) -> Result<Option<Obj<'a>>, ModelError> {
+        match self.get(key) {
+            None => Ok(None),
+            Some(Value::Object(m)) => Ok(Some(self.child(key, m))),
+            Some(other) => Err(self.wrong(key, "an object", other)),
+        }
+    }
+
+    fn child(&self, key: &str, m: &'a Map<String, Value>) -> Obj<'a> {
+        Obj {
+            file: self.file,
+            needed_by: self.needed_by.clone(),
+            prefix: format!("{}{}.", self.prefix, key),
+            map: m,
+            seen: RefCell::new(BTreeSet::new()),
+            children: RefCell::new(Vec::new()),
+        }
+    }
+
+    /// Marks every key of this object as known (a block read only in part on purpose).
+    pub(crate) fn ignore_rest(&self) {
+        let mut seen = self.seen.borrow_mut();
+        for k in self.map.keys() {
+            seen.insert(k.clone());
+        }
+    }
+
+    /// Reports a child's unknown keys with this object's (call when done with the child).
+    pub(crate) fn adopt(&self, child: &Obj<'a>) {
+        let mut u = child.unknown();
+        u.sort();
+        self.children.borrow_mut().push(u);
+    }
+
+    /// Keys never read or marked, with their full names, plus those of adopted children.
+    pub(crate) fn unknown(&self) -> Vec<String> {
+        let seen = self.seen.borrow();
+        let mut out: Vec<String> = self
+            .map
+            .keys()
+            .filter(|k| !seen.contains(*k))
+            .map(|k| self.path(k))
+            .collect();
+        for c in self.children.borrow().iter() {
+            out.extend(c.iter().cloned());
+        }
+        out
+    }
+}

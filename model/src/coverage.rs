@@ -1,0 +1,724 @@
+//! # Coverage inventory: which of a model's operators day0 can run, and with what
+//!
+//! The release-day triage question: given a `config.json`, which operators does the model need,
+//! and for each, is there a kernel? [`inventory`] parses the configuration, builds the prefill and
+//! decode operator graphs ([`crate::graph`]) and classifies every operator kind:
+//!
+//! - **`hand-tuned`**: every kernel it runs has a hand-tuned implementation registered in
+//!   [`kernels::registry`] (`ImplKind::DslTuned`: the double-buffered / pipelined GEMMs);
+//! - **`dsl`**: a DSL kernel of the `kernels` crate implements the operator;
+//! - **`composite`**: assembled from kernels written for other operators (how is said in the
+//!   row: e.g. plain RMSNorm as `rmsnorm_residual` with a zero residual);
+//! - **`missing`**: no kernel, or the kernel's declared tile space cannot take the model's sizes
+//!   (a head dimension that is not one of its `D` values: the launch would be refused).
+//!
+//! The kernel names are the real `KernelMeta::name`s of the `kernels` crate (this module refers to
+//! each kernel's `META`, so a renamed kernel is a compile error here, not a stale table), and the
+//! size checks read the kernels' declared tunable values. [`rules`] is the one place that maps
+//! operator kinds to kernels: when a kernel lands, its operator moves from `missing` there.
+//!
+//! [`Coverage::table`] is the ten-second view (one line per operator kind: layers, status,
+//! kernels), [`Coverage::to_json`] the machine-readable one, [`Coverage::missing`] the list a CLI
+//! exits non-zero on.
+
+use crate::config::{load_config, Decay, ModelConfig, ModelError, RouterKind, WeightFormat};
+use crate::graph::{self, ExpertWeights, GraphShape, ModelGraph, OpCall, OpKind, Phase};
+use dsl_core::KernelMeta;
+use kernels::registry::{self, ImplKind};
+use serde_json::{json, Value};
+use std::collections::BTreeSet;
+use std::fmt;
+use std::path::Path;
+
+/// How an operator is covered. Ordered best to worst.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Status {
+    /// Hand-tuned kernels in the registry.
+    HandTuned,
+    /// A DSL kernel.
+    Dsl,
+    /// Built from kernels written for other operators.
+    Composite,
+    /// No kernel (or none that takes the model's sizes).
+    Missing,
+}
+
+impl Status {
+    /// `hand-tuned`, `dsl`, `composite`, `missing`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Status::HandTuned => "hand-tuned",
+            Status::Dsl => "dsl",
+            Status::Composite => "composite",
+            Status::Missing => "missing",
+        }
+    }
+}
+
+impl fmt::Display for Status {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// A size an operator needs from a kernel's declared tile space.
+#[derive(Debug, Clone, Copy)]
+pub enum Check {
+    /// The call's `param` must be one of `kernel`'s declared `tunable` values (the kernel is
+    /// monomorphised per value: any other is refused at launch).
+    Exact {
+        /// The kernel.
+        kernel: &'static KernelMeta,
+        /// Its tunable (`D`).
+        tunable: &'static str,
+        /// The call's size (`D`).
+        param: &'static str,
+    },
+    /// The call's `param` must not exceed the largest declared `tunable` value (a whole row in one
+    /// tile, ragged columns masked).
+    AtMost {
+        /// The kernel.
+        kernel: &'static KernelMeta,
+        /// Its tunable (`BH`).
+        tunable: &'static str,
+        /// The call's size (`width`).
+        param: &'static str,
+    },
+    /// The call's `param` must be a multiple of `of` (MXFP4 blocks of 32 along K).
+    MultipleOf {
+        /// The call's size.
+        param: &'static str,
+        /// The divisor.
+        of: usize,
+        /// Why.
+        why: &'static str,
+    },
+    /// The call's `param` must equal `value` (a kernel written for one size).
+    Equals {
+        /// The call's size.
+        param: &'static str,
+        /// The only value the kernel implements.
+        value: usize,
+        /// Which kernel fixes it.
+        kernel: &'static KernelMeta,
+    },
+}
+
+impl Check {
+    /// `None` when the call satisfies the check, else why not.
+    fn failure(&self, call: &OpCall) -> Option<String> {
+        match *self {
+            Check::Exact {
+                kernel,
+                tunable,
+                param,
+            } => {
+                let v = call.param(param)?;
+                let values = tunable_values(kernel, tunable);
+                (!values.contains(&(v as i64))).then(|| {
+                    format!(
+                        "{} has no {tunable}={v} instance ({tunable} in {values:?})",
+                        kernel.name
+                    )
+                })
+            }
+            Check::AtMost {
+                kernel,
+                tunable,
+                param,
+            } => {
+                let v = call.param(param)?;
+                let max = tunable_values(kernel, tunable)
+                    .into_iter()
+                    .max()
+                    .unwrap_or(0);
+                (v as i64 > max).then(|| {
+                    format!(
+                        "{param} {v} exceeds {}'s largest {tunable} {max}",
+                        kernel.name
+                    )
+                })
+            }
+            Check::MultipleOf { param, of, why } => {
+                let v = call.param(param)?;
+                (v % of != 0).then(|| format!("{param} {v} is not a multiple of {of} ({why})"))
+            }
+            Check::Equals {
+                param,
+                value,
+                kernel,
+            } => {
+                let v = call.param(param)?;
+                (v != value).then(|| {
+                    format!(
+                        "{} implements {param}={value} only, model needs {v}",
+                        kernel.name
+                    )
+                })
+            }
+        }
+    }
+}
+
+fn tunable_values(kernel: &KernelMeta, tunable: &str) -> Vec<i64> {
+    kernel
+        .tunables
+        .iter()
+        .find(|(n, _)| *n == tunable)
+        .map(|(_, v)| v.to_vec())
+        .unwrap_or_default()
+}
+
+/// How one operator kind is covered: status, kernels, size checks, and a short "how".
+#[derive(Debug, Clone)]
+pub struct Rule {
+    /// Status when every check passes.
+    pub status: Status,
+    /// The kernels it runs.
+    pub kernels: Vec<&'static KernelMeta>,
+    /// Sizes the kernels must take.
+    pub checks: Vec<Check>,
+    /// One short line: how it is built, or what is missing.
+    pub how: String,
+}
+
+fn rule(status: Status, kernels: Vec<&'static KernelMeta>, checks: Vec<Check>, how: &str) -> Rule {
+    Rule {
+        status,
+        kernels,
+        checks,
+        how: how.to_string(),
+    }
+}
+
+fn missing(how: &str) -> Rule {
+    rule(Status::Missing, vec![], vec![], how)
+}
+
+/// Implementations registered for `op` in [`kernels::registry`]: `HandTuned` with the tuned ones
+/// when any is `DslTuned`, else `Dsl` with all of them; `None` when the registry has none.
+fn registered(op: &str) -> Option<(Status, Vec<&'static KernelMeta>)> {
+    let impls = registry::implementations(op);
+    if impls.is_empty() {
+        return None;
+    }
+    let tuned: Vec<&'static KernelMeta> = impls
+        .iter()
+        .filter(|i| i.kind == ImplKind::DslTuned)
+        .map(|i| i.meta)
+        .collect();
+    Some(if tuned.is_empty() {
+        (Status::Dsl, impls.iter().map(|i| i.meta).collect())
+    } else {
+        (Status::HandTuned, tuned)
+    })
+}
+
+/// The operator → kernel table.
+pub fn rules(kind: &OpKind) -> Rule {
+    use kernels::attention::{decode, prefill, sparse};
+    use kernels::linear_attention::{chunked, conv, recurrent};
+    use kernels::moe::expert_gemm as moe;
+    let gemm = registered("gemm");
+    let norm = registered("rmsnorm_residual");
+    let norm_check = |k: &'static KernelMeta| Check::AtMost {
+        kernel: k,
+        tunable: "BH",
+        param: "width",
+    };
+    let exact =
+        |kernel: &'static KernelMeta, tunable: &'static str, param: &'static str| Check::Exact {
+            kernel,
+            tunable,
+            param,
+        };
+    let swiglu = &moe::swiglu::META;
+    match kind {
+        OpKind::Embedding => missing("no kernel gathers embedding rows by token id"),
+        OpKind::RmsNormResidual => match norm {
+            Some((s, k)) => {
+                let c = k.iter().map(|m| norm_check(m)).collect();
+                rule(s, k, c, "")
+            }
+            None => missing("no rmsnorm_residual in the registry"),
+        },
+        OpKind::RmsNorm => match norm {
+            Some((_, k)) => {
+                let c = k.iter().map(|m| norm_check(m)).collect();
+                rule(Status::Composite, k, c, "zero residual")
+            }
+            None => missing("no RMSNorm kernel"),
+        },
+        OpKind::LayerNorm => missing("no LayerNorm kernel (mean-centred, with bias)"),
+        OpKind::Linear | OpKind::LmHead => match gemm {
+            Some((s, k)) => rule(s, k, vec![], ""),
+            None => missing("no GEMM in the registry"),
+        },
+        OpKind::Rope => missing("no rotary-embedding kernel"),
+        OpKind::KvCacheAppend => missing("no kernel writes new rows into cache pages"),
+        OpKind::MlaAbsorb => rule(
+            Status::Composite,
+            vec![&moe::expert_gemm::META],
+            vec![],
+            "per-head GEMM, heads as the expert batch",
+        ),
+        OpKind::MlaAttention(p) => {
+            let k = vec![
+                &decode::paged_decode_split::META,
+                &decode::decode_combine::META,
+            ];
+            let c = vec![
+                exact(&decode::paged_decode_split::META, "D", "D"),
+                exact(&decode::paged_decode_split::META, "DV", "DV"),
+                exact(&decode::decode_combine::META, "DV", "DV"),
+            ];
+            match p {
+                Phase::Decode => rule(Status::Dsl, k, c, "latent MQA (kv_heads 1)"),
+                Phase::Prefill => rule(Status::Composite, k, c, "decode kernel per query token"),
+            }
+        }
+        OpKind::DsaIndexer(p) => {
+            let m = &sparse::indexer_decode::META;
+            let c = vec![exact(m, "HI", "HI"), exact(m, "DI", "DI")];
+            match p {
+                Phase::Decode => rule(Status::Dsl, vec![m], c, ""),
+                Phase::Prefill => rule(
+                    Status::Composite,
+                    vec![m],
+                    c,
+                    "decode kernel per query token",
+                ),
+            }
+        }
+        OpKind::DsaTopk(p) => {
+            let m = &sparse::topk_select::META;
+            let c = vec![exact(m, "K", "K")];
+            match p {
+                Phase::Decode => rule(Status::Dsl, vec![m], c, ""),
+                Phase::Prefill => rule(
+                    Status::Composite,
+                    vec![m],
+                    c,
+                    "one selection per query token",
+                ),
+            }
+        }
+        OpKind::SparseMlaAttention(p) => {
+            let m = &sparse::sparse_mla_decode::META;
+            let c = vec![exact(m, "D", "D"), exact(m, "DV", "DV")];
+            match p {
+                Phase::Decode => rule(Status::Dsl, vec![m], c, ""),
+                Phase::Prefill => rule(
+                    Status::Composite,
+                    vec![m],
+                    c,
+                    "decode kernel per query token",
+                ),
+            }
+        }
+        OpKind::GqaAttention(Phase::Prefill) => {
+            let m = &prefill::flash_prefill::META;
+            rule(Status::Dsl, vec![m], vec![exact(m, "D", "D")], "")
+        }
+        OpKind::GqaAttention(Phase::Decode) => rule(
+            Status::Dsl,
+            vec![
+                &decode::paged_decode_split::META,
+                &decode::decode_combine::META,
+            ],
+            vec![
+                exact(&decode::paged_decode_split::META, "D", "D"),
+                exact(&decode::paged_decode_split::META, "DV", "DV"),
+                exact(&decode::decode_combine::META, "DV", "DV"),
+            ],
+            "",
+        ),
+        OpKind::AttnOutputGate => missing("no sigmoid-gate kernel"),
+        OpKind::ShortConv => rule(
+            Status::Dsl,
+            vec![&conv::short_conv4::META],
+            vec![Check::Equals {
+                param: "kernel",
+                value: 4,
+                kernel: &conv::short_conv4::META,
+            }],
+            "",
+        ),
+        OpKind::DeltaGates(_) => missing("f64 reference only (linear_attention::reference)"),
+        OpKind::DeltaRule(decay, p) => {
+            let m: &'static KernelMeta = match (decay, p) {
+                (Decay::Scalar, Phase::Prefill) => &chunked::chunked_delta::META,
+                (Decay::Scalar, Phase::Decode) => &recurrent::recurrent_delta::META,
+                (Decay::PerChannel, Phase::Prefill) => &chunked::chunked_delta_kda::META,
+                (Decay::PerChannel, Phase::Decode) => &recurrent::recurrent_delta_kda::META,
+            };
+            rule(
+                Status::Dsl,
+                vec![m],
+                vec![exact(m, "DK", "DK"), exact(m, "DV", "DV")],
+                "",
+            )
+        }
+        OpKind::GatedRmsNorm => missing("f64 reference only (linear_attention::reference)"),
+        OpKind::MoeRouter(RouterKind::SigmoidGroupTopk) => {
+            missing("no sigmoid + bias + group-limited top-k kernel")
+        }
+        OpKind::MoeRouter(RouterKind::SoftmaxTopk) => missing("no per-token softmax top-k kernel"),
+        OpKind::MoeRouter(RouterKind::Unknown(_)) => missing("unknown router"),
+        OpKind::MoeDispatch => missing("no permute/gather-by-expert kernel"),
+        OpKind::ExpertFfn(ExpertWeights::Float) => rule(
+            Status::Dsl,
+            vec![&moe::expert_gemm::META, swiglu],
+            vec![],
+            "",
+        ),
+        OpKind::ExpertFfn(ExpertWeights::Fp8) => rule(
+            Status::Dsl,
+            vec![&moe::expert_gemm_fp8::META, swiglu],
+            vec![],
+            "",
+        ),
+        OpKind::ExpertFfn(ExpertWeights::Mxfp4) => rule(
+            Status::Dsl,
+            vec![&moe::expert_gemm_mxfp4::META, swiglu],
+            vec![
+                Check::MultipleOf {
+                    param: "hidden",
+                    of: 32,
+                    why: "MXFP4 blocks of 32 along K",
+                },
+                Check::MultipleOf {
+                    param: "inter",
+                    of: 32,
+                    why: "MXFP4 blocks of 32 along K",
+                },
+            ],
+            "",
+        ),
+        OpKind::ExpertFfn(ExpertWeights::Other(_)) => {
+            missing("no expert GEMM for this weight format")
+        }
+        OpKind::MoeCombine => missing("no weighted scatter-back kernel"),
+        OpKind::SharedExpert | OpKind::DenseMlp => match gemm {
+            Some((_, mut k)) => {
+                k.truncate(1);
+                k.push(swiglu);
+                rule(
+                    Status::Composite,
+                    k,
+                    vec![],
+                    "gate/up GEMM + swiglu + down GEMM",
+                )
+            }
+            None => missing("no GEMM in the registry"),
+        },
+        OpKind::SharedExpertGate => missing("no sigmoid-gate kernel"),
+        OpKind::Unknown(_) => missing("not a known layer kind: no operator mapping"),
+    }
+}
+
+/// One operator kind in the inventory.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CoverageRow {
+    /// The operator kind's key (`mla_attention.decode`).
+    pub op: String,
+    /// Layers that call it (0 for model-level operators).
+    pub layers: usize,
+    /// Calls in the prefill and decode graphs together.
+    pub calls: usize,
+    /// Status (the worst over its calls: a size check that fails makes it `missing`).
+    pub status: Status,
+    /// Kernel names (`KernelMeta::name`).
+    pub kernels: Vec<String>,
+    /// How it is built, or why it is missing.
+    pub how: String,
+    /// Variant details seen (`interleaved, yarn x40, theta 10000`).
+    pub details: Vec<String>,
+    /// One call's shapes, as an example.
+    pub example: String,
+}
+
+/// The inventory of one model.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Coverage {
+    /// The configuration file.
+    pub source: String,
+    /// `model_type`.
+    pub model_type: String,
+    /// Architecture name.
+    pub family: String,
+    /// Decoder layers.
+    pub layers: usize,
+    /// Layer kinds (`attention: 61 sparse_mla; ffn: 3 dense + 58 moe`).
+    pub layer_summary: String,
+    /// One row per operator kind, in graph order of kinds.
+    pub rows: Vec<CoverageRow>,
+    /// Facts that qualify the table (weight formats, shapes used).
+    pub notes: Vec<String>,
+    /// Configuration warnings (unknown fields, defaults applied).
+    pub warnings: Vec<String>,
+}
+
+/// Parses the configuration at `path` (a file, or a model directory with `config.json`) and
+/// takes its inventory with the default graph shape (4096-token prefill, one-token decode at a
+/// 4096-token context). What `day0 coverage --config FILE` calls.
+pub fn inventory(path: &Path) -> Result<Coverage, ModelError> {
+    let cfg = load_config(path)?;
+    Ok(Coverage::of_config(&cfg))
+}
+
+impl Coverage {
+    /// The inventory of a parsed configuration (default graph shape).
+    pub fn of_config(cfg: &ModelConfig) -> Coverage {
+        let shape = GraphShape::default();
+        let g = graph::build(cfg, &shape);
+        Coverage::of_graph(cfg, &g)
+    }
+
+    /// The inventory of given graphs.
+    pub fn of_graph(cfg: &ModelConfig, g: &ModelGraph) -> Coverage {
+        struct Acc {
+            kind: OpKind,
+            layers: BTreeSet<usize>,
+            calls: usize,
+            failures: BTreeSet<String>,
+            details: BTreeSet<String>,
+            example: String,
+        }
+        let mut accs: Vec<Acc> = Vec::new();
+        for (_, call) in g.calls() {
+            let i = match accs.iter().position(|a| a.kind == call.kind) {
+                Some(i) => i,
+                None => {
+                    accs.push(Acc {
+                        kind: call.kind.clone(),
+                        layers: BTreeSet::new(),
+                        calls: 0,
+                        failures: BTreeSet::new(),
+                        details: BTreeSet::new(),
+                        example: format!("{}: {}", call.name, call.signature()),
+                    });
+                    accs.len() - 1
+                }
+            };
+            let a = &mut accs[i];
+            a.calls += 1;
+            if let Some(l) = call.layer {
+                a.layers.insert(l);
+            }
+            if let Some(d) = &call.detail {
+                a.details.insert(d.clone());
+            }
+            for c in rules(&call.kind).checks {
+                if let Some(f) = c.failure(call) {
+                    a.failures.insert(f);
+                }
+            }
+        }
+        accs.sort_by(|a, b| a.kind.cmp(&b.kind));
+        let rows = accs
+            .into_iter()
+            .map(|a| {
+                let r = rules(&a.kind);
+                let (status, how) = if a.failures.is_empty() {
+                    (r.status, r.how)
+                } else {
+                    (
+                        Status::Missing,
+                        a.failures.into_iter().collect::<Vec<_>>().join("; "),
+                    )
+                };
+                CoverageRow {
+                    op: a.kind.key(),
+                    layers: a.layers.len(),
+                    calls: a.calls,
+                    status,
+                    kernels: r.kernels.iter().map(|m| m.name.to_string()).collect(),
+                    how,
+                    details: a.details.into_iter().collect(),
+                    example: a.example,
+                }
+            })
+            .collect();
+        let mut notes = vec![format!(
+            "shapes: prefill {} tokens; decode {} sequence(s) at context {}",
+            g.prefill.tokens, g.decode.tokens, g.decode.context
+        )];
+        match &cfg.weight_format {
+            WeightFormat::Fp8Block { block } => notes.push(format!(
+                "checkpoint weights are FP8 E4M3 with {}x{} block scales: expert FFNs read them \
+                 directly (expert_gemm_fp8); `linear` assumes bf16 weights dequantized at load",
+                block[0], block[1]
+            )),
+            WeightFormat::Other(m) => notes.push(format!(
+                "checkpoint quantization `{m}` is not modelled: `linear` assumes bf16 weights"
+            )),
+            _ => {}
+        }
+        if let Some(r) = &cfg.rope {
+            if let Some(src) = r.source {
+                notes.push(format!("RoPE from `{src}`: {}", r.describe()));
+            }
+        }
+        Coverage {
+            source: cfg.source.clone(),
+            model_type: cfg.model_type.clone(),
+            family: cfg.family.display_name().to_string(),
+            layers: cfg.num_layers(),
+            layer_summary: cfg.layer_summary(),
+            rows,
+            notes,
+            warnings: cfg.warnings.iter().map(|w| w.to_string()).collect(),
+        }
+    }
+
+    /// The operator kinds with status `missing`, by key (unknown layer kinds included, named).
+    pub fn missing(&self) -> Vec<String> {
+        self.rows
+            .iter()
+            .filter(|r| r.status == Status::Missing)
+            .map(|r| r.op.clone())
+            .collect()
+    }
+
+    /// Whether nothing is missing.
+    pub fn is_complete(&self) -> bool {
+        self.rows.iter().all(|r| r.status != Status::Missing)
+    }
+
+    /// The row of operator kind `op`.
+    pub fn row(&self, op: &str) -> Option<&CoverageRow> {
+        self.rows.iter().find(|r| r.op == op)
+    }
+
+    /// Number of rows per status, best first.
+    pub fn counts(&self) -> Vec<(Status, usize)> {
+        [
+            Status::HandTuned,
+            Status::Dsl,
+            Status::Composite,
+            Status::Missing,
+        ]
+        .into_iter()
+        .map(|s| (s, self.rows.iter().filter(|r| r.status == s).count()))
+        .collect()
+    }
+
+    /// The ten-second view: one line per operator kind (layers, status, kernels, how), a summary
+    /// line and the missing operators by name.
+    pub fn table(&self) -> String {
+        let mut out = String::new();
+        out.push_str(&format!("coverage of {}\n", self.source));
+        out.push_str(&format!(
+            "model: {} ({}), {} layers ({})\n\n",
+            self.model_type, self.family, self.layers, self.layer_summary
+        ));
+        let w = self
+            .rows
+            .iter()
+            .map(|r| r.op.len())
+            .max()
+            .unwrap_or(8)
+            .max("operator".len());
+        out.push_str(&format!(
+            "{:<w$}  {:>6}  {:<10}  kernel(s)\n",
+            "operator", "layers", "status"
+        ));
+        for r in &self.rows {
+            let layers = if r.layers == 0 {
+                "model".to_string()
+            } else {
+                r.layers.to_string()
+            };
+            let kernels =
+                if r.status == Status::Missing && !r.how.is_empty() && r.kernels.is_empty() {
+                    format!("- ({})", r.how)
+                } else if r.status == Status::Missing {
+                    format!("{} -- {}", r.kernels.join(" + "), r.how)
+                } else if r.how.is_empty() {
+                    r.kernels.join(" + ")
+                } else {
+                    format!("{} ({})", r.kernels.join(" + "), r.how)
+                };
+            out.push_str(&format!(
+                "{:<w$}  {:>6}  {:<10}  {}\n",
+                r.op,
+                layers,
+                r.status.name(),
+                kernels
+            ));
+        }
+        let counts: Vec<String> = self
+            .counts()
+            .into_iter()
+            .map(|(s, n)| format!("{n} {s}"))
+            .collect();
+        out.push_str(&format!(
+            "\n{} operators: {}\n",
+            self.rows.len(),
+            counts.join(", ")
+        ));
+        let missing = self.missing();
+        if missing.is_empty() {
+            out.push_str("missing: none\n");
+        } else {
+            out.push_str(&format!(
+                "MISSING ({}): {}\n",
+                missing.len(),
+                missing.join(", ")
+            ));
+        }
+        for n in &self.notes {
+            out.push_str(&format!("note: {n}\n"));
+        }
+        for w in &self.warnings {
+            out.push_str(&format!("warning: {w}\n"));
+        }
+        out
+    }
+
+    /// The inventory as JSON: model, rows (op, layers, calls, status, kernels, how, details,
+    /// example), missing, counts, notes, warnings.
+    pub fn to_json(&self) -> Value {
+        let rows: Vec<Value> = self
+            .rows
+            .iter()
+            .map(|r| {
+                json!({
+                    "op": r.op,
+                    "layers": r.layers,
+                    "calls": r.calls,
+                    "status": r.status.name(),
+                    "kernels": r.kernels,
+                    "how": r.how,
+                    "details": r.details,
+                    "example": r.example,
+                })
+            })
+            .collect();
+        let counts: serde_json::Map<String, Value> = self
+            .counts()
+            .into_iter()
+            .map(|(s, n)| (s.name().to_string(), json!(n)))
+            .collect();
+        json!({
+            "source": self.source,
+            "model_type": self.model_type,
+            "family": self.family,
+            "layers": self.layers,
+            "layer_summary": self.layer_summary,
+            "complete": self.is_complete(),
+            "counts": counts,
+            "missing": self.missing(),
+            "operators": rows,
+            "notes": self.notes,
+            "warnings": self.warnings,
+        })
+    }
+
+    /// [`Coverage::to_json`], pretty-printed.
+    pub fn to_json_string(&self) -> String {
+        serde_json::to_string_pretty(&self.to_json())
+            .unwrap_or_else(|e| format!("{{\"error\": \"{e}\"}}"))
+    }
+}

@@ -1,0 +1,481 @@
+//! Configuration parsing: the published DeepSeek-V3.2 and Kimi-K2 files, Qwen3-Next, Kimi Linear,
+//! day0's hybrid schema; RoPE from either key; errors that name the field and the file; unknown
+//! fields as warnings.
+
+use model::config::{
+    load_config, parse_config, AttentionKind, ConfigWarning, Decay, Family, FfnKind, ModelError,
+    RopeScaling, RouterKind, WeightFormat,
+};
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+
+fn testdata(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("testdata")
+        .join(name)
+}
+
+fn text(name: &str) -> String {
+    std::fs::read_to_string(testdata(name)).expect("test data file")
+}
+
+/// The test file as JSON, edited by `f`, re-serialised.
+fn edited(name: &str, f: impl FnOnce(&mut serde_json::Map<String, Value>)) -> String {
+    let mut v: Value = serde_json::from_str(&text(name)).expect("valid test JSON");
+    f(v.as_object_mut().expect("object"));
+    v.to_string()
+}
+
+#[test]
+fn deepseek_v32_published_config() {
+    let c = load_config(&testdata("deepseek_v32_config.json")).expect("parses");
+    assert_eq!(c.family, Family::DeepseekV32);
+    assert_eq!(c.model_type, "deepseek_v32");
+    assert_eq!((c.hidden_size, c.vocab_size), (7168, 129280));
+    assert_eq!(c.num_layers(), 61);
+    assert!(c
+        .layers
+        .iter()
+        .all(|l| l.attention == AttentionKind::SparseMla));
+    assert!(c.layers[..3].iter().all(|l| l.ffn == FfnKind::Dense));
+    assert!(c.layers[3..].iter().all(|l| l.ffn == FfnKind::Moe));
+    let m = c.mla.as_ref().expect("mla");
+    assert_eq!(
+        (m.heads, m.q_lora_rank, m.kv_lora_rank),
+        (128, Some(1536), 512)
+    );
+    assert_eq!(
+        (m.qk_nope_head_dim, m.qk_rope_head_dim, m.v_head_dim),
+        (128, 64, 128)
+    );
+    assert_eq!(m.latent_dim(), 576);
+    let ix = c.indexer.as_ref().expect("indexer");
+    assert_eq!((ix.heads, ix.head_dim, ix.topk), (64, 128, 2048));
+    let moe = c.moe.as_ref().expect("moe");
+    assert_eq!(
+        (moe.experts, moe.experts_per_token, moe.intermediate_size),
+        (256, 8, 2048)
+    );
+    assert_eq!(
+        (moe.shared_experts, moe.shared_intermediate_size),
+        (1, 2048)
+    );
+    assert_eq!((moe.n_group, moe.topk_group), (8, 4));
+    assert_eq!(moe.router, RouterKind::SigmoidGroupTopk);
+    assert!(moe.norm_topk_prob);
+    assert_eq!(moe.routed_scaling_factor, 2.5);
+    assert_eq!(c.dense_mlp.as_ref().unwrap().intermediate_size, 18432);
+    assert_eq!(
+        c.weight_format,
+        WeightFormat::Fp8Block { block: [128, 128] }
+    );
+    let rope = c.rope.as_ref().expect("rope");
+    assert_eq!(rope.source, Some("rope_scaling"));
+    assert_eq!(rope.theta, 10000.0);
+    match rope.scaling {
+        RopeScaling::Yarn {
+            factor,
+            original_max_position_embeddings,
+            beta_fast,
+            beta_slow,
+            mscale_all_dim,
+            ..
+        } => {
+            assert_eq!(factor, 40.0);
+            assert_eq!(original_max_position_embeddings, 4096);
+            assert_eq!((beta_fast, beta_slow, mscale_all_dim), (32.0, 1.0, 1.0));
+        }
+        ref other => panic!("expected YaRN, got {other:?}"),
+    }
+    // τ = (nope + rope)^-1/2 · m², m = 0.1 · mscale_all_dim · ln(factor) + 1.
+    let mscale = 0.1 * 40f64.ln() + 1.0;
+    let want = 192f64.powf(-0.5) * mscale * mscale;
+    assert!((rope.mla_softmax_scale(192) - want).abs() < 1e-12);
+    // Every field of the published file is known.
+    assert!(c.unknown_fields().is_empty(), "{:?}", c.unknown_fields());
+    // The MTP layer is reported as not part of the graph, not silently dropped.
+    assert!(c.warnings.iter().any(|w| matches!(w,
+        ConfigWarning::Ignored { field, .. } if field == "num_nextn_predict_layers")));
+}
+
+#[test]
+fn kimi_k2_published_config() {
+    let c = load_config(&testdata("kimi_k2_config.json")).expect("parses");
+    assert_eq!(c.family, Family::KimiK2);
+    assert_eq!(c.num_layers(), 61);
+    assert_eq!(c.vocab_size, 163840);
+    assert!(c.layers.iter().all(|l| l.attention == AttentionKind::Mla));
+    assert_eq!(c.layers[0].ffn, FfnKind::Dense);
+    assert!(c.layers[1..].iter().all(|l| l.ffn == FfnKind::Moe));
+    assert!(c.indexer.is_none());
+    assert_eq!(c.mla.as_ref().unwrap().heads, 64);
+    let moe = c.moe.as_ref().unwrap();
+    assert_eq!((moe.experts, moe.experts_per_token), (384, 8));
+    assert_eq!((moe.n_group, moe.topk_group), (1, 1));
+    assert_eq!(moe.routed_scaling_factor, 2.827);
+    let rope = c.rope.as_ref().unwrap();
+    assert_eq!(rope.theta, 50000.0);
+    assert!(matches!(rope.scaling, RopeScaling::Yarn { factor, .. } if factor == 32.0));
+    // auto_map, aux_loss_alpha, seq_aux, pretraining_tp... are known to the reference.
+    assert!(c.unknown_fields().is_empty(), "{:?}", c.unknown_fields());
+}
+
+#[test]
+fn qwen3_next_layers_from_full_attention_interval() {
+    let c = load_config(&testdata("qwen3_next_config.json")).expect("parses");
+    assert_eq!(c.family, Family::Qwen3Next);
+    assert_eq!(c.num_layers(), 48);
+    for (i, l) in c.layers.iter().enumerate() {
+        let want = if (i + 1) % 4 == 0 {
+            AttentionKind::Gqa
+        } else {
+            AttentionKind::LinearAttention
+        };
+        assert_eq!(l.attention, want, "layer {i}");
+        assert_eq!(l.ffn, FfnKind::Moe, "layer {i}");
+    }
+    let g = c.gqa.as_ref().unwrap();
+    assert_eq!((g.heads, g.kv_heads, g.head_dim), (16, 2, 256));
+    assert!(g.output_gate && g.qk_norm);
+    let l = c.linear_attention.as_ref().unwrap();
+    assert_eq!(
+        (l.key_heads, l.value_heads, l.key_head_dim, l.value_head_dim),
+        (16, 32, 128, 128)
+    );
+    assert_eq!((l.conv_kernel, l.decay), (4, Decay::Scalar));
+    let moe = c.moe.as_ref().unwrap();
+    assert_eq!(
+        (moe.experts, moe.experts_per_token, moe.intermediate_size),
+        (512, 10, 512)
+    );
+    assert_eq!(moe.shared_intermediate_size, 512);
+    assert!(moe.shared_expert_gate);
+    assert_eq!(moe.router, RouterKind::SoftmaxTopk);
+    let rope = c.rope.as_ref().unwrap();
+    assert_eq!(rope.partial_rotary_factor, 0.25);
+    assert_eq!(rope.theta, 5_000_000.0);
+    // `"rope_scaling": null` is plain RoPE.
+    assert_eq!(
+        (rope.scaling.clone(), rope.source),
+        (RopeScaling::None, None)
+    );
+    assert!(c.unknown_fields().is_empty(), "{:?}", c.unknown_fields());
+}
+
+#[test]
+fn qwen3_next_explicit_layer_types_win_and_unknown_kinds_are_kept() {
+    let t = edited("qwen3_next_config.json", |m| {
+        let mut kinds = vec![Value::from("linear_attention"); 48];
+        kinds[0] = Value::from("full_attention");
+        kinds[5] = Value::from("sliding_attention");
+        m.insert("layer_types".into(), Value::from(kinds));
+    });
+    let c = parse_config(&t, "qwen3_next_edited.json").expect("parses");
+    assert_eq!(c.layers[0].attention, AttentionKind::Gqa);
+    assert_eq!(c.layers[3].attention, AttentionKind::LinearAttention);
+    assert_eq!(
+        c.layers[5].attention,
+        AttentionKind::Unknown("sliding_attention".into())
+    );
+}
+
+#[test]
+fn kimi_linear_layers_from_linear_attn_config() {
+    let c = load_config(&testdata("kimi_linear_config.json")).expect("parses");
+    assert_eq!(c.family, Family::KimiLinear);
+    assert_eq!(c.num_layers(), 27);
+    // `full_attn_layers` is 1-based: 4, 8, ..., 24, 27.
+    let full: Vec<usize> = c
+        .layers
+        .iter()
+        .enumerate()
+        .filter(|(_, l)| l.attention == AttentionKind::Mla)
+        .map(|(i, _)| i)
+        .collect();
+    assert_eq!(full, vec![3, 7, 11, 15, 19, 23, 26]);
+    let l = c.linear_attention.as_ref().unwrap();
+    assert_eq!(
+        (l.key_heads, l.value_heads, l.key_head_dim, l.decay),
+        (32, 32, 128, Decay::PerChannel)
+    );
+    let m = c.mla.as_ref().unwrap();
+    assert_eq!(m.q_lora_rank, None);
+    assert!(!m.use_rope, "mla_use_nope: no positional encoding");
+    assert!(c.rope.is_none());
+    assert_eq!(c.layers[0].ffn, FfnKind::Dense);
+    assert!(c.layers[1..].iter().all(|l| l.ffn == FfnKind::Moe));
+    let moe = c.moe.as_ref().unwrap();
+    assert_eq!(
+        (moe.experts, moe.experts_per_token, moe.shared_experts),
+        (256, 8, 1)
+    );
+    assert_eq!(c.max_position_embeddings, Some(1048576));
+    assert!(c.unknown_fields().is_empty(), "{:?}", c.unknown_fields());
+}
+
+#[test]
+fn day0_hybrid_schema() {
+    let c = load_config(&testdata("day0_hybrid_config.json")).expect("parses");
+    assert_eq!(c.family, Family::Day0Hybrid);
+    assert_eq!(c.num_layers(), 12);
+    let kinds: Vec<&str> = c
+        .layers
+        .iter()
+        .map(|l| match l.attention {
+            AttentionKind::Mla => "mla",
+            AttentionKind::SparseMla => "dsa",
+            AttentionKind::LinearAttention => "lin",
+            _ => "?",
+        })
+        .collect();
+    assert_eq!(
+        kinds,
+        ["mla", "lin", "lin", "lin", "dsa", "lin", "lin", "lin", "dsa", "lin", "lin", "dsa"]
+    );
+    assert_eq!(c.layers[0].ffn, FfnKind::Dense);
+    assert!(c.layers[1..].iter().all(|l| l.ffn == FfnKind::Moe));
+    let moe = c.moe.as_ref().unwrap();
+    assert_eq!(moe.expert_format, WeightFormat::Mxfp4);
+    assert_eq!((moe.n_group, moe.topk_group), (8, 4));
+    let rope = c.rope.as_ref().unwrap();
+    assert_eq!(rope.source, Some("rope_parameters"));
+    assert!(matches!(rope.scaling, RopeScaling::Yarn { factor, .. } if factor == 40.0));
+    assert!(c.warnings.is_empty(), "{:?}", c.warnings);
+}
+
+#[test]
+fn rope_parameters_and_rope_scaling_read_the_same() {
+    // transformers 5 writes `rope_parameters` with `rope_type` and `rope_theta` inside.
+    let t = edited("kimi_k2_config.json", |m| {
+        let mut p = m.remove("rope_scaling").unwrap();
+        let theta = m.remove("rope_theta").unwrap();
+        let p = p.as_object_mut().unwrap();
+        p.remove("type");
+        p.insert("rope_type".into(), Value::from("yarn"));
+        p.insert("rope_theta".into(), theta);
+        m.insert("rope_parameters".into(), Value::Object(p.clone()));
+    });
+    let new = parse_config(&t, "k2_rope_parameters.json").expect("parses");
+    let old = load_config(&testdata("kimi_k2_config.json")).unwrap();
+    let (a, b) = (new.rope.clone().unwrap(), old.rope.unwrap());
+    assert_eq!(a.source, Some("rope_parameters"));
+    assert_eq!(b.source, Some("rope_scaling"));
+    assert_eq!((a.theta, a.scaling), (b.theta, b.scaling));
+    assert!(
+        new.unknown_fields().is_empty(),
+        "{:?}",
+        new.unknown_fields()
+    );
+}
+
+#[test]
+fn rope_scaling_wins_over_rope_parameters() {
+    let t = edited("deepseek_v32_config.json", |m| {
+        let p: Value = serde_json::json!({"rope_type": "linear", "factor": 2.0, "rope_theta": 1.0});
+        m.insert("rope_parameters".into(), p);
+    });
+    let c = parse_config(&t, "both.json").expect("parses");
+    let rope = c.rope.unwrap();
+    assert!(matches!(rope.scaling, RopeScaling::Yarn { factor, .. } if factor == 40.0));
+    assert_eq!(rope.theta, 10000.0);
+    assert!(c.warnings.iter().any(|w| matches!(w,
+        ConfigWarning::Ignored { field, .. } if field == "rope_parameters")));
+}
+
+#[test]
+fn missing_required_field_names_field_and_file() {
+    let t = edited("deepseek_v32_config.json", |m| {
+        m.remove("index_topk");
+    });
+    let e = parse_config(&t, "v32_without_topk.json").unwrap_err();
+    match &e {
+        ModelError::MissingField { file, field, .. } => {
+            assert_eq!(file, "v32_without_topk.json");
+            assert_eq!(field, "index_topk");
+        }
+        other => panic!("expected MissingField, got {other:?}"),
+    }
+    let msg = e.to_string();
+    assert!(
+        msg.contains("index_topk") && msg.contains("v32_without_topk.json"),
+        "{msg}"
+    );
+    assert!(msg.contains("deepseek_v32"), "{msg}");
+
+    // A shape field of K2, and q_lora_rank, which must be present even when null.
+    for field in [
+        "hidden_size",
+        "kv_lora_rank",
+        "n_routed_experts",
+        "q_lora_rank",
+    ] {
+        let t = edited("kimi_k2_config.json", |m| {
+            m.remove(field);
+        });
+        let e = parse_config(&t, "k2.json").unwrap_err();
+        assert_eq!(e.field(), Some(field), "{e}");
+        assert_eq!(e.file(), "k2.json");
+    }
+    // Nested fields are named with their section.
+    let t = edited("day0_hybrid_config.json", |m| {
+        m["indexer"].as_object_mut().unwrap().remove("topk");
+    });
+    let e = parse_config(&t, "hybrid.json").unwrap_err();
+    assert_eq!(e.field(), Some("indexer.topk"), "{e}");
+    // A section a layer kind needs.
+    let t = edited("day0_hybrid_config.json", |m| {
+        m.remove("linear_attention");
+    });
+    let e = parse_config(&t, "hybrid.json").unwrap_err();
+    assert_eq!(e.field(), Some("linear_attention"), "{e}");
+    assert!(e.to_string().contains("linear"), "{e}");
+    // The YaRN factor inside the rope dict.
+    let t = edited("deepseek_v32_config.json", |m| {
+        m["rope_scaling"].as_object_mut().unwrap().remove("factor");
+    });
+    let e = parse_config(&t, "v32.json").unwrap_err();
+    assert_eq!(e.field(), Some("rope_scaling.factor"), "{e}");
+}
+
+#[test]
+fn null_q_lora_rank_means_no_query_compression() {
+    let t = edited("kimi_k2_config.json", |m| {
+        m.insert("q_lora_rank".into(), Value::Null);
+    });
+    let c = parse_config(&t, "k2.json").expect("parses");
+    assert_eq!(c.mla.unwrap().q_lora_rank, None);
+}
+
+#[test]
+fn malformed_json_is_an_error_with_position() {
+    let e = load_config(&testdata("malformed_config.json")).unwrap_err();
+    match &e {
+        ModelError::Json {
+            file, line, column, ..
+        } => {
+            assert!(file.ends_with("malformed_config.json"), "{file}");
+            // The missing comma after "qk_nope_head_dim": 128 is noticed on the next line.
+            assert_eq!(*line, 10);
+            assert!(*column > 0);
+        }
+        other => panic!("expected Json, got {other:?}"),
+    }
+    assert!(e.to_string().contains("malformed JSON"), "{e}");
+    // Not an object at all.
+    let e = parse_config("[1, 2]", "array.json").unwrap_err();
+    assert!(matches!(e, ModelError::WrongType { .. }), "{e:?}");
+    // Empty file.
+    let e = parse_config("", "empty.json").unwrap_err();
+    assert!(matches!(e, ModelError::Json { .. }), "{e:?}");
+}
+
+#[test]
+fn unknown_fields_are_warnings_not_errors() {
+    let t = edited("deepseek_v32_config.json", |m| {
+        m.insert("index_topk_freq".into(), Value::from(4));
+        m["rope_scaling"]
+            .as_object_mut()
+            .unwrap()
+            .insert("new_knob".into(), Value::from(1));
+    });
+    let c = parse_config(&t, "v32_plus.json").expect("unknown fields are not fatal");
+    let mut unknown = c.unknown_fields();
+    unknown.sort();
+    assert_eq!(unknown, vec!["index_topk_freq", "rope_scaling.new_knob"]);
+    assert!(c
+        .warnings
+        .iter()
+        .any(|w| w.to_string().contains("unknown field `index_topk_freq`")));
+}
+
+#[test]
+fn wrong_types_and_invalid_values_are_errors() {
+    let t = edited("kimi_k2_config.json", |m| {
+        m.insert("hidden_size".into(), Value::from("7168"));
+    });
+    let e = parse_config(&t, "k2.json").unwrap_err();
+    match &e {
+        ModelError::WrongType {
+            field, expected, ..
+        } => {
+            assert_eq!(field, "hidden_size");
+            assert_eq!(*expected, "a non-negative integer");
+        }
+        other => panic!("expected WrongType, got {other:?}"),
+    }
+    // Group-limited routing that cannot be formed.
+    let t = edited("deepseek_v32_config.json", |m| {
+        m.insert("n_group".into(), Value::from(7));
+    });
+    let e = parse_config(&t, "v32.json").unwrap_err();
+    assert_eq!(e.field(), Some("n_group"), "{e}");
+    // A layer list of the wrong length.
+    let t = edited("qwen3_next_config.json", |m| {
+        m.insert(
+            "layer_types".into(),
+            Value::from(vec!["linear_attention"; 3]),
+        );
+    });
+    let e = parse_config(&t, "q.json").unwrap_err();
+    assert!(
+        matches!(&e, ModelError::InvalidValue { field, .. } if field == "layer_types"),
+        "{e:?}"
+    );
+    // Zero heads.
+    let t = edited("kimi_k2_config.json", |m| {
+        m.insert("num_attention_heads".into(), Value::from(0));
+    });
+    assert!(matches!(
+        parse_config(&t, "k2.json").unwrap_err(),
+        ModelError::InvalidValue { .. }
+    ));
+    // The hybrid's num_hidden_layers must match its expanded layer list.
+    let t = edited("day0_hybrid_config.json", |m| {
+        m.insert("num_hidden_layers".into(), Value::from(13));
+    });
+    let e = parse_config(&t, "hybrid.json").unwrap_err();
+    assert_eq!(e.field(), Some("num_hidden_layers"));
+}
+
+#[test]
+fn unsupported_or_missing_model_type() {
+    let e = parse_config(r#"{"model_type": "llama"}"#, "llama.json").unwrap_err();
+    assert!(
+        matches!(&e, ModelError::UnsupportedModelType { model_type, .. } if model_type == "llama")
+    );
+    assert!(
+        e.to_string().contains("deepseek_v32"),
+        "lists the supported types: {e}"
+    );
+    let e = parse_config(r#"{"hidden_size": 8}"#, "none.json").unwrap_err();
+    assert_eq!(e.field(), Some("model_type"));
+}
+
+#[test]
+fn unknown_layer_kind_parses_and_is_kept() {
+    let c = load_config(&testdata("unknown_layer_kind_config.json")).expect("parses");
+    assert_eq!(c.num_layers(), 4);
+    assert_eq!(
+        c.layers[1].attention,
+        AttentionKind::Unknown("mamba2".into())
+    );
+    assert_eq!(
+        c.layers[2].attention,
+        AttentionKind::Unknown("mamba2".into())
+    );
+    assert_eq!(c.unknown_fields(), vec!["sliding_window_pattern"]);
+}
+
+#[test]
+fn load_from_a_model_directory_and_missing_files() {
+    let dir = std::env::temp_dir().join(format!("day0-config-test-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("config.json"), text("kimi_k2_config.json")).unwrap();
+    let c = load_config(&dir).expect("directory with config.json");
+    assert_eq!(c.family, Family::KimiK2);
+    assert!(c.source.ends_with("config.json"));
+    std::fs::remove_dir_all(&dir).ok();
+    let e = load_config(&testdata("no_such_config.json")).unwrap_err();
+    assert!(matches!(e, ModelError::Io { .. }), "{e:?}");
+    assert!(e.to_string().contains("no_such_config.json"));
+}

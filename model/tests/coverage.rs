@@ -1,0 +1,340 @@
+//! Operator graph and coverage inventory against the real kernels crate.
+//!
+//! The expectations for DeepSeek-V3.2 and Kimi-K2 are written from what the `kernels` crate has
+//! today: when a kernel lands (embedding gather, RoPE, cache append, router, dispatch/combine,
+//! LayerNorm), its operator leaves the `missing` list here and in `coverage::rules`.
+
+use model::config::load_config;
+use model::coverage::{inventory, Coverage, Status};
+use model::graph::{self, GraphShape, OpKind, Phase};
+use std::path::{Path, PathBuf};
+
+fn testdata(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("testdata")
+        .join(name)
+}
+
+/// `(op, status)` of every row, in table order.
+fn statuses(c: &Coverage) -> Vec<(String, Status)> {
+    c.rows.iter().map(|r| (r.op.clone(), r.status)).collect()
+}
+
+fn row_kernels(c: &Coverage, op: &str) -> Vec<String> {
+    c.row(op)
+        .unwrap_or_else(|| panic!("no row {op}"))
+        .kernels
+        .clone()
+}
+
+#[test]
+fn deepseek_v32_inventory() {
+    let c = inventory(&testdata("deepseek_v32_config.json")).expect("inventory");
+    use Status::*;
+    let want: Vec<(&str, Status)> = vec![
+        ("embedding", Missing),
+        ("rmsnorm", Composite),
+        ("rmsnorm_residual", Dsl),
+        ("layernorm", Missing),
+        ("linear", HandTuned),
+        ("rope", Missing),
+        ("kv_cache_append", Missing),
+        ("mla_absorb", Composite),
+        ("dsa_indexer.prefill", Composite),
+        ("dsa_indexer.decode", Dsl),
+        ("dsa_topk.prefill", Composite),
+        ("dsa_topk.decode", Dsl),
+        ("sparse_mla_attention.prefill", Composite),
+        ("sparse_mla_attention.decode", Dsl),
+        ("moe_router.sigmoid_group_topk", Missing),
+        ("moe_dispatch", Missing),
+        ("expert_ffn.fp8", Dsl),
+        ("moe_combine", Missing),
+        ("shared_expert", Composite),
+        ("dense_mlp", Composite),
+        ("lm_head", HandTuned),
+    ];
+    let want: Vec<(String, Status)> = want.into_iter().map(|(o, s)| (o.to_string(), s)).collect();
+    assert_eq!(statuses(&c), want, "\n{}", c.table());
+    assert_eq!(
+        c.missing(),
+        vec![
+            "embedding",
+            "layernorm",
+            "rope",
+            "kv_cache_append",
+            "moe_router.sigmoid_group_topk",
+            "moe_dispatch",
+            "moe_combine"
+        ]
+    );
+    assert!(!c.is_complete());
+    // Layer counts: every layer is DSA; 3 dense MLP layers, 58 MoE.
+    assert_eq!(c.row("sparse_mla_attention.decode").unwrap().layers, 61);
+    assert_eq!(c.row("dense_mlp").unwrap().layers, 3);
+    assert_eq!(c.row("expert_ffn.fp8").unwrap().layers, 58);
+    assert_eq!(c.row("embedding").unwrap().layers, 0);
+    // The kernels named are the kernels crate's.
+    assert_eq!(row_kernels(&c, "dsa_indexer.decode"), ["indexer_decode"]);
+    assert_eq!(row_kernels(&c, "dsa_topk.decode"), ["topk_select"]);
+    assert_eq!(
+        row_kernels(&c, "sparse_mla_attention.decode"),
+        ["sparse_mla_decode"]
+    );
+    assert_eq!(
+        row_kernels(&c, "expert_ffn.fp8"),
+        ["expert_gemm_fp8", "swiglu"]
+    );
+    assert_eq!(row_kernels(&c, "linear"), ["gemm_db", "gemm_pipelined"]);
+    assert_eq!(row_kernels(&c, "rmsnorm_residual"), ["rmsnorm_residual"]);
+    // The table: one line per operator kind, then the summary naming what is missing.
+    let t = c.table();
+    assert!(t.contains("61 layers"), "{t}");
+    assert!(t.contains("MISSING (7): embedding, layernorm, rope"), "{t}");
+    assert!(t
+        .lines()
+        .any(|l| l.starts_with("sparse_mla_attention.decode")
+            && l.contains("61")
+            && l.contains("dsl")));
+    assert!(t.contains("FP8 E4M3"), "the weight format is noted: {t}");
+}
+
+#[test]
+fn kimi_k2_inventory() {
+    let c = inventory(&testdata("kimi_k2_config.json")).expect("inventory");
+    use Status::*;
+    let want: Vec<(String, Status)> = [
+        ("embedding", Missing),
+        ("rmsnorm", Composite),
+        ("rmsnorm_residual", Dsl),
+        ("linear", HandTuned),
+        ("rope", Missing),
+        ("kv_cache_append", Missing),
+        ("mla_absorb", Composite),
+        ("mla_attention.prefill", Composite),
+        ("mla_attention.decode", Dsl),
+        ("moe_router.sigmoid_group_topk", Missing),
+        ("moe_dispatch", Missing),
+        ("expert_ffn.fp8", Dsl),
+        ("moe_combine", Missing),
+        ("shared_expert", Composite),
+        ("dense_mlp", Composite),
+        ("lm_head", HandTuned),
+    ]
+    .into_iter()
+    .map(|(o, s)| (o.to_string(), s))
+    .collect();
+    assert_eq!(statuses(&c), want, "\n{}", c.table());
+    assert_eq!(
+        c.missing(),
+        vec![
+            "embedding",
+            "rope",
+            "kv_cache_append",
+            "moe_router.sigmoid_group_topk",
+            "moe_dispatch",
+            "moe_combine"
+        ]
+    );
+    assert_eq!(
+        row_kernels(&c, "mla_attention.decode"),
+        ["paged_decode_split", "decode_combine"]
+    );
+    assert_eq!(c.row("dense_mlp").unwrap().layers, 1);
+    assert_eq!(c.row("moe_dispatch").unwrap().layers, 60);
+    // No DSA in K2.
+    assert!(c.rows.iter().all(|r| !r.op.starts_with("dsa")));
+}
+
+#[test]
+fn unknown_layer_kind_is_reported_missing_by_name() {
+    let c = inventory(&testdata("unknown_layer_kind_config.json")).expect("inventory");
+    let missing = c.missing();
+    assert!(
+        missing.iter().any(|m| m.contains("mamba2")),
+        "missing() names the unknown kind: {missing:?}"
+    );
+    let row = c.rows.iter().find(|r| r.op.contains("mamba2")).unwrap();
+    assert_eq!(row.status, Status::Missing);
+    assert_eq!(row.layers, 2);
+    assert!(c.table().contains("mamba2"));
+    assert!(!c.is_complete());
+    let j = c.to_json();
+    assert_eq!(j["complete"], false);
+    assert!(j["missing"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|m| m.as_str().unwrap().contains("mamba2")));
+    // The unknown field is carried into the inventory's warnings.
+    assert!(c
+        .warnings
+        .iter()
+        .any(|w| w.contains("sliding_window_pattern")));
+}
+
+#[test]
+fn kernel_size_limits_make_an_operator_missing() {
+    // Qwen3-Next's full attention has head_dim 256: flash_prefill has D=256, but the paged
+    // decode kernel is instantiated for D in {128, 64, 576} only.
+    let c = inventory(&testdata("qwen3_next_config.json")).expect("inventory");
+    assert_eq!(c.row("gqa_attention.prefill").unwrap().status, Status::Dsl);
+    let d = c.row("gqa_attention.decode").unwrap();
+    assert_eq!(d.status, Status::Missing);
+    assert!(
+        d.how.contains("paged_decode_split has no D=256"),
+        "{}",
+        d.how
+    );
+    assert_eq!(d.layers, 12);
+    assert_eq!(
+        c.row("gated_delta_rule.prefill").unwrap().status,
+        Status::Dsl
+    );
+    assert_eq!(
+        row_kernels(&c, "gated_delta_rule.decode"),
+        ["recurrent_delta"]
+    );
+    assert_eq!(c.row("short_conv").unwrap().layers, 36);
+    assert_eq!(c.row("shared_expert_gate").unwrap().status, Status::Missing);
+    assert!(c.row("moe_router.softmax_topk").is_some());
+}
+
+#[test]
+fn hybrid_inventory_uses_mxfp4_experts_and_both_attention_families() {
+    let c = inventory(&testdata("day0_hybrid_config.json")).expect("inventory");
+    let e = c.row("expert_ffn.mxfp4").unwrap();
+    assert_eq!(e.status, Status::Dsl);
+    assert_eq!(e.kernels, ["expert_gemm_mxfp4", "swiglu"]);
+    assert_eq!(e.layers, 11);
+    assert_eq!(c.row("mla_attention.decode").unwrap().layers, 1);
+    assert_eq!(c.row("sparse_mla_attention.decode").unwrap().layers, 3);
+    assert_eq!(c.row("gated_delta_rule.decode").unwrap().layers, 8);
+    let k = load_config(&testdata("kimi_linear_config.json")).unwrap();
+    let kc = Coverage::of_config(&k);
+    assert_eq!(
+        row_kernels(&kc, "kda_delta_rule.prefill"),
+        ["chunked_delta_kda"]
+    );
+    assert!(kc.row("rope").is_none(), "Kimi Linear's MLA uses no RoPE");
+}
+
+#[test]
+fn json_matches_the_table() {
+    let c = inventory(&testdata("deepseek_v32_config.json")).unwrap();
+    let j = c.to_json();
+    assert_eq!(j["model_type"], "deepseek_v32");
+    assert_eq!(j["layers"], 61);
+    let ops = j["operators"].as_array().unwrap();
+    assert_eq!(ops.len(), c.rows.len());
+    for (o, r) in ops.iter().zip(&c.rows) {
+        assert_eq!(o["op"], r.op.as_str());
+        assert_eq!(o["status"], r.status.name());
+        assert_eq!(o["layers"], r.layers);
+    }
+    let missing: Vec<String> = j["missing"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m.as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(missing, c.missing());
+    assert_eq!(j["counts"]["missing"], 7);
+    // Round-trips through text.
+    let parsed: serde_json::Value = serde_json::from_str(&c.to_json_string()).unwrap();
+    assert_eq!(parsed, j);
+}
+
+#[test]
+fn graph_shapes_follow_the_config() {
+    let cfg = load_config(&testdata("deepseek_v32_config.json")).unwrap();
+    let shape = GraphShape {
+        prefill_tokens: 100,
+        decode_batch: 4,
+        context: 3000,
+    };
+    let g = graph::build(&cfg, &shape);
+    assert_eq!(
+        (g.prefill.phase, g.decode.phase),
+        (Phase::Prefill, Phase::Decode)
+    );
+    assert_eq!((g.decode.tokens, g.decode.context), (4, 3000));
+    // Model-level calls bracket the layers.
+    let first = &g.decode.ops[0];
+    assert_eq!(first.kind, OpKind::Embedding);
+    assert_eq!(first.outputs[0].dims, [4, 7168]);
+    let last = g.decode.ops.last().unwrap();
+    assert_eq!(last.kind, OpKind::LmHead);
+    assert_eq!(last.outputs[0].dims, [4, 129280]);
+    // Layer 5, decode: absorbed query [4, 128, 576] over the 3000-token latent cache, top-2048.
+    let attn = g
+        .decode
+        .ops
+        .iter()
+        .find(|c| c.layer == Some(5) && c.kind == OpKind::SparseMlaAttention(Phase::Decode))
+        .unwrap();
+    assert_eq!(attn.name, "layers.5.self_attn.attention");
+    assert_eq!(attn.inputs[0].dims, [4, 128, 576]);
+    assert_eq!(attn.inputs[1].dims, [3000, 576]);
+    assert_eq!(attn.inputs[2].dims, [4, 2048]);
+    assert_eq!((attn.param("D"), attn.param("DV")), (Some(576), Some(512)));
+    // Prefill shorter than index_topk selects every key.
+    let topk = g
+        .prefill
+        .ops
+        .iter()
+        .find(|c| c.kind == OpKind::DsaTopk(Phase::Prefill))
+        .unwrap();
+    assert_eq!(topk.outputs[0].dims, [100, 100]);
+    // q_a_proj of layer 0: [100, 7168] · [1536, 7168]ᵀ.
+    let qa = g
+        .prefill
+        .ops
+        .iter()
+        .find(|c| c.name == "layers.0.self_attn.q_a_proj")
+        .unwrap();
+    assert_eq!(qa.kind, OpKind::Linear);
+    assert_eq!(qa.signature(), "x[100,7168] w[1536,7168] -> y[100,1536]");
+    // MoE layers route 8 of 256 experts; dense layers do not route.
+    let routers = g
+        .decode
+        .ops
+        .iter()
+        .filter(|c| matches!(c.kind, OpKind::MoeRouter(_)))
+        .count();
+    assert_eq!(routers, 58);
+    // Every layer is present in both graphs, in order.
+    let layers: Vec<usize> = g.decode.ops.iter().filter_map(|c| c.layer).collect();
+    assert!(layers.windows(2).all(|w| w[0] <= w[1]));
+    assert_eq!(layers.last(), Some(&60));
+}
+
+#[test]
+fn coverage_counts_add_up() {
+    for f in [
+        "deepseek_v32_config.json",
+        "kimi_k2_config.json",
+        "qwen3_next_config.json",
+        "kimi_linear_config.json",
+        "day0_hybrid_config.json",
+        "unknown_layer_kind_config.json",
+    ] {
+        let c = inventory(&testdata(f)).unwrap();
+        let total: usize = c.counts().iter().map(|(_, n)| n).sum();
+        assert_eq!(total, c.rows.len(), "{f}");
+        // Every kernel-backed row names at least one kernel.
+        for r in &c.rows {
+            if r.status != Status::Missing {
+                assert!(!r.kernels.is_empty(), "{f}: {} has no kernel", r.op);
+            }
+        }
+        // One line per row in the table, plus header and summary lines.
+        assert!(c.table().lines().count() >= c.rows.len() + 4, "{f}");
+    }
+}
+
+#[test]
+fn malformed_config_is_an_error_not_a_panic() {
+    let e = inventory(&testdata("malformed_config.json")).unwrap_err();
+    assert!(e.to_string().contains("malformed_config.json"), "{e}");
+}
