@@ -1,0 +1,141 @@
+//! The short causal depthwise convolution in front of the delta rule (kernel 4, no bias, SiLU),
+//! continuing from a rolling state, and the zero fill that starts a new sequence's state.
+//!
+//! Layouts (token-major): `x`, `y` `[seq, channels]`; `w` `[4, channels]`, tap-major — the
+//! transpose of the checkpoint's `conv1d.weight [channels, 1, 4]`, so a tap is one contiguous row;
+//! `state_in`, `state_out` `[3, channels]`, the inputs of the previous 3 tokens, oldest first (the
+//! reference code keeps the last 4 and reads 3). `y[t] = SiLU(w₀ x[t−3] + w₁ x[t−2] + w₂ x[t−1] +
+//! w₃ x[t])`, with `x[−3..−1]` from the state; see [`super::reference::short_conv`].
+//!
+//! A depthwise convolution treats channels independently, so convolving q, k and v separately
+//! (as flash-linear-attention's KDA layer does, and as the state slots launch [`short_conv4()`])
+//! is the same as the one convolution over the concatenated `[q | k | v]` channels of the
+//! transformers code.
+
+use dsl_core::prelude::*;
+
+/// One program per block of `BC` channels walks the tokens in order, keeping the last three
+/// inputs in registers (a rolling window), so prefill and single-token decode are one kernel.
+#[kernel(grid = (cdiv(x.cols(), BC),), tunable(BC = [128, 32, 64, 256, 512]))]
+pub fn short_conv4<T: Float>(
+    x: &Tensor<T>,
+    w: &Tensor<f32>,
+    state_in: &Tensor<f32>,
+    state_out: &Tensor<f32>,
+    y: &Tensor<T>,
+) {
+    let c0 = program_id(0) * BC;
+    let w0 = load_async::<1, BC>(w, 0, c0);
+    let w1 = load_async::<1, BC>(w, 1, c0);
+    let w2 = load_async::<1, BC>(w, 2, c0);
+    let w3 = load_async::<1, BC>(w, 3, c0);
+    let mut h1 = load_async::<1, BC>(state_in, 0, c0);
+    let mut h2 = load_async::<1, BC>(state_in, 1, c0);
+    let mut h3 = load_async::<1, BC>(state_in, 2, c0);
+    for t in 0..x.rows() {
+        let xt = cast::<f32>(&load_async::<1, BC>(x, t, c0));
+        let old = add(&mul(&w0, &h1), &mul(&w1, &h2));
+        let new = add(&mul(&w2, &h3), &mul(&w3, &xt));
+        store(y, t, c0, &cast::<T>(&silu(&add(&old, &new))));
+        h1 = h2;
+        h2 = h3;
+        h3 = xt;
+    }
+    store(state_out, 0, c0, &h1);
+    store(state_out, 1, c0, &h2);
+    store(state_out, 2, c0, &h3);
+}
+
+/// Writes zeros over a state tensor (a new sequence's recurrent and conv state): a device memset.
+#[kernel(
+    grid = (cdiv(t.rows(), BR), cdiv(t.cols(), BC)),
+    tunable(BR = [64, 16, 32, 128], BC = [128, 16, 32, 64, 256])
+)]
+pub fn zero_state(t: &Tensor<f32>) {
+    store(
+        t,
+        program_id(0) * BR,
+        program_id(1) * BC,
+        &zeros::<f32, BR, BC>(),
+    );
+}
+
+/// One short-convolution problem: `seq` tokens of `channels` channels, from a random state.
+#[derive(Debug, Clone)]
+pub struct ConvCase {
+    /// Tokens.
+    pub seq: usize,
+    /// Channels.
+    pub channels: usize,
+    /// Element dtype of `x` and `y` (weights and state are f32).
+    pub dtype: crate::gemm::GemmDtype,
+    /// Tunable values (`BC`).
+    pub config: Config,
+    /// Seed of the random inputs.
+    pub seed: u64,
+}
+
+/// A short-convolution run: the report (`max_rel_error` over output and new state in functional
+/// runs), the output and the new state.
+#[derive(Debug)]
+pub struct ConvRun {
+    /// The launch.
+    pub launch: Launch,
+    /// `y [seq, channels]` (functional runs).
+    pub output: Option<Vec<f32>>,
+    /// New state `[3, channels]` (functional runs).
+    pub state: Option<Vec<f32>>,
+}
+
+/// Runs [`short_conv4()`] on random inputs (x uniform in ±1, weights in ±0.5, a non-zero state;
+/// output and new state NaN-poisoned) and checks both against [`super::reference::short_conv`].
+pub fn run_short_conv(launcher: &Launcher, case: &ConvCase) -> Result<ConvRun, dsl_core::SimError> {
+    if case.seq == 0 || case.channels == 0 {
+        return Err(dsl_core::SimError::Launch {
+            kernel: short_conv4::META.name.into(),
+            message: format!(
+                "empty convolution: {} token(s) of {} channel(s)",
+                case.seq, case.channels
+            ),
+        });
+    }
+    match case.dtype {
+        crate::gemm::GemmDtype::F32 => conv_typed::<f32>(launcher, case),
+        crate::gemm::GemmDtype::Bf16 => conv_typed::<bf16>(launcher, case),
+    }
+}
+
+fn conv_typed<T: Float>(
+    launcher: &Launcher,
+    case: &ConvCase,
+) -> Result<ConvRun, dsl_core::SimError> {
+    use super::reference::{short_conv, widen};
+    let name = short_conv4::META.name;
+    let mut c = crate::testdata::CaseTensors::new(launcher, case.seed, name);
+    let x = c.input::<T>(&[case.seq, case.channels], 0.0, 1.0)?;
+    let w = c.input::<f32>(&[4, case.channels], 0.0, 0.5)?;
+    let s_in = c.input::<f32>(&[3, case.channels], 0.0, 1.0)?;
+    let s_out = c.output::<f32>(&[3, case.channels]);
+    let y = c.output::<T>(&[case.seq, case.channels]);
+    let mut launch = short_conv4::launch(launcher, &case.config, &x, &w, &s_in, &s_out, &y)?;
+    let (output, state) = (y.to_vec(), s_out.to_vec());
+    if let (Some(out), Some(st), Some(xv), Some(wv), Some(sv)) =
+        (&output, &state, x.to_vec(), w.to_vec(), s_in.to_vec())
+    {
+        // The reference takes the checkpoint's [channels, 4] weight.
+        let wt = crate::reference::transpose(&wv, 4, case.channels);
+        let (want_y, want_s) = short_conv(&widen(&xv), &widen(&wt), &widen(&sv), case.channels)
+            .map_err(|e| dsl_core::SimError::Launch {
+                kernel: name.into(),
+                message: e.to_string(),
+            })?;
+        let err =
+            crate::reference::rel_error(out, &want_y).max(crate::reference::rel_error(st, &want_s));
+        launch.report.max_rel_error = Some(err);
+    }
+    Ok(ConvRun {
+        launch,
+        output,
+        state,
+    })
+}
