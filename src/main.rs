@@ -51,8 +51,56 @@ enum KernelCommand {
     Gemm(GemmArgs),
     /// SwiGLU expert FFN over MXFP4 or bf16 weights: what online conversion costs.
     ExpertFfn(ExpertFfnArgs),
-    /// Attention kernels (prefill so far).
+    /// Attention kernels: flash prefill, paged decode, MLA decode, DSA sparse decode.
     Attention(AttentionArgs),
+    /// Gated delta rule (Gated DeltaNet / KDA): chunked prefill or recurrent decode, with a
+    /// chunk-size sweep.
+    LinearAttention(LinearAttentionArgs),
+}
+
+#[derive(Clone, Copy, ValueEnum, PartialEq)]
+enum LinearKind {
+    Gdn,
+    Kda,
+}
+
+#[derive(Clone, Copy, ValueEnum, PartialEq)]
+enum LinearMode {
+    Chunk,
+    Recurrent,
+}
+
+#[derive(Args)]
+struct LinearAttentionArgs {
+    /// Gated DeltaNet (scalar decay per head) or KDA (decay per key channel).
+    #[arg(long, value_enum)]
+    kind: LinearKind,
+    /// Chunked (prefill) or token-by-token (decode).
+    #[arg(long, value_enum, default_value = "chunk")]
+    mode: LinearMode,
+    /// Tokens.
+    #[arg(long)]
+    seq: usize,
+    /// Key heads (and value heads unless --v-heads).
+    #[arg(long)]
+    heads: usize,
+    /// Value heads (a multiple of --heads).
+    #[arg(long)]
+    v_heads: Option<usize>,
+    /// Key head dim.
+    #[arg(long, default_value_t = 128)]
+    dk: usize,
+    /// Value head dim.
+    #[arg(long, default_value_t = 128)]
+    dv: usize,
+    /// Chunk size C (chunk mode); without it, every chunk size is swept.
+    #[arg(long)]
+    chunk: Option<usize>,
+    /// Input dtype.
+    #[arg(long, value_enum, default_value = "bf16")]
+    dtype: DtypeArg,
+    #[command(flatten)]
+    common: CommonArgs,
 }
 
 #[derive(Clone, Copy, ValueEnum, PartialEq)]
@@ -240,6 +288,7 @@ fn run(cli: Cli) -> Result<(), String> {
         Command::Kernel(KernelCommand::Gemm(args)) => kernel_gemm(args),
         Command::Kernel(KernelCommand::ExpertFfn(args)) => kernel_expert_ffn(args),
         Command::Kernel(KernelCommand::Attention(args)) => kernel_attention(args),
+        Command::Kernel(KernelCommand::LinearAttention(args)) => kernel_linear_attention(args),
     }
 }
 
@@ -686,5 +735,96 @@ fn coverage(path: &str, json: bool) -> Result<(), String> {
             cov.missing().len(),
             cov.missing().join(", ")
         ))
+    }
+}
+
+fn kernel_linear_attention(args: LinearAttentionArgs) -> Result<(), String> {
+    use kernels::linear_attention::reference::Decay;
+    use kernels::linear_attention::runner::{chunk_sweep, run_delta, DeltaCase, DeltaMode};
+    let c = &args.common;
+    let launcher = launcher_for(c)?;
+    let dtype = match args.dtype {
+        DtypeArg::Bf16 => GemmDtype::Bf16,
+        DtypeArg::F32 => GemmDtype::F32,
+    };
+    let tol = if dtype == GemmDtype::Bf16 { 1e-2 } else { 1e-5 };
+    let mut case = DeltaCase {
+        decay: if args.kind == LinearKind::Gdn {
+            Decay::Scalar
+        } else {
+            Decay::PerChannel
+        },
+        mode: if args.mode == LinearMode::Chunk {
+            DeltaMode::Chunked
+        } else {
+            DeltaMode::Recurrent
+        },
+        seq: args.seq,
+        k_heads: args.heads,
+        v_heads: args.v_heads.unwrap_or(args.heads),
+        dk: args.dk,
+        dv: args.dv,
+        dtype,
+        config: Config::new(),
+        seed: c.seed,
+    };
+    if args.mode == LinearMode::Chunk && args.chunk.is_none() {
+        let points = chunk_sweep(&launcher, &case);
+        if c.json {
+            let rows: Vec<serde_json::Value> = points
+                .iter()
+                .map(|p| match &p.result {
+                    Ok(r) => serde_json::json!({"chunk": p.chunk, "report": r.launch.report}),
+                    Err(e) => serde_json::json!({"chunk": p.chunk, "error": e.to_string()}),
+                })
+                .collect();
+            println!(
+                "{}",
+                serde_json::to_string_pretty(&rows).map_err(|e| e.to_string())?
+            );
+        } else {
+            println!(
+                "chunk-size sweep ({} tokens, {} v-heads, dk {} dv {}):",
+                case.seq, case.v_heads, case.dk, case.dv
+            );
+            for p in &points {
+                match &p.result {
+                    Ok(r) => println!("  C={:<4} {}", p.chunk, r.launch.report.summary_line()),
+                    Err(e) => println!("  C={:<4} does not run: {e}", p.chunk),
+                }
+            }
+        }
+        for p in &points {
+            if let Ok(r) = &p.result {
+                if let Some(e) = r.launch.report.max_rel_error {
+                    if !(e <= tol) {
+                        return Err(format!(
+                            "C={}: result does not match the f64 reference: {e:.3e}",
+                            p.chunk
+                        ));
+                    }
+                }
+            }
+        }
+        return Ok(());
+    }
+    if let Some(ch) = args.chunk {
+        case.config = Config::new().with("C", ch as i64);
+    }
+    let run = run_delta(&launcher, &case).map_err(|e| e.to_string())?;
+    let report = &run.launch.report;
+    if c.json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(report).map_err(|e| e.to_string())?
+        );
+    } else {
+        print!("{}", report.table());
+    }
+    match report.max_rel_error {
+        Some(e) if !(e <= tol) => Err(format!(
+            "result does not match the f64 reference: max relative error {e:.3e}"
+        )),
+        _ => Ok(()),
     }
 }
