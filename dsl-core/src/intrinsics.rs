@@ -59,8 +59,9 @@ fn load_impl<const R: usize, const C: usize, T: Elem>(
         match t.data() {
             Some(src) => {
                 // (A window wholly outside the tensor, vc == 0, copies nothing.)
+                let stride = t.row_stride();
                 for r in 0..if vc == 0 { 0 } else { vr } {
-                    let s = (row + r) * cols + col;
+                    let s = (row + r) * stride + col;
                     v[r * C..r * C + vc].copy_from_slice(&src[s..s + vc]);
                 }
             }
@@ -76,7 +77,7 @@ fn load_impl<const R: usize, const C: usize, T: Elem>(
     let bytes = T::DTYPE.bytes_for((vr * vc) as u64);
     let region = Region {
         tensor: t.id(),
-        offset: (t.offset() + row * cols + col) as u64,
+        offset: (t.offset() + row * t.row_stride() + col) as u64,
         rows: vr as u64,
         cols: vc as u64,
     };
@@ -732,8 +733,8 @@ pub fn eye<T: Elem, const N: usize>(ctx: &mut Ctx) -> Tile<T, N, N> {
 /// so it returns `fallback` (e.g. the identity page mapping) — addresses do not change costs.
 pub fn load_index(ctx: &mut Ctx, t: &Tensor<i32>, i: usize, fallback: usize) -> usize {
     let value = match t.data() {
-        Some(d) if i < d.len() => {
-            let v = d[i];
+        Some(d) if i < t.len() => {
+            let v = d[t.mem_index(i)];
             if v.is_finite() && v >= 0.0 {
                 v as usize
             } else {
@@ -844,6 +845,7 @@ pub fn gather_rows<const R: usize, const C: usize, T: Elem>(
 ) -> Tile<T, R, C> {
     let page = pool.shape().get(1).copied().unwrap_or(1).max(1);
     let row_len = pool.cols();
+    let pitch = pool.row_stride();
     let rows = count
         .saturating_sub(i0)
         .min(R)
@@ -852,6 +854,10 @@ pub fn gather_rows<const R: usize, const C: usize, T: Elem>(
     let data = if ctx.functional {
         let mut v = vec![0.0f32; R * C];
         match (pool.data(), block_table.data(), idx.data()) {
+            _ if !block_table.is_dense() || !idx.is_dense() => ctx.fail(
+                "gather_rows: the block table and the index list must be dense (not column windows)"
+                    .into(),
+            ),
             (Some(p), Some(bt), Some(ix)) => {
                 for r in 0..rows {
                     let s = ix[i0 + r] as usize;
@@ -862,7 +868,7 @@ pub fn gather_rows<const R: usize, const C: usize, T: Elem>(
                         ));
                         break;
                     };
-                    let src = (*pg as usize * page + s % page) * row_len + col;
+                    let src = (*pg as usize * page + s % page) * pitch + col;
                     if src + vc > p.len() {
                         ctx.fail(format!(
                             "gather_rows: token {s} maps outside the pool {pool:?}"

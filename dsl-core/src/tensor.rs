@@ -33,6 +33,9 @@ pub struct Tensor<T: Elem> {
     shape: Vec<usize>,
     /// First element of this view in the underlying memory (views share memory: see [`Tensor::at`]).
     offset: usize,
+    /// Distance in elements between consecutive rows: `cols` for a dense tensor, more for a column
+    /// window of a wider tensor (see [`Tensor::col_range`]).
+    stride: usize,
     mem: Option<Arc<DeviceMem>>,
     _t: PhantomData<T>,
 }
@@ -59,6 +62,7 @@ impl<T: Elem> Tensor<T> {
             id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
             shape: shape.to_vec(),
             offset: 0,
+            stride: shape.last().copied().unwrap_or(1),
             mem: mem.map(|v| {
                 Arc::new(DeviceMem {
                     data: UnsafeCell::new(v),
@@ -131,9 +135,18 @@ impl<T: Elem> Tensor<T> {
         self.mem.is_some()
     }
 
-    /// Copies the data out (`None` for a shape-only tensor).
+    /// Copies the data out, row-major over the view's shape (`None` for a shape-only tensor).
     pub fn to_vec(&self) -> Option<Vec<f32>> {
-        self.data().map(<[f32]>::to_vec)
+        let d = self.data()?;
+        if self.is_dense() {
+            return Some(d[..self.len()].to_vec());
+        }
+        let c = self.cols();
+        Some(
+            (0..self.rows())
+                .flat_map(|r| d[r * self.stride..r * self.stride + c].iter().copied())
+                .collect(),
+        )
     }
 
     /// The `index`-th sub-tensor along the first dimension, sharing memory: `x.at(h)` of a
@@ -142,12 +155,17 @@ impl<T: Elem> Tensor<T> {
     /// gives an empty view (loads read the fill value, stores write nothing): no panic.
     pub fn at(&self, index: usize) -> Tensor<T> {
         let inner: Vec<usize> = self.shape.iter().skip(1).copied().collect();
-        let stride: usize = inner.iter().product();
+        // Rows of the sub-tensor times the row stride (1 element per step for a vector).
+        let stride: usize = match inner.len() {
+            0 => 1,
+            n => inner[..n - 1].iter().product::<usize>() * self.stride,
+        };
         let first = self.shape.first().copied().unwrap_or(1);
         let mut view = Tensor {
             id: self.id,
             shape: inner,
             offset: self.offset,
+            stride: self.stride,
             mem: self.mem.clone(),
             _t: PhantomData,
         };
@@ -164,6 +182,12 @@ impl<T: Elem> Tensor<T> {
     /// A view of the first `shape.iter().product()` elements with another shape (e.g. one reusable
     /// workspace serving several weights in turn). Errors if the view would be larger.
     pub fn reshaped(&self, shape: &[usize]) -> Result<Tensor<T>, String> {
+        if !self.is_dense() {
+            return Err(format!(
+                "cannot reshape {self:?}: it is a column window (row stride {}) of a wider tensor",
+                self.stride
+            ));
+        }
         let n: usize = shape.iter().product();
         if n > self.len() {
             return Err(format!(
@@ -175,9 +199,69 @@ impl<T: Elem> Tensor<T> {
             id: self.id,
             shape: shape.to_vec(),
             offset: self.offset,
+            stride: shape.last().copied().unwrap_or(1),
             mem: self.mem.clone(),
             _t: PhantomData,
         })
+    }
+
+    /// Rows `start .. start + rows` of the tensor viewed as a matrix, sharing memory: an expert's
+    /// slice of dispatched tokens, one head's rows of a stacked weight, a window of a cache.
+    /// Errors if the range passes the end.
+    pub fn row_range(&self, start: usize, rows: usize) -> Result<Tensor<T>, String> {
+        if start + rows > self.rows() {
+            return Err(format!(
+                "rows {start}..{} are outside {self:?} ({} rows)",
+                start + rows,
+                self.rows()
+            ));
+        }
+        Ok(Tensor {
+            id: self.id,
+            shape: vec![rows, self.cols()],
+            offset: self.offset + start * self.stride,
+            stride: self.stride,
+            mem: self.mem.clone(),
+            _t: PhantomData,
+        })
+    }
+
+    /// Columns `start .. start + width` of the tensor viewed as a matrix, sharing memory (a strided
+    /// view, as a DMA descriptor with a row pitch addresses it): one head of a token-major
+    /// `[T, H·D]` activation, the rotary part of a query, the value half of a fused projection.
+    /// Kernels read and write it like any tensor. Errors if the range passes the last column.
+    pub fn col_range(&self, start: usize, width: usize) -> Result<Tensor<T>, String> {
+        if start + width > self.cols() {
+            return Err(format!(
+                "columns {start}..{} are outside {self:?} ({} columns)",
+                start + width,
+                self.cols()
+            ));
+        }
+        Ok(Tensor {
+            id: self.id,
+            shape: vec![self.rows(), width],
+            offset: self.offset + start,
+            stride: self.stride,
+            mem: self.mem.clone(),
+            _t: PhantomData,
+        })
+    }
+
+    /// Distance in elements between consecutive rows in memory.
+    pub fn row_stride(&self) -> usize {
+        self.stride
+    }
+
+    /// Whether rows are contiguous (not a column window of a wider tensor).
+    pub fn is_dense(&self) -> bool {
+        self.stride == self.cols() || self.rows() <= 1
+    }
+
+    /// Memory index of logical element `i` (row-major over the view's shape).
+    pub(crate) fn mem_index(&self, i: usize) -> usize {
+        let c = self.cols().max(1);
+        (i / c) * self.stride + i % c
     }
 
     /// Element offset of this view in the underlying memory (for cache-reuse keys).
@@ -185,10 +269,15 @@ impl<T: Elem> Tensor<T> {
         self.offset
     }
 
-    /// Read access to the data during a launch.
+    /// Read access to the data during a launch: the memory from the view's first element to its
+    /// last; row `r` starts at `r * row_stride()`.
     pub(crate) fn data(&self) -> Option<&[f32]> {
         // SAFETY: see `DeviceMem`.
-        let len = self.len();
+        let len = match self.rows() {
+            0 => 0,
+            r => (r - 1) * self.stride + self.cols(),
+        };
+        let len = if self.cols() == 0 { 0 } else { len };
         self.mem
             .as_ref()
             .map(|m| unsafe { &(&*m.data.get())[self.offset..self.offset + len] })
@@ -209,7 +298,7 @@ impl<T: Elem> Tensor<T> {
             return;
         }
         if let Some(m) = &self.mem {
-            let c = self.cols();
+            let c = self.stride;
             // SAFETY: see `DeviceMem`: programs write disjoint windows.
             let data = unsafe { &mut *m.data.get() };
             for r in 0..rows {

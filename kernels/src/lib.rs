@@ -6,6 +6,7 @@
 
 pub mod attention;
 pub mod gemm;
+pub mod layout;
 pub mod linear_attention;
 pub mod moe;
 pub mod norm;
