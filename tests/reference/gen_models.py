@@ -96,7 +96,8 @@ DEEPSEEK_TINY = dict(
     rms_norm_eps=1e-6,
 )
 
-# name -> (model class, config class, seed, config kwargs, save kwargs, what it exercises)
+# name -> (model class, config class, seed, config kwargs, save_pretrained kwargs); what each one
+# exercises is in model/testdata/tiny/README.md.
 PRESETS = {
     "deepseek_v3": (
         DeepseekV3ForCausalLM,
