@@ -506,6 +506,15 @@ fn index_errors_missing_shard_and_no_checkpoint() {
     let err = Checkpoint::open(empty.path()).unwrap_err();
     assert!(matches!(err, WeightError::NoCheckpoint { .. }), "{err:?}");
     assert!(err.to_string().contains("model.safetensors"));
+    let nowhere = empty.path().join("no-such-model");
+    let err = Checkpoint::open(&nowhere).unwrap_err();
+    assert!(
+        matches!(&err, WeightError::Io { file, .. } if file.ends_with("no-such-model")),
+        "{err:?}"
+    );
+    // A path to one shard opens that file alone.
+    let one = Checkpoint::open(&dir.path().join("model-00002-of-00002.safetensors")).unwrap();
+    assert_eq!(one.names(), vec!["model.layers.1.w"]);
 }
 
 #[test]
@@ -970,4 +979,138 @@ fn verify_checks_mxfp4_experts_of_the_hybrid_config() {
     // The correct ones read back as the format module dequantises them.
     let first = ckpt.mxfp4_f32(&mx[0].name, &mx[0].shape).unwrap();
     assert!(first.iter().all(|v| *v == 0.5 || *v == 1.0));
+}
+
+/// Routed experts written per expert, fused, and as MXFP4 read back as the same per-expert
+/// matrices.
+#[test]
+fn expert_banks_load_the_same_weights_from_every_layout() {
+    let cfg = small_v3("");
+    let bank = &model::weights::expert_banks(&cfg)[0];
+    let (e, h, i) = (bank.experts, bank.hidden, bank.intermediate);
+    let (gate, up, down) = (
+        values(e * i * h, 21),
+        values(e * i * h, 22),
+        values(e * h * i, 23),
+    );
+    // Per expert.
+    let mut raws = Vec::new();
+    for x in 0..e {
+        let g = &gate[x * i * h..(x + 1) * i * h];
+        let u = &up[x * i * h..(x + 1) * i * h];
+        let d = &down[x * h * i..(x + 1) * h * i];
+        let p = &bank.prefix;
+        raws.push(raw_f32(&format!("{p}.{x}.gate_proj.weight"), &[i, h], g));
+        raws.push(raw_f32(&format!("{p}.{x}.up_proj.weight"), &[i, h], u));
+        raws.push(raw_f32(&format!("{p}.{x}.down_proj.weight"), &[h, i], d));
+    }
+    let dir = tmp();
+    write_st(&dir.path().join("model.safetensors"), &raws);
+    let per = bank
+        .load_f32(&Checkpoint::open(dir.path()).unwrap())
+        .unwrap();
+    assert_eq!(per.layout, ExpertLayout::PerExpert);
+    assert_eq!((&per.gate, &per.up, &per.down), (&gate, &up, &down));
+    // Fused: [E, 2I, H] with gate rows first.
+    let gate_up: Vec<f32> = (0..e)
+        .flat_map(|x| {
+            gate[x * i * h..(x + 1) * i * h]
+                .iter()
+                .chain(&up[x * i * h..(x + 1) * i * h])
+                .copied()
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    let dir = tmp();
+    write_st(
+        &dir.path().join("model.safetensors"),
+        &[
+            raw_f32(
+                &format!("{}.gate_up_proj", bank.prefix),
+                &[e, 2 * i, h],
+                &gate_up,
+            ),
+            raw_f32(&format!("{}.down_proj", bank.prefix), &[e, h, i], &down),
+        ],
+    );
+    let fused = bank
+        .load_f32(&Checkpoint::open(dir.path()).unwrap())
+        .unwrap();
+    assert_eq!(fused.layout, ExpertLayout::Fused);
+    assert_eq!((&fused.gate, &fused.up, &fused.down), (&gate, &up, &down));
+    // MXFP4: random packed bytes; the expected matrices are gpt_oss_dequant's output transposed
+    // back to [out, in] per expert.
+    let p = &bank.prefix;
+    let packed = |rows: usize, cols: usize, seed: u64| {
+        let g = cols / 32;
+        let blocks = bytes_random(e * rows * g * 16, seed);
+        let scales: Vec<u8> = bytes_random(e * rows * g, seed + 1)
+            .iter()
+            .map(|b| 122 + b % 10)
+            .collect();
+        (blocks, vec![e, rows, g, 16], scales, vec![e, rows, g])
+    };
+    let gu = packed(2 * i, h, 31);
+    let dn = packed(h, i, 41);
+    let dir = tmp();
+    write_st(
+        &dir.path().join("model.safetensors"),
+        &[
+            (
+                format!("{p}.gate_up_proj_blocks"),
+                Dtype::U8,
+                gu.1.clone(),
+                gu.0.clone(),
+            ),
+            (
+                format!("{p}.gate_up_proj_scales"),
+                Dtype::U8,
+                gu.3.clone(),
+                gu.2.clone(),
+            ),
+            (
+                format!("{p}.down_proj_blocks"),
+                Dtype::U8,
+                dn.1.clone(),
+                dn.0.clone(),
+            ),
+            (
+                format!("{p}.down_proj_scales"),
+                Dtype::U8,
+                dn.3.clone(),
+                dn.2.clone(),
+            ),
+        ],
+    );
+    let mx = bank
+        .load_f32(&Checkpoint::open(dir.path()).unwrap())
+        .unwrap();
+    assert_eq!(mx.layout, ExpertLayout::Mxfp4);
+    let (gu_t, gu_shape) = packing::gpt_oss_dequant("gu", &gu.0, &gu.1, &gu.2, &gu.3).unwrap();
+    let (dn_t, dn_shape) = packing::gpt_oss_dequant("dn", &dn.0, &dn.1, &dn.2, &dn.3).unwrap();
+    assert_eq!((gu_shape, dn_shape), (vec![e, h, 2 * i], vec![e, i, h]));
+    for x in 0..e {
+        for r in 0..i {
+            for c in 0..h {
+                let at = (x * i + r) * h + c;
+                assert_eq!(mx.gate[at], gu_t[(x * h + c) * 2 * i + r]);
+                assert_eq!(mx.up[at], gu_t[(x * h + c) * 2 * i + i + r]);
+                assert_eq!(mx.down[(x * h + c) * i + r], dn_t[(x * i + r) * h + c]);
+            }
+        }
+    }
+    assert!(mx.gate.iter().any(|v| *v != 0.0));
+    // No bank at all: the first per-expert tensor is named.
+    let empty = tmp();
+    write_st(
+        &empty.path().join("model.safetensors"),
+        &[raw_f32("x", &[1], &[1.0])],
+    );
+    let err = bank
+        .load_f32(&Checkpoint::open(empty.path()).unwrap())
+        .unwrap_err();
+    assert!(
+        matches!(&err, WeightError::MissingTensor { tensor, .. } if tensor.ends_with(".0.gate_proj.weight")),
+        "{err:?}"
+    );
 }

@@ -73,10 +73,15 @@ pub struct Checkpoint {
 
 impl Checkpoint {
     /// Opens the checkpoint in `dir`: `model.safetensors` if present (as transformers prefers
-    /// it), else `model.safetensors.index.json` and every shard it names. Errors: no checkpoint,
+    /// it), else `model.safetensors.index.json` and every shard it names; a path to a single
+    /// safetensors file opens that file ([`Checkpoint::open_file`]). Errors: no checkpoint,
     /// malformed header or index, truncated file, missing shard, a tensor the index places in a
     /// shard that lacks it.
     pub fn open(dir: &Path) -> Result<Checkpoint, WeightError> {
+        // A path to one safetensors file is taken as that file (a common way to point at a model).
+        if dir.is_file() {
+            return Checkpoint::open_file(dir);
+        }
         let single = dir.join(SINGLE_FILE);
         if single.is_file() {
             return Checkpoint::open_file(&single).map(|mut c| {
@@ -91,8 +96,8 @@ impl Checkpoint {
         if !dir.is_dir() {
             return Err(WeightError::Io {
                 file: dir.display().to_string(),
-                message: "not a directory (give the model directory holding the safetensors \
-                          files)"
+                message: "no such file or directory (give the model directory holding the \
+                          safetensors files)"
                     .into(),
             });
         }

@@ -173,7 +173,7 @@ impl fmt::Display for WeightError {
                 f,
                 "{file}: truncated: the header describes {needed_bytes} bytes but the file has \
                  {file_bytes} ({} missing; tensor `{tensor}` is cut off) — re-download or re-copy it",
-                needed_bytes - file_bytes
+                needed_bytes.saturating_sub(*file_bytes)
             ),
             WeightError::MalformedIndex { file, message } => {
                 write!(f, "{file}: malformed index: {message}")

@@ -10,7 +10,8 @@
 //! [`write_f32`] / [`read_all_f32`] handle whole files of f32 tensors (logits out, golden files).
 //!
 //! Modules: [`checkpoint`] (files, index, mmap, truncation checks), [`convert`] (dtypes → f32),
-//! [`names`] (expected tensors per architecture), [`verify`](mod@verify), [`tensor_file`]
+//! [`names`] (expected tensors per architecture), [`experts`] (routed-expert layouts, read in
+//! any of them), [`verify`](mod@verify), [`tensor_file`]
 //! (whole-file write/read), [`error`] ([`WeightError`]: every variant names the file and tensor).
 //!
 //! [`ModelConfig`]: crate::config::ModelConfig
@@ -18,6 +19,7 @@
 pub mod checkpoint;
 pub mod convert;
 pub mod error;
+pub mod experts;
 pub mod names;
 pub mod tensor_file;
 pub mod verify;
@@ -25,9 +27,8 @@ pub mod verify;
 pub use checkpoint::{Checkpoint, TensorInfo};
 pub use convert::{mxfp4_logical_shape, Mxfp4Raw};
 pub use error::WeightError;
-pub use names::{
-    expected_tensors, expert_banks, ExpectedTensor, ExpertBank, ExpertLayout, Storage,
-};
+pub use experts::{ExpertBank, ExpertLayout, ExpertWeights};
+pub use names::{expected_tensors, expert_banks, ExpectedTensor, Storage};
 pub use tensor_file::{read_all_f32, write_f32, NamedTensor};
 pub use verify::{check, verify, VerifyReport};
 

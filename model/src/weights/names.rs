@@ -26,13 +26,13 @@
 //! `experts.down_proj [E, H, I]`), and gpt-oss MXFP4 (`experts.gate_up_proj_blocks/_scales`,
 //! `experts.down_proj_blocks/_scales`). [`expected_tensors`] lists the one the configuration's
 //! format implies (MXFP4 when the experts are stored as MXFP4, per expert otherwise);
-//! [`crate::weights::verify`] accepts any of them ([`ExpertBank::detect`]).
+//! [`crate::weights::verify`] accepts any of them ([`ExpertBank::detect`]), and
+//! [`ExpertBank::load_f32`] reads any of them into one layout.
 //!
 //! Attention or FFN kinds day0 does not know (`Unknown`) contribute no expected tensors: the
 //! coverage inventory reports them, and their tensors show up as extras.
 
-use super::checkpoint::Checkpoint;
-use super::convert::MXFP4_BLOCKS_SUFFIX;
+use super::experts::{ExpertBank, ExpertLayout};
 use crate::config::{
     AttentionKind, Decay, Family, FfnKind, ModelConfig, MoeDims, RouterKind, WeightFormat,
 };
@@ -61,98 +61,13 @@ pub struct ExpectedTensor {
 }
 
 impl ExpectedTensor {
-    fn float(name: String, shape: Vec<usize>) -> ExpectedTensor {
+    /// A required [`Storage::Float`] tensor.
+    pub(crate) fn float(name: String, shape: Vec<usize>) -> ExpectedTensor {
         ExpectedTensor {
             name,
             shape,
             required: true,
             storage: Storage::Float,
-        }
-    }
-}
-
-/// How a layer's routed experts are laid out in a checkpoint.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ExpertLayout {
-    /// `<bank>.{e}.<gate|up|down>.weight`, `[I, H]`, `[I, H]`, `[H, I]` (Hub checkpoints,
-    /// transformers' `save_pretrained`).
-    PerExpert,
-    /// `<bank>.gate_up_proj [E, 2I, H]` and `<bank>.down_proj [E, H, I]` (transformers'
-    /// in-memory parameters).
-    Fused,
-    /// gpt-oss MXFP4 `<bank>.gate_up_proj_{blocks,scales}` and `<bank>.down_proj_{blocks,scales}`,
-    /// dequantised shapes `[E, H, 2I]` and `[E, I, H]`.
-    Mxfp4,
-}
-
-/// One MoE layer's routed experts: where they live and their sizes.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ExpertBank {
-    /// The layer.
-    pub layer: usize,
-    /// The name prefix, e.g. `model.layers.3.mlp.experts`.
-    pub prefix: String,
-    /// Routed experts `E`.
-    pub experts: usize,
-    /// Hidden size `H`.
-    pub hidden: usize,
-    /// Expert intermediate size `I`.
-    pub intermediate: usize,
-    /// Per-expert projection names: gate, up, down (`gate_proj`/`up_proj`/`down_proj`, Kimi
-    /// Linear `w1`/`w3`/`w2`).
-    pub projections: [&'static str; 3],
-}
-
-impl ExpertBank {
-    /// The bank's tensors in `layout`.
-    pub fn tensors(&self, layout: ExpertLayout) -> Vec<ExpectedTensor> {
-        let (p, e, h, i) = (&self.prefix, self.experts, self.hidden, self.intermediate);
-        match layout {
-            ExpertLayout::PerExpert => {
-                let [gate, up, down] = self.projections;
-                (0..e)
-                    .flat_map(|x| {
-                        [
-                            ExpectedTensor::float(format!("{p}.{x}.{gate}.weight"), vec![i, h]),
-                            ExpectedTensor::float(format!("{p}.{x}.{up}.weight"), vec![i, h]),
-                            ExpectedTensor::float(format!("{p}.{x}.{down}.weight"), vec![h, i]),
-                        ]
-                    })
-                    .collect()
-            }
-            ExpertLayout::Fused => vec![
-                ExpectedTensor::float(format!("{p}.gate_up_proj"), vec![e, 2 * i, h]),
-                ExpectedTensor::float(format!("{p}.down_proj"), vec![e, h, i]),
-            ],
-            ExpertLayout::Mxfp4 => vec![
-                ExpectedTensor {
-                    name: format!("{p}.gate_up_proj"),
-                    shape: vec![e, h, 2 * i],
-                    required: true,
-                    storage: Storage::Mxfp4,
-                },
-                ExpectedTensor {
-                    name: format!("{p}.down_proj"),
-                    shape: vec![e, i, h],
-                    required: true,
-                    storage: Storage::Mxfp4,
-                },
-            ],
-        }
-    }
-
-    /// The layout `ckpt` stores this bank in, judged by a marker tensor of each layout;
-    /// `None` when it holds none of them.
-    pub fn detect(&self, ckpt: &Checkpoint) -> Option<ExpertLayout> {
-        let p = &self.prefix;
-        if ckpt.contains(&format!("{p}.gate_up_proj{MXFP4_BLOCKS_SUFFIX}")) {
-            Some(ExpertLayout::Mxfp4)
-        } else if ckpt.contains(&format!("{p}.gate_up_proj")) {
-            Some(ExpertLayout::Fused)
-        } else if ckpt.contains(&format!("{p}.0.{}.weight", self.projections[0])) {
-            Some(ExpertLayout::PerExpert)
-        } else {
-            None
         }
     }
 }

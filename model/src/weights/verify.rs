@@ -5,9 +5,9 @@ use super::convert::{
     mxfp4_logical_shape, FLOAT_DTYPES, FP8_SCALE_SUFFIX, MXFP4_BLOCKS_SUFFIX, MXFP4_SCALES_SUFFIX,
 };
 use super::error::WeightError;
+use super::experts::ExpertLayout;
 use super::names::{
-    default_expert_layout, expected_parts, expert_banks, ExpectedTensor, ExpertLayout, Part,
-    Storage,
+    default_expert_layout, expected_parts, expert_banks, ExpectedTensor, Part, Storage,
 };
 use super::CloseNames;
 use crate::config::ModelConfig;
@@ -177,6 +177,15 @@ impl Checker<'_> {
         match (dtype.as_str(), ckpt.tensors.get(&sname)) {
             ("F8_E4M3", Some(s)) => {
                 self.used.insert(sname.clone());
+                let sdtype = s.dtype.to_string();
+                if !FLOAT_DTYPES.split(", ").any(|d| d == sdtype) {
+                    self.problems.push(WeightError::UnsupportedDtype {
+                        file: ckpt.file_of(s),
+                        tensor: sname.clone(),
+                        dtype: sdtype,
+                        accepted: FLOAT_DTYPES.into(),
+                    });
+                }
                 if t.shape.len() == 2 {
                     let b = DEEPSEEK_FP8_BLOCK;
                     let want = [t.shape[0].div_ceil(b), t.shape[1].div_ceil(b)];
