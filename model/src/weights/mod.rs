@@ -11,7 +11,7 @@
 //!
 //! Modules: [`checkpoint`] (files, index, mmap, truncation checks), [`convert`] (dtypes → f32),
 //! [`names`] (expected tensors per architecture), [`experts`] (routed-expert layouts, read in
-//! any of them), [`verify`](mod@verify), [`tensor_file`]
+//! any of them), [`verification`], [`tensor_file`]
 //! (whole-file write/read), [`error`] ([`WeightError`]: every variant names the file and tensor).
 //!
 //! [`ModelConfig`]: crate::config::ModelConfig
@@ -22,7 +22,7 @@ pub mod error;
 pub mod experts;
 pub mod names;
 pub mod tensor_file;
-pub mod verify;
+pub mod verification;
 
 pub use checkpoint::{Checkpoint, TensorInfo};
 pub use convert::{mxfp4_logical_shape, Mxfp4Raw};
@@ -30,7 +30,7 @@ pub use error::WeightError;
 pub use experts::{ExpertBank, ExpertLayout, ExpertWeights};
 pub use names::{expected_tensors, expert_banks, ExpectedTensor, Storage};
 pub use tensor_file::{read_all_f32, write_f32, NamedTensor};
-pub use verify::{check, verify, VerifyReport};
+pub use verification::{check, verify, VerifyReport};
 
 use std::collections::HashMap;
 
