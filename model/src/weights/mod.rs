@@ -10,9 +10,9 @@
 //! [`write_f32`] / [`read_all_f32`] handle whole files of f32 tensors (logits out, golden files).
 //!
 //! Modules: [`checkpoint`] (files, index, mmap, truncation checks), [`convert`] (dtypes → f32),
-//! [`names`] (expected tensors per architecture), [`experts`] (routed-expert layouts, read in
-//! any of them), [`verification`], [`tensor_file`]
-//! (whole-file write/read), [`error`] ([`WeightError`]: every variant names the file and tensor).
+//! [`names`] (expected tensors per architecture), [`experts`] (routed-expert layouts, each read
+//! into one), [`verification`] ([`check`], [`verify`]), [`tensor_file`] (whole-file write/read),
+//! [`error`] ([`WeightError`]: every variant names the file and the tensor).
 //!
 //! [`ModelConfig`]: crate::config::ModelConfig
 

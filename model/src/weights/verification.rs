@@ -42,12 +42,10 @@ impl VerifyReport {
         }
         groups
             .into_iter()
-            .map(|(k, n)| {
-                if n == 1 && !k.ends_with(".*") {
-                    k
-                } else {
-                    format!("{k} ({n} tensors)")
-                }
+            .map(|(k, n)| match (n, k.ends_with(".*")) {
+                (1, false) => k,
+                (1, true) => format!("{k} (1 tensor)"),
+                _ => format!("{k} ({n} tensors)"),
             })
             .collect()
     }
