@@ -8,7 +8,9 @@
 //! - [`coverage`]: the release-day inventory — each operator's status (hand-tuned, DSL kernel,
 //!   composite, missing) against the real `kernels` crate ([`coverage::inventory`]);
 //! - [`kv_cache`]: the paged KV cache: page pool, per-sequence block tables, and the per-layer
-//!   cache geometry a memory plan sizes the pool from.
+//!   cache geometry a memory plan sizes the pool from;
+//! - [`weights`]: safetensors checkpoints (single or sharded, memory-mapped) read as f32, the
+//!   Hugging Face tensor names each architecture needs, and [`weights::verify`].
 
 pub mod arch;
 pub mod config;
@@ -16,3 +18,4 @@ pub mod coverage;
 pub mod graph;
 pub mod kv_cache;
 pub mod state_slots;
+pub mod weights;
