@@ -180,6 +180,27 @@ impl<T: Elem> Tensor<T> {
         })
     }
 
+    /// A `[rows, cols]` view of matrix rows `start .. start + rows`, sharing memory (one expert's
+    /// tokens out of a grouped buffer, a window of a cache). The view is bounded like [`Tensor::at`]:
+    /// loads and stores through it never reach rows outside the window. Errors, naming the tensor
+    /// and its row count, if the window does not lie inside the tensor.
+    pub fn row_range(&self, start: usize, rows: usize) -> Result<Tensor<T>, String> {
+        let have = self.rows();
+        match start.checked_add(rows) {
+            Some(end) if end <= have => Ok(Tensor {
+                id: self.id,
+                shape: vec![rows, self.cols()],
+                offset: self.offset + start * self.cols(),
+                mem: self.mem.clone(),
+                _t: PhantomData,
+            }),
+            _ => Err(format!(
+                "rows {start}..{} are outside {self:?}, which has {have} rows",
+                start.saturating_add(rows)
+            )),
+        }
+    }
+
     /// Element offset of this view in the underlying memory (for cache-reuse keys).
     pub fn offset(&self) -> usize {
         self.offset
