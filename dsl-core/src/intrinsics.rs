@@ -695,8 +695,22 @@ pub fn deinterleave<T: Elem, const R: usize, const C: usize, const CH: usize>(
         ctx.new_tile::<T, R, CH>(even),
         ctx.new_tile::<T, R, CH>(odd),
     );
-    vec_op(ctx, R * CH, T::DTYPE, VectorClass::Simple, &[t.buf], even.buf);
-    vec_op(ctx, R * CH, T::DTYPE, VectorClass::Simple, &[t.buf], odd.buf);
+    vec_op(
+        ctx,
+        R * CH,
+        T::DTYPE,
+        VectorClass::Simple,
+        &[t.buf],
+        even.buf,
+    );
+    vec_op(
+        ctx,
+        R * CH,
+        T::DTYPE,
+        VectorClass::Simple,
+        &[t.buf],
+        odd.buf,
+    );
     (even, odd)
 }
 

@@ -18,7 +18,7 @@ fn copy(x: &Tensor<f32>, y: &Tensor<f32>) {
 #[kernel(grid = (cdiv(x.rows(), 4),))]
 fn swap_pairs(x: &Tensor<f32>, y: &Tensor<f32>) {
     let r = program_id(0) * 4;
-    let (even, odd) = deinterleave(&load::<4, 8>(x, r, 0));
+    let (even, odd): (Tile<f32, 4, 4>, Tile<f32, 4, 4>) = deinterleave(&load::<4, 8>(x, r, 0));
     let swapped: Tile<f32, 4, 8> = interleave(&odd, &even);
     store(y, r, 0, &swapped);
 }
@@ -36,9 +36,18 @@ fn row_range_reads_and_writes_only_its_window() {
     assert_eq!(view.to_vec().unwrap(), iota(90)[24..66].to_vec());
     // Writing through a window of a poisoned tensor touches exactly those rows.
     let dst = Tensor::<f32>::poisoned(&[15, 6]);
-    copy::launch(&launcher(), &Config::new(), &view, &dst.row_range(8, 7).unwrap()).unwrap();
+    copy::launch(
+        &launcher(),
+        &Config::new(),
+        &view,
+        &dst.row_range(8, 7).unwrap(),
+    )
+    .unwrap();
     let out = dst.to_vec().unwrap();
-    assert!(out[..48].iter().all(|v| v.is_nan()), "rows before the window");
+    assert!(
+        out[..48].iter().all(|v| v.is_nan()),
+        "rows before the window"
+    );
     assert_eq!(out[48..90].to_vec(), iota(90)[24..66].to_vec());
     // A view of a view composes offsets.
     let inner = view.row_range(2, 3).unwrap();

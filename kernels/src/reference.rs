@@ -178,7 +178,10 @@ pub fn rope(
     interleaved: bool,
 ) -> Vec<f64> {
     let half = rot_dim / 2;
-    assert!(rot_offset + rot_dim <= head_dim, "rope: span outside the head");
+    assert!(
+        rot_offset + rot_dim <= head_dim,
+        "rope: span outside the head"
+    );
     assert_eq!(cos.len(), tokens * half, "rope: cos length");
     assert_eq!(sin.len(), tokens * half, "rope: sin length");
     let width = x.len() / tokens.max(1);
@@ -234,7 +237,10 @@ pub fn embedding(ids: &[i32], table: &[f32], h: usize) -> Vec<f64> {
 /// Element-wise `a + b` in f64.
 pub fn add(a: &[f32], b: &[f32]) -> Vec<f64> {
     assert_eq!(a.len(), b.len(), "add: lengths");
-    a.iter().zip(b).map(|(x, y)| *x as f64 + *y as f64).collect()
+    a.iter()
+        .zip(b)
+        .map(|(x, y)| *x as f64 + *y as f64)
+        .collect()
 }
 
 /// Element-wise `x · σ(gate)` in f64 (same shapes).

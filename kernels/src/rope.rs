@@ -101,7 +101,7 @@ pub fn run_rope(
             declared("D")
         )));
     }
-    if rot_dim == 0 || rot_dim % 2 != 0 || rot_offset + rot_dim > head_dim {
+    if rot_dim == 0 || !crate::tile_choice::divides(2, rot_dim) || rot_offset + rot_dim > head_dim {
         return Err(bad(format!(
             "rotated span {rot_offset}..{} (rot_dim {rot_dim}) must be non-empty, of even width and \
              inside the head of {head_dim}",
@@ -117,7 +117,8 @@ pub fn run_rope(
         )));
     }
     let tokens = x.rows();
-    if x.cols() % head_dim != 0 {
+    // (head_dim ≥ 1: it is a declared D.)
+    if !crate::tile_choice::divides(head_dim, x.cols()) {
         return Err(bad(format!(
             "x {x:?} has {} columns, not a whole number of heads of {head_dim}",
             x.cols()

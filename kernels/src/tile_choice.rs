@@ -42,3 +42,9 @@ pub fn at_least(meta: &KernelMeta, name: &str, size: usize) -> Option<i64> {
 pub fn is_declared(meta: &KernelMeta, name: &str, value: usize) -> bool {
     declared(meta, name).contains(&(value as i64))
 }
+
+/// Whether `d` (≥ 1) divides `n`, for shape checks. Written without `%` so clippy's
+/// `is_multiple_of` hint (Rust 1.87) does not apply: the workspace declares rust-version 1.85.
+pub fn divides(d: usize, n: usize) -> bool {
+    n / d * d == n
+}

@@ -16,7 +16,8 @@ fn launcher() -> Launcher {
 }
 
 fn run<T: Float>(ids: &[i32], vocab: usize, hidden: usize, seed: u64) -> f64 {
-    let table = Tensor::<T>::from_f32(&[vocab, hidden], &Rng::new(seed).vec(vocab * hidden, 1.0)).unwrap();
+    let table =
+        Tensor::<T>::from_f32(&[vocab, hidden], &Rng::new(seed).vec(vocab * hidden, 1.0)).unwrap();
     let out = Tensor::<T>::poisoned(&[ids.len(), hidden]);
     run_embedding(&launcher(), ids, &table, &out).unwrap();
     let want = reference::embedding(ids, &table.to_vec().unwrap(), hidden);

@@ -26,7 +26,14 @@ fn setup(pages: usize, page_size: usize, width: usize, rng: &mut Rng) -> (Vec<f3
     (pool, table)
 }
 
-fn check<T: Float>(pages: usize, page_size: usize, width: usize, start: usize, n: usize, seed: u64) -> f64 {
+fn check<T: Float>(
+    pages: usize,
+    page_size: usize,
+    width: usize,
+    start: usize,
+    n: usize,
+    seed: u64,
+) -> f64 {
     let mut rng = Rng::new(seed);
     let (pool_v, table) = setup(pages, page_size, width, &mut rng);
     let new_v = rng.vec(n * width, 1.0);
@@ -86,14 +93,15 @@ fn refusals_name_what_does_not_fit() {
     let l = launcher();
     let pool = Tensor::<f32>::poisoned(&[4, 8, 10]);
     let new = Tensor::<f32>::poisoned(&[5, 10]);
-    let cases: Vec<(&Tensor<f32>, Vec<usize>, usize, usize, &str)> = vec![
-        (&new, vec![0, 1], 12, 8, "need 3 pages"),
-        (&new, vec![0, 1, 7], 12, 8, "entry 2 is page 7"),
-        (&new, vec![0, 1, 2], 12, 0, "page size 0"),
-        (&new, vec![0, 1, 2], 12, 5, "page size 5"),
+    // (block table, start, page size, words the message must hold)
+    let cases: Vec<(Vec<usize>, usize, usize, &str)> = vec![
+        (vec![0, 1], 12, 8, "need 3 pages"),
+        (vec![0, 1, 7], 12, 8, "entry 2 is page 7"),
+        (vec![0, 1, 2], 12, 0, "page size 0"),
+        (vec![0, 1, 2], 12, 5, "page size 5"),
     ];
-    for (n, table, start, page, words) in cases {
-        match run_kv_cache_append(&l, n, &table, &pool, start, page) {
+    for (table, start, page, words) in cases {
+        match run_kv_cache_append(&l, &new, &table, &pool, start, page) {
             Err(SimError::Launch { message, .. }) => assert!(message.contains(words), "{message}"),
             other => panic!("{words}: expected a launch error, got {other:?}"),
         }

@@ -64,7 +64,13 @@ proptest! {
 /// The tiny checkpoints' shapes (decode and prefill rows, hidden 64..96, vocab 256).
 #[test]
 fn model_shapes() {
-    for (m, n, k) in [(1, 256, 96), (7, 64, 96), (13, 192, 64), (1, 3, 64), (5, 256, 72)] {
+    for (m, n, k) in [
+        (1, 256, 96),
+        (7, 64, 96),
+        (13, 192, 64),
+        (1, 3, 64),
+        (5, 256, 72),
+    ] {
         let err = check::<f32>(m, n, k, (m * n + k) as u64);
         assert!(err <= TOL_F32, "m={m} n={n} k={k}: max rel error {err}");
     }

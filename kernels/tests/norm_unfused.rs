@@ -20,7 +20,12 @@ fn launcher() -> Launcher {
 }
 
 /// A `T` tensor of `n` values uniform in `center ± scale`, and its values after rounding to `T`.
-fn input<T: Float>(rng: &mut Rng, shape: &[usize], center: f32, scale: f32) -> (Tensor<T>, Vec<f32>) {
+fn input<T: Float>(
+    rng: &mut Rng,
+    shape: &[usize],
+    center: f32,
+    scale: f32,
+) -> (Tensor<T>, Vec<f32>) {
     let n: usize = shape.iter().product();
     let v: Vec<f32> = rng.vec(n, scale).into_iter().map(|x| x + center).collect();
     let t = Tensor::<T>::from_f32(shape, &v).unwrap();
@@ -34,7 +39,10 @@ fn rms_err<T: Float>(rows: usize, h: usize, eps: f32, seed: u64) -> f64 {
     let (w, wv) = input::<T>(&mut rng, &[h], 1.0, 0.5);
     let y = Tensor::<T>::poisoned(&[rows, h]);
     run_rmsnorm(&launcher(), &x, &w, &y, eps).unwrap();
-    rel_error(&y.to_vec().unwrap(), &reference::rmsnorm(&xv, &wv, rows, h, eps))
+    rel_error(
+        &y.to_vec().unwrap(),
+        &reference::rmsnorm(&xv, &wv, rows, h, eps),
+    )
 }
 
 fn ln_err<T: Float>(rows: usize, h: usize, eps: f32, seed: u64) -> f64 {
@@ -127,7 +135,10 @@ fn too_wide_and_mismatched_are_launch_errors() {
     match run_rmsnorm(&l, &x, &w, &x.clone(), 1e-6) {
         Err(SimError::Launch { kernel, message }) => {
             assert_eq!(kernel, rmsnorm::META.name);
-            assert!(message.contains("8193") && message.contains("8192"), "{message}");
+            assert!(
+                message.contains("8193") && message.contains("8192"),
+                "{message}"
+            );
         }
         other => panic!("expected a launch error, got {other:?}"),
     }

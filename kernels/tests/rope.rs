@@ -25,10 +25,20 @@ fn launcher() -> Launcher {
 
 /// Random `x [tokens, heads·d]` and tables for random positions; runs `run_rope` and returns the
 /// max relative error against the reference.
-fn check(tokens: usize, heads: usize, d: usize, offset: usize, rot: usize, interleaved: bool, seed: u64) -> f64 {
+fn check(
+    tokens: usize,
+    heads: usize,
+    d: usize,
+    offset: usize,
+    rot: usize,
+    interleaved: bool,
+    seed: u64,
+) -> f64 {
     let mut rng = Rng::new(seed);
     let xv = rng.vec(tokens * heads * d, 1.0);
-    let positions: Vec<usize> = (0..tokens).map(|_| (rng.next_u64() % 5000) as usize).collect();
+    let positions: Vec<usize> = (0..tokens)
+        .map(|_| (rng.next_u64() % 5000) as usize)
+        .collect();
     let freqs = inv_freq(rot, 10000.0, &RopeScalingParams::None);
     let (cv, sv) = cos_sin(&positions, &freqs, 1.0);
     let t = |shape: &[usize], v: &[f32]| Tensor::<f32>::from_f32(shape, v).unwrap();
@@ -52,7 +62,19 @@ fn check(tokens: usize, heads: usize, d: usize, offset: usize, rot: usize, inter
 /// (head dim, rotated dims) pairs the kernel declares, from DeepSeek (192 with 64 rotated, 64),
 /// Qwen3-Next (256 with 64, 16 with 4) and tiny checkpoints.
 fn head_spans() -> Vec<(usize, usize)> {
-    vec![(16, 4), (16, 16), (24, 8), (32, 16), (32, 8), (48, 16), (64, 64), (96, 48), (128, 64), (192, 64), (256, 64)]
+    vec![
+        (16, 4),
+        (16, 16),
+        (24, 8),
+        (32, 16),
+        (32, 8),
+        (48, 16),
+        (64, 64),
+        (96, 48),
+        (128, 64),
+        (192, 64),
+        (256, 64),
+    ]
 }
 
 proptest! {
@@ -80,7 +102,10 @@ fn deepseek_and_qwen_spans() {
     for (d, offset, rot) in [(192, 128, 64), (64, 0, 64), (256, 0, 64)] {
         for interleaved in [false, true] {
             let err = check(5, 3, d, offset, rot, interleaved, 7);
-            assert!(err <= TOL, "D={d} {offset}+{rot} interleaved={interleaved}: {err}");
+            assert!(
+                err <= TOL,
+                "D={d} {offset}+{rot} interleaved={interleaved}: {err}"
+            );
         }
     }
 }
@@ -93,7 +118,11 @@ fn interleaved_scores_equal_hf_deinterleave_then_half_split() {
     let mut rng = Rng::new(3);
     let (q, k) = (rng.vec(tokens * d, 1.0), rng.vec(tokens * d, 1.0));
     let positions: Vec<usize> = (0..tokens).map(|t| 3 * t + 1).collect();
-    let (c, s) = cos_sin(&positions, &inv_freq(d, 10000.0, &RopeScalingParams::None), 1.0);
+    let (c, s) = cos_sin(
+        &positions,
+        &inv_freq(d, 10000.0, &RopeScalingParams::None),
+        1.0,
+    );
     // HF: x.view(d/2, 2).transpose → evens then odds.
     let deinterleave = |x: &[f32]| -> Vec<f32> {
         x.chunks_exact(d)
@@ -114,7 +143,10 @@ fn interleaved_scores_equal_hf_deinterleave_then_half_split() {
     for i in 0..tokens {
         for j in 0..tokens {
             let (ours, hf) = (dot(&ours_q, &ours_k, i, j), dot(&hf_q, &hf_k, i, j));
-            assert!((ours - hf).abs() <= 1e-12 * (1.0 + hf.abs()), "({i},{j}): {ours} vs {hf}");
+            assert!(
+                (ours - hf).abs() <= 1e-12 * (1.0 + hf.abs()),
+                "({i},{j}): {ours} vs {hf}"
+            );
         }
     }
     // The rotated vectors themselves differ (by the permutation): the comparison is not vacuous.
@@ -125,8 +157,9 @@ fn interleaved_scores_equal_hf_deinterleave_then_half_split() {
 fn shapes_outside_the_declared_space_are_launch_errors() {
     let l = launcher();
     let t = |shape: &[usize]| Tensor::<f32>::poisoned(shape);
-    let cases: Vec<(usize, usize, usize, [usize; 2], [usize; 2], &str)> = vec![
-        // (head_dim, offset, rot, x shape, cos shape, expected words)
+    // (head_dim, offset, rot_dim, x shape, cos/sin shape, words the message must hold)
+    type Case = (usize, usize, usize, [usize; 2], [usize; 2], &'static str);
+    let cases: [Case; 6] = [
         (20, 0, 8, [2, 40], [2, 4], "head dimension 20"),
         (32, 20, 16, [2, 64], [2, 8], "inside the head"),
         (32, 0, 7, [2, 64], [2, 3], "even width"),
@@ -146,8 +179,16 @@ fn shapes_outside_the_declared_space_are_launch_errors() {
 #[test]
 fn cost_only_cycles_equal_functional() {
     let (tokens, heads, d, rot) = (9, 4, 192, 64);
-    let x = Tensor::<f32>::from_f32(&[tokens, heads * d], &Rng::new(5).vec(tokens * heads * d, 1.0)).unwrap();
-    let (c, s) = cos_sin(&[0, 1, 2, 3, 4, 5, 6, 7, 8], &inv_freq(rot, 1e4, &RopeScalingParams::None), 1.0);
+    let x = Tensor::<f32>::from_f32(
+        &[tokens, heads * d],
+        &Rng::new(5).vec(tokens * heads * d, 1.0),
+    )
+    .unwrap();
+    let (c, s) = cos_sin(
+        &[0, 1, 2, 3, 4, 5, 6, 7, 8],
+        &inv_freq(rot, 1e4, &RopeScalingParams::None),
+        1.0,
+    );
     let ct = Tensor::<f32>::from_f32(&[tokens, rot / 2], &c).unwrap();
     let st = Tensor::<f32>::from_f32(&[tokens, rot / 2], &s).unwrap();
     let out = Tensor::<f32>::poisoned(&[tokens, heads * d]);
@@ -181,23 +222,34 @@ fn registered() {
 // ---------------------------------------------------------------------------------------------
 
 fn golden() -> Value {
-    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../tests/reference/golden/rope.json");
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../tests/reference/golden/rope.json"
+    );
     let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{path}: {e}"));
     serde_json::from_str(&text).unwrap()
 }
 
 fn floats(v: &Value) -> Vec<f64> {
-    v.as_array().unwrap().iter().map(|x| x.as_f64().unwrap()).collect()
+    v.as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x.as_f64().unwrap())
+        .collect()
 }
 
 fn scaling(v: &Value) -> RopeScalingParams {
     let f = |k: &str| v[k].as_f64().unwrap();
     match v["type"].as_str().unwrap() {
         "none" => RopeScalingParams::None,
-        "linear" => RopeScalingParams::Linear { factor: f("factor") },
+        "linear" => RopeScalingParams::Linear {
+            factor: f("factor"),
+        },
         "yarn" => RopeScalingParams::Yarn {
             factor: f("factor"),
-            original_max_position_embeddings: v["original_max_position_embeddings"].as_u64().unwrap() as usize,
+            original_max_position_embeddings: v["original_max_position_embeddings"]
+                .as_u64()
+                .unwrap() as usize,
             beta_fast: f("beta_fast"),
             beta_slow: f("beta_slow"),
             mscale: f("mscale"),
@@ -222,18 +274,35 @@ fn tables_match_transformers() {
         let want = floats(&case["inv_freq"]);
         assert_eq!(freqs.len(), want.len(), "{name}");
         for (i, (got, want)) in freqs.iter().zip(&want).enumerate() {
-            assert!((got - want).abs() <= 5e-7 * want.abs(), "{name} inv_freq[{i}]: {got} vs {want}");
+            assert!(
+                (got - want).abs() <= 5e-7 * want.abs(),
+                "{name} inv_freq[{i}]: {got} vs {want}"
+            );
         }
         let af = attention_factor(&sc);
         let want_af = case["attention_factor"].as_f64().unwrap();
-        assert!((af - want_af).abs() <= 1e-12, "{name} attention factor: {af} vs {want_af}");
-        let positions: Vec<usize> = case["positions"].as_array().unwrap().iter().map(|p| p.as_u64().unwrap() as usize).collect();
+        assert!(
+            (af - want_af).abs() <= 1e-12,
+            "{name} attention factor: {af} vs {want_af}"
+        );
+        let positions: Vec<usize> = case["positions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|p| p.as_u64().unwrap() as usize)
+            .collect();
         // The tables from torch's own frequencies, so this compares cos_sin alone.
         let (c, s) = cos_sin(&positions, &want, want_af);
-        for (what, got, want) in [("cos", c, floats(&case["cos"])), ("sin", s, floats(&case["sin"]))] {
+        for (what, got, want) in [
+            ("cos", c, floats(&case["cos"])),
+            ("sin", s, floats(&case["sin"])),
+        ] {
             assert_eq!(got.len(), want.len(), "{name} {what}");
             for (i, (g, w)) in got.iter().zip(&want).enumerate() {
-                assert!((*g as f64 - w).abs() <= 1e-6, "{name} {what}[{i}]: {g} vs {w}");
+                assert!(
+                    (*g as f64 - w).abs() <= 1e-6,
+                    "{name} {what}[{i}]: {g} vs {w}"
+                );
             }
         }
     }
@@ -256,5 +325,8 @@ fn yarn_attention_factor_cases() {
     let expected = (0.1 * 0.707 * 40f64.ln() + 1.0) / (0.1 * 40f64.ln() + 1.0);
     assert!((attention_factor(&yarn(0.707, 1.0)) - expected).abs() < 1e-15);
     assert!((attention_factor(&yarn(0.0, 0.0)) - (0.1 * 40f64.ln() + 1.0)).abs() < 1e-15);
-    assert_eq!(attention_factor(&RopeScalingParams::Linear { factor: 4.0 }), 1.0);
+    assert_eq!(
+        attention_factor(&RopeScalingParams::Linear { factor: 4.0 }),
+        1.0
+    );
 }

@@ -36,14 +36,21 @@ fn appends_land_where_the_allocator_locates_them() {
     for (id, rows) in &written {
         for (t, row) in rows.iter().enumerate() {
             let at = cache.locate(*id, t).unwrap().flat(page_size);
-            assert_eq!(&out[at * width..(at + 1) * width], &row[..], "{id} token {t}");
+            assert_eq!(
+                &out[at * width..(at + 1) * width],
+                &row[..],
+                "{id} token {t}"
+            );
             touched[at] = true;
         }
     }
     // Every other row is still poisoned: nothing was written outside the tokens' slots.
     for (r, t) in touched.iter().enumerate() {
         if !t {
-            assert!(out[r * width..(r + 1) * width].iter().all(|v| v.is_nan()), "row {r}");
+            assert!(
+                out[r * width..(r + 1) * width].iter().all(|v| v.is_nan()),
+                "row {r}"
+            );
         }
     }
 }

@@ -61,7 +61,7 @@ pub fn run_kv_cache_append<T: Float>(
             pool.cols()
         )));
     }
-    if page_size == 0 || pool.rows() % page_size != 0 {
+    if page_size == 0 || !crate::tile_choice::divides(page_size, pool.rows()) {
         return Err(bad(format!(
             "page size {page_size} does not divide the pool's {} rows ({pool:?})",
             pool.rows()

@@ -1,11 +1,11 @@
-// `deinterleave` returns a pair of tiles (destructured with `let`), and `interleave` needs its
-// output width from the context (a typed `let`): both expand and run.
+// `deinterleave` returns a pair of tiles and `interleave` one tile whose widths Rust infers from
+// their use or, as here, from typed `let`s (half and full width): both expand and run.
 use dsl_core::prelude::*;
 
 #[kernel(grid = (cdiv(x.rows(), BR),), tunable(BR = [4, 2], C = [8, 16]), derived(CH = C / 2))]
 fn rotate_pairs(x: &Tensor<f32>, y: &Tensor<f32>) {
     let r = program_id(0) * BR;
-    let (re, im) = deinterleave(&load::<BR, C>(x, r, 0));
+    let (re, im): (Tile<f32, BR, CH>, Tile<f32, BR, CH>) = deinterleave(&load::<BR, C>(x, r, 0));
     // (re, im) → (−im, re): multiplication by i.
     let out: Tile<f32, BR, C> = interleave(&neg(&im), &re);
     store(y, r, 0, &out);
