@@ -666,6 +666,91 @@ pub fn mma_at<T: Float, const M: usize, const N: usize, const K: usize>(
     ));
 }
 
+/// Splits the columns of an `R×C` tile into its even and odd ones: `(t[:, 0::2], t[:, 1::2])`,
+/// each `R×CH` with `C = 2·CH` (use `derived(CH = C / 2)`). For layouts that interleave pairs
+/// (complex numbers, DeepSeek's interleaved RoPE); [`interleave`] is the inverse. One vector pass.
+pub fn deinterleave<T: Elem, const R: usize, const C: usize, const CH: usize>(
+    ctx: &mut Ctx,
+    t: &Tile<T, R, C>,
+) -> (Tile<T, R, CH>, Tile<T, R, CH>) {
+    if 2 * CH != C {
+        ctx.fail(format!(
+            "deinterleave of a {R}x{C} tile gives two {R}x{} tiles, not {R}x{CH}",
+            C / 2
+        ));
+    }
+    let (even, odd) = match &t.data {
+        Some(d) if 2 * CH == C => {
+            let (mut e, mut o) = (vec![0.0f32; R * CH], vec![0.0f32; R * CH]);
+            for (r, row) in d.chunks_exact(C).enumerate() {
+                for (j, pair) in row.chunks_exact(2).enumerate() {
+                    e[r * CH + j] = pair[0];
+                    o[r * CH + j] = pair[1];
+                }
+            }
+            (Some(e), Some(o))
+        }
+        _ => (None, None),
+    };
+    let (even, odd) = (
+        ctx.new_tile::<T, R, CH>(even),
+        ctx.new_tile::<T, R, CH>(odd),
+    );
+    vec_op(
+        ctx,
+        R * CH,
+        T::DTYPE,
+        VectorClass::Simple,
+        &[t.buf],
+        even.buf,
+    );
+    vec_op(
+        ctx,
+        R * CH,
+        T::DTYPE,
+        VectorClass::Simple,
+        &[t.buf],
+        odd.buf,
+    );
+    (even, odd)
+}
+
+/// Interleaves the columns of two `R×CH` tiles into one `R×C` tile (`C = 2·CH`): column `2j` from
+/// `even`, `2j + 1` from `odd`. The inverse of [`deinterleave`]. One vector pass.
+pub fn interleave<T: Elem, const R: usize, const CH: usize, const C: usize>(
+    ctx: &mut Ctx,
+    even: &Tile<T, R, CH>,
+    odd: &Tile<T, R, CH>,
+) -> Tile<T, R, C> {
+    if 2 * CH != C {
+        ctx.fail(format!(
+            "interleave of two {R}x{CH} tiles gives a {R}x{} tile, not {R}x{C}",
+            2 * CH
+        ));
+    }
+    let data = match (&even.data, &odd.data) {
+        (Some(e), Some(o)) if 2 * CH == C => {
+            let mut v = vec![0.0f32; R * C];
+            for (j, pair) in v.chunks_exact_mut(2).enumerate() {
+                pair[0] = e[j];
+                pair[1] = o[j];
+            }
+            Some(v)
+        }
+        _ => None,
+    };
+    let out = ctx.new_tile::<T, R, C>(data);
+    vec_op(
+        ctx,
+        R * C,
+        T::DTYPE,
+        VectorClass::Simple,
+        &[even.buf, odd.buf],
+        out.buf,
+    );
+    out
+}
+
 /// `tᵀ`: a `C×R` tile from an `R×C` one (one vector pass).
 pub fn transpose<T: Elem, const R: usize, const C: usize>(
     ctx: &mut Ctx,

@@ -209,11 +209,11 @@ impl<T: Elem> Tensor<T> {
     /// slice of dispatched tokens, one head's rows of a stacked weight, a window of a cache.
     /// Errors if the range passes the end.
     pub fn row_range(&self, start: usize, rows: usize) -> Result<Tensor<T>, String> {
-        if start + rows > self.rows() {
+        let have = self.rows();
+        if start.checked_add(rows).is_none_or(|end| end > have) {
             return Err(format!(
-                "rows {start}..{} are outside {self:?} ({} rows)",
-                start + rows,
-                self.rows()
+                "rows {start}..{} are outside {self:?}, which has {have} rows",
+                start.saturating_add(rows)
             ));
         }
         Ok(Tensor {
@@ -231,11 +231,11 @@ impl<T: Elem> Tensor<T> {
     /// `[T, H·D]` activation, the rotary part of a query, the value half of a fused projection.
     /// Kernels read and write it like any tensor. Errors if the range passes the last column.
     pub fn col_range(&self, start: usize, width: usize) -> Result<Tensor<T>, String> {
-        if start + width > self.cols() {
+        let have = self.cols();
+        if start.checked_add(width).is_none_or(|end| end > have) {
             return Err(format!(
-                "columns {start}..{} are outside {self:?} ({} columns)",
-                start + width,
-                self.cols()
+                "columns {start}..{} are outside {self:?}, which has {have} columns",
+                start.saturating_add(width)
             ));
         }
         Ok(Tensor {

@@ -117,6 +117,8 @@ pub const INTRINSICS: &[Intrinsic] = &[
     i("mask_keys", 3, &[]),
     i("mma_at", 4, &[]),
     i("transpose", 3, &[]),
+    i("deinterleave", 4, &[]),
+    i("interleave", 4, &[]),
     typed(
         "broadcast",
         3,

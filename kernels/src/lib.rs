@@ -5,12 +5,17 @@
 //! swapped for another with an equivalence check and a cycle comparison.
 
 pub mod attention;
+pub mod elementwise;
+pub mod embedding;
 pub mod gemm;
 pub mod layout;
+pub mod linear;
 pub mod linear_attention;
 pub mod moe;
 pub mod norm;
 pub mod reference;
 pub mod registry;
+pub mod rope;
 pub mod softmax;
 pub mod testdata;
+pub mod tile_choice;

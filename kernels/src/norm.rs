@@ -12,10 +12,18 @@
 //! columns and leave the rest unwritten. [`run_rmsnorm_residual`] picks the smallest declared `BH`
 //! that fits and refuses (with a `SimError::Launch`) shapes wider than the largest one; direct
 //! callers of `rmsnorm_residual::launch` must do the same (see [`bh_for`]).
+//!
+//! Two unfused norms follow the same one-row-per-tile rule (`BH ≥ H`), with host wrappers that
+//! check the shapes and pick `BH` and `BR`:
+//! - [`rmsnorm()`] / [`run_rmsnorm`]: `y = x · rsqrt(mean(x²) + eps) · weight`. A per-head norm
+//!   (Qwen3-Next's `q_norm`/`k_norm` over `head_dim`) is this on the `[T·H, D]` reshaped view of
+//!   the `[T, H·D]` activations. Qwen3-Next's `(1 + w)` norms take `1 + w` as the weight.
+//! - [`layernorm()`] / [`run_layernorm`]: `y = (x − mean) · rsqrt(var + eps) · weight + bias`,
+//!   biased variance (`torch.nn.LayerNorm`; DeepSeek-V3.2's indexer `k_norm` is one, eps 1e-6).
 
 use crate::gemm::GemmDtype;
 use dsl_core::prelude::*;
-use dsl_core::SimError;
+use dsl_core::{KernelMeta, SimError};
 
 /// Fused residual add + RMSNorm: one program per `BR` rows, the whole row (`H ≤ BH`) in one tile.
 #[kernel(
@@ -43,33 +51,26 @@ pub fn rmsnorm_residual<T: Float>(
     store(y, r, 0, &cast::<T>(&yn));
 }
 
-/// The declared `BH` values, ascending.
-fn bh_values() -> Vec<i64> {
-    let mut v: Vec<i64> = rmsnorm_residual::META
-        .tunables
-        .iter()
-        .find(|(n, _)| *n == "BH")
-        .map(|(_, v)| v.to_vec())
-        .unwrap_or_default();
-    v.sort_unstable();
-    v
-}
-
 /// The smallest declared `BH` that holds a row of `h` elements, or a `SimError::Launch` naming `h`
 /// and the largest `BH` when none does.
 pub fn bh_for(h: usize) -> Result<i64, SimError> {
-    let vals = bh_values();
-    vals.iter()
-        .copied()
-        .find(|&b| b as usize >= h)
-        .ok_or_else(|| SimError::Launch {
-            kernel: rmsnorm_residual::META.name.to_string(),
-            message: format!(
-                "hidden size H={h} does not fit one row tile: the largest BH is {}; \
-                 rmsnorm_residual keeps a whole row on chip (add a wider BH or split the row)",
-                vals.last().copied().unwrap_or(0)
-            ),
-        })
+    row_tile_for(&rmsnorm_residual::META, h)
+}
+
+/// [`bh_for`] for any of this module's kernels (each declares its own `BH` values).
+fn row_tile_for(meta: &KernelMeta, h: usize) -> Result<i64, SimError> {
+    crate::tile_choice::at_least(meta, "BH", h).ok_or_else(|| SimError::Launch {
+        kernel: meta.name.to_string(),
+        message: format!(
+            "hidden size H={h} does not fit one row tile: the largest BH is {}; \
+             {} keeps a whole row on chip (add a wider BH or split the row)",
+            crate::tile_choice::declared(meta, "BH")
+                .last()
+                .copied()
+                .unwrap_or(0),
+            meta.name
+        ),
+    })
 }
 
 /// One fused residual-add + RMSNorm problem.
@@ -163,4 +164,118 @@ fn run_typed<T: Float>(launcher: &Launcher, case: &RmsNormCase) -> Result<RmsNor
         h_rel_error,
         y_rel_error,
     })
+}
+
+/// RMSNorm without the residual add: one program per `BR` rows, the whole row (`H ≤ BH`) in one
+/// tile; mean over the true width `H` (padding columns load as 0 and add nothing).
+#[kernel(
+    grid = (cdiv(x.rows(), BR),),
+    tunable(BH = [256, 16, 32, 64, 128, 512, 1024, 2048, 4096, 8192], BR = [4, 1, 8, 16])
+)]
+pub fn rmsnorm<T: Float>(x: &Tensor<T>, weight: &Tensor<T>, y: &Tensor<T>, eps: f32) {
+    let r = program_id(0) * BR;
+    let xt = cast::<f32>(&load::<BR, BH>(x, r, 0));
+    let ms = scale(&row_sum(&square(&xt)), (1.0f64 / x.cols() as f64) as f32);
+    let inv = rsqrt(&add_scalar(&ms, eps));
+    let w = cast::<f32>(&load::<1, BH>(weight, 0, 0));
+    store(y, r, 0, &cast::<T>(&mul_row(&mul_col(&xt, &inv), &w)));
+}
+
+/// LayerNorm (biased variance, affine): one program per `BR` rows, the whole row (`H ≤ BH`) in one
+/// tile, statistics over the true width `H`.
+#[kernel(
+    grid = (cdiv(x.rows(), BR),),
+    tunable(BH = [256, 16, 32, 64, 128, 512, 1024, 2048, 4096, 8192], BR = [4, 1, 8, 16])
+)]
+pub fn layernorm<T: Float>(
+    x: &Tensor<T>,
+    weight: &Tensor<T>,
+    bias: &Tensor<T>,
+    y: &Tensor<T>,
+    eps: f32,
+) {
+    let r = program_id(0) * BR;
+    let inv_h = (1.0f64 / x.cols() as f64) as f32;
+    let xt = cast::<f32>(&load::<BR, BH>(x, r, 0));
+    let mean = scale(&row_sum(&xt), inv_h);
+    // Padding columns would be 0 − mean after centering: a 0/1 column mask (exp of 0 or −∞ from
+    // `mask_keys` past the true width) zeroes them, so they add nothing to the variance.
+    let valid = exp(&mask_keys(&zeros::<f32, 1, BH>(), 0, 0, x.cols(), false));
+    let xc = mul_row(&sub_col(&xt, &mean), &valid);
+    let ss = row_sum(&square(&xc));
+    let inv = rsqrt(&add_scalar(&scale(&ss, inv_h), eps));
+    let w = cast::<f32>(&load::<1, BH>(weight, 0, 0));
+    let b = cast::<f32>(&load::<1, BH>(bias, 0, 0));
+    store(
+        y,
+        r,
+        0,
+        &cast::<T>(&add_row(&mul_row(&mul_col(&xc, &inv), &w), &b)),
+    );
+}
+
+/// Most elements of a norm's `BR×BH` f32 row tile the wrappers allow (32 KiB): wide rows get fewer
+/// rows per program, so the tiles fit on chip.
+const ROW_TILE_ELEMS: usize = 8192;
+
+/// `BH` (the smallest declared ≥ `H`) and `BR` (rows per program, covering `rows` within
+/// [`ROW_TILE_ELEMS`]) for `meta` on `x`, after checking that `weight` (and `bias`) hold `H`
+/// values and `y` has `x`'s shape.
+fn norm_config<T: Elem>(
+    meta: &KernelMeta,
+    x: &Tensor<T>,
+    params: &[(&str, &Tensor<T>)],
+    y: &Tensor<T>,
+) -> Result<Config, SimError> {
+    let (rows, h) = (x.rows(), x.cols());
+    let bad = |message: String| SimError::Launch {
+        kernel: meta.name.to_string(),
+        message,
+    };
+    for (what, t) in params {
+        if t.len() != h {
+            return Err(bad(format!(
+                "{what} is {t:?} but must hold the row width H={h} of x {x:?}"
+            )));
+        }
+    }
+    if y.rows() != rows || y.cols() != h {
+        return Err(bad(format!("y is {y:?} but must have x's shape {x:?}")));
+    }
+    let bh = row_tile_for(meta, h)?;
+    let cap = (ROW_TILE_ELEMS / bh as usize).max(1) as i64;
+    let br = crate::tile_choice::covering(meta, "BR", rows, cap).unwrap_or(1);
+    Ok(Config::new().with("BH", bh).with("BR", br))
+}
+
+/// Runs [`rmsnorm()`] on `x [rows, H]` with `weight [H]` into `y [rows, H]`, picking `BH` and
+/// `BR`. Mismatched shapes and `H` wider than the largest `BH` are a `SimError::Launch`.
+pub fn run_rmsnorm<T: Float>(
+    launcher: &Launcher,
+    x: &Tensor<T>,
+    weight: &Tensor<T>,
+    y: &Tensor<T>,
+    eps: f32,
+) -> Result<Launch, SimError> {
+    let config = norm_config(&rmsnorm::META, x, &[("weight", weight)], y)?;
+    rmsnorm::launch(launcher, &config, x, weight, y, eps)
+}
+
+/// Runs [`layernorm()`] on `x [rows, H]` with `weight`, `bias [H]` into `y [rows, H]`, picking
+/// `BH` and `BR`. Mismatched shapes and `H` wider than the largest `BH` are a `SimError::Launch`.
+pub fn run_layernorm<T: Float>(
+    launcher: &Launcher,
+    x: &Tensor<T>,
+    weight: &Tensor<T>,
+    bias: &Tensor<T>,
+    y: &Tensor<T>,
+    eps: f32,
+) -> Result<Launch, SimError> {
+    let config = norm_config(
+        &layernorm::META,
+        x,
+        &[("weight", weight), ("bias", bias)],
+        y,
+    )?;
+    layernorm::launch(launcher, &config, x, weight, bias, y, eps)
 }

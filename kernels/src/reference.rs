@@ -111,3 +111,155 @@ pub fn transpose(a: &[f32], rows: usize, cols: usize) -> Vec<f32> {
     }
     t
 }
+
+/// `y = x · wᵀ` in f64 (a linear layer, weight `[n, k]` output-major), x `m×k`.
+pub fn linear(x: &[f32], w: &[f32], m: usize, n: usize, k: usize) -> Vec<f64> {
+    gemm(x, &transpose(w, n, k), m, n, k)
+}
+
+/// RMSNorm in f64 over row-major `rows×h`: `y = x / sqrt(mean(x²) + eps) · weight`.
+pub fn rmsnorm(x: &[f32], weight: &[f32], rows: usize, h: usize, eps: f32) -> Vec<f64> {
+    assert_eq!(x.len(), rows * h, "rmsnorm: x length");
+    assert_eq!(weight.len(), h, "rmsnorm: weight length");
+    let mut y = vec![0.0f64; rows * h];
+    for (yr, xr) in y.chunks_exact_mut(h.max(1)).zip(x.chunks_exact(h.max(1))) {
+        let ms = xr.iter().map(|v| (*v as f64).powi(2)).sum::<f64>() / h as f64;
+        let inv = 1.0 / (ms + eps as f64).sqrt();
+        for ((o, v), w) in yr.iter_mut().zip(xr).zip(weight) {
+            *o = *v as f64 * inv * *w as f64;
+        }
+    }
+    y
+}
+
+/// LayerNorm in f64 over row-major `rows×h` (biased variance, as `torch.nn.LayerNorm`):
+/// `y = (x − mean) / sqrt(var + eps) · weight + bias`.
+pub fn layernorm(
+    x: &[f32],
+    weight: &[f32],
+    bias: &[f32],
+    rows: usize,
+    h: usize,
+    eps: f32,
+) -> Vec<f64> {
+    assert_eq!(x.len(), rows * h, "layernorm: x length");
+    assert_eq!(weight.len(), h, "layernorm: weight length");
+    assert_eq!(bias.len(), h, "layernorm: bias length");
+    let mut y = vec![0.0f64; rows * h];
+    for (yr, xr) in y.chunks_exact_mut(h.max(1)).zip(x.chunks_exact(h.max(1))) {
+        let mean = xr.iter().map(|v| *v as f64).sum::<f64>() / h as f64;
+        let var = xr.iter().map(|v| (*v as f64 - mean).powi(2)).sum::<f64>() / h as f64;
+        let inv = 1.0 / (var + eps as f64).sqrt();
+        for (((o, v), w), b) in yr.iter_mut().zip(xr).zip(weight).zip(bias) {
+            *o = (*v as f64 - mean) * inv * *w as f64 + *b as f64;
+        }
+    }
+    y
+}
+
+/// Logistic sigmoid in f64.
+pub fn sigmoid(x: f64) -> f64 {
+    1.0 / (1.0 + (-x).exp())
+}
+
+/// Rotary embedding in f64 of token-major `x [tokens, heads·head_dim]` with `cos`, `sin`
+/// `[tokens, rot_dim/2]`: in each head, dims `rot_offset..rot_offset + rot_dim` rotate pairwise
+/// by frequency `i` — pairs `(i, i + rot_dim/2)` (half-split) or `(2i, 2i + 1)` (interleaved,
+/// written back in place) — `(a, b) → (a·cos − b·sin, b·cos + a·sin)`; the rest are copied.
+#[allow(clippy::too_many_arguments)]
+pub fn rope(
+    x: &[f32],
+    cos: &[f32],
+    sin: &[f32],
+    tokens: usize,
+    head_dim: usize,
+    rot_offset: usize,
+    rot_dim: usize,
+    interleaved: bool,
+) -> Vec<f64> {
+    let half = rot_dim / 2;
+    assert!(
+        rot_offset + rot_dim <= head_dim,
+        "rope: span outside the head"
+    );
+    assert_eq!(cos.len(), tokens * half, "rope: cos length");
+    assert_eq!(sin.len(), tokens * half, "rope: sin length");
+    let width = x.len() / tokens.max(1);
+    let mut y: Vec<f64> = x.iter().map(|v| *v as f64).collect();
+    for t in 0..tokens {
+        for h in 0..width / head_dim {
+            let base = t * width + h * head_dim + rot_offset;
+            for i in 0..half {
+                let (ia, ib) = if interleaved {
+                    (base + 2 * i, base + 2 * i + 1)
+                } else {
+                    (base + i, base + half + i)
+                };
+                let (a, b) = (x[ia] as f64, x[ib] as f64);
+                let (c, s) = (cos[t * half + i] as f64, sin[t * half + i] as f64);
+                y[ia] = a * c - b * s;
+                y[ib] = b * c + a * s;
+            }
+        }
+    }
+    y
+}
+
+/// A host model of a paged KV-cache append: `pool` (`[pages·page_size, width]`, row-major) after
+/// row `i` of `new` is written at token position `start + i` through `block_table`.
+pub fn kv_cache_append(
+    pool: &[f32],
+    new: &[f32],
+    width: usize,
+    block_table: &[usize],
+    start: usize,
+    page_size: usize,
+) -> Vec<f64> {
+    let mut out: Vec<f64> = pool.iter().map(|v| *v as f64).collect();
+    for (i, row) in new.chunks_exact(width.max(1)).enumerate() {
+        let pos = start + i;
+        let dst = (block_table[pos / page_size] * page_size + pos % page_size) * width;
+        for (o, v) in out[dst..dst + width].iter_mut().zip(row) {
+            *o = *v as f64;
+        }
+    }
+    out
+}
+
+/// Token embedding in f64: row `ids[t]` of the row-major `table [_, h]` for each token.
+pub fn embedding(ids: &[i32], table: &[f32], h: usize) -> Vec<f64> {
+    ids.iter()
+        .flat_map(|id| table[*id as usize * h..(*id as usize + 1) * h].iter())
+        .map(|v| *v as f64)
+        .collect()
+}
+
+/// Element-wise `a + b` in f64.
+pub fn add(a: &[f32], b: &[f32]) -> Vec<f64> {
+    assert_eq!(a.len(), b.len(), "add: lengths");
+    a.iter()
+        .zip(b)
+        .map(|(x, y)| *x as f64 + *y as f64)
+        .collect()
+}
+
+/// Element-wise `x · σ(gate)` in f64 (same shapes).
+pub fn sigmoid_mul(gate: &[f32], x: &[f32]) -> Vec<f64> {
+    assert_eq!(gate.len(), x.len(), "sigmoid_mul: lengths");
+    gate.iter()
+        .zip(x)
+        .map(|(g, v)| *v as f64 * sigmoid(*g as f64))
+        .collect()
+}
+
+/// `x[t, :] · σ(gate[t])` in f64 for row-major `x [gate.len(), cols]`.
+pub fn sigmoid_mul_col(gate: &[f32], x: &[f32], cols: usize) -> Vec<f64> {
+    assert_eq!(x.len(), gate.len() * cols, "sigmoid_mul_col: x length");
+    x.chunks_exact(cols.max(1))
+        .zip(gate)
+        .flat_map(|(row, g)| {
+            let s = sigmoid(*g as f64);
+            row.iter().map(move |v| *v as f64 * s)
+        })
+        .collect()
+}

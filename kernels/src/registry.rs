@@ -18,7 +18,7 @@ pub enum ImplKind {
 /// One implementation of an operator.
 #[derive(Debug, Clone, Copy)]
 pub struct Implementation {
-    /// Operator name (`gemm`, `softmax`, `rmsnorm_residual`).
+    /// Operator name (`gemm`, `softmax`, `rmsnorm_residual`, `linear`, `rope`, ...).
     pub op: &'static str,
     /// How it was written.
     pub kind: ImplKind,
@@ -61,6 +61,60 @@ pub fn all() -> Vec<Implementation> {
             kind: ImplKind::Dsl,
             meta: &crate::norm::rmsnorm_residual::META,
             summary: "residual add + RMSNorm, whole row in one tile (BH >= H), stores h and y",
+        },
+        Implementation {
+            op: "rmsnorm",
+            kind: ImplKind::Dsl,
+            meta: &crate::norm::rmsnorm::META,
+            summary: "RMSNorm without residual, whole row in one tile (BH >= H); per-head on a [T*H, D] view",
+        },
+        Implementation {
+            op: "layernorm",
+            kind: ImplKind::Dsl,
+            meta: &crate::norm::layernorm::META,
+            summary: "LayerNorm (biased variance, weight and bias), whole row in one tile (BH >= H)",
+        },
+        Implementation {
+            op: "linear",
+            kind: ImplKind::DslTuned,
+            meta: &crate::linear::linear::META,
+            summary: "y = x * w^T (weight [out, in]), double-buffered K loop, tiles picked per shape",
+        },
+        Implementation {
+            op: "embedding",
+            kind: ImplKind::Dsl,
+            meta: &crate::embedding::embedding::META,
+            summary: "token embedding: load_index per token, table row copied in column tiles",
+        },
+        Implementation {
+            op: "rope",
+            kind: ImplKind::Dsl,
+            meta: &crate::rope::rope::META,
+            summary: "rotary embedding per head (half-split or interleaved, partial span at an offset)",
+        },
+        Implementation {
+            op: "add",
+            kind: ImplKind::Dsl,
+            meta: &crate::elementwise::add::META,
+            summary: "element-wise a + b (residual adds), f32 tiles",
+        },
+        Implementation {
+            op: "sigmoid_mul",
+            kind: ImplKind::Dsl,
+            meta: &crate::elementwise::sigmoid_mul::META,
+            summary: "x * sigmoid(gate), same shapes (gated attention output)",
+        },
+        Implementation {
+            op: "sigmoid_mul_col",
+            kind: ImplKind::Dsl,
+            meta: &crate::elementwise::sigmoid_mul_col::META,
+            summary: "x * sigmoid(gate) with one gate per row (shared-expert gate)",
+        },
+        Implementation {
+            op: "kv_cache_append",
+            kind: ImplKind::Dsl,
+            meta: &crate::attention::kv_append::kv_cache_append::META,
+            summary: "write new K/V (or latent) rows into a paged pool through the block table",
         },
     ]
 }

@@ -7,6 +7,7 @@
 //! is checked against; the DSL kernels ([`prefill`], ...) build on it.
 
 pub mod decode;
+pub mod kv_append;
 pub mod prefill;
 pub mod reference;
 pub mod sparse;

@@ -1,0 +1,125 @@
+//! Element-wise operators of a forward pass, in f32 over token-major `[T, N]` activations:
+//!
+//! - [`add()`]: `out = a + b` (the residual adds between blocks);
+//! - [`sigmoid_mul()`]: `out = x · σ(gate)`, same shapes (Qwen3-Next's gated attention output:
+//!   `attn_output * torch.sigmoid(gate)`);
+//! - [`sigmoid_mul_col()`]: `out[t, :] = x[t, :] · σ(gate[t])` with `gate [T, 1]` (Qwen3-Next's
+//!   shared-expert gate, one scalar per token).
+//!
+//! One program per `BR×BC` tile; ragged rows and columns are masked by the loads and the store.
+//! The `run_*` wrappers check the shapes and pick the tiles ([`tiles_for`]).
+
+use dsl_core::prelude::*;
+use dsl_core::SimError;
+
+/// `out = a + b`: one program per `BR×BC` tile.
+#[kernel(
+    grid = (cdiv(out.rows(), BR), cdiv(out.cols(), BC)),
+    tunable(BR = [16, 1, 4, 64], BC = [256, 32, 64, 128, 512])
+)]
+pub fn add(a: &Tensor<f32>, b: &Tensor<f32>, out: &Tensor<f32>) {
+    let (r, c) = (program_id(0) * BR, program_id(1) * BC);
+    let ta = load_async::<BR, BC>(a, r, c);
+    let tb = load_async::<BR, BC>(b, r, c);
+    store(out, r, c, &add(&ta, &tb));
+}
+
+/// `out = x · σ(gate)`: one program per `BR×BC` tile.
+#[kernel(
+    grid = (cdiv(out.rows(), BR), cdiv(out.cols(), BC)),
+    tunable(BR = [16, 1, 4, 64], BC = [256, 32, 64, 128, 512])
+)]
+pub fn sigmoid_mul(gate: &Tensor<f32>, x: &Tensor<f32>, out: &Tensor<f32>) {
+    let (r, c) = (program_id(0) * BR, program_id(1) * BC);
+    let tg = load_async::<BR, BC>(gate, r, c);
+    let tx = load_async::<BR, BC>(x, r, c);
+    store(out, r, c, &mul(&tx, &sigmoid(&tg)));
+}
+
+/// `out[t, :] = x[t, :] · σ(gate[t])` with one gate per row: one program per `BR×BC` tile.
+#[kernel(
+    grid = (cdiv(out.rows(), BR), cdiv(out.cols(), BC)),
+    tunable(BR = [16, 1, 4, 64], BC = [256, 32, 64, 128, 512])
+)]
+pub fn sigmoid_mul_col(gate: &Tensor<f32>, x: &Tensor<f32>, out: &Tensor<f32>) {
+    let (r, c) = (program_id(0) * BR, program_id(1) * BC);
+    let tg = load_async::<BR, 1>(gate, r, 0);
+    let tx = load_async::<BR, BC>(x, r, c);
+    store(out, r, c, &mul_col(&tx, &sigmoid(&tg)));
+}
+
+/// The tiles the `run_*` wrappers use for a `[rows, cols]` output: the smallest declared `BR` and
+/// `BC` covering it, at most 64 rows by 512 columns (larger shapes get several programs).
+pub fn tiles_for(rows: usize, cols: usize) -> Config {
+    let pick = |name: &str, size: usize, cap: i64| {
+        crate::tile_choice::covering(&add::META, name, size, cap).unwrap_or(1)
+    };
+    Config::new()
+        .with("BR", pick("BR", rows, 64))
+        .with("BC", pick("BC", cols, 512))
+}
+
+/// A `SimError::Launch` for `kernel` when `got`'s shape is not `want` (`what` names the operand).
+fn check_shape(
+    kernel: &str,
+    what: &str,
+    got: &Tensor<f32>,
+    want: [usize; 2],
+) -> Result<(), SimError> {
+    if got.rows() == want[0] && got.cols() == want[1] {
+        return Ok(());
+    }
+    Err(SimError::Launch {
+        kernel: kernel.to_string(),
+        message: format!(
+            "{what} is {got:?} but must be [{}, {}] (the output's rows{})",
+            want[0],
+            want[1],
+            if want[1] == 1 {
+                ", one value per row"
+            } else {
+                " and columns"
+            }
+        ),
+    })
+}
+
+/// Runs [`add()`]: `out = a + b`, all three `[T, N]` (checked).
+pub fn run_add(
+    launcher: &Launcher,
+    a: &Tensor<f32>,
+    b: &Tensor<f32>,
+    out: &Tensor<f32>,
+) -> Result<Launch, SimError> {
+    let shape = [out.rows(), out.cols()];
+    check_shape(add::META.name, "a", a, shape)?;
+    check_shape(add::META.name, "b", b, shape)?;
+    add::launch(launcher, &tiles_for(shape[0], shape[1]), a, b, out)
+}
+
+/// Runs [`sigmoid_mul()`]: `out = x · σ(gate)`, all three `[T, N]` (checked).
+pub fn run_sigmoid_mul(
+    launcher: &Launcher,
+    gate: &Tensor<f32>,
+    x: &Tensor<f32>,
+    out: &Tensor<f32>,
+) -> Result<Launch, SimError> {
+    let shape = [out.rows(), out.cols()];
+    check_shape(sigmoid_mul::META.name, "gate", gate, shape)?;
+    check_shape(sigmoid_mul::META.name, "x", x, shape)?;
+    sigmoid_mul::launch(launcher, &tiles_for(shape[0], shape[1]), gate, x, out)
+}
+
+/// Runs [`sigmoid_mul_col()`]: `out = x · σ(gate)` per row, `gate [T, 1]`, `x`, `out [T, N]`
+/// (checked).
+pub fn run_sigmoid_mul_col(
+    launcher: &Launcher,
+    gate: &Tensor<f32>,
+    x: &Tensor<f32>,
+    out: &Tensor<f32>,
+) -> Result<Launch, SimError> {
+    let (rows, cols) = (out.rows(), out.cols());
+    check_shape(sigmoid_mul_col::META.name, "gate", gate, [rows, 1])?;
+    check_shape(sigmoid_mul_col::META.name, "x", x, [rows, cols])?;
+    sigmoid_mul_col::launch(launcher, &tiles_for(rows, cols), gate, x, out)
+}

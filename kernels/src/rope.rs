@@ -1,0 +1,300 @@
+//! Rotary position embedding (RoPE) on token-major activations, and the host-side tables it reads.
+//!
+//! ## The kernel
+//! [`rope()`] rotates `x [T, H·D]` into `out [T, H·D]` head by head. Within each head of `D` values,
+//! dims `rot_offset .. rot_offset + rot_dim` rotate by the angles whose cosines and sines are
+//! `cos`, `sin [T, rot_dim/2]` (row `t` = token `t`'s position); the other dims are copied unchanged
+//! (DeepSeek's MLA query heads rotate their last 64 of 192 dims, Qwen3-Next's its first quarter).
+//! Pair `i` of the span rotates by frequency `i`:
+//!
+//! - `interleaved = false` (half-split, Llama/Qwen `rotate_half`): the pair is `(i, i + rot_dim/2)`;
+//! - `interleaved = true` (DeepSeek `rope_interleave`): the pair is `(2i, 2i + 1)`, and the
+//!   result is written back in place, interleaved. Hugging Face instead de-interleaves q and k
+//!   (`apply_rotary_pos_emb_interleave`: the same permutation for both) and then rotates half-split,
+//!   so its rotated span is a permutation of this one. Attention scores are dot products over whole
+//!   heads, invariant under one permutation applied to both q and k: the scores (and the outputs)
+//!   are identical. Only the rotated keys in a cache are laid out differently.
+//!
+//! `D` (the head dimension) and `RH = rot_dim/2` are tunables that must equal the shapes exactly:
+//! the grid is `H = x.cols() / D` heads, and the rotated halves are `RH`-wide tiles. [`run_rope`]
+//! checks this (and every other shape) and picks the configuration; a direct `rope::launch` must
+//! satisfy it itself. The kernel copies the whole head first and then overwrites the rotated span,
+//! so the pass-through dims need no run-time-width tiles.
+//!
+//! ## The tables
+//! [`inv_freq`], [`attention_factor`] and [`cos_sin`] follow transformers 5.24
+//! (`modeling_rope_utils._compute_yarn_parameters`, `_compute_linear_scaling_rope_parameters`, the
+//! models' `compute_default_rope_parameters` and their rotary modules' `forward`), including its
+//! float32 arithmetic: the frequencies are computed with f32 operations as torch does, and an angle
+//! is the f32 product `inv_freq · position`. The golden test (`tests/reference/gen_rope.py`) holds
+//! them to torch's values.
+
+use dsl_core::prelude::*;
+use dsl_core::SimError;
+
+/// RoPE over the heads of token-major activations: one program per `BT` tokens × one head.
+#[kernel(
+    grid = (cdiv(x.rows(), BT), x.cols() / D),
+    tunable(
+        D = [64, 16, 24, 32, 48, 96, 128, 192, 256],
+        RH = [32, 2, 4, 8, 12, 16, 24, 64],
+        BT = [16, 1]
+    ),
+    derived(RD = RH * 2)
+)]
+pub fn rope(
+    x: &Tensor<f32>,
+    cos: &Tensor<f32>,
+    sin: &Tensor<f32>,
+    out: &Tensor<f32>,
+    rot_offset: usize,
+    rot_dim: usize,
+    interleaved: bool,
+) {
+    let r = program_id(0) * BT;
+    let c0 = program_id(1) * D;
+    // Dims outside the rotated span pass through: copy the head, then overwrite the span.
+    store(out, r, c0, &load_async::<BT, D>(x, r, c0));
+    let cs = load_async::<BT, RH>(cos, r, 0);
+    let sn = load_async::<BT, RH>(sin, r, 0);
+    let base = c0 + rot_offset;
+    if interleaved {
+        let (x1, x2) = deinterleave(&load::<BT, RD>(x, r, base));
+        let o1 = sub(&mul(&x1, &cs), &mul(&x2, &sn));
+        let o2 = add(&mul(&x2, &cs), &mul(&x1, &sn));
+        let rotated: Tile<f32, BT, RD> = interleave(&o1, &o2);
+        store(out, r, base, &rotated);
+    } else {
+        let half = rot_dim / 2;
+        let x1 = load::<BT, RH>(x, r, base);
+        let x2 = load::<BT, RH>(x, r, base + half);
+        store(out, r, base, &sub(&mul(&x1, &cs), &mul(&x2, &sn)));
+        store(out, r, base + half, &add(&mul(&x2, &cs), &mul(&x1, &sn)));
+    }
+}
+
+/// Runs [`rope()`] on `x`, `out [T, H·head_dim]` with `cos`, `sin [T, rot_dim/2]`, choosing
+/// `D = head_dim`, `RH = rot_dim/2` and `BT`. Every shape is checked first: a head dimension or
+/// half rotation width the kernel does not declare, a span outside the head, an odd `rot_dim`,
+/// or mismatched tensors are a `SimError::Launch` saying which.
+#[allow(clippy::too_many_arguments)]
+pub fn run_rope(
+    launcher: &Launcher,
+    x: &Tensor<f32>,
+    cos: &Tensor<f32>,
+    sin: &Tensor<f32>,
+    out: &Tensor<f32>,
+    head_dim: usize,
+    rot_offset: usize,
+    rot_dim: usize,
+    interleaved: bool,
+) -> Result<Launch, SimError> {
+    let meta = &rope::META;
+    let bad = |message: String| SimError::Launch {
+        kernel: meta.name.to_string(),
+        message,
+    };
+    let declared = |name: &str| crate::tile_choice::declared(meta, name);
+    if !crate::tile_choice::is_declared(meta, "D", head_dim) {
+        return Err(bad(format!(
+            "head dimension {head_dim} is not one of the kernel's D values {:?} (add it to `tunable(D = ..)`)",
+            declared("D")
+        )));
+    }
+    if rot_dim == 0 || !crate::tile_choice::divides(2, rot_dim) || rot_offset + rot_dim > head_dim {
+        return Err(bad(format!(
+            "rotated span {rot_offset}..{} (rot_dim {rot_dim}) must be non-empty, of even width and \
+             inside the head of {head_dim}",
+            rot_offset + rot_dim
+        )));
+    }
+    if !crate::tile_choice::is_declared(meta, "RH", rot_dim / 2) {
+        return Err(bad(format!(
+            "half rotation width rot_dim/2 = {} is not one of the kernel's RH values {:?} (add it \
+             to `tunable(RH = ..)`)",
+            rot_dim / 2,
+            declared("RH")
+        )));
+    }
+    let tokens = x.rows();
+    // (head_dim ≥ 1: it is a declared D.)
+    if !crate::tile_choice::divides(head_dim, x.cols()) {
+        return Err(bad(format!(
+            "x {x:?} has {} columns, not a whole number of heads of {head_dim}",
+            x.cols()
+        )));
+    }
+    if out.rows() != tokens || out.cols() != x.cols() {
+        return Err(bad(format!("out is {out:?} but must have x's shape {x:?}")));
+    }
+    for (what, t) in [("cos", cos), ("sin", sin)] {
+        if t.rows() != tokens || t.cols() != rot_dim / 2 {
+            return Err(bad(format!(
+                "{what} is {t:?} but must be [{tokens}, {}]: one row per token of x, rot_dim/2 \
+                 angles (see `rope::cos_sin`)",
+                rot_dim / 2
+            )));
+        }
+    }
+    let config = Config::new()
+        .with("D", head_dim as i64)
+        .with("RH", (rot_dim / 2) as i64)
+        .with(
+            "BT",
+            crate::tile_choice::covering(meta, "BT", tokens, 16).unwrap_or(1),
+        );
+    rope::launch(
+        launcher,
+        &config,
+        x,
+        cos,
+        sin,
+        out,
+        rot_offset,
+        rot_dim,
+        interleaved,
+    )
+}
+
+/// How a checkpoint scales its RoPE frequencies (`rope_scaling` / `rope_parameters` in
+/// config.json), with transformers' field names.
+#[derive(Debug, Clone, PartialEq)]
+pub enum RopeScalingParams {
+    /// Plain RoPE (`rope_type` `default`).
+    None,
+    /// Position interpolation: every frequency divided by `factor` (`rope_type` `linear`).
+    Linear {
+        /// The interpolation factor.
+        factor: f64,
+    },
+    /// YaRN (`rope_type` `yarn`; DeepSeek-V3, Kimi-K2).
+    Yarn {
+        /// Context extension factor.
+        factor: f64,
+        /// The pre-training context length the correction range is computed from.
+        original_max_position_embeddings: usize,
+        /// Rotations above which dims keep their original frequency (transformers' default 32;
+        /// a 0 in the config also means 32, as transformers' `or 32` reads it).
+        beta_fast: f64,
+        /// Rotations below which dims are fully interpolated (default 1; 0 also means 1).
+        beta_slow: f64,
+        /// `mscale` of the attention factor; 0 when the config has none.
+        mscale: f64,
+        /// `mscale_all_dim` of the attention factor; 0 when the config has none.
+        mscale_all_dim: f64,
+        /// Whether the correction range is rounded outwards to whole dims (transformers' default
+        /// `true`).
+        truncate: bool,
+    },
+}
+
+/// The `rot_dim/2` inverse frequencies of a rotary span of `rot_dim` dims with base `theta`, scaled
+/// as configured; as transformers computes them, in f32 (returned widened to f64).
+pub fn inv_freq(rot_dim: usize, theta: f64, scaling: &RopeScalingParams) -> Vec<f64> {
+    let dim = rot_dim as f32;
+    let base = theta as f32;
+    // `base ** (arange(0, dim, 2) / dim)`, all f32.
+    let pos_freqs: Vec<f32> = (0..rot_dim)
+        .step_by(2)
+        .map(|i| base.powf(i as f32 / dim))
+        .collect();
+    let inv: Vec<f32> = match scaling {
+        RopeScalingParams::None => pos_freqs.iter().map(|p| 1.0 / p).collect(),
+        RopeScalingParams::Linear { factor } => pos_freqs
+            .iter()
+            .map(|p| (1.0 / p) / *factor as f32)
+            .collect(),
+        RopeScalingParams::Yarn {
+            factor,
+            original_max_position_embeddings,
+            beta_fast,
+            beta_slow,
+            truncate,
+            ..
+        } => {
+            let beta_fast = if *beta_fast == 0.0 { 32.0 } else { *beta_fast };
+            let beta_slow = if *beta_slow == 0.0 { 1.0 } else { *beta_slow };
+            let max_pos = *original_max_position_embeddings as f64;
+            // Inverse dimension formula: the dim whose wavelength fits `rotations` times into the
+            // original context (f64, as Python's math module computes it).
+            let correction_dim = |rotations: f64| {
+                rot_dim as f64 * (max_pos / (rotations * 2.0 * std::f64::consts::PI)).ln()
+                    / (2.0 * theta.ln())
+            };
+            let (mut low, mut high) = (correction_dim(beta_fast), correction_dim(beta_slow));
+            if *truncate {
+                low = low.floor();
+                high = high.ceil();
+            }
+            let low = low.max(0.0);
+            let mut high = high.min(rot_dim as f64 - 1.0);
+            if low == high {
+                high += 0.001; // transformers' guard against a zero-width ramp
+            }
+            let (low32, span32) = (low as f32, (high - low) as f32);
+            let f = *factor as f32;
+            pos_freqs
+                .iter()
+                .enumerate()
+                .map(|(i, p)| {
+                    let ramp = ((i as f32 - low32) / span32).clamp(0.0, 1.0);
+                    let extrapolation = 1.0 - ramp;
+                    let (extra, inter) = (1.0 / p, 1.0 / (f * p));
+                    inter * (1.0 - extrapolation) + extra * extrapolation
+                })
+                .collect()
+        }
+    };
+    inv.into_iter().map(f64::from).collect()
+}
+
+/// transformers' YaRN `get_mscale`: `0.1 · mscale · ln(scale) + 1` above scale 1, else 1.
+fn yarn_mscale(scale: f64, mscale: f64) -> f64 {
+    if scale <= 1.0 {
+        1.0
+    } else {
+        0.1 * mscale * scale.ln() + 1.0
+    }
+}
+
+/// The factor transformers multiplies cos and sin by (`attention_scaling`): 1 except for YaRN,
+/// where it is `get_mscale(factor, mscale) / get_mscale(factor, mscale_all_dim)` when both are
+/// given (non-zero), else `get_mscale(factor)`.
+pub fn attention_factor(scaling: &RopeScalingParams) -> f64 {
+    match scaling {
+        RopeScalingParams::Yarn {
+            factor,
+            mscale,
+            mscale_all_dim,
+            ..
+        } => {
+            if *mscale != 0.0 && *mscale_all_dim != 0.0 {
+                yarn_mscale(*factor, *mscale) / yarn_mscale(*factor, *mscale_all_dim)
+            } else {
+                yarn_mscale(*factor, 1.0)
+            }
+        }
+        RopeScalingParams::None | RopeScalingParams::Linear { .. } => 1.0,
+    }
+}
+
+/// The `cos` and `sin` tables [`rope()`] reads, row-major `[positions.len(), inv_freq.len()]`:
+/// angle `(t, i)` is the f32 product `inv_freq[i] · positions[t]`, and both tables are multiplied
+/// (in f32) by `attention_factor`, as transformers' rotary `forward` does.
+pub fn cos_sin(
+    positions: &[usize],
+    inv_freq: &[f64],
+    attention_factor: f64,
+) -> (Vec<f32>, Vec<f32>) {
+    let af = attention_factor as f32;
+    let n = positions.len() * inv_freq.len();
+    let (mut cos, mut sin) = (Vec::with_capacity(n), Vec::with_capacity(n));
+    for &p in positions {
+        for &f in inv_freq {
+            let angle = (f as f32 * p as f32) as f64;
+            cos.push(angle.cos() as f32 * af);
+            sin.push(angle.sin() as f32 * af);
+        }
+    }
+    (cos, sin)
+}

@@ -1,0 +1,142 @@
+//! Paged KV-cache append against a host model of the paging (`reference::kv_cache_append`): an
+//! exact copy, so tolerance 0 — the whole pool must match, including every row the append must
+//! not touch (the pool starts with random contents, which those rows keep).
+//!
+//! Block tables are scrambled permutations of the pool's pages, as an allocator leaves them;
+//! appends start anywhere in a page and straddle page boundaries; widths are ragged.
+
+use dsl_core::prelude::*;
+use dsl_core::SimError;
+use kernels::attention::kv_append::{kv_cache_append, run_kv_cache_append};
+use kernels::reference::{self, rel_error};
+use kernels::testdata::Rng;
+use proptest::prelude::*;
+
+fn launcher() -> Launcher {
+    Launcher::for_device("npu-910b").unwrap()
+}
+
+/// A random pool of `pages` pages and a scrambled block table over all of them.
+fn setup(pages: usize, page_size: usize, width: usize, rng: &mut Rng) -> (Vec<f32>, Vec<usize>) {
+    let pool = rng.vec(pages * page_size * width, 1.0);
+    let mut table: Vec<usize> = (0..pages).collect();
+    for i in (1..pages).rev() {
+        table.swap(i, (rng.next_u64() % (i as u64 + 1)) as usize);
+    }
+    (pool, table)
+}
+
+fn check<T: Float>(
+    pages: usize,
+    page_size: usize,
+    width: usize,
+    start: usize,
+    n: usize,
+    seed: u64,
+) -> f64 {
+    let mut rng = Rng::new(seed);
+    let (pool_v, table) = setup(pages, page_size, width, &mut rng);
+    let new_v = rng.vec(n * width, 1.0);
+    let pool = Tensor::<T>::from_f32(&[pages, page_size, width], &pool_v).unwrap();
+    let new = Tensor::<T>::from_f32(&[n, width], &new_v).unwrap();
+    let (pool_r, new_r) = (pool.to_vec().unwrap(), new.to_vec().unwrap());
+    run_kv_cache_append(&launcher(), &new, &table, &pool, start, page_size).unwrap();
+    let want = reference::kv_cache_append(&pool_r, &new_r, width, &table, start, page_size);
+    rel_error(&pool.to_vec().unwrap(), &want)
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(32))]
+
+    #[test]
+    fn f32_matches_host_paging(
+        page_size in prop::sample::select(vec![1usize, 3, 16, 64]),
+        width in 1usize..600,
+        pages in 1usize..9,
+        a in any::<u64>(),
+        b in any::<u64>(),
+        seed in any::<u64>(),
+    ) {
+        let tokens = pages * page_size;
+        let start = (a % tokens as u64) as usize;
+        let n = 1 + (b % (tokens - start) as u64) as usize;
+        let err = check::<f32>(pages, page_size, width, start, n, seed);
+        prop_assert!(err == 0.0, "P={page_size} W={width} pages={pages} start={start} n={n}: {err}");
+    }
+
+    #[test]
+    fn bf16_matches_host_paging(width in 1usize..300, start in 0usize..40, n in 1usize..25, seed in any::<u64>()) {
+        let err = check::<bf16>(5, 16, width, start, n, seed);
+        prop_assert!(err == 0.0, "W={width} start={start} n={n}: {err}");
+    }
+
+    /// Every declared tile shape, launched directly (decode: one new row; prefill: many).
+    #[test]
+    fn any_declared_tiles(config in prop::sample::select(kv_cache_append::META.space()), n in prop::sample::select(vec![1usize, 37]), seed in any::<u64>()) {
+        let (pages, page_size, width, start) = (6usize, 8usize, 70usize, 5usize);
+        let mut rng = Rng::new(seed);
+        let (pool_v, table) = setup(pages, page_size, width, &mut rng);
+        let new_v = rng.vec(n * width, 1.0);
+        let pool = Tensor::<f32>::from_f32(&[pages * page_size, width], &pool_v).unwrap();
+        let new = Tensor::<f32>::from_f32(&[n, width], &new_v).unwrap();
+        let idx: Vec<i32> = table.iter().map(|p| *p as i32).collect();
+        let bt = Tensor::<i32>::from_indices(&[pages], &idx).unwrap();
+        kv_cache_append::launch(&launcher(), &config, &new, &bt, &pool, start, page_size).unwrap();
+        let want = reference::kv_cache_append(&pool_v, &new_v, width, &table, start, page_size);
+        let err = rel_error(&pool.to_vec().unwrap(), &want);
+        prop_assert!(err == 0.0, "{config} n={n}: {err}");
+    }
+}
+
+#[test]
+fn refusals_name_what_does_not_fit() {
+    let l = launcher();
+    let pool = Tensor::<f32>::poisoned(&[4, 8, 10]);
+    let new = Tensor::<f32>::poisoned(&[5, 10]);
+    // (block table, start, page size, words the message must hold)
+    let cases: Vec<(Vec<usize>, usize, usize, &str)> = vec![
+        (vec![0, 1], 12, 8, "need 3 pages"),
+        (vec![0, 1, 7], 12, 8, "entry 2 is page 7"),
+        (vec![0, 1, 2], 12, 0, "page size 0"),
+        (vec![0, 1, 2], 12, 5, "page size 5"),
+    ];
+    for (table, start, page, words) in cases {
+        match run_kv_cache_append(&l, &new, &table, &pool, start, page) {
+            Err(SimError::Launch { message, .. }) => assert!(message.contains(words), "{message}"),
+            other => panic!("{words}: expected a launch error, got {other:?}"),
+        }
+    }
+    let wide = Tensor::<f32>::poisoned(&[5, 11]);
+    match run_kv_cache_append(&l, &wide, &[0, 1, 2], &pool, 0, 8) {
+        Err(SimError::Launch { message, .. }) => assert!(message.contains("11 wide"), "{message}"),
+        other => panic!("expected a launch error, got {other:?}"),
+    }
+}
+
+#[test]
+fn cost_only_cycles_equal_functional() {
+    let (pages, page_size, width) = (4usize, 16usize, 96usize);
+    let mut rng = Rng::new(8);
+    let (pool_v, table) = setup(pages, page_size, width, &mut rng);
+    let pool = Tensor::<f32>::from_f32(&[pages * page_size, width], &pool_v).unwrap();
+    let new = Tensor::<f32>::from_f32(&[20, width], &rng.vec(20 * width, 1.0)).unwrap();
+    let f = run_kv_cache_append(&launcher(), &new, &table, &pool, 9, page_size).unwrap();
+    let c = run_kv_cache_append(
+        &launcher().with_backend(Backend::CostOnly),
+        &Tensor::<f32>::shape_only(&[20, width]),
+        &table,
+        &Tensor::<f32>::shape_only(&[pages * page_size, width]),
+        9,
+        page_size,
+    )
+    .unwrap();
+    assert!(f.report.cycles > 0);
+    assert_eq!(f.report.cycles, c.report.cycles);
+}
+
+#[test]
+fn registered() {
+    let imps = kernels::registry::implementations("kv_cache_append");
+    assert_eq!(imps.len(), 1);
+    assert_eq!(imps[0].meta.name, "kv_cache_append");
+}

@@ -1,0 +1,138 @@
+//! The linear layer (`y = x · wᵀ`, weight `[out, in]`) against the f64 reference.
+//!
+//! Tolerances (max relative error with the reference's RMS as the floor, see
+//! `reference::max_rel_error`): f32 ≤ 1e-5 (K ≤ 300 here, a short reduction); bf16 inputs
+//! ≤ 1e-2 against the f64 reference of the bf16-rounded inputs (accumulation is f32, the output
+//! f32). Inputs are fresh random values (never zeros), sizes are drawn ragged (not multiples of
+//! any tile), and the output starts poisoned with NaN, so an unwritten element fails.
+
+use dsl_core::prelude::*;
+use dsl_core::SimError;
+use kernels::linear::{linear, run_linear, tiles_for};
+use kernels::reference::{linear as linear_ref, rel_error};
+use kernels::testdata::Rng;
+use proptest::prelude::*;
+
+const TOL_F32: f64 = 1e-5;
+const TOL_BF16: f64 = 1e-2;
+
+fn launcher() -> Launcher {
+    Launcher::for_device("npu-910b").unwrap()
+}
+
+/// Runs `run_linear` on random `x [m, k]`, `w [n, k]` and returns the max relative error.
+fn check<T: Float>(m: usize, n: usize, k: usize, seed: u64) -> f64 {
+    let mut rng = Rng::new(seed);
+    let x = Tensor::<T>::from_f32(&[m, k], &rng.vec(m * k, 1.0)).unwrap();
+    let w = Tensor::<T>::from_f32(&[n, k], &rng.vec(n * k, 1.0)).unwrap();
+    let y = Tensor::<f32>::poisoned(&[m, n]);
+    run_linear(&launcher(), &x, &w, &y).unwrap();
+    let want = linear_ref(&x.to_vec().unwrap(), &w.to_vec().unwrap(), m, n, k);
+    rel_error(&y.to_vec().unwrap(), &want)
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(24))]
+
+    #[test]
+    fn f32_matches_reference(m in 1usize..150, n in 1usize..300, k in 1usize..300, seed in any::<u64>()) {
+        let err = check::<f32>(m, n, k, seed);
+        prop_assert!(err <= TOL_F32, "m={m} n={n} k={k}: max rel error {err}");
+    }
+
+    #[test]
+    fn bf16_matches_reference(m in 1usize..70, n in 1usize..200, k in 1usize..200, seed in any::<u64>()) {
+        let err = check::<bf16>(m, n, k, seed);
+        prop_assert!(err <= TOL_BF16, "m={m} n={n} k={k}: max rel error {err}");
+    }
+
+    /// Every declared tile configuration gives the reference's numbers on a ragged shape.
+    #[test]
+    fn any_declared_tiles(config in prop::sample::select(linear::META.space()), seed in any::<u64>()) {
+        let (m, n, k) = (37, 91, 75);
+        let mut rng = Rng::new(seed);
+        let (xv, wv) = (rng.vec(m * k, 1.0), rng.vec(n * k, 1.0));
+        let x = Tensor::<f32>::from_f32(&[m, k], &xv).unwrap();
+        let w = Tensor::<f32>::from_f32(&[n, k], &wv).unwrap();
+        let y = Tensor::<f32>::poisoned(&[m, n]);
+        linear::launch(&launcher(), &config, &x, &w, &y).unwrap();
+        let err = rel_error(&y.to_vec().unwrap(), &linear_ref(&xv, &wv, m, n, k));
+        prop_assert!(err <= TOL_F32, "{config}: max rel error {err}");
+    }
+}
+
+/// The tiny checkpoints' shapes (decode and prefill rows, hidden 64..96, vocab 256).
+#[test]
+fn model_shapes() {
+    for (m, n, k) in [
+        (1, 256, 96),
+        (7, 64, 96),
+        (13, 192, 64),
+        (1, 3, 64),
+        (5, 256, 72),
+    ] {
+        let err = check::<f32>(m, n, k, (m * n + k) as u64);
+        assert!(err <= TOL_F32, "m={m} n={n} k={k}: max rel error {err}");
+    }
+}
+
+#[test]
+fn tile_choice_covers_small_and_caps_large() {
+    let c = tiles_for(1, 3, 20);
+    assert_eq!(
+        (c.get("BM"), c.get("BN"), c.get("BK")),
+        (Some(8), Some(16), Some(32))
+    );
+    let c = tiles_for(33, 100, 64);
+    assert_eq!(
+        (c.get("BM"), c.get("BN"), c.get("BK")),
+        (Some(64), Some(128), Some(64))
+    );
+    let c = tiles_for(4096, 7168, 2048);
+    assert_eq!(
+        (c.get("BM"), c.get("BN"), c.get("BK")),
+        (Some(64), Some(128), Some(64))
+    );
+}
+
+#[test]
+fn mismatched_shapes_are_launch_errors() {
+    let x = Tensor::<f32>::from_f32(&[3, 10], &[0.5; 30]).unwrap();
+    let w = Tensor::<f32>::from_f32(&[4, 11], &[0.5; 44]).unwrap();
+    let y = Tensor::<f32>::poisoned(&[3, 4]);
+    match run_linear(&launcher(), &x, &w, &y) {
+        Err(SimError::Launch { message, .. }) => assert!(message.contains("[N, 10]"), "{message}"),
+        other => panic!("expected a launch error, got {other:?}"),
+    }
+    let w = Tensor::<f32>::from_f32(&[4, 10], &[0.5; 40]).unwrap();
+    let y = Tensor::<f32>::poisoned(&[3, 5]);
+    assert!(matches!(
+        run_linear(&launcher(), &x, &w, &y),
+        Err(SimError::Launch { .. })
+    ));
+}
+
+#[test]
+fn cost_only_cycles_equal_functional() {
+    let (m, n, k) = (9, 200, 96);
+    let x = Tensor::<bf16>::from_f32(&[m, k], &Rng::new(1).vec(m * k, 1.0)).unwrap();
+    let w = Tensor::<bf16>::from_f32(&[n, k], &Rng::new(2).vec(n * k, 1.0)).unwrap();
+    let y = Tensor::<f32>::poisoned(&[m, n]);
+    let f = run_linear(&launcher(), &x, &w, &y).unwrap();
+    let c = run_linear(
+        &launcher().with_backend(Backend::CostOnly),
+        &Tensor::<bf16>::shape_only(&[m, k]),
+        &Tensor::<bf16>::shape_only(&[n, k]),
+        &Tensor::<f32>::shape_only(&[m, n]),
+    )
+    .unwrap();
+    assert!(f.report.cycles > 0);
+    assert_eq!(f.report.cycles, c.report.cycles);
+}
+
+#[test]
+fn registered() {
+    let imps = kernels::registry::implementations("linear");
+    assert_eq!(imps.len(), 1);
+    assert_eq!(imps[0].meta.name, "linear");
+}
