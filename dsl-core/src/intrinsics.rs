@@ -759,6 +759,45 @@ pub fn load_index(ctx: &mut Ctx, t: &Tensor<i32>, i: usize, fallback: usize) -> 
     value
 }
 
+/// Reads element `i` (row-major) of an index tile into the program as a scalar (a selected expert,
+/// a kept group), so the next addresses can depend on it — the tile counterpart of
+/// [`load_index`]. A register move on the vector unit; the program waits for it. In cost-only runs
+/// there is no data, so it returns `fallback`. A negative or out-of-range entry is a kernel error.
+pub fn index_at<const R: usize, const C: usize>(
+    ctx: &mut Ctx,
+    t: &Tile<i32, R, C>,
+    i: usize,
+    fallback: usize,
+) -> usize {
+    let value = match &t.data {
+        Some(d) if i < d.len() => {
+            let v = d[i];
+            if v.is_finite() && v >= 0.0 {
+                v as usize
+            } else {
+                ctx.fail(format!(
+                    "index tile {t:?} holds {v} at {i}; indices must be non-negative"
+                ));
+                0
+            }
+        }
+        Some(_) => {
+            ctx.fail(format!(
+                "index_at: position {i} is outside the {R}x{C} tile"
+            ));
+            0
+        }
+        None => fallback,
+    };
+    let op = Op::Vector {
+        elems: 1,
+        dtype: DType::I32,
+        class: VectorClass::Simple,
+    };
+    ctx.issue(Instr::new(op, ctx.line, &[t.buf], None).blocking());
+    value
+}
+
 /// Total order of top-k selection: higher score first, equal scores by lower index, `−0 = +0`,
 /// NaN below everything (so a NaN never displaces a real score).
 fn topk_before(a: (f32, f32), b: (f32, f32)) -> std::cmp::Ordering {
