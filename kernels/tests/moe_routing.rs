@@ -388,6 +388,18 @@ fn experts_without_rows_read_no_weights() {
     );
 }
 
+/// A cost-only [`run_grouped_linear`] of `x [n, k]` through `w [e, n_out, k]` (balanced routing).
+fn grouped_cost_only<T: Float>(n: usize, e: usize, n_out: usize, k: usize) -> dsl_core::Report {
+    run_grouped_linear(
+        &launcher().with_backend(Backend::CostOnly),
+        &Tensor::<T>::shape_only(&[n, k]),
+        &Tensor::<T>::shape_only(&[e, n_out, k]),
+        &Tensor::<i32>::shape_only(&[e + 1, 1]),
+        &Tensor::<f32>::shape_only(&[n, n_out]),
+    )
+    .unwrap()
+}
+
 /// Cost-only launches (shape-only tensors, no indices) run with balanced-routing fallbacks and
 /// report the same cycles as functional runs of balanced routing.
 #[test]
@@ -404,14 +416,7 @@ fn cost_only_matches_functional_for_balanced_routing() {
         let y = Tensor::<f32>::poisoned(&[n, h]);
         run_grouped_linear(&launcher(), &x, &w, &indices(&[e + 1, 1], &offs), &y).unwrap()
     };
-    let shape_only = run_grouped_linear(
-        &cost,
-        &Tensor::<f32>::shape_only(&[n, h]),
-        &Tensor::<f32>::shape_only(&[e, h, h]),
-        &Tensor::<i32>::shape_only(&[e + 1, 1]),
-        &Tensor::<f32>::shape_only(&[n, h]),
-    )
-    .unwrap();
+    let shape_only = grouped_cost_only::<f32>(n, e, h, h);
     assert_eq!(shape_only.cycles, functional.cycles);
     assert_eq!(shape_only.hbm_bytes, functional.hbm_bytes);
     let logits = Tensor::<f32>::shape_only(&[t, e]);
@@ -620,17 +625,9 @@ fn routers_at_released_model_sizes() {
 /// none, so exactly half the experts' weights are read.
 #[test]
 fn grouped_gemm_reads_only_routed_experts_at_deepseek_decode_size() {
-    let cost = launcher().with_backend(Backend::CostOnly);
     let (t, k, e, h, i) = (16usize, 8usize, 256usize, 7168usize, 2048usize);
     let n = t * k;
-    let r = run_grouped_linear(
-        &cost,
-        &Tensor::<bf16>::shape_only(&[n, h]),
-        &Tensor::<bf16>::shape_only(&[e, i, h]),
-        &Tensor::<i32>::shape_only(&[e + 1, 1]),
-        &Tensor::<f32>::shape_only(&[n, i]),
-    )
-    .unwrap();
+    let r = grouped_cost_only::<bf16>(n, e, i, h);
     let (x_bytes, w_expert) = ((n * h * 2) as u64, (i * h * 2) as u64);
     let routed = (e / 2) as u64;
     // Offsets: every program reads two 4-byte entries (at most; repeats may hit L2).

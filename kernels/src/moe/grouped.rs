@@ -6,7 +6,7 @@
 //!
 //! [`run_expert_swiglu_grouped`] composes the routed expert FFN from it: gate, up, SwiGLU, down.
 
-use super::expert_gemm::swiglu;
+use super::expert_gemm::{matmul_bt_tile, swiglu};
 use dsl_core::prelude::*;
 use dsl_core::{Report, SimError};
 
@@ -17,7 +17,8 @@ use dsl_core::{Report, SimError};
 /// Cost-only runs have no offsets and assume balanced routing (`N / E` rows per expert).
 #[kernel(
     grid = (cdiv(x.rows(), BM), cdiv(w.shape()[1], BN), w.shape()[0]),
-    tunable(BM = [16, 32, 64, 128], BN = [128, 64, 256], BK = [128, 64, 256])
+    tunable(BM = [16, 32, 64, 128], BN = [128, 64, 256], BK = [128, 64, 256]),
+    helpers(matmul_bt_tile)
 )]
 pub fn grouped_linear<T: Float>(
     x: &Tensor<T>,
@@ -34,16 +35,7 @@ pub fn grouped_linear<T: Float>(
         // Views bounded to this expert's rows: ragged tiles never touch the next expert's rows.
         let (xe, ye, we) = (x.row_range(start, end), y.row_range(start, end), w.at(e));
         let col = program_id(1) * BN;
-        let mut acc = zeros::<f32, BM, BN>();
-        let mut tx = load_async::<BM, BK>(&xe, row, 0);
-        let mut tw = load_async::<BN, BK>(&we, col, 0);
-        for k in (BK..xe.cols() + BK).step_by(BK) {
-            let next_x = load_async::<BM, BK>(&xe, row, k);
-            let next_w = load_async::<BN, BK>(&we, col, k);
-            mma_bt(&mut acc, &tx, &tw);
-            tx = next_x;
-            tw = next_w;
-        }
+        let acc = matmul_bt_tile::<T, BM, BN, BK>(&xe, &we, row, col);
         store(&ye, row, col, &acc);
     }
 }

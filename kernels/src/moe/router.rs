@@ -125,36 +125,6 @@ fn bad(kernel: &str, message: String) -> SimError {
     }
 }
 
-/// The smallest value of tunable `name` of `meta` that is at least `want`, or an error naming the
-/// router parameter (`what`) that exceeds the kernel's largest tile.
-pub(crate) fn fitting_tile(
-    meta: &dsl_core::KernelMeta,
-    name: &str,
-    want: usize,
-    what: &str,
-) -> Result<i64, SimError> {
-    let values = meta
-        .tunables
-        .iter()
-        .find(|(n, _)| *n == name)
-        .map(|(_, v)| *v)
-        .unwrap_or(&[]);
-    values
-        .iter()
-        .copied()
-        .filter(|v| *v as usize >= want)
-        .min()
-        .ok_or_else(|| {
-            bad(
-                meta.name,
-                format!(
-                    "{what} = {want} exceeds the kernel's largest {name} tile ({})",
-                    values.iter().max().copied().unwrap_or(0)
-                ),
-            )
-        })
-}
-
 /// Checks that `idx` and `weights` are `[T, K]` for `logits [T, E]`; returns `(T, E, K)`.
 fn routing_shapes(
     kernel: &str,
@@ -221,10 +191,10 @@ pub fn run_router_sigmoid_group_topk(
     let config = Config::new()
         .with(
             "GS",
-            fitting_tile(meta, "GS", e / n_group, "experts per group")?,
+            meta.smallest_fitting("GS", e / n_group, "experts per group")?,
         )
-        .with("GB", fitting_tile(meta, "GB", n_group, "n_group")?)
-        .with("KB", fitting_tile(meta, "KB", k, "top_k")?);
+        .with("GB", meta.smallest_fitting("GB", n_group, "n_group")?)
+        .with("KB", meta.smallest_fitting("KB", k, "top_k")?);
     Ok(router_sigmoid_group_topk::launch(
         launcher,
         &config,
@@ -258,8 +228,8 @@ pub fn run_router_softmax_topk(
         ));
     }
     let config = Config::new()
-        .with("EB", fitting_tile(meta, "EB", e, "experts")?)
-        .with("KB", fitting_tile(meta, "KB", k, "top_k")?);
+        .with("EB", meta.smallest_fitting("EB", e, "experts")?)
+        .with("KB", meta.smallest_fitting("KB", k, "top_k")?);
     Ok(
         router_softmax_topk::launch(launcher, &config, logits, idx, weights, norm_topk_prob)?
             .report,
