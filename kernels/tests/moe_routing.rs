@@ -39,6 +39,31 @@ fn as_usize(v: &[f32]) -> Vec<usize> {
     v.iter().map(|x| *x as usize).collect()
 }
 
+/// NaN-poisoned router outputs `idx` and `weights`, both `[tokens, k]`.
+fn routing_outputs(tokens: usize, k: usize) -> (Tensor<i32>, Tensor<f32>) {
+    (
+        Tensor::<i32>::poisoned(&[tokens, k]),
+        Tensor::<f32>::poisoned(&[tokens, k]),
+    )
+}
+
+/// A router's outputs against the reference: the same experts in the same order, weights ≤ TOL.
+fn check_routing(
+    idx: &Tensor<i32>,
+    weights: &Tensor<f32>,
+    want: &mref::RouterRef,
+) -> Result<(), String> {
+    let got = as_usize(&idx.to_vec().unwrap());
+    if got != want.idx {
+        return Err(format!("selection {got:?}, reference {:?}", want.idx));
+    }
+    let err = rel_error(&weights.to_vec().unwrap(), &want.weights);
+    if err > TOL {
+        return Err(format!("weights error {err}"));
+    }
+    Ok(())
+}
+
 /// `K` distinct experts per token, uniformly.
 fn random_topk(rng: &mut Rng, tokens: usize, top_k: usize, experts: usize) -> Vec<i32> {
     let mut idx = Vec::with_capacity(tokens * top_k);
@@ -88,15 +113,12 @@ proptest! {
         let bias = rng.vec(e, 0.5);
         let want = mref::router_sigmoid_group_topk(&logits, &bias, tokens, p).unwrap();
         prop_assume!(want.margin > MIN_MARGIN);
-        let idx = Tensor::<i32>::poisoned(&[tokens, kk]);
-        let weights = Tensor::<f32>::poisoned(&[tokens, kk]);
+        let (idx, weights) = routing_outputs(tokens, kk);
         run_router_sigmoid_group_topk(
             &launcher(), &tensor(&[tokens, e], &logits), &tensor(&[1, e], &bias), &idx, &weights,
             p.n_group, p.topk_group, p.norm_topk_prob, p.routed_scaling_factor,
         ).unwrap();
-        prop_assert_eq!(as_usize(&idx.to_vec().unwrap()), want.idx, "{:?}", p);
-        let err = rel_error(&weights.to_vec().unwrap(), &want.weights);
-        prop_assert!(err <= TOL, "{p:?}: weights error {err}");
+        prop_assert_eq!(check_routing(&idx, &weights, &want), Ok(()), "{:?}", p);
     }
 
     #[test]
@@ -109,13 +131,10 @@ proptest! {
         let logits = rng.vec(tokens * experts, 3.0);
         let want = mref::router_softmax_topk(&logits, tokens, experts, kk, norm).unwrap();
         prop_assume!(want.margin > MIN_MARGIN);
-        let idx = Tensor::<i32>::poisoned(&[tokens, kk]);
-        let weights = Tensor::<f32>::poisoned(&[tokens, kk]);
+        let (idx, weights) = routing_outputs(tokens, kk);
         run_router_softmax_topk(&launcher(), &tensor(&[tokens, experts], &logits), &idx, &weights, norm)
             .unwrap();
-        prop_assert_eq!(as_usize(&idx.to_vec().unwrap()), want.idx);
-        let err = rel_error(&weights.to_vec().unwrap(), &want.weights);
-        prop_assert!(err <= TOL, "weights error {err}");
+        prop_assert_eq!(check_routing(&idx, &weights, &want), Ok(()));
     }
 
     #[test]
@@ -272,10 +291,7 @@ fn run_deepseek_block(
         vec![
             run_grouped_linear(&l, &x, &tensor(&[1, e, h], &w.router), &all_rows, &logits).unwrap(),
         ];
-    let (idx, weights) = (
-        Tensor::<i32>::poisoned(&[t, k]),
-        Tensor::<f32>::poisoned(&[t, k]),
-    );
+    let (idx, weights) = routing_outputs(t, k);
     reports.push(
         run_router_sigmoid_group_topk(
             &l,
@@ -447,12 +463,7 @@ fn router_parameters_are_checked_and_named() {
     let (t, e) = (3usize, 8usize);
     let logits = tensor::<f32>(&[t, e], &Rng::new(1).vec(t * e, 1.0));
     let bias = tensor::<f32>(&[1, e], &[0.1; 8]);
-    let out = |k: usize| {
-        (
-            Tensor::<i32>::poisoned(&[t, k]),
-            Tensor::<f32>::poisoned(&[t, k]),
-        )
-    };
+    let out = |k: usize| routing_outputs(t, k);
     let sigmoid = |k: usize, n_group: usize, topk_group: usize| {
         let (idx, w) = out(k);
         run_router_sigmoid_group_topk(&l, &logits, &bias, &idx, &w, n_group, topk_group, true, 1.0)
@@ -491,10 +502,7 @@ fn router_parameters_are_checked_and_named() {
         .to_string();
     assert!(err.contains("top_k = 9"), "{err}");
     let wide = tensor::<f32>(&[1, 600], &[0.5; 600]);
-    let (idx, w) = (
-        Tensor::<i32>::poisoned(&[1, 2]),
-        Tensor::<f32>::poisoned(&[1, 2]),
-    );
+    let (idx, w) = routing_outputs(1, 2);
     let err = run_router_softmax_topk(&l, &wide, &idx, &w, true)
         .unwrap_err()
         .to_string();
@@ -584,24 +592,11 @@ fn routers_at_released_model_sizes() {
             "pick another seed: {}",
             want.margin
         );
-        let (idx, w) = (
-            Tensor::<i32>::poisoned(&[tokens, k]),
-            Tensor::<f32>::poisoned(&[tokens, k]),
-        );
-        run_router_sigmoid_group_topk(
-            &l,
-            &tensor(&[tokens, e], &logits),
-            &tensor(&[1, e], &bias),
-            &idx,
-            &w,
-            n_group,
-            topk_group,
-            true,
-            scale,
-        )
-        .unwrap();
-        assert_eq!(as_usize(&idx.to_vec().unwrap()), want.idx, "{p:?}");
-        assert!(rel_error(&w.to_vec().unwrap(), &want.weights) <= TOL);
+        let (idx, w) = routing_outputs(tokens, k);
+        let (lt, bt) = (tensor(&[tokens, e], &logits), tensor(&[1, e], &bias));
+        run_router_sigmoid_group_topk(&l, &lt, &bt, &idx, &w, n_group, topk_group, true, scale)
+            .unwrap();
+        assert_eq!(check_routing(&idx, &w, &want), Ok(()), "{p:?}");
     }
     let (e, k) = (512, 10);
     let logits = Rng::new(512).vec(tokens * e, 4.0);
@@ -611,13 +606,9 @@ fn routers_at_released_model_sizes() {
         "pick another seed: {}",
         want.margin
     );
-    let (idx, w) = (
-        Tensor::<i32>::poisoned(&[tokens, k]),
-        Tensor::<f32>::poisoned(&[tokens, k]),
-    );
+    let (idx, w) = routing_outputs(tokens, k);
     run_router_softmax_topk(&l, &tensor(&[tokens, e], &logits), &idx, &w, true).unwrap();
-    assert_eq!(as_usize(&idx.to_vec().unwrap()), want.idx);
-    assert!(rel_error(&w.to_vec().unwrap(), &want.weights) <= TOL);
+    assert_eq!(check_routing(&idx, &w, &want), Ok(()));
 }
 
 /// DeepSeek-V3 decode (16 tokens × top 8 = 128 dispatched rows over 256 experts, bf16 gate
