@@ -813,28 +813,48 @@ pub fn eye<T: Elem, const N: usize>(ctx: &mut Ctx) -> Tile<T, N, N> {
     out
 }
 
-/// Reads one index from device memory into the program (a block-table entry, a selected token):
-/// a small blocking DMA, since the next addresses depend on it. In cost-only runs there is no data,
-/// so it returns `fallback` (e.g. the identity page mapping) — addresses do not change costs.
-pub fn load_index(ctx: &mut Ctx, t: &Tensor<i32>, i: usize, fallback: usize) -> usize {
-    let value = match t.data() {
-        Some(d) if i < t.len() => {
-            let v = d[t.mem_index(i)];
+/// Entry `i` of index data (`None` in cost-only runs: `fallback`) as a scalar; a negative,
+/// non-finite or out-of-range entry is a kernel error naming `holder()` (the tensor or tile; only
+/// formatted on error).
+fn read_index(
+    ctx: &mut Ctx,
+    data: Option<&[f32]>,
+    i: usize,
+    fallback: usize,
+    holder: &dyn Fn() -> String,
+) -> usize {
+    match data {
+        Some(d) if i < d.len() => {
+            let v = d[i];
             if v.is_finite() && v >= 0.0 {
                 v as usize
             } else {
                 ctx.fail(format!(
-                    "index tensor {t:?} holds {v} at {i}; indices must be non-negative"
+                    "index {} holds {v} at {i}; indices must be non-negative",
+                    holder()
                 ));
                 0
             }
         }
-        Some(_) => {
-            ctx.fail(format!("load_index: position {i} is outside {t:?}"));
+        Some(d) => {
+            ctx.fail(format!(
+                "index position {i} is outside {} ({} entries)",
+                holder(),
+                d.len()
+            ));
             0
         }
         None => fallback,
-    };
+    }
+}
+
+/// Reads one index from device memory into the program (a block-table entry, a selected token):
+/// a small blocking DMA, since the next addresses depend on it. In cost-only runs there is no data,
+/// so it returns `fallback` (e.g. the identity page mapping) — addresses do not change costs.
+pub fn load_index(ctx: &mut Ctx, t: &Tensor<i32>, i: usize, fallback: usize) -> usize {
+    // Logical entry `i` of a (possibly strided) index view, at its memory position.
+    let at = if i < t.len() { t.mem_index(i) } else { usize::MAX };
+    let value = read_index(ctx, t.data(), at, fallback, &|| format!("tensor {t:?}"));
     let region = Region {
         tensor: t.id(),
         offset: (t.offset() + i) as u64,
@@ -842,6 +862,28 @@ pub fn load_index(ctx: &mut Ctx, t: &Tensor<i32>, i: usize, fallback: usize) -> 
         cols: 1,
     };
     ctx.issue(Instr::new(Op::Load { bytes: 4, region }, ctx.line, &[], None).blocking());
+    value
+}
+
+/// Reads element `i` (row-major) of an index tile into the program as a scalar (a selected expert,
+/// a kept group), so the next addresses can depend on it — the tile counterpart of
+/// [`load_index`]. A register move on the vector unit; the program waits for it. In cost-only runs
+/// there is no data, so it returns `fallback`. A negative or out-of-range entry is a kernel error.
+pub fn index_at<const R: usize, const C: usize>(
+    ctx: &mut Ctx,
+    t: &Tile<i32, R, C>,
+    i: usize,
+    fallback: usize,
+) -> usize {
+    let value = read_index(ctx, t.data.as_deref(), i, fallback, &|| {
+        format!("tile {t:?}")
+    });
+    let op = Op::Vector {
+        elems: 1,
+        dtype: DType::I32,
+        class: VectorClass::Simple,
+    };
+    ctx.issue(Instr::new(op, ctx.line, &[t.buf], None).blocking());
     value
 }
 

@@ -65,6 +65,34 @@ impl KernelMeta {
         out
     }
 
+    /// The smallest listed value of `tunable` that is at least `want` (a tile that covers a
+    /// problem dimension); the error names `what` the dimension is and the largest tile.
+    pub fn smallest_fitting(
+        &self,
+        tunable: &str,
+        want: usize,
+        what: &str,
+    ) -> Result<i64, SimError> {
+        let values = self
+            .tunables
+            .iter()
+            .find(|(n, _)| *n == tunable)
+            .map(|(_, v)| *v)
+            .unwrap_or(&[]);
+        values
+            .iter()
+            .copied()
+            .filter(|v| *v as usize >= want)
+            .min()
+            .ok_or_else(|| SimError::Launch {
+                kernel: self.name.to_string(),
+                message: format!(
+                    "{what} = {want} exceeds the kernel's largest {tunable} ({:?})",
+                    values.iter().max()
+                ),
+            })
+    }
+
     /// The first listed value of every tunable.
     pub fn default_config(&self) -> Config {
         self.tunables

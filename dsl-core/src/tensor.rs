@@ -179,6 +179,26 @@ impl<T: Elem> Tensor<T> {
         view
     }
 
+    /// Rows `start..end` of the tensor viewed as a matrix (`[end − start, cols]`), sharing memory,
+    /// for use inside kernels (infallible; the host-side, checked form is [`Tensor::row_range`]):
+    /// the rows one expert owns in a grouped (expert-sorted) activation matrix, whose bounds come
+    /// from device memory at run time. Loads and stores through the view stay inside those rows, so
+    /// a ragged tile never touches the next group. Bounds are clipped to the tensor (`end` past the
+    /// last row, or `start > end`, give a shorter or empty view): no panic.
+    pub fn rows_clipped(&self, start: usize, end: usize) -> Tensor<T> {
+        let rows = self.rows();
+        let start = start.min(rows);
+        let end = end.clamp(start, rows);
+        Tensor {
+            id: self.id,
+            shape: vec![end - start, self.cols()],
+            offset: self.offset + start * self.stride,
+            stride: self.stride,
+            mem: self.mem.clone(),
+            _t: PhantomData,
+        }
+    }
+
     /// A view of the first `shape.iter().product()` elements with another shape (e.g. one reusable
     /// workspace serving several weights in turn). Errors if the view would be larger.
     pub fn reshaped(&self, shape: &[usize]) -> Result<Tensor<T>, String> {

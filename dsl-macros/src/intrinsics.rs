@@ -129,6 +129,7 @@ pub const INTRINSICS: &[Intrinsic] = &[
     i("tril", 3, &[]),
     typed("eye", 2, &[1], &[0], "eye::<f32, N>()"),
     i("load_index", 0, &[]),
+    i("index_at", 2, &[]),
     i("topk_update", 2, &[]),
     i("gather_rows", 3, &[0, 1]),
     typed(
@@ -152,6 +153,7 @@ pub fn find(name: &str) -> Option<&'static Intrinsic> {
 /// Methods kernels may call on scalars and tensors (no data-dependent behaviour, no allocation).
 pub const METHODS: &[&str] = &[
     "at",
+    "rows_clipped",
     "rows",
     "cols",
     "shape",

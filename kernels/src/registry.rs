@@ -116,6 +116,41 @@ pub fn all() -> Vec<Implementation> {
             meta: &crate::attention::kv_append::kv_cache_append::META,
             summary: "write new K/V (or latent) rows into a paged pool through the block table",
         },
+        Implementation {
+            op: "moe_router_sigmoid_group_topk",
+            kind: ImplKind::Dsl,
+            meta: &crate::moe::router::router_sigmoid_group_topk::META,
+            summary:
+                "DeepSeek-V3 router, one token per program: biased sigmoid scores, top-2 group \
+                      scores, kept groups merged into a running top-k, unbiased weights",
+        },
+        Implementation {
+            op: "moe_router_softmax_topk",
+            kind: ImplKind::Dsl,
+            meta: &crate::moe::router::router_softmax_topk::META,
+            summary: "Qwen3-Next router, one token per program: row softmax, top-k, renormalise",
+        },
+        Implementation {
+            op: "moe_dispatch",
+            kind: ImplKind::Dsl,
+            meta: &crate::moe::dispatch::moe_dispatch::META,
+            summary: "gathers token rows into expert order (one index read and row copy per row)",
+        },
+        Implementation {
+            op: "moe_combine",
+            kind: ImplKind::Dsl,
+            meta: &crate::moe::dispatch::moe_combine::META,
+            summary:
+                "per-token gather of its K expert rows, weighted f32 sum onto a base (no scatter)",
+        },
+        Implementation {
+            op: "moe_grouped_linear",
+            kind: ImplKind::DslTuned,
+            meta: &crate::moe::grouped::grouped_linear::META,
+            summary:
+                "grouped expert GEMM over run-time expert row ranges, double-buffered K loop; \
+                      experts without rows skip their weights",
+        },
     ]
 }
 

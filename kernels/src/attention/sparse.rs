@@ -132,24 +132,7 @@ pub struct DsaDecodeRun {
 }
 
 fn tune_value(meta: &dsl_core::KernelMeta, name: &str, want: usize) -> Result<i64, SimError> {
-    let values = meta
-        .tunables
-        .iter()
-        .find(|(n, _)| *n == name)
-        .map(|(_, v)| *v)
-        .unwrap_or(&[]);
-    values
-        .iter()
-        .copied()
-        .filter(|v| *v as usize >= want)
-        .min()
-        .ok_or_else(|| SimError::Launch {
-            kernel: meta.name.into(),
-            message: format!(
-                "{name} = {want} exceeds the kernel's largest size {:?}",
-                values.iter().max()
-            ),
-        })
+    meta.smallest_fitting(name, want, name)
 }
 
 fn exact(meta: &dsl_core::KernelMeta, name: &str, want: usize) -> Result<i64, SimError> {

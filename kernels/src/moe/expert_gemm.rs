@@ -46,27 +46,39 @@ pub fn expert_gemm_mxfp4<T: Float>(
     store(&ye, row, col, &acc);
 }
 
-/// Expert GEMM over float weights `w [E, N, K]`.
-#[kernel(
-    grid = (cdiv(x.shape()[1], BM), cdiv(w.shape()[1], BN), x.shape()[0]),
-    tunable(BM = [16, 32, 64, 128], BN = [128, 64, 256], BK = [128, 64, 256])
-)]
-pub fn expert_gemm<T: Float>(x: &Tensor<T>, w: &Tensor<T>, y: &Tensor<f32>) {
-    let e = program_id(2);
-    let (xe, we, ye) = (x.at(e), w.at(e), y.at(e));
-    let row = program_id(0) * BM;
-    let col = program_id(1) * BN;
+/// One output tile `x[row..+BM] · w[col..+BN]ᵀ` over the whole K of `x` (`w` output-major), with
+/// a double-buffered K loop: the next step's tiles load while the matrix unit multiplies.
+#[kernel(helper)]
+pub fn matmul_bt_tile<T: Float, const BM: usize, const BN: usize, const BK: usize>(
+    x: &Tensor<T>,
+    w: &Tensor<T>,
+    row: usize,
+    col: usize,
+) -> Tile<f32, BM, BN> {
     let mut acc = zeros::<f32, BM, BN>();
-    let mut tx = load_async::<BM, BK>(&xe, row, 0);
-    let mut tw = load_async::<BN, BK>(&we, col, 0);
-    for k in (BK..xe.cols() + BK).step_by(BK) {
-        let next_x = load_async::<BM, BK>(&xe, row, k);
-        let next_w = load_async::<BN, BK>(&we, col, k);
+    let mut tx = load_async::<BM, BK>(x, row, 0);
+    let mut tw = load_async::<BN, BK>(w, col, 0);
+    for k in (BK..x.cols() + BK).step_by(BK) {
+        let next_x = load_async::<BM, BK>(x, row, k);
+        let next_w = load_async::<BN, BK>(w, col, k);
         mma_bt(&mut acc, &tx, &tw);
         tx = next_x;
         tw = next_w;
     }
-    store(&ye, row, col, &acc);
+    acc
+}
+
+/// Expert GEMM over float weights `w [E, N, K]`.
+#[kernel(
+    grid = (cdiv(x.shape()[1], BM), cdiv(w.shape()[1], BN), x.shape()[0]),
+    tunable(BM = [16, 32, 64, 128], BN = [128, 64, 256], BK = [128, 64, 256]),
+    helpers(matmul_bt_tile)
+)]
+pub fn expert_gemm<T: Float>(x: &Tensor<T>, w: &Tensor<T>, y: &Tensor<f32>) {
+    let e = program_id(2);
+    let (row, col) = (program_id(0) * BM, program_id(1) * BN);
+    let acc = matmul_bt_tile::<T, BM, BN, BK>(&x.at(e), &w.at(e), row, col);
+    store(&y.at(e), row, col, &acc);
 }
 
 /// Offline conversion: MXFP4 expert weights → `T` in device memory (`w [E, N, K]`).

@@ -1,0 +1,184 @@
+//! Grouped expert GEMM over dispatched rows: after [`super::dispatch::moe_dispatch()`] the rows of
+//! `x [N, K]` are sorted by expert, expert `e` owning rows `offsets[e]..offsets[e+1]` (a
+//! [`super::dispatch::RoutingPlan`]'s `expert_offsets`), and `y[r] = x[r] · w[e]ᵀ` with `w [E, Nout,
+//! K]` (HF's per-expert `[out, in]`). Unlike [`super::expert_gemm::expert_gemm()`] (a fixed number of
+//! tokens per expert), the per-expert row counts come from device memory at run time.
+//!
+//! [`run_expert_swiglu_grouped`] composes the routed expert FFN from it: gate, up, SwiGLU, down.
+
+use super::expert_gemm::{matmul_bt_tile, swiglu};
+use dsl_core::prelude::*;
+use dsl_core::{Report, SimError};
+
+/// `y[r] = x[r] · w[e(r)]ᵀ`: one program per (row tile, output tile, expert) over the expert's
+/// rows. The row-tile axis covers all `N` rows (an expert may own them all); programs past their
+/// expert's rows read the two offsets (8 bytes) and stop, so an expert with 0 rows does no work
+/// and moves none of its weight bytes. Double-buffered K loop, as the fixed-size expert GEMM.
+/// Cost-only runs have no offsets and assume balanced routing (`N / E` rows per expert).
+#[kernel(
+    grid = (cdiv(x.rows(), BM), cdiv(w.shape()[1], BN), w.shape()[0]),
+    tunable(BM = [16, 32, 64, 128], BN = [128, 64, 256], BK = [128, 64, 256]),
+    helpers(matmul_bt_tile)
+)]
+pub fn grouped_linear<T: Float>(
+    x: &Tensor<T>,
+    w: &Tensor<T>,
+    offsets: &Tensor<i32>,
+    y: &Tensor<f32>,
+) {
+    let e = program_id(2);
+    let experts = num_programs(2);
+    let start = load_index(offsets, e, e * x.rows() / experts);
+    let end = load_index(offsets, e + 1, (e + 1) * x.rows() / experts);
+    let row = program_id(0) * BM;
+    if start + row < end {
+        // Views bounded to this expert's rows: ragged tiles never touch the next expert's rows.
+        let (xe, ye, we) = (x.rows_clipped(start, end), y.rows_clipped(start, end), w.at(e));
+        let col = program_id(1) * BN;
+        let acc = matmul_bt_tile::<T, BM, BN, BK>(&xe, &we, row, col);
+        store(&ye, row, col, &acc);
+    }
+}
+
+fn bad(kernel: &str, message: String) -> SimError {
+    SimError::Launch {
+        kernel: kernel.to_string(),
+        message,
+    }
+}
+
+/// Checks `offsets` (`[E + 1]` or `[E + 1, 1]`) against `experts` and the `rows` of the dispatched
+/// matrix; when the tensor holds data, also that it starts at 0, never decreases and ends at `rows`.
+pub fn check_offsets(
+    kernel: &str,
+    offsets: &Tensor<i32>,
+    experts: usize,
+    rows: usize,
+) -> Result<(), SimError> {
+    if offsets.len() != experts + 1 {
+        return Err(bad(
+            kernel,
+            format!(
+                "`offsets` must hold E + 1 = {} entries (one per expert, plus the end), got {offsets:?}",
+                experts + 1
+            ),
+        ));
+    }
+    if let Some(v) = offsets.to_vec() {
+        let ok = v.first() == Some(&0.0)
+            && v.last() == Some(&(rows as f32))
+            && v.windows(2).all(|p| p[0] <= p[1]);
+        if !ok {
+            return Err(bad(
+                kernel,
+                format!(
+                    "`offsets` {v:?} must start at 0, never decrease and end at the {rows} dispatched rows"
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Runs [`grouped_linear()`] after checking shapes (`x [N, K]`, `w [E, Nout, K]`, `offsets`,
+/// `y [N, Nout]`), with `BM` the smallest row tile covering the average rows per expert.
+pub fn run_grouped_linear<T: Float>(
+    launcher: &Launcher,
+    x: &Tensor<T>,
+    w: &Tensor<T>,
+    offsets: &Tensor<i32>,
+    y: &Tensor<f32>,
+) -> Result<Report, SimError> {
+    let name = grouped_linear::META.name;
+    let [e, n_out, k] = match w.shape() {
+        [e, n, k] if *e > 0 && *n > 0 && *k > 0 => [*e, *n, *k],
+        _ => {
+            return Err(bad(
+                name,
+                format!("`w` must be [E, Nout, K] with every size ≥ 1, got {w:?}"),
+            ))
+        }
+    };
+    let n = x.rows();
+    if x.shape() != [n, k] {
+        return Err(bad(
+            name,
+            format!("`x` must be [N, K] with K = {k} (the weight's input size), got {x:?}"),
+        ));
+    }
+    if y.shape() != [n, n_out] {
+        return Err(bad(
+            name,
+            format!("`y` must be [N, Nout] = [{n}, {n_out}], got {y:?}"),
+        ));
+    }
+    check_offsets(name, offsets, e, n)?;
+    let per_expert = n.div_ceil(e).max(1);
+    let bm = [16i64, 32, 64, 128]
+        .into_iter()
+        .find(|b| *b as usize >= per_expert)
+        .unwrap_or(128);
+    let config = Config::new().with("BM", bm);
+    Ok(grouped_linear::launch(launcher, &config, x, w, offsets, y)?.report)
+}
+
+/// The routed expert FFN over dispatched rows: `out[r] = (SiLU(x Wg[e]ᵀ) ⊙ (x Wu[e]ᵀ)) Wd[e]ᵀ` for
+/// the rows of each expert `e`: `xe [N, H]`, `w_gate`/`w_up [E, I, H]`, `w_down [E, H, I]`,
+/// `offsets` (`E + 1` entries), `out [N, H]` (f32). Four launches (gate, up, [`swiglu()`], down),
+/// chained into one report. The SwiGLU activation is rounded to `T` before the down projection.
+/// HF stores gate and up fused (`gate_up_proj [E, 2I, H]`, gate first): split it on load.
+#[allow(clippy::too_many_arguments)]
+pub fn run_expert_swiglu_grouped<T: Float>(
+    launcher: &Launcher,
+    xe: &Tensor<T>,
+    w_gate: &Tensor<T>,
+    w_up: &Tensor<T>,
+    w_down: &Tensor<T>,
+    offsets: &Tensor<i32>,
+    out: &Tensor<f32>,
+) -> Result<Report, SimError> {
+    let name = "expert_swiglu_grouped";
+    let [e, i, h] = match w_gate.shape() {
+        [e, i, h] => [*e, *i, *h],
+        _ => {
+            return Err(bad(
+                name,
+                format!("`w_gate` must be [E, I, H], got {w_gate:?}"),
+            ))
+        }
+    };
+    if w_up.shape() != [e, i, h] {
+        return Err(bad(
+            name,
+            format!("`w_up` must be [E, I, H] = [{e}, {i}, {h}] like `w_gate`, got {w_up:?}"),
+        ));
+    }
+    if w_down.shape() != [e, h, i] {
+        return Err(bad(
+            name,
+            format!("`w_down` must be [E, H, I] = [{e}, {h}, {i}], got {w_down:?}"),
+        ));
+    }
+    let n = xe.rows();
+    let functional = launcher.backend == Backend::Functional;
+    let scratch = |shape: &[usize]| {
+        if functional {
+            Tensor::<f32>::poisoned(shape)
+        } else {
+            Tensor::<f32>::shape_only(shape)
+        }
+    };
+    let (g, u) = (scratch(&[n, i]), scratch(&[n, i]));
+    let act = if functional {
+        Tensor::<T>::poisoned(&[n, i])
+    } else {
+        Tensor::<T>::shape_only(&[n, i])
+    };
+    let parts = [
+        run_grouped_linear(launcher, xe, w_gate, offsets, &g)?,
+        run_grouped_linear(launcher, xe, w_up, offsets, &u)?,
+        swiglu::launch(launcher, &Config::new(), &g, &u, &act)?.report,
+        run_grouped_linear(launcher, &act, w_down, offsets, out)?,
+    ];
+    Report::chain(name, &parts).ok_or_else(|| bad(name, "no launch to report".into()))
+}

@@ -1,0 +1,237 @@
+//! MoE routers: from router logits `[T, E]` to each token's chosen experts `idx [T, K]` (i32) and
+//! routing weights `weights [T, K]` (f32), best first.
+//!
+//! - [`router_sigmoid_group_topk()`]: DeepSeek-V3 / Kimi-K2 (`DeepseekV3TopkRouter`): sigmoid
+//!   scores, `e_score_correction_bias` for selection only, group-limited top-k.
+//! - [`router_softmax_topk()`]: Qwen3-Next (`Qwen3NextTopKRouter`): softmax, top-k, renormalise.
+//!
+//! One program per token: a token's selection is a chain of small row operations (the row of one
+//! token is at most a few hundred experts), so tokens are the parallel axis. Ties are broken by
+//! lower expert index (and lower group index), deterministically; `torch.topk` promises no order.
+//! The semantics are [`super::reference::router_sigmoid_group_topk`] and
+//! [`super::reference::router_softmax_topk`].
+
+use super::reference::SigmoidRouterParams;
+use dsl_core::prelude::*;
+use dsl_core::{Report, SimError};
+
+/// Selection scores `σ(logit) + bias` of the `gs` experts of the group starting at column `c0`
+/// of token `t`, in a `1×GS` tile whose columns past the group are −∞ (never chosen).
+#[kernel(helper)]
+pub fn group_choice_scores<const GS: usize>(
+    logits: &Tensor<f32>,
+    bias: &Tensor<f32>,
+    t: usize,
+    c0: usize,
+    gs: usize,
+) -> Tile<f32, 1, GS> {
+    let x = load_async_or::<1, GS>(logits, t, c0, f32::NEG_INFINITY);
+    let b = load_async::<1, GS>(bias, 0, c0);
+    mask_keys(&add(&sigmoid(&x), &b), 0, 0, gs, false)
+}
+
+/// DeepSeek-V3 routing of one token per program: group scores (sum of each group's top-2
+/// selection scores) ranked into `GB` slots, the experts of the `topk_group` best groups merged
+/// into a running top-`KB`, then the chosen experts' unbiased sigmoid scores normalised
+/// (`/ (Σ + 1e-20)`) and scaled. `GS` ≥ experts per group, `GB` ≥ `n_group`, `KB` ≥ `K`.
+#[kernel(
+    grid = (logits.rows(),),
+    tunable(GS = [32, 8, 16, 64, 128, 256, 512], GB = [8, 16, 32, 64], KB = [8, 16, 32]),
+    helpers(group_choice_scores)
+)]
+#[allow(clippy::too_many_arguments)]
+pub fn router_sigmoid_group_topk(
+    logits: &Tensor<f32>,
+    bias: &Tensor<f32>,
+    idx: &Tensor<i32>,
+    weights: &Tensor<f32>,
+    n_group: usize,
+    topk_group: usize,
+    norm_topk_prob: bool,
+    routed_scaling_factor: f32,
+) {
+    let t = program_id(0);
+    let gs = logits.cols() / n_group;
+    let mut group_best = full::<f32, 1, GB>(f32::NEG_INFINITY);
+    let mut group_idx = full::<i32, 1, GB>(-1.0);
+    for g in 0..n_group {
+        let sb = group_choice_scores::<GS>(logits, bias, t, g * gs, gs);
+        let mut top2 = full::<f32, 1, 2>(f32::NEG_INFINITY);
+        let mut top2_idx = full::<i32, 1, 2>(-1.0);
+        topk_update(&mut top2, &mut top2_idx, &sb, 0);
+        topk_update(&mut group_best, &mut group_idx, &row_sum(&top2), g);
+    }
+    // Only the kept groups' experts enter the selection (the others are −∞ in HF).
+    let mut best = full::<f32, 1, KB>(f32::NEG_INFINITY);
+    let mut best_idx = full::<i32, 1, KB>(-1.0);
+    for i in 0..topk_group {
+        let g = index_at(&group_idx, i, i);
+        let sb = group_choice_scores::<GS>(logits, bias, t, g * gs, gs);
+        topk_update(&mut best, &mut best_idx, &sb, g * gs);
+    }
+    store(idx, t, 0, &best_idx);
+    // Weights are the unbiased scores σ(logit) of the chosen experts.
+    let k = idx.cols();
+    let mut den = full::<f32, 1, 1>(1.0);
+    if norm_topk_prob {
+        let mut sum = zeros::<f32, 1, 1>();
+        for j in 0..k {
+            let e = index_at(&best_idx, j, j);
+            sum = add(&sum, &sigmoid(&load::<1, 1>(logits, t, e)));
+        }
+        den = add_scalar(&sum, 1e-20);
+    }
+    for j in 0..k {
+        let e = index_at(&best_idx, j, j);
+        let w = div(&sigmoid(&load::<1, 1>(logits, t, e)), &den);
+        store(weights, t, j, &scale(&w, routed_scaling_factor));
+    }
+}
+
+/// Qwen3-Next routing of one token per program: softmax over the `E ≤ EB` experts (f32), the
+/// top-`K` probabilities (`KB` ≥ `K`), divided by their sum when `norm_topk_prob`.
+#[kernel(
+    grid = (logits.rows(),),
+    tunable(EB = [64, 8, 16, 32, 128, 256, 512], KB = [8, 16, 32])
+)]
+pub fn router_softmax_topk(
+    logits: &Tensor<f32>,
+    idx: &Tensor<i32>,
+    weights: &Tensor<f32>,
+    norm_topk_prob: bool,
+) {
+    let t = program_id(0);
+    let x = load_async_or::<1, EB>(logits, t, 0, f32::NEG_INFINITY);
+    let p = exp(&sub_col(&x, &row_max(&x)));
+    let prob = div_col(&p, &row_sum(&p));
+    let mut best = full::<f32, 1, KB>(f32::NEG_INFINITY);
+    let mut best_idx = full::<i32, 1, KB>(-1.0);
+    topk_update(&mut best, &mut best_idx, &prob, 0);
+    // Probabilities are ≥ 0: masking the slots past K to −∞ and taking ReLU zeroes them, so the
+    // renormalising sum sees the K chosen ones only.
+    let top = relu(&mask_keys(&best, 0, 0, idx.cols(), false));
+    store(idx, t, 0, &best_idx);
+    if norm_topk_prob {
+        store(weights, t, 0, &div_col(&top, &row_sum(&top)));
+    } else {
+        store(weights, t, 0, &top);
+    }
+}
+
+fn bad(kernel: &str, message: String) -> SimError {
+    SimError::Launch {
+        kernel: kernel.to_string(),
+        message,
+    }
+}
+
+/// Checks that `idx` and `weights` are `[T, K]` for `logits [T, E]`; returns `(T, E, K)`.
+fn routing_shapes(
+    kernel: &str,
+    logits: &Tensor<f32>,
+    idx: &Tensor<i32>,
+    weights: &Tensor<f32>,
+) -> Result<(usize, usize, usize), SimError> {
+    let (t, e, k) = (logits.rows(), logits.cols(), idx.cols());
+    if logits.shape().len() != 2 || t == 0 || e == 0 {
+        return Err(bad(
+            kernel,
+            format!("`logits` must be [T, E] with T, E ≥ 1, got {logits:?}"),
+        ));
+    }
+    if idx.shape() != [t, k] || k == 0 {
+        return Err(bad(
+            kernel,
+            format!("`idx` must be [T = {t}, K ≥ 1], got {idx:?}"),
+        ));
+    }
+    if weights.shape() != [t, k] {
+        return Err(bad(
+            kernel,
+            format!("`weights` must be [T, K] = [{t}, {k}] like `idx`, got {weights:?}"),
+        ));
+    }
+    Ok((t, e, k))
+}
+
+/// Runs [`router_sigmoid_group_topk()`] after checking its parameters: `logits [T, E]`,
+/// `bias [1, E]`, `idx`/`weights [T, K]`; `n_group` divides `E` into groups of ≥ 2 experts,
+/// `1 ≤ topk_group ≤ n_group`, `K ≤ topk_group · E / n_group`. Tiles are chosen to fit.
+#[allow(clippy::too_many_arguments)]
+pub fn run_router_sigmoid_group_topk(
+    launcher: &Launcher,
+    logits: &Tensor<f32>,
+    bias: &Tensor<f32>,
+    idx: &Tensor<i32>,
+    weights: &Tensor<f32>,
+    n_group: usize,
+    topk_group: usize,
+    norm_topk_prob: bool,
+    routed_scaling_factor: f32,
+) -> Result<Report, SimError> {
+    let meta = &router_sigmoid_group_topk::META;
+    let (_, e, k) = routing_shapes(meta.name, logits, idx, weights)?;
+    if bias.shape() != [1, e] {
+        return Err(bad(
+            meta.name,
+            format!("`bias` (e_score_correction_bias) must be [1, E] = [1, {e}], got {bias:?}"),
+        ));
+    }
+    let params = SigmoidRouterParams {
+        experts: e,
+        top_k: k,
+        n_group,
+        topk_group,
+        norm_topk_prob,
+        routed_scaling_factor,
+    };
+    params
+        .validate()
+        .map_err(|er| bad(meta.name, er.0.clone()))?;
+    let config = Config::new()
+        .with(
+            "GS",
+            meta.smallest_fitting("GS", e / n_group, "experts per group")?,
+        )
+        .with("GB", meta.smallest_fitting("GB", n_group, "n_group")?)
+        .with("KB", meta.smallest_fitting("KB", k, "top_k")?);
+    Ok(router_sigmoid_group_topk::launch(
+        launcher,
+        &config,
+        logits,
+        bias,
+        idx,
+        weights,
+        n_group,
+        topk_group,
+        norm_topk_prob,
+        routed_scaling_factor,
+    )?
+    .report)
+}
+
+/// Runs [`router_softmax_topk()`] after checking its parameters: `logits [T, E]`,
+/// `idx`/`weights [T, K]` with `K ≤ E`. Tiles are chosen to fit.
+pub fn run_router_softmax_topk(
+    launcher: &Launcher,
+    logits: &Tensor<f32>,
+    idx: &Tensor<i32>,
+    weights: &Tensor<f32>,
+    norm_topk_prob: bool,
+) -> Result<Report, SimError> {
+    let meta = &router_softmax_topk::META;
+    let (_, e, k) = routing_shapes(meta.name, logits, idx, weights)?;
+    if k > e {
+        return Err(bad(
+            meta.name,
+            format!("top_k = {k} (the columns of `idx`) exceeds the {e} experts"),
+        ));
+    }
+    let config = Config::new()
+        .with("EB", meta.smallest_fitting("EB", e, "experts")?)
+        .with("KB", meta.smallest_fitting("KB", k, "top_k")?);
+    Ok(
+        router_softmax_topk::launch(launcher, &config, logits, idx, weights, norm_topk_prob)?
+            .report,
+    )
+}
