@@ -10,6 +10,7 @@
 //! - partials `o_part [S, Hkv, G, DV]`, `lse_part [S, Hkv, G, 1]` (f32) for `S` splits;
 //! - output `o [Hkv·G, DV]`.
 
+use super::fp8_kv::{paged_decode_split_fp8, Fp8Tensors};
 use super::reference::{attention_decode_paged, mqa_dense, AttnShape, MqaShape};
 use crate::gemm::GemmDtype;
 use dsl_core::prelude::*;
@@ -102,8 +103,11 @@ pub struct DecodeCase {
     pub page_size: usize,
     /// Context splits (flash-decoding); clamped to the number of pages.
     pub splits: usize,
-    /// Element dtype.
+    /// Element dtype (queries, output; the cache too unless `fp8_kv`).
     pub dtype: GemmDtype,
+    /// Store the cache as FP8 E4M3 with one f32 scale per token and key/value head
+    /// ([`super::fp8_kv`]); the error is then measured against the unquantised cache.
+    pub fp8_kv: bool,
     /// Seed of the random inputs (and of the scrambled block table).
     pub seed: u64,
 }
@@ -115,6 +119,13 @@ pub struct DecodeRun {
     pub report: dsl_core::Report,
     /// Output (functional runs).
     pub output: Option<Vec<f32>>,
+    /// With `fp8_kv`: the output vs the f64 reference of the *dequantised* cache, i.e. the kernel's
+    /// own error (`report.max_rel_error` is the error the FP8 cache costs).
+    pub dequantized_error: Option<f64>,
+    /// Bytes of the context's cache as stored (values and FP8 scales; spare pool pages excluded).
+    pub kv_cache_bytes: u64,
+    /// Bytes of the same cache in bf16, the usual unquantised serving format.
+    pub kv_cache_bytes_bf16: u64,
 }
 
 fn pick(values: &[i64], want: usize, what: &str) -> Result<i64, SimError> {
@@ -133,7 +144,9 @@ fn pick(values: &[i64], want: usize, what: &str) -> Result<i64, SimError> {
 }
 
 /// Runs paged decode on random data with a scrambled block table, checked against the f64
-/// reference (contiguous attention over the gathered pages; for a shared pool, latent MQA).
+/// reference (contiguous attention over the gathered pages; for a shared pool, latent MQA). With
+/// `fp8_kv` the pools are quantised ([`super::fp8_kv::quantize_per_token`]) and the reference
+/// still reads the unquantised values, so `max_rel_error` is the error the FP8 cache costs.
 pub fn run_decode(launcher: &Launcher, case: &DecodeCase) -> Result<DecodeRun, SimError> {
     let name = paged_decode_split::META.name;
     let fail = |message: String| SimError::Launch {
@@ -234,18 +247,46 @@ fn run_typed<T: Float>(
     let lse_part = t.output::<f32>(&[splits, case.kv_heads, group, 1]);
     let o = t.output::<T>(&[case.heads, case.v_head_dim]);
     let sm_scale = 1.0 / (case.head_dim as f32).sqrt();
-    let split = paged_decode_split::launch(
-        launcher,
-        cfg,
-        &q,
-        &k_pool,
-        &v_pool,
-        &block_table,
-        &o_part,
-        &lse_part,
-        case.ctx,
-        sm_scale,
-    )?;
+    let fp8_pools = if case.fp8_kv {
+        let k8 = Fp8Tensors::quantize(&k_pool, case.kv_heads, case.head_dim).map_err(fail)?;
+        let v8 = if case.shared_kv {
+            k8.clone()
+        } else {
+            Fp8Tensors::quantize(&v_pool, case.kv_heads, case.v_head_dim).map_err(fail)?
+        };
+        Some((k8, v8))
+    } else {
+        None
+    };
+    let split = if let Some((k8, v8)) = &fp8_pools {
+        paged_decode_split_fp8::launch(
+            launcher,
+            cfg,
+            &q,
+            &k8.codes,
+            &v8.codes,
+            &k8.scales,
+            &v8.scales,
+            &block_table,
+            &o_part,
+            &lse_part,
+            case.ctx,
+            sm_scale,
+        )?
+    } else {
+        paged_decode_split::launch(
+            launcher,
+            cfg,
+            &q,
+            &k_pool,
+            &v_pool,
+            &block_table,
+            &o_part,
+            &lse_part,
+            case.ctx,
+            sm_scale,
+        )?
+    };
     let comb_cfg = Config::new()
         .with("BH", 16)
         .with("DV", case.v_head_dim as i64);
@@ -253,12 +294,9 @@ fn run_typed<T: Float>(
     let mut report = dsl_core::Report::chain("paged_decode", &[split.report, combine.report])
         .expect("two launches");
     let output = o.to_vec();
-    if let (Some(out), Some(qv), Some(kv), Some(vv)) =
-        (&output, q.to_vec(), k_pool.to_vec(), v_pool.to_vec())
-    {
-        let want = if case.shared_kv {
-            let rows = super::reference::gather_pages(&kv, krow, case.page_size, &table, case.ctx)
-                .map_err(|e| fail(e.to_string()))?;
+    let reference = |kv: &[f32], vv: &[f32], qv: &[f32]| {
+        if case.shared_kv {
+            let rows = super::reference::gather_pages(kv, krow, case.page_size, &table, case.ctx)?;
             let ms = MqaShape {
                 sq: 1,
                 skv: case.ctx,
@@ -266,20 +304,36 @@ fn run_typed<T: Float>(
                 dk: case.head_dim,
                 dv: case.v_head_dim,
             };
-            mqa_dense(&qv, &rows, ms, sm_scale as f64).map_err(|e| fail(e.to_string()))?
+            mqa_dense(qv, &rows, ms, sm_scale as f64)
         } else {
-            attention_decode_paged(
-                &qv,
-                &kv,
-                &vv,
-                &table,
-                case.page_size,
-                shape,
-                sm_scale as f64,
-            )
-            .map_err(|e| fail(e.to_string()))?
-        };
+            attention_decode_paged(qv, kv, vv, &table, case.page_size, shape, sm_scale as f64)
+        }
+    };
+    let mut dequantized_error = None;
+    if let (Some(out), Some(qv), Some(kv), Some(vv)) =
+        (&output, q.to_vec(), k_pool.to_vec(), v_pool.to_vec())
+    {
+        let want = reference(&kv, &vv, &qv).map_err(|e| fail(e.to_string()))?;
         report.max_rel_error = Some(crate::reference::rel_error(out, &want));
+        if let Some((k8, v8)) = &fp8_pools {
+            let want = reference(&k8.dequantized(), &v8.dequantized(), &qv)
+                .map_err(|e| fail(e.to_string()))?;
+            dequantized_error = Some(crate::reference::rel_error(out, &want));
+        }
     }
-    Ok(DecodeRun { report, output })
+    // Values per token: the keys, and the values unless they are the keys' first columns.
+    let values = (krow + if case.shared_kv { 0 } else { vrow }) as u64;
+    let pools = if case.shared_kv { 1 } else { 2 };
+    let per_token = if case.fp8_kv {
+        values + 4 * (pools * case.kv_heads) as u64
+    } else {
+        values * T::DTYPE.bytes_for(1)
+    };
+    Ok(DecodeRun {
+        report,
+        output,
+        dequantized_error,
+        kv_cache_bytes: per_token * case.ctx as u64,
+        kv_cache_bytes_bf16: 2 * values * case.ctx as u64,
+    })
 }
