@@ -16,10 +16,70 @@ use crate::gemm::GemmDtype;
 use dsl_core::prelude::*;
 use dsl_core::SimError;
 
+/// One step of the online softmax shared by the split-KV and sparse attention kernels: folds a
+/// masked score tile `s [BH, BK]` into the running row max `m` and denominator `l`, rescales the
+/// accumulator `acc` by `e^(m_old − m_new)`, and returns the new probabilities, which the caller
+/// multiplies by its value tile (how the values are stored differs between callers).
+#[kernel(helper)]
+pub fn online_softmax_step<const BH: usize, const BK: usize, const DV: usize>(
+    s: &Tile<f32, BH, BK>,
+    m: &mut Tile<f32, BH, 1>,
+    l: &mut Tile<f32, BH, 1>,
+    acc: &mut Tile<f32, BH, DV>,
+) -> Tile<f32, BH, BK> {
+    let m_new = maximum(m, &row_max(s));
+    let pr = exp(&sub_col(s, &m_new));
+    let alpha = exp(&sub(m, &m_new));
+    *l = add(&mul(l, &alpha), &row_sum(&pr));
+    *acc = mul_col(acc, &alpha);
+    *m = m_new;
+    pr
+}
+
+/// The work of one split-KV decode program (grid: head blocks × splits): its key/value head, its
+/// first query row and its page range `p0..p1` (balanced, never empty: the runner keeps splits ≤
+/// pages).
+#[kernel(helper)]
+pub fn split_program<const BH: usize, const P: usize>(
+    q_rows_per_head: usize,
+    ctx_len: usize,
+) -> (usize, usize, usize, usize) {
+    let blocks = cdiv(q_rows_per_head, BH);
+    let kvh = program_id(0) / blocks;
+    let r0 = (program_id(0) - kvh * blocks) * BH;
+    let split = program_id(1);
+    let splits = num_programs(1);
+    let n_pages = cdiv(ctx_len, P);
+    (
+        kvh,
+        r0,
+        split * n_pages / splits,
+        (split + 1) * n_pages / splits,
+    )
+}
+
+/// Stores a split program's partial output `acc / l` and log-sum-exp `m + ln l` for
+/// [`decode_combine`].
+#[kernel(helper)]
+pub fn store_split_partials<const BH: usize, const DV: usize>(
+    o_part: &Tensor<f32>,
+    lse_part: &Tensor<f32>,
+    kvh: usize,
+    r0: usize,
+    m: &Tile<f32, BH, 1>,
+    l: &Tile<f32, BH, 1>,
+    acc: &Tile<f32, BH, DV>,
+) {
+    let split = program_id(1);
+    store(&o_part.at(split).at(kvh), r0, 0, &div_col(acc, l));
+    store(&lse_part.at(split).at(kvh), r0, 0, &add(m, &ln(l)));
+}
+
 /// One program per (block of `BH` query rows of one key/value head, context split).
 #[kernel(
     grid = (q.shape()[0] * cdiv(q.shape()[1], BH), o_part.shape()[0]),
-    tunable(BH = [16, 64, 128], P = [64, 16, 128], D = [128, 64, 576], DV = [128, 64, 512])
+    tunable(BH = [16, 64, 128], P = [64, 16, 128], D = [128, 64, 576], DV = [128, 64, 512]),
+    helpers(online_softmax_step, split_program, store_split_partials)
 )]
 pub fn paged_decode_split<T: Float>(
     q: &Tensor<T>,
@@ -31,14 +91,7 @@ pub fn paged_decode_split<T: Float>(
     ctx_len: usize,
     sm_scale: f32,
 ) {
-    let blocks = cdiv(q.shape()[1], BH);
-    let kvh = program_id(0) / blocks;
-    let r0 = (program_id(0) - kvh * blocks) * BH;
-    let split = program_id(1);
-    let splits = num_programs(1);
-    let n_pages = cdiv(ctx_len, P);
-    // Balanced, never-empty page ranges (the runner keeps splits ≤ pages).
-    let (p0, p1) = (split * n_pages / splits, (split + 1) * n_pages / splits);
+    let (kvh, r0, p0, p1) = split_program::<BH, P>(q.shape()[1], ctx_len);
     let tq = load::<BH, D>(&q.at(kvh), r0, 0);
     let mut m = full::<f32, BH, 1>(f32::NEG_INFINITY);
     let mut l = zeros::<f32, BH, 1>();
@@ -50,16 +103,10 @@ pub fn paged_decode_split<T: Float>(
         let mut s = zeros::<f32, BH, P>();
         mma_bt(&mut s, &tq, &tk);
         let s = mask_keys(&scale(&s, sm_scale), 0, p * P, ctx_len, false);
-        let m_new = maximum(&m, &row_max(&s));
-        let pr = exp(&sub_col(&s, &m_new));
-        let alpha = exp(&sub(&m, &m_new));
-        l = add(&mul(&l, &alpha), &row_sum(&pr));
-        acc = mul_col(&acc, &alpha);
+        let pr = online_softmax_step(&s, &mut m, &mut l, &mut acc);
         mma(&mut acc, &cast::<T>(&pr), &tv);
-        m = m_new;
     }
-    store(&o_part.at(split).at(kvh), r0, 0, &div_col(&acc, &l));
-    store(&lse_part.at(split).at(kvh), r0, 0, &add(&m, &ln(&l)));
+    store_split_partials(o_part, lse_part, kvh, r0, &m, &l, &acc);
 }
 
 /// Merges split partials: `o = Σ_s e^(lse_s − m) o_s / Σ_s e^(lse_s − m)`, `m = max_s lse_s`.

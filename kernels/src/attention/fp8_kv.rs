@@ -13,6 +13,7 @@
 //! multiply the score columns and value scales the probability columns before the value product
 //! (`Σ_s p_s·(σ_s c_s) = Σ_s (p_s σ_s)·c_s`), as DeepSeek's FP8 GEMMs scale partial products.
 
+use super::decode::{online_softmax_step, split_program, store_split_partials};
 use accel_sim::formats::fp8::{decode_e4m3, encode_e4m3};
 use accel_sim::formats::Overflow;
 use dsl_core::prelude::*;
@@ -166,7 +167,8 @@ fn dequantize(
 /// [`super::decode::paged_decode_split`], with `k_scale`/`v_scale [pages, Hkv, P]`.
 #[kernel(
     grid = (q.shape()[0] * cdiv(q.shape()[1], BH), o_part.shape()[0]),
-    tunable(BH = [16, 64, 128], P = [64, 16, 128], D = [128, 64, 576], DV = [128, 64, 512])
+    tunable(BH = [16, 64, 128], P = [64, 16, 128], D = [128, 64, 576], DV = [128, 64, 512]),
+    helpers(online_softmax_step, split_program, store_split_partials)
 )]
 pub fn paged_decode_split_fp8<T: Float>(
     q: &Tensor<T>,
@@ -180,13 +182,7 @@ pub fn paged_decode_split_fp8<T: Float>(
     ctx_len: usize,
     sm_scale: f32,
 ) {
-    let blocks = cdiv(q.shape()[1], BH);
-    let kvh = program_id(0) / blocks;
-    let r0 = (program_id(0) - kvh * blocks) * BH;
-    let split = program_id(1);
-    let splits = num_programs(1);
-    let n_pages = cdiv(ctx_len, P);
-    let (p0, p1) = (split * n_pages / splits, (split + 1) * n_pages / splits);
+    let (kvh, r0, p0, p1) = split_program::<BH, P>(q.shape()[1], ctx_len);
     let tq = load::<BH, D>(&q.at(kvh), r0, 0);
     let mut m = full::<f32, BH, 1>(f32::NEG_INFINITY);
     let mut l = zeros::<f32, BH, 1>();
@@ -206,14 +202,8 @@ pub fn paged_decode_split_fp8<T: Float>(
             ctx_len,
             false,
         );
-        let m_new = maximum(&m, &row_max(&s));
-        let pr = exp(&sub_col(&s, &m_new));
-        let alpha = exp(&sub(&m, &m_new));
-        l = add(&mul(&l, &alpha), &row_sum(&pr));
-        acc = mul_col(&acc, &alpha);
+        let pr = online_softmax_step(&s, &mut m, &mut l, &mut acc);
         mma(&mut acc, &cast::<T>(&mul_row(&pr, &vs)), &cast::<T>(&tv));
-        m = m_new;
     }
-    store(&o_part.at(split).at(kvh), r0, 0, &div_col(&acc, &l));
-    store(&lse_part.at(split).at(kvh), r0, 0, &add(&m, &ln(&l)));
+    store_split_partials(o_part, lse_part, kvh, r0, &m, &l, &acc);
 }

@@ -35,6 +35,7 @@
 //! - **Ties.** `torch.topk` leaves the order of equal scores unspecified; here higher score first,
 //!   then lower index (see [`super::reference::topk`]).
 
+use super::decode::online_softmax_step;
 use super::reference::{indexer_scores, mqa_sparse, select_topk, IndexerShape, MqaShape};
 use dsl_core::prelude::*;
 use dsl_core::SimError;
@@ -129,7 +130,7 @@ pub fn topk_select(scores: &Tensor<f32>, selected: &Tensor<i32>, ctx_len: usize)
 /// `ctx_len − sq + t` and attends the first `min(topk, position + 1)` entries of its own selection
 /// `selected [sq, K]`, gathered `BK` latent rows at a time from the paged pool; values are the
 /// first `DV` columns of each row. `q [sq, H, D]`, `o [sq, H, DV]`. Decode is `sq = 1`.
-#[kernel(grid = (q.shape()[0], cdiv(q.shape()[1], BH)), tunable(BH = [64, 16, 128], BK = [64, 32], D = [576, 128], DV = [512, 128]))]
+#[kernel(grid = (q.shape()[0], cdiv(q.shape()[1], BH)), tunable(BH = [64, 16, 128], BK = [64, 32], D = [576, 128], DV = [512, 128]), helpers(online_softmax_step))]
 pub fn sparse_mla<T: Float>(
     q: &Tensor<T>,
     kv_pool: &Tensor<T>,
@@ -154,13 +155,8 @@ pub fn sparse_mla<T: Float>(
         let mut s = zeros::<f32, BH, BK>();
         mma_bt(&mut s, &tq, &tk);
         let s = mask_keys(&scale(&s, sm_scale), 0, i0, count, false);
-        let m_new = maximum(&m, &row_max(&s));
-        let pr = exp(&sub_col(&s, &m_new));
-        let alpha = exp(&sub(&m, &m_new));
-        l = add(&mul(&l, &alpha), &row_sum(&pr));
-        acc = mul_col(&acc, &alpha);
+        let pr = online_softmax_step(&s, &mut m, &mut l, &mut acc);
         mma(&mut acc, &cast::<T>(&pr), &tv);
-        m = m_new;
     }
     store(&o.at(t), r, 0, &cast::<T>(&div_col(&acc, &l)));
 }
