@@ -148,6 +148,17 @@ enum AttentionKind {
     Decode,
     MlaDecode,
     DsaDecode,
+    DsaPrefill,
+}
+
+#[derive(Clone, Copy, ValueEnum, PartialEq)]
+enum KvDtypeArg {
+    /// FP8 E4M3, one f32 scale per token and key/value head (queries stay in --dtype).
+    Fp8,
+    /// bf16 (queries too).
+    Bf16,
+    /// f32 (queries too).
+    F32,
 }
 
 #[derive(Args)]
@@ -173,7 +184,7 @@ struct AttentionArgs {
     /// Value head dimension for prefill (default: --head-dim; MLA naive prefill: 128 with --head-dim 192).
     #[arg(long)]
     v_head_dim: Option<usize>,
-    /// Input dtype (prefill, decode, mla-decode; dsa-decode runs f32).
+    /// Input dtype (prefill, decode, mla-decode; dsa-decode and dsa-prefill run f32).
     #[arg(long, value_enum, default_value = "bf16")]
     dtype: DtypeArg,
     /// Tokens per KV-cache page (decode kinds).
@@ -182,19 +193,23 @@ struct AttentionArgs {
     /// Context splits for flash-decoding (decode kinds).
     #[arg(long, default_value_t = 4)]
     splits: usize,
-    /// index_topk (dsa-decode).
+    /// KV-cache dtype for decode and mla-decode (default: --dtype); fp8 reports the error against
+    /// the unquantised cache and the cache bytes saved.
+    #[arg(long, value_enum)]
+    kv_dtype: Option<KvDtypeArg>,
+    /// index_topk (dsa-decode, dsa-prefill).
     #[arg(long, default_value_t = 2048)]
     topk: usize,
-    /// MLA kv_lora_rank (mla-decode, dsa-decode).
+    /// MLA kv_lora_rank (mla-decode, dsa-decode, dsa-prefill).
     #[arg(long, default_value_t = 512)]
     kv_lora: usize,
-    /// MLA qk_rope_head_dim (mla-decode, dsa-decode).
+    /// MLA qk_rope_head_dim (mla-decode, dsa-decode, dsa-prefill).
     #[arg(long, default_value_t = 64)]
     rope_dim: usize,
-    /// Indexer heads (dsa-decode).
+    /// Indexer heads (dsa-decode, dsa-prefill).
     #[arg(long, default_value_t = 64)]
     index_heads: usize,
-    /// Indexer head dim (dsa-decode).
+    /// Indexer head dim (dsa-decode, dsa-prefill).
     #[arg(long, default_value_t = 128)]
     index_dim: usize,
     #[command(flatten)]
@@ -567,30 +582,26 @@ fn kernel_expert_ffn(args: ExpertFfnArgs) -> Result<(), String> {
 fn kernel_attention(args: AttentionArgs) -> Result<(), String> {
     use kernels::attention::decode::{run_decode, DecodeCase};
     use kernels::attention::prefill::{run_prefill, PrefillCase};
-    use kernels::attention::sparse::{run_dsa_decode, DsaDecodeCase};
+    use kernels::attention::sparse::{run_dsa_decode, run_dsa_prefill, DsaCase};
     let c = &args.common;
     let dtype = match args.dtype {
         DtypeArg::Bf16 => GemmDtype::Bf16,
         DtypeArg::F32 => GemmDtype::F32,
     };
     let ctx = args.ctx.unwrap_or(args.seq);
-    let print = |report: &accel_sim::Report| -> Result<(), String> {
-        if c.json {
-            println!(
-                "{}",
-                serde_json::to_string_pretty(report).map_err(|e| e.to_string())?
-            );
-        } else {
-            print!("{}", report.table());
-        }
-        Ok(())
-    };
     let tol = tolerance(dtype);
     match args.kind {
         AttentionKind::Prefill => {}
         AttentionKind::Decode | AttentionKind::MlaDecode => {
             let launcher = launcher_for(c)?;
             let mla = args.kind == AttentionKind::MlaDecode;
+            // An unquantised cache shares the queries' dtype; FP8 keeps the queries in --dtype.
+            let (dtype, fp8_kv) = match args.kv_dtype {
+                Some(KvDtypeArg::Fp8) => (dtype, true),
+                Some(KvDtypeArg::Bf16) => (GemmDtype::Bf16, false),
+                Some(KvDtypeArg::F32) => (GemmDtype::F32, false),
+                None => (dtype, false),
+            };
             let case = DecodeCase {
                 heads: args.heads,
                 kv_heads: if mla {
@@ -609,15 +620,48 @@ fn kernel_attention(args: AttentionArgs) -> Result<(), String> {
                 page_size: args.page_size,
                 splits: args.splits,
                 dtype,
+                fp8_kv,
                 seed: c.seed,
             };
             let run = run_decode(&launcher, &case).map_err(|e| e.to_string())?;
-            print(&run.report)?;
-            return check_reference(run.report.max_rel_error, tol);
+            if c.json {
+                let mut v = serde_json::to_value(&run.report).map_err(|e| e.to_string())?;
+                v["kv_cache_bytes"] = run.kv_cache_bytes.into();
+                v["kv_cache_bytes_bf16"] = run.kv_cache_bytes_bf16.into();
+                v["fp8_kv"] = fp8_kv.into();
+                println!(
+                    "{}",
+                    serde_json::to_string_pretty(&v).map_err(|e| e.to_string())?
+                );
+            } else {
+                print!("{}", run.report.table());
+                println!(
+                    "kv cache: {} B for {ctx} tokens ({:.2}x of bf16, {} B saved)",
+                    run.kv_cache_bytes,
+                    run.kv_cache_bytes as f64 / run.kv_cache_bytes_bf16 as f64,
+                    run.kv_cache_bytes_bf16 as i64 - run.kv_cache_bytes as i64
+                );
+            }
+            if fp8_kv {
+                // The kernel must be exact on the dequantised cache; the FP8 cost is reported.
+                if let Some(err) = run.dequantized_error {
+                    println!(
+                        "fp8 kv: max_rel_error vs the unquantised cache {}, kernel vs the \
+                         dequantised cache {err:.1e}",
+                        run.report
+                            .max_rel_error
+                            .map_or("-".to_string(), |e| format!("{e:.2e}"))
+                    );
+                }
+                return check_reference(run.dequantized_error, tol);
+            }
+            return check_reference(run.report.max_rel_error, tolerance(dtype));
         }
-        AttentionKind::DsaDecode => {
+        AttentionKind::DsaDecode | AttentionKind::DsaPrefill => {
             let launcher = launcher_for(c)?;
-            let case = DsaDecodeCase {
+            let prefill = args.kind == AttentionKind::DsaPrefill;
+            let case = DsaCase {
+                seq: args.seq,
                 heads: args.heads,
                 ctx,
                 topk: args.topk,
@@ -628,7 +672,12 @@ fn kernel_attention(args: AttentionArgs) -> Result<(), String> {
                 page_size: args.page_size,
                 seed: c.seed,
             };
-            let run = run_dsa_decode(&launcher, &case).map_err(|e| e.to_string())?;
+            let run = if prefill {
+                run_dsa_prefill(&launcher, &case)
+            } else {
+                run_dsa_decode(&launcher, &case)
+            }
+            .map_err(|e| e.to_string())?;
             if c.json {
                 let v = serde_json::json!({"total": run.total, "indexer": run.indexer, "topk": run.topk, "attention": run.attention});
                 println!(

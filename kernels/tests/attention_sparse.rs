@@ -1,18 +1,24 @@
-//! DSA decode: the indexer against its f64 reference, the top-k kernel against the reference
-//! selection of the kernel's own scores (exact: same order, same ties), sparse attention against
-//! the f64 reference over that selection, and sparse == dense when `index_topk ≥ ctx`.
+//! DSA decode and prefill: the indexer against its f64 reference, the top-k kernel against the
+//! reference selection of the kernel's own scores (exact: same order, same ties, every query row),
+//! sparse attention against the f64 reference over that selection; sparse (index_topk ≥ ctx) ==
+//! the dense kernels on the same inputs; how the cost grows.
 //! Tolerance: f32 ≤ 1e-5 relative to the output RMS.
 
 use dsl_core::prelude::*;
-use kernels::attention::sparse::{run_dsa_decode, DsaDecodeCase};
+use kernels::attention::decode::{decode_combine, paged_decode_split};
+use kernels::attention::prefill::flash_prefill;
+use kernels::attention::reference::gather_pages;
+use kernels::attention::sparse::{run_dsa_decode, run_dsa_prefill, DsaCase, DsaRun};
+use kernels::reference::rel_error;
 use proptest::prelude::*;
 
 fn launcher() -> Launcher {
     Launcher::for_device("npu-910b").unwrap()
 }
 
-fn case(ctx: usize, topk: usize, seed: u64) -> DsaDecodeCase {
-    DsaDecodeCase {
+fn case(seq: usize, ctx: usize, topk: usize, seed: u64) -> DsaCase {
+    DsaCase {
+        seq,
         heads: 16,
         ctx,
         topk,
@@ -25,35 +31,145 @@ fn case(ctx: usize, topk: usize, seed: u64) -> DsaDecodeCase {
     }
 }
 
+fn assert_matches(run: &DsaRun) -> Result<(), TestCaseError> {
+    prop_assert!(
+        run.indexer_error.unwrap() <= 1e-5,
+        "indexer {:?}",
+        run.indexer_error
+    );
+    prop_assert_eq!(run.selection_matches, Some(true));
+    prop_assert!(
+        run.attention_error.unwrap() <= 1e-5,
+        "attention {:?}",
+        run.attention_error
+    );
+    Ok(())
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(12))]
 
     #[test]
     fn dsa_decode_matches_references(ctx in 1usize..600, topk in prop::sample::select(vec![16usize, 64, 256]), seed in any::<u64>()) {
-        let run = run_dsa_decode(&launcher(), &case(ctx, topk, seed)).unwrap();
-        prop_assert!(run.indexer_error.unwrap() <= 1e-5, "indexer {:?}", run.indexer_error);
-        prop_assert_eq!(run.selection_matches, Some(true));
-        prop_assert!(run.attention_error.unwrap() <= 1e-5, "attention {:?}", run.attention_error);
+        assert_matches(&run_dsa_decode(&launcher(), &case(1, ctx, topk, seed)).unwrap())?;
+    }
+
+    /// Ragged lengths (not multiples of the 16-token pages or the query blocks), chunks against a
+    /// cache holding earlier tokens (`past > 0`), rows with fewer causal candidates than `topk`.
+    #[test]
+    fn dsa_prefill_matches_references(
+        seq in 1usize..150, past in prop::sample::select(vec![0usize, 0, 37, 200]),
+        topk in prop::sample::select(vec![16usize, 64]), index_heads in 1usize..7,
+        seed in any::<u64>(),
+    ) {
+        let c = DsaCase { index_heads, ..case(seq, seq + past, topk, seed) };
+        assert_matches(&run_dsa_prefill(&launcher(), &c).unwrap())?;
+    }
+}
+
+#[test]
+fn decode_runner_refuses_several_query_tokens() {
+    let err = run_dsa_decode(&launcher(), &case(3, 10, 16, 0)).unwrap_err();
+    assert!(err.to_string().contains("run_dsa_prefill"), "{err}");
+}
+
+/// Sparse decode with `index_topk ≥ ctx` equals the dense paged MLA decode (split-KV + combine)
+/// over the same latent pool, block table and queries, at DeepSeek's latent width (512 + 64).
+#[test]
+fn sparse_decode_with_topk_at_least_ctx_equals_dense_paged_decode() {
+    for (ctx, topk, splits) in [(150usize, 256usize, 1usize), (200, 200, 3)] {
+        let c = DsaCase {
+            head_dim: 576,
+            v_head_dim: 512,
+            ..case(1, ctx, topk, ctx as u64)
+        };
+        let sparse = run_dsa_decode(&launcher(), &c).unwrap();
+        assert_matches(&sparse).unwrap();
+        let i = &sparse.inputs;
+        let q = i.q.reshaped(&[1, c.heads, c.head_dim]).unwrap();
+        let o_part = Tensor::<f32>::poisoned(&[splits, 1, c.heads, c.v_head_dim]);
+        let lse_part = Tensor::<f32>::poisoned(&[splits, 1, c.heads, 1]);
+        let o = Tensor::<f32>::poisoned(&[c.heads, c.v_head_dim]);
+        let cfg = Config::new()
+            .with("BH", 16)
+            .with("P", 16)
+            .with("D", 576)
+            .with("DV", 512);
+        let sm_scale = 1.0 / (c.head_dim as f32).sqrt();
+        paged_decode_split::launch(
+            &launcher(),
+            &cfg,
+            &q,
+            &i.kv_pool,
+            &i.kv_pool,
+            &i.block_table,
+            &o_part,
+            &lse_part,
+            ctx,
+            sm_scale,
+        )
+        .unwrap();
+        let comb = Config::new().with("BH", 16).with("DV", 512);
+        decode_combine::launch(&launcher(), &comb, &o_part, &lse_part, &o).unwrap();
+        let dense: Vec<f64> = o.to_vec().unwrap().iter().map(|v| *v as f64).collect();
+        let err = rel_error(sparse.output.as_ref().unwrap(), &dense);
+        assert!(err <= 1e-5, "ctx {ctx} topk {topk} splits {splits}: {err}");
+    }
+}
+
+/// Sparse prefill with `index_topk ≥ ctx` equals the dense causal flash prefill (MQA: one
+/// key/value head, the latent rows as keys and values) on the same inputs, one-shot and as a
+/// chunk against a cache holding earlier tokens.
+#[test]
+fn sparse_prefill_with_topk_at_least_ctx_equals_dense_flash_prefill() {
+    for (seq, ctx) in [(77usize, 77usize), (50, 130)] {
+        let c = case(seq, ctx, 256, seq as u64);
+        let sparse = run_dsa_prefill(&launcher(), &c).unwrap();
+        assert_matches(&sparse).unwrap();
+        let i = &sparse.inputs;
+        let rows = gather_pages(
+            &i.kv_pool.to_vec().unwrap(),
+            c.head_dim,
+            c.page_size,
+            &i.table,
+            ctx,
+        )
+        .unwrap();
+        let kv = Tensor::<f32>::from_f32(&[ctx, c.head_dim], &rows).unwrap();
+        let q = i.q.reshaped(&[seq, c.heads * c.head_dim]).unwrap();
+        let o = Tensor::<f32>::poisoned(&[seq, c.heads * c.v_head_dim]);
+        let cfg = Config::new()
+            .with("BQ", 32)
+            .with("BK", 32)
+            .with("D", 128)
+            .with("DV", 128);
+        let sm_scale = 1.0 / (c.head_dim as f32).sqrt();
+        flash_prefill::launch(&launcher(), &cfg, &q, &kv, &kv, &o, sm_scale, true).unwrap();
+        let dense: Vec<f64> = o.to_vec().unwrap().iter().map(|v| *v as f64).collect();
+        let err = rel_error(sparse.output.as_ref().unwrap(), &dense);
+        assert!(err <= 1e-5, "seq {seq} ctx {ctx}: {err}");
+    }
+}
+
+fn production(seq: usize, ctx: usize, topk: usize) -> DsaCase {
+    DsaCase {
+        seq,
+        heads: 128,
+        ctx,
+        topk,
+        index_heads: 64,
+        index_dim: 128,
+        head_dim: 576,
+        v_head_dim: 512,
+        page_size: 64,
+        seed: 0,
     }
 }
 
 #[test]
 fn cost_grows_with_topk_not_context_except_the_indexer() {
     let cost = launcher().with_backend(Backend::CostOnly);
-    let prod = |ctx, topk| {
-        let c = DsaDecodeCase {
-            heads: 128,
-            ctx,
-            topk,
-            index_heads: 64,
-            index_dim: 128,
-            head_dim: 576,
-            v_head_dim: 512,
-            page_size: 64,
-            seed: 0,
-        };
-        run_dsa_decode(&cost, &c).unwrap()
-    };
+    let prod = |ctx, topk| run_dsa_decode(&cost, &production(1, ctx, topk)).unwrap();
     let start = std::time::Instant::now();
     let a = prod(131072, 2048);
     let host = start.elapsed();
@@ -66,4 +182,28 @@ fn cost_grows_with_topk_not_context_except_the_indexer() {
     assert!(a.indexer.cycles > 3 * b.indexer.cycles);
     // Production shape (128 heads, ctx 131072, topk 2048, 512 + 64) runs cost-only in under a second.
     assert!(host.as_secs_f64() < 1.0, "{host:?}");
+}
+
+/// Prefill: sparse attention grows with seq·topk (not with the context a chunk attends), the
+/// indexer with seq·context (seq² for a one-shot prefill).
+#[test]
+fn prefill_attention_grows_with_seq_times_topk_and_the_indexer_with_seq_times_context() {
+    let cost = launcher().with_backend(Backend::CostOnly);
+    let run = |seq, ctx, topk| run_dsa_prefill(&cost, &production(seq, ctx, topk)).unwrap();
+    // A 256-token chunk at the end of a 2048- and an 8192-token context.
+    let near = run(256, 2048, 512);
+    let far = run(256, 8192, 512);
+    assert_eq!(near.attention.cycles, far.attention.cycles);
+    assert!(far.indexer.cycles > 3 * near.indexer.cycles);
+    // 4x the selected tokens: ~4x the attention.
+    let wide = run(256, 8192, 2048);
+    assert!(wide.attention.cycles > 3 * far.attention.cycles);
+    // Twice the tokens in one chunk: twice the attention, and the indexer's causal triangle of a
+    // one-shot prefill 4x. (Below ~1k tokens the latent cache stays in L2 and the ratio is not
+    // yet linear.)
+    let one = run(1024, 1024, 64);
+    let two = run(2048, 2048, 64);
+    let ratio = two.attention.cycles as f64 / one.attention.cycles as f64;
+    assert!((1.8..2.3).contains(&ratio), "attention ratio {ratio}");
+    assert!(two.indexer.cycles > 3 * one.indexer.cycles);
 }

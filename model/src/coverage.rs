@@ -277,44 +277,32 @@ pub fn rules(kind: &OpKind) -> Rule {
                 Phase::Prefill => rule(Status::Composite, k, c, "decode kernel per query token"),
             }
         }
-        OpKind::DsaIndexer(p) => {
+        OpKind::DsaIndexer(Phase::Decode) => {
             let m = &sparse::indexer_decode::META;
             let c = vec![exact(m, "HI", "HI"), exact(m, "DI", "DI")];
-            match p {
-                Phase::Decode => rule(Status::Dsl, vec![m], c, ""),
-                Phase::Prefill => rule(
-                    Status::Composite,
-                    vec![m],
-                    c,
-                    "decode kernel per query token",
-                ),
-            }
+            rule(Status::Dsl, vec![m], c, "")
+        }
+        OpKind::DsaIndexer(Phase::Prefill) => {
+            let m = &sparse::indexer_prefill::META;
+            rule(Status::Dsl, vec![m], vec![exact(m, "DI", "DI")], "")
         }
         OpKind::DsaTopk(p) => {
             let m = &sparse::topk_select::META;
             let c = vec![exact(m, "K", "K")];
-            match p {
-                Phase::Decode => rule(Status::Dsl, vec![m], c, ""),
-                Phase::Prefill => rule(
-                    Status::Composite,
-                    vec![m],
-                    c,
-                    "one selection per query token",
-                ),
-            }
+            let note = match p {
+                Phase::Decode => "",
+                Phase::Prefill => "one selection per query token",
+            };
+            rule(Status::Dsl, vec![m], c, note)
         }
         OpKind::SparseMlaAttention(p) => {
-            let m = &sparse::sparse_mla_decode::META;
+            let m = &sparse::sparse_mla::META;
             let c = vec![exact(m, "D", "D"), exact(m, "DV", "DV")];
-            match p {
-                Phase::Decode => rule(Status::Dsl, vec![m], c, ""),
-                Phase::Prefill => rule(
-                    Status::Composite,
-                    vec![m],
-                    c,
-                    "decode kernel per query token",
-                ),
-            }
+            let note = match p {
+                Phase::Decode => "",
+                Phase::Prefill => "each query token with its own selection",
+            };
+            rule(Status::Dsl, vec![m], c, note)
         }
         OpKind::GqaAttention(Phase::Prefill) => {
             let m = &prefill::flash_prefill::META;

@@ -40,11 +40,11 @@ fn deepseek_v32_inventory() {
         ("rope", Missing),
         ("kv_cache_append", Missing),
         ("mla_absorb", Composite),
-        ("dsa_indexer.prefill", Composite),
+        ("dsa_indexer.prefill", Dsl),
         ("dsa_indexer.decode", Dsl),
-        ("dsa_topk.prefill", Composite),
+        ("dsa_topk.prefill", Dsl),
         ("dsa_topk.decode", Dsl),
-        ("sparse_mla_attention.prefill", Composite),
+        ("sparse_mla_attention.prefill", Dsl),
         ("sparse_mla_attention.decode", Dsl),
         ("moe_router.sigmoid_group_topk", Missing),
         ("moe_dispatch", Missing),
@@ -77,9 +77,10 @@ fn deepseek_v32_inventory() {
     // The kernels named are the kernels crate's.
     assert_eq!(row_kernels(&c, "dsa_indexer.decode"), ["indexer_decode"]);
     assert_eq!(row_kernels(&c, "dsa_topk.decode"), ["topk_select"]);
+    assert_eq!(row_kernels(&c, "dsa_indexer.prefill"), ["indexer_prefill"]);
     assert_eq!(
         row_kernels(&c, "sparse_mla_attention.decode"),
-        ["sparse_mla_decode"]
+        ["sparse_mla"]
     );
     assert_eq!(
         row_kernels(&c, "expert_ffn.fp8"),

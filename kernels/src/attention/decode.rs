@@ -10,15 +10,76 @@
 //! - partials `o_part [S, Hkv, G, DV]`, `lse_part [S, Hkv, G, 1]` (f32) for `S` splits;
 //! - output `o [Hkv·G, DV]`.
 
+use super::fp8_kv::{paged_decode_split_fp8, Fp8Tensors};
 use super::reference::{attention_decode_paged, mqa_dense, AttnShape, MqaShape};
 use crate::gemm::GemmDtype;
 use dsl_core::prelude::*;
 use dsl_core::SimError;
 
+/// One step of the online softmax shared by the split-KV and sparse attention kernels: folds a
+/// masked score tile `s [BH, BK]` into the running row max `m` and denominator `l`, rescales the
+/// accumulator `acc` by `e^(m_old − m_new)`, and returns the new probabilities, which the caller
+/// multiplies by its value tile (how the values are stored differs between callers).
+#[kernel(helper)]
+pub fn online_softmax_step<const BH: usize, const BK: usize, const DV: usize>(
+    s: &Tile<f32, BH, BK>,
+    m: &mut Tile<f32, BH, 1>,
+    l: &mut Tile<f32, BH, 1>,
+    acc: &mut Tile<f32, BH, DV>,
+) -> Tile<f32, BH, BK> {
+    let m_new = maximum(m, &row_max(s));
+    let pr = exp(&sub_col(s, &m_new));
+    let alpha = exp(&sub(m, &m_new));
+    *l = add(&mul(l, &alpha), &row_sum(&pr));
+    *acc = mul_col(acc, &alpha);
+    *m = m_new;
+    pr
+}
+
+/// The work of one split-KV decode program (grid: head blocks × splits): its key/value head, its
+/// first query row and its page range `p0..p1` (balanced, never empty: the runner keeps splits ≤
+/// pages).
+#[kernel(helper)]
+pub fn split_program<const BH: usize, const P: usize>(
+    q_rows_per_head: usize,
+    ctx_len: usize,
+) -> (usize, usize, usize, usize) {
+    let blocks = cdiv(q_rows_per_head, BH);
+    let kvh = program_id(0) / blocks;
+    let r0 = (program_id(0) - kvh * blocks) * BH;
+    let split = program_id(1);
+    let splits = num_programs(1);
+    let n_pages = cdiv(ctx_len, P);
+    (
+        kvh,
+        r0,
+        split * n_pages / splits,
+        (split + 1) * n_pages / splits,
+    )
+}
+
+/// Stores a split program's partial output `acc / l` and log-sum-exp `m + ln l` for
+/// [`decode_combine`].
+#[kernel(helper)]
+pub fn store_split_partials<const BH: usize, const DV: usize>(
+    o_part: &Tensor<f32>,
+    lse_part: &Tensor<f32>,
+    kvh: usize,
+    r0: usize,
+    m: &Tile<f32, BH, 1>,
+    l: &Tile<f32, BH, 1>,
+    acc: &Tile<f32, BH, DV>,
+) {
+    let split = program_id(1);
+    store(&o_part.at(split).at(kvh), r0, 0, &div_col(acc, l));
+    store(&lse_part.at(split).at(kvh), r0, 0, &add(m, &ln(l)));
+}
+
 /// One program per (block of `BH` query rows of one key/value head, context split).
 #[kernel(
     grid = (q.shape()[0] * cdiv(q.shape()[1], BH), o_part.shape()[0]),
-    tunable(BH = [16, 64, 128], P = [64, 16, 128], D = [128, 64, 576], DV = [128, 64, 512])
+    tunable(BH = [16, 64, 128], P = [64, 16, 128], D = [128, 64, 576], DV = [128, 64, 512]),
+    helpers(online_softmax_step, split_program, store_split_partials)
 )]
 pub fn paged_decode_split<T: Float>(
     q: &Tensor<T>,
@@ -30,14 +91,7 @@ pub fn paged_decode_split<T: Float>(
     ctx_len: usize,
     sm_scale: f32,
 ) {
-    let blocks = cdiv(q.shape()[1], BH);
-    let kvh = program_id(0) / blocks;
-    let r0 = (program_id(0) - kvh * blocks) * BH;
-    let split = program_id(1);
-    let splits = num_programs(1);
-    let n_pages = cdiv(ctx_len, P);
-    // Balanced, never-empty page ranges (the runner keeps splits ≤ pages).
-    let (p0, p1) = (split * n_pages / splits, (split + 1) * n_pages / splits);
+    let (kvh, r0, p0, p1) = split_program::<BH, P>(q.shape()[1], ctx_len);
     let tq = load::<BH, D>(&q.at(kvh), r0, 0);
     let mut m = full::<f32, BH, 1>(f32::NEG_INFINITY);
     let mut l = zeros::<f32, BH, 1>();
@@ -49,16 +103,10 @@ pub fn paged_decode_split<T: Float>(
         let mut s = zeros::<f32, BH, P>();
         mma_bt(&mut s, &tq, &tk);
         let s = mask_keys(&scale(&s, sm_scale), 0, p * P, ctx_len, false);
-        let m_new = maximum(&m, &row_max(&s));
-        let pr = exp(&sub_col(&s, &m_new));
-        let alpha = exp(&sub(&m, &m_new));
-        l = add(&mul(&l, &alpha), &row_sum(&pr));
-        acc = mul_col(&acc, &alpha);
+        let pr = online_softmax_step(&s, &mut m, &mut l, &mut acc);
         mma(&mut acc, &cast::<T>(&pr), &tv);
-        m = m_new;
     }
-    store(&o_part.at(split).at(kvh), r0, 0, &div_col(&acc, &l));
-    store(&lse_part.at(split).at(kvh), r0, 0, &add(&m, &ln(&l)));
+    store_split_partials(o_part, lse_part, kvh, r0, &m, &l, &acc);
 }
 
 /// Merges split partials: `o = Σ_s e^(lse_s − m) o_s / Σ_s e^(lse_s − m)`, `m = max_s lse_s`.
@@ -102,8 +150,11 @@ pub struct DecodeCase {
     pub page_size: usize,
     /// Context splits (flash-decoding); clamped to the number of pages.
     pub splits: usize,
-    /// Element dtype.
+    /// Element dtype (queries, output; the cache too unless `fp8_kv`).
     pub dtype: GemmDtype,
+    /// Store the cache as FP8 E4M3 with one f32 scale per token and key/value head
+    /// ([`super::fp8_kv`]); the error is then measured against the unquantised cache.
+    pub fp8_kv: bool,
     /// Seed of the random inputs (and of the scrambled block table).
     pub seed: u64,
 }
@@ -115,6 +166,13 @@ pub struct DecodeRun {
     pub report: dsl_core::Report,
     /// Output (functional runs).
     pub output: Option<Vec<f32>>,
+    /// With `fp8_kv`: the output vs the f64 reference of the *dequantised* cache, i.e. the kernel's
+    /// own error (`report.max_rel_error` is the error the FP8 cache costs).
+    pub dequantized_error: Option<f64>,
+    /// Bytes of the context's cache as stored (values and FP8 scales; spare pool pages excluded).
+    pub kv_cache_bytes: u64,
+    /// Bytes of the same cache in bf16, the usual unquantised serving format.
+    pub kv_cache_bytes_bf16: u64,
 }
 
 fn pick(values: &[i64], want: usize, what: &str) -> Result<i64, SimError> {
@@ -133,7 +191,9 @@ fn pick(values: &[i64], want: usize, what: &str) -> Result<i64, SimError> {
 }
 
 /// Runs paged decode on random data with a scrambled block table, checked against the f64
-/// reference (contiguous attention over the gathered pages; for a shared pool, latent MQA).
+/// reference (contiguous attention over the gathered pages; for a shared pool, latent MQA). With
+/// `fp8_kv` the pools are quantised ([`super::fp8_kv::quantize_per_token`]) and the reference
+/// still reads the unquantised values, so `max_rel_error` is the error the FP8 cache costs.
 pub fn run_decode(launcher: &Launcher, case: &DecodeCase) -> Result<DecodeRun, SimError> {
     let name = paged_decode_split::META.name;
     let fail = |message: String| SimError::Launch {
@@ -234,18 +294,46 @@ fn run_typed<T: Float>(
     let lse_part = t.output::<f32>(&[splits, case.kv_heads, group, 1]);
     let o = t.output::<T>(&[case.heads, case.v_head_dim]);
     let sm_scale = 1.0 / (case.head_dim as f32).sqrt();
-    let split = paged_decode_split::launch(
-        launcher,
-        cfg,
-        &q,
-        &k_pool,
-        &v_pool,
-        &block_table,
-        &o_part,
-        &lse_part,
-        case.ctx,
-        sm_scale,
-    )?;
+    let fp8_pools = if case.fp8_kv {
+        let k8 = Fp8Tensors::quantize(&k_pool, case.kv_heads, case.head_dim).map_err(fail)?;
+        let v8 = if case.shared_kv {
+            k8.clone()
+        } else {
+            Fp8Tensors::quantize(&v_pool, case.kv_heads, case.v_head_dim).map_err(fail)?
+        };
+        Some((k8, v8))
+    } else {
+        None
+    };
+    let split = if let Some((k8, v8)) = &fp8_pools {
+        paged_decode_split_fp8::launch(
+            launcher,
+            cfg,
+            &q,
+            &k8.codes,
+            &v8.codes,
+            &k8.scales,
+            &v8.scales,
+            &block_table,
+            &o_part,
+            &lse_part,
+            case.ctx,
+            sm_scale,
+        )?
+    } else {
+        paged_decode_split::launch(
+            launcher,
+            cfg,
+            &q,
+            &k_pool,
+            &v_pool,
+            &block_table,
+            &o_part,
+            &lse_part,
+            case.ctx,
+            sm_scale,
+        )?
+    };
     let comb_cfg = Config::new()
         .with("BH", 16)
         .with("DV", case.v_head_dim as i64);
@@ -253,12 +341,9 @@ fn run_typed<T: Float>(
     let mut report = dsl_core::Report::chain("paged_decode", &[split.report, combine.report])
         .expect("two launches");
     let output = o.to_vec();
-    if let (Some(out), Some(qv), Some(kv), Some(vv)) =
-        (&output, q.to_vec(), k_pool.to_vec(), v_pool.to_vec())
-    {
-        let want = if case.shared_kv {
-            let rows = super::reference::gather_pages(&kv, krow, case.page_size, &table, case.ctx)
-                .map_err(|e| fail(e.to_string()))?;
+    let reference = |kv: &[f32], vv: &[f32], qv: &[f32]| {
+        if case.shared_kv {
+            let rows = super::reference::gather_pages(kv, krow, case.page_size, &table, case.ctx)?;
             let ms = MqaShape {
                 sq: 1,
                 skv: case.ctx,
@@ -266,20 +351,36 @@ fn run_typed<T: Float>(
                 dk: case.head_dim,
                 dv: case.v_head_dim,
             };
-            mqa_dense(&qv, &rows, ms, sm_scale as f64).map_err(|e| fail(e.to_string()))?
+            mqa_dense(qv, &rows, ms, sm_scale as f64)
         } else {
-            attention_decode_paged(
-                &qv,
-                &kv,
-                &vv,
-                &table,
-                case.page_size,
-                shape,
-                sm_scale as f64,
-            )
-            .map_err(|e| fail(e.to_string()))?
-        };
+            attention_decode_paged(qv, kv, vv, &table, case.page_size, shape, sm_scale as f64)
+        }
+    };
+    let mut dequantized_error = None;
+    if let (Some(out), Some(qv), Some(kv), Some(vv)) =
+        (&output, q.to_vec(), k_pool.to_vec(), v_pool.to_vec())
+    {
+        let want = reference(&kv, &vv, &qv).map_err(|e| fail(e.to_string()))?;
         report.max_rel_error = Some(crate::reference::rel_error(out, &want));
+        if let Some((k8, v8)) = &fp8_pools {
+            let want = reference(&k8.dequantized(), &v8.dequantized(), &qv)
+                .map_err(|e| fail(e.to_string()))?;
+            dequantized_error = Some(crate::reference::rel_error(out, &want));
+        }
     }
-    Ok(DecodeRun { report, output })
+    // Values per token: the keys, and the values unless they are the keys' first columns.
+    let values = (krow + if case.shared_kv { 0 } else { vrow }) as u64;
+    let pools = if case.shared_kv { 1 } else { 2 };
+    let per_token = if case.fp8_kv {
+        values + 4 * (pools * case.kv_heads) as u64
+    } else {
+        values * T::DTYPE.bytes_for(1)
+    };
+    Ok(DecodeRun {
+        report,
+        output,
+        dequantized_error,
+        kv_cache_bytes: per_token * case.ctx as u64,
+        kv_cache_bytes_bf16: 2 * values * case.ctx as u64,
+    })
 }

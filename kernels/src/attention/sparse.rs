@@ -1,14 +1,41 @@
-//! DeepSeek-V3.2 indexed sparse attention (DSA) for decode: the lightning indexer scores every
-//! past token, a top-k kernel selects `index_topk` of them, and MLA's absorbed attention runs over
-//! the selected latent rows only (MQA, gathered from the paged cache).
+//! DeepSeek-V3.2 indexed sparse attention (DSA), decode and prefill: the lightning indexer scores
+//! every past token, a top-k kernel selects `index_topk` of them per query token, and MLA's
+//! absorbed attention runs over the selected latent rows only (MQA, gathered from the paged
+//! cache).
 //!
-//! Layouts (one sequence, the newest token):
-//! - indexer: `q_idx [HI, DI]`, `w [HI, 1]` (f32, `index_n_heads^-1/2` folded in), key cache
-//!   `k_idx_pool [pages, P, DI]`;
+//! Layouts (one sequence; `sq` query tokens, the last `sq` positions of a context of `ctx`):
+//! - indexer: `q_idx [sq, HI·DI]`, `w [sq, HI]` (f32, `index_n_heads^-1/2` folded in), key cache
+//!   `k_idx_pool [pages, P, DI]`; scores `[sq, n·P]`, `−∞` after each query's position;
+//! - selections `[sq, K]` (i32, best first);
 //! - latent cache `kv_pool [pages, P, D]` (`D = kv_lora + rope`), values = its first `DV` columns;
-//!   `q [H, D]` (absorbed queries);
+//!   `q [sq, H, D]` (absorbed queries), `o [sq, H, DV]`;
 //! - `block_table [n]` (i32) shared by both caches (the indexer key cache is part of the paged cache).
+//!
+//! Decode (`sq = 1`) scores with [`indexer_decode`] (index heads as the matrix rows); prefill
+//! with [`indexer_prefill`] (query tokens as the rows, one matrix product per index head, pages
+//! after a block's last query skipped: seq²/2 work). [`topk_select`] and [`sparse_mla`] serve
+//! both: one program per query row / per (query token, head block), each query with its own
+//! selection, so the attention work grows with seq·topk, not with the context.
+//!
+//! ## Prefill semantics, and where the two reference codes differ
+//! Checked against DeepSeek-V3.2-Exp `inference/model.py` (`Indexer.forward`, `MLA.forward`) and
+//! transformers 5.24 `models/deepseek_v32/modeling_deepseek_v32.py` (`DeepseekV32Indexer`,
+//! `DeepseekV32Attention`); day0 follows transformers where they differ:
+//! - **k per row.** DeepSeek takes `topk(min(index_topk, end_pos))` of the causally masked
+//!   scores, transformers `topk(min(index_topk, T))` with `T` the key count; both then re-apply
+//!   the causal mask, so a row with fewer than `index_topk` causal candidates attends all of them.
+//!   Here row `t` keeps exactly `min(index_topk, position + 1)` entries (the same keys).
+//! - **Scale.** transformers applies `softmax_scale` before the ReLU, DeepSeek after (inside
+//!   `weights`): equal for a positive scale; the kernel folds it into the head weights.
+//! - **FP8 / Hadamard.** DeepSeek quantises the indexer's q and k to FP8 after a Hadamard
+//!   rotation; transformers (and day0) score in f32 without either.
+//! - **Attention form.** Both reference codes run prefill as naive MHA with a `0/−∞` index mask;
+//!   day0 runs the absorbed latent MQA over the gathered rows (FlashMLA's sparse prefill form),
+//!   which [`super::reference`] proves equal to the naive form.
+//! - **Ties.** `torch.topk` leaves the order of equal scores unspecified; here higher score first,
+//!   then lower index (see [`super::reference::topk`]).
 
+use super::decode::online_softmax_step;
 use super::reference::{indexer_scores, mqa_sparse, select_topk, IndexerShape, MqaShape};
 use dsl_core::prelude::*;
 use dsl_core::SimError;
@@ -43,58 +70,106 @@ pub fn indexer_decode<T: Float>(
     );
 }
 
-/// Top-`K` selection over `scores [1, L]`, best first, deterministic ties (see
-/// `dsl_core::intrinsics::topk_update`); writes the token indices to `selected [1, K]`.
-#[kernel(grid = (1,), tunable(K = [2048, 16, 64, 256, 512, 1024], C = [1024, 256]))]
-pub fn topk_select(scores: &Tensor<f32>, selected: &Tensor<i32>) {
-    let mut best = full::<f32, 1, K>(f32::NEG_INFINITY);
-    let mut best_idx = full::<i32, 1, K>(-1.0);
-    for c0 in (0..scores.cols()).step_by(C) {
-        let cand = load_async_or::<1, C>(scores, 0, c0, f32::NEG_INFINITY);
-        topk_update(&mut best, &mut best_idx, &cand, c0);
+/// Lightning indexer for a block of query tokens (prefill), one program per (block of `BQ` query
+/// tokens, page of `P` keys): `I(t,s) = Σ_j w(t,j) · ReLU(scale · q(t,j)·k(s))` for keys at or
+/// before token `t`'s position (`ctx_len − sq + t`), `−∞` after, written to `scores [sq, n·P]`.
+/// `q_idx [sq, HI·DI]` (index heads side by side), `w [sq, HI]`. A page wholly in the future of
+/// the block is written `−∞` without being read, so the work grows with seq²/2.
+#[kernel(grid = (cdiv(q_idx.rows(), BQ), cdiv(ctx_len, P)), tunable(BQ = [64, 16, 32, 128], DI = [128, 64], P = [64, 16, 128]))]
+pub fn indexer_prefill<T: Float>(
+    q_idx: &Tensor<T>,
+    w: &Tensor<f32>,
+    k_idx_pool: &Tensor<T>,
+    block_table: &Tensor<i32>,
+    scores: &Tensor<f32>,
+    ctx_len: usize,
+    idx_scale: f32,
+) {
+    let t0 = program_id(0) * BQ;
+    let p = program_id(1);
+    let q_pos = ctx_len - q_idx.rows() + t0;
+    let mut score = full::<f32, BQ, P>(f32::NEG_INFINITY);
+    if p * P <= q_pos + BQ - 1 {
+        let page = load_index(block_table, p, p);
+        let tk = load_async::<P, DI>(&k_idx_pool.at(page), 0, 0);
+        let mut acc = zeros::<f32, BQ, P>();
+        for j in 0..w.cols() {
+            let tq = load_async::<BQ, DI>(q_idx, t0, j * DI);
+            // The positive scale commutes with ReLU: fold it into the per-token head weights.
+            let wj = scale(&load_async::<BQ, 1>(w, t0, j), idx_scale);
+            let mut s = zeros::<f32, BQ, P>();
+            mma_bt(&mut s, &tq, &tk);
+            acc = add(&acc, &mul_col(&relu(&s), &wj));
+        }
+        score = mask_keys(&acc, q_pos, p * P, ctx_len, true);
     }
-    store(selected, 0, 0, &best_idx);
+    store(scores, t0, p * P, &score);
 }
 
-/// Sparse MLA decode: MQA over the `count` selected latent rows, `BK` gathered rows at a time.
-#[kernel(grid = (cdiv(q.rows(), BH),), tunable(BH = [64, 16, 128], BK = [64, 32], D = [576, 128], DV = [512, 128]))]
-pub fn sparse_mla_decode<T: Float>(
+/// Top-`K` selection, one program per query row of `scores [sq, L]` (the last `sq` positions of a
+/// context of `ctx_len` tokens): row `t` ranks only its causal candidates `0..=ctx_len − sq + t`,
+/// best first, deterministic ties (see `dsl_core::intrinsics::topk_update`), and writes the token
+/// indices to `selected [sq, K]`. A row with fewer than `K` candidates leaves `−∞`-scored filler
+/// after them; attention reads only the first `min(K, position + 1)`.
+#[kernel(grid = (scores.rows(),), tunable(K = [2048, 16, 64, 256, 512, 1024], C = [1024, 256]))]
+pub fn topk_select(scores: &Tensor<f32>, selected: &Tensor<i32>, ctx_len: usize) {
+    let t = program_id(0);
+    // Candidates after the row's position are −∞ already; skipping them saves the merge passes.
+    let end = (ctx_len + t + 1).saturating_sub(scores.rows());
+    let mut best = full::<f32, 1, K>(f32::NEG_INFINITY);
+    let mut best_idx = full::<i32, 1, K>(-1.0);
+    for c0 in (0..end).step_by(C) {
+        let cand = load_async_or::<1, C>(scores, t, c0, f32::NEG_INFINITY);
+        topk_update(&mut best, &mut best_idx, &cand, c0);
+    }
+    store(selected, t, 0, &best_idx);
+}
+
+/// Sparse gather attention (MQA over the latent cache), for any number of query tokens: one
+/// program per (query token `t`, block of `BH` heads). Token `t` sits at position
+/// `ctx_len − sq + t` and attends the first `min(topk, position + 1)` entries of its own selection
+/// `selected [sq, K]`, gathered `BK` latent rows at a time from the paged pool; values are the
+/// first `DV` columns of each row. `q [sq, H, D]`, `o [sq, H, DV]`. Decode is `sq = 1`.
+#[kernel(grid = (q.shape()[0], cdiv(q.shape()[1], BH)), tunable(BH = [64, 16, 128], BK = [64, 32], D = [576, 128], DV = [512, 128]), helpers(online_softmax_step))]
+pub fn sparse_mla<T: Float>(
     q: &Tensor<T>,
     kv_pool: &Tensor<T>,
     block_table: &Tensor<i32>,
     selected: &Tensor<i32>,
     o: &Tensor<T>,
-    count: usize,
+    ctx_len: usize,
+    topk: usize,
     sm_scale: f32,
 ) {
-    let r = program_id(0) * BH;
-    let tq = load::<BH, D>(q, r, 0);
+    let t = program_id(0);
+    let r = program_id(1) * BH;
+    let count = usize::min(topk, (ctx_len + t + 1).saturating_sub(q.shape()[0]));
+    let sel = selected.at(t);
+    let tq = load::<BH, D>(&q.at(t), r, 0);
     let mut m = full::<f32, BH, 1>(f32::NEG_INFINITY);
     let mut l = zeros::<f32, BH, 1>();
     let mut acc = zeros::<f32, BH, DV>();
     for i0 in (0..count).step_by(BK) {
-        let tk = gather_rows::<BK, D>(kv_pool, block_table, selected, i0, count, 0);
-        let tv = gather_rows::<BK, DV>(kv_pool, block_table, selected, i0, count, 0);
+        let tk = gather_rows::<BK, D>(kv_pool, block_table, &sel, i0, count, 0);
+        let tv = gather_rows::<BK, DV>(kv_pool, block_table, &sel, i0, count, 0);
         let mut s = zeros::<f32, BH, BK>();
         mma_bt(&mut s, &tq, &tk);
         let s = mask_keys(&scale(&s, sm_scale), 0, i0, count, false);
-        let m_new = maximum(&m, &row_max(&s));
-        let pr = exp(&sub_col(&s, &m_new));
-        let alpha = exp(&sub(&m, &m_new));
-        l = add(&mul(&l, &alpha), &row_sum(&pr));
-        acc = mul_col(&acc, &alpha);
+        let pr = online_softmax_step(&s, &mut m, &mut l, &mut acc);
         mma(&mut acc, &cast::<T>(&pr), &tv);
-        m = m_new;
     }
-    store(o, r, 0, &cast::<T>(&div_col(&acc, &l)));
+    store(&o.at(t), r, 0, &cast::<T>(&div_col(&acc, &l)));
 }
 
-/// One DSA decode problem.
+/// One DSA problem on one sequence: `seq` query tokens, the last `seq` positions of a context of
+/// `ctx` tokens (decode: `seq = 1`; prefill: `seq = ctx`; a prefill chunk: anything between).
 #[derive(Debug, Clone)]
-pub struct DsaDecodeCase {
+pub struct DsaCase {
+    /// Query tokens.
+    pub seq: usize,
     /// Attention heads.
     pub heads: usize,
-    /// Context length (the newest token included).
+    /// Context length (the query tokens included).
     pub ctx: usize,
     /// `index_topk`.
     pub topk: usize,
@@ -112,30 +187,62 @@ pub struct DsaDecodeCase {
     pub seed: u64,
 }
 
-/// The three launches of a DSA decode step, their reports, and the checks made in functional runs.
+/// The inputs of a DSA run as the kernels read them (f32; shape-only in cost-only runs), kept so
+/// a test can run other kernels (the dense ones) on exactly the same data.
+#[derive(Debug, Clone)]
+pub struct DsaInputs {
+    /// Indexer queries `[seq, index_heads·index_dim]`.
+    pub q_idx: Tensor<f32>,
+    /// Indexer head weights `[seq, index_heads]` (`index_heads^-1/2` folded in).
+    pub w: Tensor<f32>,
+    /// Paged indexer key cache `[pages, P, index_dim]`.
+    pub k_idx_pool: Tensor<f32>,
+    /// Absorbed queries `[seq, heads, head_dim]`.
+    pub q: Tensor<f32>,
+    /// Paged latent cache `[pages, P, head_dim]`.
+    pub kv_pool: Tensor<f32>,
+    /// The sequence's pages in logical order (shared by both caches), as a kernel argument.
+    pub block_table: Tensor<i32>,
+    /// The same block table on the host.
+    pub table: Vec<usize>,
+}
+
+/// The three launches of a DSA step, their reports, and the checks made in functional runs.
 #[derive(Debug)]
-pub struct DsaDecodeRun {
-    /// Indexer (grows with the context).
+pub struct DsaRun {
+    /// Indexer (grows with the context; with seq·context for prefill).
     pub indexer: dsl_core::Report,
     /// Top-k selection (grows with the context).
     pub topk: dsl_core::Report,
-    /// Sparse attention (grows with `index_topk`).
+    /// Sparse attention (grows with `index_topk`, not with the context).
     pub attention: dsl_core::Report,
     /// All three chained.
     pub total: dsl_core::Report,
-    /// Indexer scores vs the f64 reference (functional runs).
+    /// Indexer scores vs the f64 reference (functional runs); `∞` if a score after its query's
+    /// position is not `−∞`.
     pub indexer_error: Option<f64>,
-    /// Whether the kernel's selection equals the reference top-k of the kernel's own scores.
+    /// Whether every row of the kernel's selection equals the reference top-k of the kernel's own
+    /// scores (same order, same ties).
     pub selection_matches: Option<bool>,
     /// Sparse attention vs the f64 reference over the kernel's selection.
     pub attention_error: Option<f64>,
+    /// The inputs.
+    pub inputs: DsaInputs,
+    /// Attention output `[seq, heads, v_head_dim]` (functional runs).
+    pub output: Option<Vec<f32>>,
 }
 
-fn tune_value(meta: &dsl_core::KernelMeta, name: &str, want: usize) -> Result<i64, SimError> {
+/// The smallest of the kernel's `name` sizes that is `≥ want` (tiles may overhang; loads mask).
+pub(super) fn tune_value(
+    meta: &dsl_core::KernelMeta,
+    name: &str,
+    want: usize,
+) -> Result<i64, SimError> {
     meta.smallest_fitting(name, want, name)
 }
 
-fn exact(meta: &dsl_core::KernelMeta, name: &str, want: usize) -> Result<i64, SimError> {
+/// The kernel's `name` size equal to `want` (head dims and page sizes must match exactly).
+pub(super) fn exact(meta: &dsl_core::KernelMeta, name: &str, want: usize) -> Result<i64, SimError> {
     let v = tune_value(meta, name, want)?;
     if v as usize != want {
         return Err(SimError::Launch {
@@ -146,38 +253,151 @@ fn exact(meta: &dsl_core::KernelMeta, name: &str, want: usize) -> Result<i64, Si
     Ok(v)
 }
 
-/// Runs a DSA decode step (f32) on random data with a scrambled block table.
-pub fn run_dsa_decode(launcher: &Launcher, case: &DsaDecodeCase) -> Result<DsaDecodeRun, SimError> {
+/// Runs a DSA decode step (f32, `case.seq` must be 1) on random data with a scrambled block
+/// table: [`indexer_decode`] (index heads as the matrix rows), [`topk_select`], [`sparse_mla`].
+pub fn run_dsa_decode(launcher: &Launcher, case: &DsaCase) -> Result<DsaRun, SimError> {
+    if case.seq != 1 {
+        return Err(SimError::Launch {
+            kernel: "dsa_decode".into(),
+            message: format!(
+                "decode runs one query token, got seq = {}; use run_dsa_prefill (CLI: --kind dsa-prefill)",
+                case.seq
+            ),
+        });
+    }
+    run_dsa(launcher, case, "dsa_decode")
+}
+
+/// Runs DSA for a block of `case.seq` query tokens (prefill, or a prefill chunk against a cache
+/// that holds the earlier tokens; f32) on random data with a scrambled block table:
+/// [`indexer_prefill`] (seq × context, causal), [`topk_select`] per query row, [`sparse_mla`]
+/// per query token (seq × topk).
+pub fn run_dsa_prefill(launcher: &Launcher, case: &DsaCase) -> Result<DsaRun, SimError> {
+    run_dsa(launcher, case, "dsa_prefill")
+}
+
+fn run_dsa(launcher: &Launcher, case: &DsaCase, name: &'static str) -> Result<DsaRun, SimError> {
     let fail = |message: String| SimError::Launch {
-        kernel: "dsa_decode".into(),
+        kernel: name.into(),
         message,
     };
-    if case.ctx == 0 || case.topk == 0 || case.heads == 0 || case.page_size == 0 {
+    if case.ctx == 0 || case.seq == 0 || case.topk == 0 || case.heads == 0 || case.page_size == 0 {
         return Err(fail(format!("empty problem: {case:?}")));
     }
-    let icfg = Config::new()
-        .with(
-            "HI",
-            tune_value(&indexer_decode::META, "HI", case.index_heads)?,
-        )
-        .with("DI", exact(&indexer_decode::META, "DI", case.index_dim)?)
-        .with("P", exact(&indexer_decode::META, "P", case.page_size)?);
+    if case.seq > case.ctx {
+        return Err(fail(format!(
+            "{} query tokens but a context of {} (the queries are the last seq positions; seq ≤ ctx)",
+            case.seq, case.ctx
+        )));
+    }
+    if case.index_heads == 0 {
+        return Err(fail("index_heads must be ≥ 1".into()));
+    }
+    let decode = name == "dsa_decode";
+    let icfg = if decode {
+        Config::new()
+            .with(
+                "HI",
+                tune_value(&indexer_decode::META, "HI", case.index_heads)?,
+            )
+            .with("DI", exact(&indexer_decode::META, "DI", case.index_dim)?)
+            .with("P", exact(&indexer_decode::META, "P", case.page_size)?)
+    } else {
+        Config::new()
+            .with(
+                "BQ",
+                tune_value(&indexer_prefill::META, "BQ", case.seq.min(64))?,
+            )
+            .with("DI", exact(&indexer_prefill::META, "DI", case.index_dim)?)
+            .with("P", exact(&indexer_prefill::META, "P", case.page_size)?)
+    };
     let kcfg = Config::new().with("K", tune_value(&topk_select::META, "K", case.topk)?);
     let acfg = Config::new()
         // Wide latent rows (576 f32 values) leave SRAM for 16 query rows at a time.
         .with(
             "BH",
             tune_value(
-                &sparse_mla_decode::META,
+                &sparse_mla::META,
                 "BH",
                 case.heads.min(if case.head_dim > 256 { 16 } else { 64 }),
             )?,
         )
-        .with("D", exact(&sparse_mla_decode::META, "D", case.head_dim)?)
-        .with(
-            "DV",
-            exact(&sparse_mla_decode::META, "DV", case.v_head_dim)?,
-        );
+        .with("D", exact(&sparse_mla::META, "D", case.head_dim)?)
+        .with("DV", exact(&sparse_mla::META, "DV", case.v_head_dim)?);
+    let inputs = dsa_inputs(launcher, case)?;
+    let n_pages = inputs.table.len();
+    let t = crate::testdata::CaseTensors::new(launcher, case.seed ^ 0x0d5a, name);
+    let scores = t.output::<f32>(&[case.seq, n_pages * case.page_size]);
+    let k_sel = kcfg.get("K").unwrap_or(0) as usize;
+    let selected = t.output::<i32>(&[case.seq, k_sel]);
+    let o = t.output::<f32>(&[case.seq, case.heads, case.v_head_dim]);
+    let idx_scale = 1.0 / (case.index_dim as f32).sqrt();
+    let sm_scale = 1.0 / (case.head_dim as f32).sqrt();
+    let i = &inputs;
+    let indexer = if decode {
+        let view = |x: &Tensor<f32>, shape: &[usize]| x.reshaped(shape).map_err(fail);
+        indexer_decode::launch(
+            launcher,
+            &icfg,
+            &view(&i.q_idx, &[case.index_heads, case.index_dim])?,
+            &view(&i.w, &[case.index_heads, 1])?,
+            &i.k_idx_pool,
+            &i.block_table,
+            &scores,
+            case.ctx,
+            idx_scale,
+        )?
+    } else {
+        indexer_prefill::launch(
+            launcher,
+            &icfg,
+            &i.q_idx,
+            &i.w,
+            &i.k_idx_pool,
+            &i.block_table,
+            &scores,
+            case.ctx,
+            idx_scale,
+        )?
+    }
+    .report;
+    let topk = topk_select::launch(launcher, &kcfg, &scores, &selected, case.ctx)?.report;
+    let attention = sparse_mla::launch(
+        launcher,
+        &acfg,
+        &i.q,
+        &i.kv_pool,
+        &i.block_table,
+        &selected,
+        &o,
+        case.ctx,
+        case.topk,
+        sm_scale,
+    )?
+    .report;
+    let total = dsl_core::Report::chain(name, &[indexer.clone(), topk.clone(), attention.clone()])
+        .expect("three launches");
+    let mut run = DsaRun {
+        indexer,
+        topk,
+        attention,
+        total,
+        indexer_error: None,
+        selection_matches: None,
+        attention_error: None,
+        output: o.to_vec(),
+        inputs,
+    };
+    if let (Some(sc), Some(sel)) = (scores.to_vec(), selected.to_vec()) {
+        check_against_references(&mut run, case, &sc, &sel, k_sel, (idx_scale, sm_scale))
+            .map_err(|e| fail(e.to_string()))?;
+    }
+    Ok(run)
+}
+
+/// Random inputs of a DSA case: caches in a pool with spare pages and a scrambled block table, as
+/// a real allocator leaves them.
+fn dsa_inputs(launcher: &Launcher, case: &DsaCase) -> Result<DsaInputs, SimError> {
     let n_pages = case.ctx.div_ceil(case.page_size);
     let pool_pages = n_pages + 2;
     let mut rng = crate::testdata::Rng::new(case.seed);
@@ -186,111 +406,111 @@ pub fn run_dsa_decode(launcher: &Launcher, case: &DsaDecodeCase) -> Result<DsaDe
         table.swap(i, (rng.next_u64() % (i as u64 + 1)) as usize);
     }
     table.truncate(n_pages);
-    let functional = launcher.backend == Backend::Functional;
-    let mut t = crate::testdata::CaseTensors::new(launcher, case.seed ^ 0xd5a, "dsa_decode");
-    let q_idx = t.input::<f32>(&[case.index_heads, case.index_dim], 0.0, 1.0)?;
-    let w = t.input::<f32>(
-        &[case.index_heads, 1],
-        0.0,
-        1.0 / (case.index_heads as f32).sqrt(),
-    )?;
-    let k_idx_pool = t.input::<f32>(&[pool_pages, case.page_size, case.index_dim], 0.0, 1.0)?;
-    let q = t.input::<f32>(&[case.heads, case.head_dim], 0.0, 1.0)?;
+    let mut t = crate::testdata::CaseTensors::new(launcher, case.seed ^ 0xd5a, "dsa");
+    let (hi, di) = (case.index_heads, case.index_dim);
+    let q_idx = t.input::<f32>(&[case.seq, hi * di], 0.0, 1.0)?;
+    let w = t.input::<f32>(&[case.seq, hi], 0.0, 1.0 / (hi as f32).sqrt())?;
+    let k_idx_pool = t.input::<f32>(&[pool_pages, case.page_size, di], 0.0, 1.0)?;
+    let q = t.input::<f32>(&[case.seq, case.heads, case.head_dim], 0.0, 1.0)?;
     let kv_pool = t.input::<f32>(&[pool_pages, case.page_size, case.head_dim], 0.0, 1.0)?;
     let idx: Vec<i32> = table.iter().map(|p| *p as i32).collect();
-    let block_table = if functional {
-        Tensor::from_indices(&[n_pages], &idx).map_err(fail)?
+    let block_table = if launcher.backend == Backend::Functional {
+        Tensor::from_indices(&[n_pages], &idx).map_err(|message| SimError::Launch {
+            kernel: "dsa".into(),
+            message,
+        })?
     } else {
         Tensor::shape_only(&[n_pages])
     };
-    let scores = t.output::<f32>(&[1, n_pages * case.page_size]);
-    let k_sel = kcfg.get("K").unwrap_or(0) as usize;
-    let selected = t.output::<i32>(&[1, k_sel]);
-    let o = t.output::<f32>(&[case.heads, case.v_head_dim]);
-    let idx_scale = 1.0 / (case.index_dim as f32).sqrt();
-    let sm_scale = 1.0 / (case.head_dim as f32).sqrt();
-    let count = case.topk.min(case.ctx);
-    let indexer = indexer_decode::launch(
-        launcher,
-        &icfg,
-        &q_idx,
-        &w,
-        &k_idx_pool,
-        &block_table,
-        &scores,
-        case.ctx,
-        idx_scale,
-    )?
-    .report;
-    let topk = topk_select::launch(launcher, &kcfg, &scores, &selected)?.report;
-    let attention = sparse_mla_decode::launch(
-        launcher,
-        &acfg,
-        &q,
-        &kv_pool,
-        &block_table,
-        &selected,
-        &o,
-        count,
-        sm_scale,
-    )?
-    .report;
-    let total = dsl_core::Report::chain(
-        "dsa_decode",
-        &[indexer.clone(), topk.clone(), attention.clone()],
-    )
-    .expect("three launches");
-    let mut run = DsaDecodeRun {
-        indexer,
-        topk,
-        attention,
-        total,
-        indexer_error: None,
-        selection_matches: None,
-        attention_error: None,
+    Ok(DsaInputs {
+        q_idx,
+        w,
+        k_idx_pool,
+        q,
+        kv_pool,
+        block_table,
+        table,
+    })
+}
+
+/// Fills the run's checks: the indexer against [`indexer_scores`] (causal part; the rest must be
+/// `−∞`), each row's selection against [`select_topk`] of the kernel's own scores, and attention
+/// against [`mqa_sparse`] over the kernel's selection.
+fn check_against_references(
+    run: &mut DsaRun,
+    case: &DsaCase,
+    scores: &[f32],
+    selected: &[f32],
+    k_sel: usize,
+    (idx_scale, sm_scale): (f32, f32),
+) -> Result<(), super::reference::AttnRefError> {
+    let i = &run.inputs;
+    let (Some(qi), Some(wv), Some(kp), Some(qv), Some(kvp), Some(out)) = (
+        i.q_idx.to_vec(),
+        i.w.to_vec(),
+        i.k_idx_pool.to_vec(),
+        i.q.to_vec(),
+        i.kv_pool.to_vec(),
+        run.output.as_ref(),
+    ) else {
+        return Ok(());
     };
-    if let (Some(sc), Some(sel), Some(out), Some(qi), Some(wv), Some(kp), Some(qv), Some(kvp)) = (
-        scores.to_vec(),
-        selected.to_vec(),
-        o.to_vec(),
-        q_idx.to_vec(),
-        w.to_vec(),
-        k_idx_pool.to_vec(),
-        q.to_vec(),
-        kv_pool.to_vec(),
-    ) {
-        let err = |e: super::reference::AttnRefError| fail(e.to_string());
-        let k_rows =
-            super::reference::gather_pages(&kp, case.index_dim, case.page_size, &table, case.ctx)
-                .map_err(err)?;
-        let ishape = IndexerShape {
-            sq: 1,
-            skv: case.ctx,
-            index_heads: case.index_heads,
-            index_head_dim: case.index_dim,
-        };
-        let want = indexer_scores(&qi, &k_rows, &wv, ishape, idx_scale as f64).map_err(err)?;
-        run.indexer_error = Some(crate::reference::rel_error(&sc[..case.ctx], &want));
-        let own: Vec<f64> = sc[..case.ctx].iter().map(|v| *v as f64).collect();
-        let want_sel = select_topk(&own, 1, case.ctx, case.topk).map_err(err)?;
-        let got: Vec<usize> = sel[..count].iter().map(|v| *v as usize).collect();
-        run.selection_matches = Some(got == want_sel[0]);
-        let rows =
-            super::reference::gather_pages(&kvp, case.head_dim, case.page_size, &table, case.ctx)
-                .map_err(err)?;
-        let ms = MqaShape {
-            sq: 1,
-            skv: case.ctx,
-            heads: case.heads,
-            dk: case.head_dim,
-            dv: case.v_head_dim,
-        };
-        let want_o = mqa_sparse(&qv, &rows, &[got], ms, sm_scale as f64).map_err(err)?;
-        run.attention_error = Some(crate::reference::rel_error(&out, &want_o));
-        run.total.max_rel_error = run
-            .indexer_error
-            .zip(run.attention_error)
-            .map(|(a, b)| a.max(b));
+    let (sq, ctx) = (case.seq, case.ctx);
+    let width = scores.len() / sq;
+    let k_rows =
+        super::reference::gather_pages(&kp, case.index_dim, case.page_size, &i.table, ctx)?;
+    let ishape = IndexerShape {
+        sq,
+        skv: ctx,
+        index_heads: case.index_heads,
+        index_head_dim: case.index_dim,
+    };
+    let want = indexer_scores(&qi, &k_rows, &wv, ishape, idx_scale as f64)?;
+    // The kernel's scores over the context, row by row; the causal part compared, the rest −∞.
+    let own: Vec<f32> = (0..sq)
+        .flat_map(|t| scores[t * width..][..ctx].iter().copied())
+        .collect();
+    let (mut got_c, mut want_c, mut masked_ok) = (Vec::new(), Vec::new(), true);
+    for (g, w) in own.iter().zip(&want) {
+        if w.is_finite() {
+            got_c.push(*g);
+            want_c.push(*w);
+        } else {
+            masked_ok &= *g == f32::NEG_INFINITY;
+        }
     }
-    Ok(run)
+    let err = crate::reference::rel_error(&got_c, &want_c);
+    run.indexer_error = Some(if masked_ok { err } else { f64::INFINITY });
+    let own64: Vec<f64> = own.iter().map(|v| *v as f64).collect();
+    let want_sel = select_topk(&own64, sq, ctx, case.topk)?;
+    let got: Vec<Vec<usize>> = want_sel
+        .iter()
+        .enumerate()
+        .map(|(t, w)| {
+            selected[t * k_sel..][..w.len()]
+                .iter()
+                .map(|v| *v as usize)
+                .collect()
+        })
+        .collect();
+    run.selection_matches = Some(got == want_sel);
+    let rows = super::reference::gather_pages(&kvp, case.head_dim, case.page_size, &i.table, ctx)?;
+    let ms = MqaShape {
+        sq,
+        skv: ctx,
+        heads: case.heads,
+        dk: case.head_dim,
+        dv: case.v_head_dim,
+    };
+    run.attention_error = Some(match mqa_sparse(&qv, &rows, &got, ms, sm_scale as f64) {
+        Ok(want_o) => crate::reference::rel_error(out, &want_o),
+        // A wrong selection may hold indices the reference refuses (future, repeated): no match.
+        Err(_) if got != want_sel => f64::INFINITY,
+        Err(e) => return Err(e),
+    });
+    run.total.max_rel_error = run
+        .indexer_error
+        .zip(run.attention_error)
+        .map(|(a, b)| a.max(b));
+    Ok(())
 }

@@ -1,0 +1,209 @@
+//! FP8 E4M3 KV cache for decode: the paged pools hold one byte per value plus one f32 scale per
+//! (token, key/value head), and the decode kernel dequantises on chip.
+//!
+//! **Scale granularity: per token** (per cached row of a key/value head), `scale = amax / 448`
+//! (448 = E4M3's largest finite value), codes rounded to nearest-even. This is the granularity of
+//! DeepSeek-V3.2's FP8 latent cache (FlashMLA's sparse-decode layout, vLLM's `fp8_ds_mla`), which
+//! quantises each token on its own, but coarser: FlashMLA keeps 4 scales per token (one per 128
+//! latent values) and the 64 RoPE values in bf16 (656 B/token); here all `kv_lora + rope` values
+//! of a token share one scale (576 B + 4 B = 580 B/token). vLLM's generic `--kv-cache-dtype fp8`
+//! uses one per-tensor scale instead; a per-token scale needs no calibration and cannot overflow.
+//!
+//! The kernel never rounds a dequantised value: codes are exact in the compute dtype, key scales
+//! multiply the score columns and value scales the probability columns before the value product
+//! (`Σ_s p_s·(σ_s c_s) = Σ_s (p_s σ_s)·c_s`), as DeepSeek's FP8 GEMMs scale partial products.
+
+use super::decode::{online_softmax_step, split_program, store_split_partials};
+use accel_sim::formats::fp8::{decode_e4m3, encode_e4m3};
+use accel_sim::formats::Overflow;
+use dsl_core::prelude::*;
+
+/// Largest finite E4M3 value: a token's largest magnitude maps to it.
+pub const E4M3_MAX: f32 = 448.0;
+
+/// Unit roundoff of E4M3 (3 mantissa bits, round-to-nearest-even): a value in the normal range
+/// is stored with relative error ≤ 2^-4.
+pub const E4M3_UNIT_ROUNDOFF: f64 = 1.0 / 16.0;
+
+/// Absolute error bound, in units of the token's scale, for values below E4M3's normal range
+/// (< 2^-6): half the subnormal spacing 2^-9.
+pub const E4M3_SUBNORMAL_HALF_STEP: f64 = 1.0 / 1024.0;
+
+/// An FP8 pool: `codes [pages, P, heads·dim]` and `scales [pages, heads, P]` (one per token and
+/// head, laid out so a page's scales for one head load as one `1×P` row).
+#[derive(Debug, Clone)]
+pub struct Fp8Pool {
+    /// E4M3 codes, one byte per value.
+    pub codes: Vec<u8>,
+    /// f32 scales (`value ≈ decode(code) · scale`).
+    pub scales: Vec<f32>,
+}
+
+impl Fp8Pool {
+    /// The values the codes stand for: `decode(code) · scale`, in the pool's
+    /// `[pages, P, heads·dim]` order.
+    pub fn dequantized(&self, page_size: usize, heads: usize, dim: usize) -> Vec<f32> {
+        let values: Vec<f32> = self.codes.iter().map(|c| decode_e4m3(*c)).collect();
+        dequantize(&values, &self.scales, page_size, heads, dim)
+    }
+}
+
+/// Quantises a pool `[pages, page_size, heads·dim]` per (token, head): `scale = amax / 448` (1 for
+/// an all-zero row), codes `RNE(value / scale)`. Errors on a length that does not match or a
+/// non-finite value (FP8 E4M3 cannot hold it), naming its position.
+pub fn quantize_per_token(
+    pool: &[f32],
+    page_size: usize,
+    heads: usize,
+    dim: usize,
+) -> Result<Fp8Pool, String> {
+    let row = heads * dim;
+    if row == 0 || page_size == 0 || pool.len() % (row * page_size) != 0 {
+        return Err(format!(
+            "FP8 KV pool: {} values do not form pages of {page_size} tokens × {heads} heads × {dim}",
+            pool.len()
+        ));
+    }
+    let pages = pool.len() / (row * page_size);
+    let mut codes = vec![0u8; pool.len()];
+    let mut scales = vec![1.0f32; pages * heads * page_size];
+    for (tok, vals) in pool.chunks_exact(row).enumerate() {
+        let (page, slot) = (tok / page_size, tok % page_size);
+        for (head, hv) in vals.chunks_exact(dim).enumerate() {
+            if let Some(bad) = hv.iter().position(|v| !v.is_finite()) {
+                return Err(format!(
+                    "FP8 KV pool: value {} of head {head} at page {page}, slot {slot} is {}; \
+                     E4M3 cannot hold it",
+                    bad, hv[bad]
+                ));
+            }
+            let amax = hv.iter().fold(0.0f32, |m, v| m.max(v.abs()));
+            let scale = if amax > 0.0 { amax / E4M3_MAX } else { 1.0 };
+            scales[(page * heads + head) * page_size + slot] = scale;
+            let out = &mut codes[tok * row + head * dim..][..dim];
+            for (c, v) in out.iter_mut().zip(hv) {
+                *c = encode_e4m3(v / scale, Overflow::Saturate);
+            }
+        }
+    }
+    Ok(Fp8Pool { codes, scales })
+}
+
+/// A pool quantised with [`quantize_per_token`] as device tensors: codes `[pages, P, heads·dim]`
+/// and scales `[pages, heads, P]` (shape-only for a shape-only pool: cost-only runs).
+#[derive(Debug, Clone)]
+pub struct Fp8Tensors {
+    /// E4M3 codes.
+    pub codes: Tensor<fp8e4m3>,
+    /// Per-(token, head) scales.
+    pub scales: Tensor<f32>,
+    heads: usize,
+    dim: usize,
+}
+
+impl Fp8Tensors {
+    /// Quantises `pool [pages, P, heads·dim]`; errors name what does not fit.
+    pub fn quantize<T: Elem>(pool: &Tensor<T>, heads: usize, dim: usize) -> Result<Self, String> {
+        let shape = pool.shape().to_vec();
+        let [pages, page_size, _] = shape[..] else {
+            return Err(format!(
+                "FP8 KV pool: expected [pages, page_size, heads·dim], got {shape:?}"
+            ));
+        };
+        let scale_shape = [pages, heads, page_size];
+        let (codes, scales) = match pool.to_vec() {
+            Some(v) => {
+                let q = quantize_per_token(&v, page_size, heads, dim)?;
+                (
+                    Tensor::from_e4m3_codes(&shape, &q.codes)?,
+                    Tensor::from_f32(&scale_shape, &q.scales)?,
+                )
+            }
+            None => (Tensor::shape_only(&shape), Tensor::shape_only(&scale_shape)),
+        };
+        Ok(Fp8Tensors {
+            codes,
+            scales,
+            heads,
+            dim,
+        })
+    }
+
+    /// The values the cache stands for (`decode(code) · scale`, `[pages, P, heads·dim]`); empty
+    /// for shape-only tensors.
+    pub fn dequantized(&self) -> Vec<f32> {
+        match (self.codes.to_vec(), self.scales.to_vec()) {
+            (Some(c), Some(s)) => {
+                let page_size = self.codes.shape()[1];
+                dequantize(&c, &s, page_size, self.heads, self.dim)
+            }
+            _ => Vec::new(),
+        }
+    }
+}
+
+/// `value · scale` per (token, head): `values [pages, P, heads·dim]` (decoded E4M3),
+/// `scales [pages, heads, P]`.
+fn dequantize(
+    values: &[f32],
+    scales: &[f32],
+    page_size: usize,
+    heads: usize,
+    dim: usize,
+) -> Vec<f32> {
+    let row = heads * dim;
+    values
+        .iter()
+        .enumerate()
+        .map(|(i, v)| {
+            let (tok, col) = (i / row, i % row);
+            let (page, slot, head) = (tok / page_size, tok % page_size, col / dim);
+            v * scales[(page * heads + head) * page_size + slot]
+        })
+        .collect()
+}
+
+/// Split-KV paged decode over FP8 pools (see the module doc): as
+/// [`super::decode::paged_decode_split`], with `k_scale`/`v_scale [pages, Hkv, P]`.
+#[kernel(
+    grid = (q.shape()[0] * cdiv(q.shape()[1], BH), o_part.shape()[0]),
+    tunable(BH = [16, 64, 128], P = [64, 16, 128], D = [128, 64, 576], DV = [128, 64, 512]),
+    helpers(online_softmax_step, split_program, store_split_partials)
+)]
+pub fn paged_decode_split_fp8<T: Float>(
+    q: &Tensor<T>,
+    k_pool: &Tensor<fp8e4m3>,
+    v_pool: &Tensor<fp8e4m3>,
+    k_scale: &Tensor<f32>,
+    v_scale: &Tensor<f32>,
+    block_table: &Tensor<i32>,
+    o_part: &Tensor<f32>,
+    lse_part: &Tensor<f32>,
+    ctx_len: usize,
+    sm_scale: f32,
+) {
+    let (kvh, r0, p0, p1) = split_program::<BH, P>(q.shape()[1], ctx_len);
+    let tq = load::<BH, D>(&q.at(kvh), r0, 0);
+    let mut m = full::<f32, BH, 1>(f32::NEG_INFINITY);
+    let mut l = zeros::<f32, BH, 1>();
+    let mut acc = zeros::<f32, BH, DV>();
+    for p in p0..p1 {
+        let page = load_index(block_table, p, p);
+        let tk = load_async::<P, D>(&k_pool.at(page), 0, kvh * D);
+        let tv = load_async::<P, DV>(&v_pool.at(page), 0, kvh * DV);
+        let ks = load_async::<1, P>(&k_scale.at(page), kvh, 0);
+        let vs = load_async::<1, P>(&v_scale.at(page), kvh, 0);
+        let mut s = zeros::<f32, BH, P>();
+        mma_bt(&mut s, &tq, &cast::<T>(&tk));
+        let s = mask_keys(
+            &scale(&mul_row(&s, &ks), sm_scale),
+            0,
+            p * P,
+            ctx_len,
+            false,
+        );
+        let pr = online_softmax_step(&s, &mut m, &mut l, &mut acc);
+        mma(&mut acc, &cast::<T>(&mul_row(&pr, &vs)), &cast::<T>(&tv));
+    }
+    store_split_partials(o_part, lse_part, kvh, r0, &m, &l, &acc);
+}
