@@ -111,7 +111,7 @@ impl RoutingPlan {
 
     /// `slot_of` as the `[T, K]` index tensor [`moe_combine()`] reads.
     pub fn slot_of_tensor(&self, top_k: usize) -> Result<Tensor<i32>, SimError> {
-        if top_k == 0 || self.slot_of.len() % top_k != 0 {
+        if top_k == 0 || !self.slot_of.len().is_multiple_of(top_k) {
             return Err(plan_error(format!(
                 "top_k = {top_k} does not divide the plan's {} (token, choice) pairs",
                 self.slot_of.len()
@@ -126,7 +126,7 @@ impl RoutingPlan {
 /// `BR` dispatched rows × `BH` columns; each row is an index read and a one-row copy.
 #[kernel(
     grid = (cdiv(xe.rows(), BR), cdiv(xe.cols(), BH)),
-    tunable(BR = [16, 4, 8, 32, 64], BH = [256, 64, 128, 512, 1024])
+    tunable(BR = [16, 1, 2, 4, 8, 32, 64], BH = [1024, 64, 128, 256, 512])
 )]
 pub fn moe_dispatch<T: Float>(x: &Tensor<T>, rows: &Tensor<i32>, xe: &Tensor<T>) {
     let (r0, c) = (program_id(0) * BR, program_id(1) * BH);
@@ -142,7 +142,7 @@ pub fn moe_dispatch<T: Float>(x: &Tensor<T>, rows: &Tensor<i32>, xe: &Tensor<T>)
 /// Every token gathers its `K` rows in `j` order and sums in f32: deterministic, no scatter.
 #[kernel(
     grid = (cdiv(out.rows(), BR), cdiv(out.cols(), BH)),
-    tunable(BR = [16, 4, 8, 32, 64], BH = [256, 64, 128, 512, 1024])
+    tunable(BR = [16, 1, 2, 4, 8, 32, 64], BH = [1024, 64, 128, 256, 512])
 )]
 pub fn moe_combine(
     ye: &Tensor<f32>,
@@ -164,6 +164,19 @@ pub fn moe_combine(
     }
 }
 
+/// Tiles for a row-gather launch over `rows × cols`: the widest column tile (fewer index reads per
+/// row), and the largest row tile that still gives every core about four programs. Each row starts
+/// with a blocking index read, so a program's rows are serial: small batches want more programs.
+fn gather_config(launcher: &Launcher, rows: usize, cols: usize) -> Config {
+    let col_tiles = cols.div_ceil(1024).max(1);
+    let want = 4 * launcher.preset.cores as usize;
+    let br = [16i64, 8, 4, 2, 1]
+        .into_iter()
+        .find(|br| rows.div_ceil(*br as usize) * col_tiles >= want)
+        .unwrap_or(1);
+    Config::new().with("BR", br).with("BH", 1024)
+}
+
 fn launch_error(kernel: &str, message: String) -> SimError {
     SimError::Launch {
         kernel: kernel.to_string(),
@@ -172,7 +185,7 @@ fn launch_error(kernel: &str, message: String) -> SimError {
 }
 
 /// Runs [`moe_dispatch()`] after checking shapes: `x [T, H]`, `rows [N]` or `[N, 1]`,
-/// `xe [N, H]`. Returns the launch report.
+/// `xe [N, H]`, with tiles sized to the batch. Returns the launch report.
 pub fn run_moe_dispatch<T: Float>(
     launcher: &Launcher,
     x: &Tensor<T>,
@@ -196,11 +209,12 @@ pub fn run_moe_dispatch<T: Float>(
             ),
         ));
     }
-    Ok(moe_dispatch::launch(launcher, &Config::new(), x, rows, xe)?.report)
+    let config = gather_config(launcher, xe.rows(), xe.cols());
+    Ok(moe_dispatch::launch(launcher, &config, x, rows, xe)?.report)
 }
 
 /// Runs [`moe_combine()`] after checking shapes: `ye [N, H]`, `slot_of`/`weights [T, K]` with
-/// `N = T·K`, `base`/`out [T, H]`. Returns the launch report.
+/// `N = T·K`, `base`/`out [T, H]`, with tiles sized to the batch. Returns the launch report.
 pub fn run_moe_combine(
     launcher: &Launcher,
     ye: &Tensor<f32>,
@@ -237,5 +251,6 @@ pub fn run_moe_combine(
             ));
         }
     }
-    Ok(moe_combine::launch(launcher, &Config::new(), ye, slot_of, weights, base, out)?.report)
+    let config = gather_config(launcher, t, h);
+    Ok(moe_combine::launch(launcher, &config, ye, slot_of, weights, base, out)?.report)
 }

@@ -10,13 +10,19 @@ use super::expert_gemm::{matmul_bt_tile, swiglu};
 use dsl_core::prelude::*;
 use dsl_core::{Report, SimError};
 
-/// `y[r] = x[r] · w[e(r)]ᵀ`: one program per (row tile, output tile, expert) over the expert's
-/// rows. The row-tile axis covers all `N` rows (an expert may own them all); programs past their
-/// expert's rows read the two offsets (8 bytes) and stop, so an expert with 0 rows does no work
-/// and moves none of its weight bytes. Double-buffered K loop, as the fixed-size expert GEMM.
-/// Cost-only runs have no offsets and assume balanced routing (`N / E` rows per expert).
+/// `y[r] = x[r] · w[e(r)]ᵀ`: one program per (row tile of a balanced share, output tile, expert).
+/// The row axis has as many tiles as an expert's share under balanced routing (`⌈N / E⌉` rows);
+/// each program strides over its expert's row tiles by that count, so balanced routing gives one
+/// tile per program, a skewed expert loops over more, and the grid never has the `E·⌈N / BM⌉`
+/// mostly-empty programs of a grid sized for an expert owning every row. Programs with no rows
+/// read their two offsets (8 bytes) and stop: an expert with 0 rows does no work and moves none
+/// of its weight bytes. Cost-only runs have no offsets and assume balanced routing.
 #[kernel(
-    grid = (cdiv(x.rows(), BM), cdiv(w.shape()[1], BN), w.shape()[0]),
+    grid = (
+        cdiv(cdiv(x.rows(), usize::max(w.shape()[0], 1)), BM),
+        cdiv(w.shape()[1], BN),
+        w.shape()[0]
+    ),
     tunable(BM = [16, 32, 64, 128], BN = [128, 64, 256], BK = [128, 64, 256]),
     helpers(matmul_bt_tile)
 )]
@@ -30,11 +36,10 @@ pub fn grouped_linear<T: Float>(
     let experts = num_programs(2);
     let start = load_index(offsets, e, e * x.rows() / experts);
     let end = load_index(offsets, e + 1, (e + 1) * x.rows() / experts);
-    let row = program_id(0) * BM;
-    if start + row < end {
-        // Views bounded to this expert's rows: ragged tiles never touch the next expert's rows.
-        let (xe, ye, we) = (x.rows_clipped(start, end), y.rows_clipped(start, end), w.at(e));
-        let col = program_id(1) * BN;
+    // Views bounded to this expert's rows: ragged tiles never touch the next expert's rows.
+    let (xe, ye, we) = (x.rows_clipped(start, end), y.rows_clipped(start, end), w.at(e));
+    let col = program_id(1) * BN;
+    for row in (program_id(0) * BM..xe.rows()).step_by(num_programs(0) * BM) {
         let acc = matmul_bt_tile::<T, BM, BN, BK>(&xe, &we, row, col);
         store(&ye, row, col, &acc);
     }
@@ -113,6 +118,8 @@ pub fn run_grouped_linear<T: Float>(
         ));
     }
     check_offsets(name, offsets, e, n)?;
+    // The smallest row tile covering an expert's balanced share: decode-sized batches stream each
+    // weight once with little padding; prefill uses the largest tile.
     let per_expert = n.div_ceil(e).max(1);
     let bm = [16i64, 32, 64, 128]
         .into_iter()

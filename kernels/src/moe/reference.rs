@@ -96,7 +96,7 @@ impl SigmoidRouterParams {
                 p.experts, p.top_k
             ));
         }
-        if p.n_group == 0 || p.experts % p.n_group != 0 {
+        if p.n_group == 0 || !p.experts.is_multiple_of(p.n_group) {
             return fail(format!(
                 "n_group = {} must divide the {} experts",
                 p.n_group, p.experts

@@ -61,7 +61,8 @@ pub fn router_sigmoid_group_topk(
         topk_update(&mut top2, &mut top2_idx, &sb, 0);
         topk_update(&mut group_best, &mut group_idx, &row_sum(&top2), g);
     }
-    // Only the kept groups' experts enter the selection (the others are −∞ in HF).
+    // Only the kept groups' experts enter the selection (the others are −∞ in HF). Their scores
+    // are recomputed: a tile cannot be indexed by a run-time group, and the reload hits L2.
     let mut best = full::<f32, 1, KB>(f32::NEG_INFINITY);
     let mut best_idx = full::<i32, 1, KB>(-1.0);
     for i in 0..topk_group {
@@ -77,13 +78,13 @@ pub fn router_sigmoid_group_topk(
         let mut sum = zeros::<f32, 1, 1>();
         for j in 0..k {
             let e = index_at(&best_idx, j, j);
-            sum = add(&sum, &sigmoid(&load::<1, 1>(logits, t, e)));
+            sum = add(&sum, &sigmoid(&load_async::<1, 1>(logits, t, e)));
         }
         den = add_scalar(&sum, 1e-20);
     }
     for j in 0..k {
         let e = index_at(&best_idx, j, j);
-        let w = div(&sigmoid(&load::<1, 1>(logits, t, e)), &den);
+        let w = div(&sigmoid(&load_async::<1, 1>(logits, t, e)), &den);
         store(weights, t, j, &scale(&w, routed_scaling_factor));
     }
 }
