@@ -629,6 +629,7 @@ fn kernel_attention(args: AttentionArgs) -> Result<(), String> {
                 v["kv_cache_bytes"] = run.kv_cache_bytes.into();
                 v["kv_cache_bytes_bf16"] = run.kv_cache_bytes_bf16.into();
                 v["fp8_kv"] = fp8_kv.into();
+                v["dequantized_error"] = run.dequantized_error.into();
                 println!(
                     "{}",
                     serde_json::to_string_pretty(&v).map_err(|e| e.to_string())?
@@ -644,7 +645,8 @@ fn kernel_attention(args: AttentionArgs) -> Result<(), String> {
             }
             if fp8_kv {
                 // The kernel must be exact on the dequantised cache; the FP8 cost is reported.
-                if let Some(err) = run.dequantized_error {
+                // JSON output stays one document: the figures are in it already.
+                if let (Some(err), false) = (run.dequantized_error, c.json) {
                     println!(
                         "fp8 kv: max_rel_error vs the unquantised cache {}, kernel vs the \
                          dequantised cache {err:.1e}",

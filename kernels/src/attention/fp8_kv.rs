@@ -58,7 +58,9 @@ pub fn quantize_per_token(
     dim: usize,
 ) -> Result<Fp8Pool, String> {
     let row = heads * dim;
-    if row == 0 || page_size == 0 || pool.len() % (row * page_size) != 0 {
+    // Whole pages, written without `%` (no `is_multiple_of`: the workspace's rust-version is 1.85).
+    let page_len = row * page_size;
+    if page_len == 0 || pool.len() / page_len * page_len != pool.len() {
         return Err(format!(
             "FP8 KV pool: {} values do not form pages of {page_size} tokens × {heads} heads × {dim}",
             pool.len()

@@ -89,7 +89,7 @@ pub fn indexer_prefill<T: Float>(
     let p = program_id(1);
     let q_pos = ctx_len - q_idx.rows() + t0;
     let mut score = full::<f32, BQ, P>(f32::NEG_INFINITY);
-    if p * P <= q_pos + BQ - 1 {
+    if p * P < q_pos + BQ {
         let page = load_index(block_table, p, p);
         let tk = load_async::<P, DI>(&k_idx_pool.at(page), 0, 0);
         let mut acc = zeros::<f32, BQ, P>();
