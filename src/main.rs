@@ -6,6 +6,8 @@ use dsl_core::{Backend, Config, Launcher};
 use kernels::gemm::{run_gemm, GemmCase, GemmDtype, GemmVariant};
 use std::process::ExitCode;
 
+mod model_cmd;
+
 #[derive(Parser)]
 #[command(
     name = "day0",
@@ -31,6 +33,11 @@ enum Command {
     /// Run one kernel and print its report.
     #[command(subcommand)]
     Kernel(KernelCommand),
+    /// Run a checkpoint (config.json + safetensors) numerically on the simulator: logits, greedy
+    /// tokens, simulated cycles per operator.
+    Forward(model_cmd::ForwardArgs),
+    /// Compare a checkpoint's forward pass layer by layer with reference activations.
+    Validate(model_cmd::ValidateArgs),
     /// List the built-in device presets.
     Devices,
     /// Release-day triage: every operator a model (config.json) needs, and which kernel covers it.
@@ -300,6 +307,8 @@ fn run(cli: Cli) -> Result<(), String> {
             Ok(())
         }
         Command::Coverage { config, json } => coverage(&config, json),
+        Command::Forward(args) => model_cmd::forward(args),
+        Command::Validate(args) => model_cmd::validate_cmd(args),
         Command::Kernel(KernelCommand::Gemm(args)) => kernel_gemm(args),
         Command::Kernel(KernelCommand::ExpertFfn(args)) => kernel_expert_ffn(args),
         Command::Kernel(KernelCommand::Attention(args)) => kernel_attention(args),

@@ -853,7 +853,11 @@ fn read_index(
 /// so it returns `fallback` (e.g. the identity page mapping) — addresses do not change costs.
 pub fn load_index(ctx: &mut Ctx, t: &Tensor<i32>, i: usize, fallback: usize) -> usize {
     // Logical entry `i` of a (possibly strided) index view, at its memory position.
-    let at = if i < t.len() { t.mem_index(i) } else { usize::MAX };
+    let at = if i < t.len() {
+        t.mem_index(i)
+    } else {
+        usize::MAX
+    };
     let value = read_index(ctx, t.data(), at, fallback, &|| format!("tensor {t:?}"));
     let region = Region {
         tensor: t.id(),

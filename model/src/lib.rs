@@ -10,11 +10,14 @@
 //! - [`kv_cache`]: the paged KV cache: page pool, per-sequence block tables, and the per-layer
 //!   cache geometry a memory plan sizes the pool from;
 //! - [`weights`]: safetensors checkpoints (single or sharded, memory-mapped) read as f32, the
-//!   Hugging Face tensor names each architecture needs, and [`weights::verify`].
+//!   Hugging Face tensor names each architecture needs, and [`weights::verify`];
+//! - [`forward`]: the numeric forward pass on the simulator (every operator a DSL kernel launch),
+//!   greedy generation, and layer-by-layer validation against reference activations.
 
 pub mod arch;
 pub mod config;
 pub mod coverage;
+pub mod forward;
 pub mod graph;
 pub mod kv_cache;
 pub mod state_slots;

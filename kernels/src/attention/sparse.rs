@@ -75,7 +75,7 @@ pub fn indexer_decode<T: Float>(
 /// before token `t`'s position (`ctx_len − sq + t`), `−∞` after, written to `scores [sq, n·P]`.
 /// `q_idx [sq, HI·DI]` (index heads side by side), `w [sq, HI]`. A page wholly in the future of
 /// the block is written `−∞` without being read, so the work grows with seq²/2.
-#[kernel(grid = (cdiv(q_idx.rows(), BQ), cdiv(ctx_len, P)), tunable(BQ = [64, 16, 32, 128], DI = [128, 64], P = [64, 16, 128]))]
+#[kernel(grid = (cdiv(q_idx.rows(), BQ), cdiv(ctx_len, P)), tunable(BQ = [64, 16, 32, 128], DI = [128, 32, 64], P = [64, 16, 128]))]
 pub fn indexer_prefill<T: Float>(
     q_idx: &Tensor<T>,
     w: &Tensor<f32>,
@@ -130,7 +130,7 @@ pub fn topk_select(scores: &Tensor<f32>, selected: &Tensor<i32>, ctx_len: usize)
 /// `ctx_len − sq + t` and attends the first `min(topk, position + 1)` entries of its own selection
 /// `selected [sq, K]`, gathered `BK` latent rows at a time from the paged pool; values are the
 /// first `DV` columns of each row. `q [sq, H, D]`, `o [sq, H, DV]`. Decode is `sq = 1`.
-#[kernel(grid = (q.shape()[0], cdiv(q.shape()[1], BH)), tunable(BH = [64, 16, 128], BK = [64, 32], D = [576, 128], DV = [512, 128]), helpers(online_softmax_step))]
+#[kernel(grid = (q.shape()[0], cdiv(q.shape()[1], BH)), tunable(BH = [64, 16, 128], BK = [64, 32], D = [576, 48, 96, 128], DV = [512, 32, 64, 128]), helpers(online_softmax_step))]
 pub fn sparse_mla<T: Float>(
     q: &Tensor<T>,
     kv_pool: &Tensor<T>,

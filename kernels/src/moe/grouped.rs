@@ -37,7 +37,11 @@ pub fn grouped_linear<T: Float>(
     let start = load_index(offsets, e, e * x.rows() / experts);
     let end = load_index(offsets, e + 1, (e + 1) * x.rows() / experts);
     // Views bounded to this expert's rows: ragged tiles never touch the next expert's rows.
-    let (xe, ye, we) = (x.rows_clipped(start, end), y.rows_clipped(start, end), w.at(e));
+    let (xe, ye, we) = (
+        x.rows_clipped(start, end),
+        y.rows_clipped(start, end),
+        w.at(e),
+    );
     let col = program_id(1) * BN;
     for row in (program_id(0) * BM..xe.rows()).step_by(num_programs(0) * BM) {
         let acc = matmul_bt_tile::<T, BM, BN, BK>(&xe, &we, row, col);

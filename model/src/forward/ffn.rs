@@ -1,0 +1,107 @@
+//! Feed-forward blocks: the dense SwiGLU MLP and the mixture of experts (router → dispatch →
+//! grouped expert SwiGLU → weighted combine, plus the shared expert).
+
+use super::ops::{view, Ops};
+use super::params::{MlpWeights, MoeWeights};
+use super::ForwardError;
+use crate::config::{MoeDims, RouterKind};
+use dsl_core::Tensor;
+use kernels::moe::dispatch::RoutingPlan;
+
+/// `down(silu(gate(x)) · up(x))`.
+pub(crate) fn mlp(
+    ops: &mut Ops,
+    name: &str,
+    w: &MlpWeights,
+    x: &Tensor<f32>,
+) -> Result<Tensor<f32>, ForwardError> {
+    let g = ops.linear(&format!("{name}.gate_proj"), x, &w.gate)?;
+    let u = ops.linear(&format!("{name}.up_proj"), x, &w.up)?;
+    let a = ops.swiglu(&format!("{name}.swiglu"), &g, &u)?;
+    ops.linear(&format!("{name}.down_proj"), &a, &w.down)
+}
+
+fn index_tensor(
+    v: &[i32],
+    rows: usize,
+    cols: usize,
+    what: &str,
+) -> Result<Tensor<i32>, ForwardError> {
+    view(Tensor::from_indices(&[rows, cols], v), what)
+}
+
+/// The MoE block on `x [T, H]`.
+pub(crate) fn moe(
+    ops: &mut Ops,
+    m: &MoeDims,
+    w: &MoeWeights,
+    x: &Tensor<f32>,
+) -> Result<Tensor<f32>, ForwardError> {
+    let (t, e, k, i) = (
+        x.rows(),
+        m.experts,
+        m.experts_per_token,
+        m.intermediate_size,
+    );
+    let logits = ops.linear("moe.router_logits", x, &w.router)?;
+    let idx = Tensor::<i32>::poisoned(&[t, k]);
+    let weights = Tensor::<f32>::poisoned(&[t, k]);
+    match &m.router {
+        RouterKind::SigmoidGroupTopk => {
+            let bias = match &w.bias {
+                Some(b) => b.clone(),
+                None => view(Tensor::from_f32(&[1, e], &vec![0.0; e]), "zero router bias")?,
+            };
+            ops.router_sigmoid_group_topk(&logits, &bias, &idx, &weights, m)?;
+        }
+        RouterKind::SoftmaxTopk => ops.router_softmax_topk(&logits, &idx, &weights, m)?,
+        RouterKind::Unknown(r) => {
+            return Err(ForwardError::Unsupported {
+                what: format!("router `{r}`"),
+            })
+        }
+    }
+    // The routing plan is index bookkeeping on the host, as the expert-parallel runtime does.
+    let sel: Vec<i32> = idx
+        .to_vec()
+        .unwrap_or_default()
+        .iter()
+        .map(|v| *v as i32)
+        .collect();
+    let plan = RoutingPlan::from_topk(&sel, t, k, e).map_err(|source| ForwardError::Kernel {
+        op: "moe.routing_plan".into(),
+        layer: ops.layer,
+        source,
+    })?;
+    let n = plan.rows.len();
+    let rows = index_tensor(&plan.rows, n, 1, "dispatch rows")?;
+    let offsets = index_tensor(&plan.expert_offsets, e + 1, 1, "expert offsets")?;
+    let slot_of = index_tensor(&plan.slot_of, t, k, "combine slots")?;
+
+    let xe = ops.moe_dispatch(x, &rows)?;
+    let gu = ops.grouped_linear("moe.experts.gate_up_proj", &xe, &w.gate_up, &offsets)?;
+    let act = ops.swiglu(
+        "moe.experts.swiglu",
+        &view(gu.col_range(0, i), "expert gate half")?,
+        &view(gu.col_range(i, i), "expert up half")?,
+    )?;
+    let ye = ops.grouped_linear("moe.experts.down_proj", &act, &w.down, &offsets)?;
+
+    let base = match &w.shared {
+        Some(s) => {
+            let y = mlp(ops, "moe.shared_expert", s, x)?;
+            match &w.shared_gate {
+                Some(g) => {
+                    let gate = ops.linear("moe.shared_expert_gate", x, g)?;
+                    ops.sigmoid_mul_col("moe.shared_expert_gate", &gate, &y)?
+                }
+                None => y,
+            }
+        }
+        None => view(
+            Tensor::from_f32(&[t, x.cols()], &vec![0.0; t * x.cols()]),
+            "zero base",
+        )?,
+    };
+    ops.moe_combine(&ye, &slot_of, &weights, &base)
+}

@@ -1,0 +1,184 @@
+//! Qwen3-Next's Gated DeltaNet layer: the fused input projections split per key-head group into
+//! q, k, v, z (and b, a), the short causal convolution over `[q | k | v]` with its rolling state,
+//! the gates, the delta rule (chunked for prompts, recurrent for single tokens) carrying the
+//! per-head `dk × dv` state, the gated RMSNorm and the output projection.
+
+use super::ops::{act, view, Ops};
+use super::params::LinearAttnWeights;
+use super::ForwardError;
+use crate::config::LinearAttnDims;
+use dsl_core::prelude::*;
+use kernels::linear_attention::{chunked, conv, gates, recurrent};
+
+/// Per-sequence state of one linear-attention layer (constant in context length).
+pub(crate) struct LinearState {
+    /// Recurrent state `[Nv·dk, dv]`, ping-ponged with `spare` (a kernel reads one, writes the other).
+    pub state: Tensor<f32>,
+    spare: Tensor<f32>,
+    /// Conv inputs of the last 3 tokens `[3, conv_dim]`, ping-ponged the same way.
+    pub conv: Tensor<f32>,
+    conv_spare: Tensor<f32>,
+}
+
+impl LinearState {
+    /// Zero state (a new sequence).
+    pub fn new(l: &LinearAttnDims) -> Result<LinearState, ForwardError> {
+        let conv_dim = 2 * l.key_heads * l.key_head_dim + l.value_heads * l.value_head_dim;
+        let zeros =
+            |r: usize, c: usize| view(Tensor::from_f32(&[r, c], &vec![0.0; r * c]), "zero state");
+        Ok(LinearState {
+            state: zeros(l.value_heads * l.key_head_dim, l.value_head_dim)?,
+            spare: act(l.value_heads * l.key_head_dim, l.value_head_dim),
+            conv: zeros(3, conv_dim)?,
+            conv_spare: act(3, conv_dim),
+        })
+    }
+}
+
+fn sim(ops: &Ops, op: &str, r: Result<Launch, dsl_core::SimError>) -> Result<Launch, ForwardError> {
+    r.map_err(|source| ForwardError::Kernel {
+        op: op.to_string(),
+        layer: ops.layer,
+        source,
+    })
+}
+
+/// Gated DeltaNet over `x [T, H]` (already normed), advancing `st`.
+pub(crate) fn forward(
+    ops: &mut Ops,
+    l: &LinearAttnDims,
+    w: &LinearAttnWeights,
+    x: &Tensor<f32>,
+    st: &mut LinearState,
+    eps: f64,
+) -> Result<Tensor<f32>, ForwardError> {
+    let t = x.rows();
+    let (nk, nv, dk, dv) = (l.key_heads, l.value_heads, l.key_head_dim, l.value_head_dim);
+    let r = nv / nk;
+    let (qk_w, v_w) = (nk * dk, nv * dv);
+    let conv_dim = 2 * qk_w + v_w;
+    let p = ops.linear("linear_attn.in_proj_qkvz", x, &w.in_proj_qkvz)?;
+    let ba = ops.linear("linear_attn.in_proj_ba", x, &w.in_proj_ba)?;
+    // Regroup from per-key-head groups [q | k | v(r heads) | z(r heads)] to [q | k | v] and z.
+    let mixed = act(t, conv_dim);
+    let z = act(t, v_w);
+    let (a, b) = (act(t, nv), act(t, nv));
+    let group = 2 * dk + 2 * r * dv;
+    for gi in 0..nk {
+        let s = gi * group;
+        let parts = [
+            (s, gi * dk, dk, &mixed),
+            (s + dk, qk_w + gi * dk, dk, &mixed),
+            (s + 2 * dk, 2 * qk_w + gi * r * dv, r * dv, &mixed),
+            (s + 2 * dk + r * dv, gi * r * dv, r * dv, &z),
+        ];
+        for (src, dst, width, into) in parts {
+            ops.copy(
+                "linear_attn.split_qkvz",
+                &view(p.col_range(src, width), "qkvz group")?,
+                &view(into.col_range(dst, width), "qkv/z")?,
+            )?;
+        }
+        ops.copy(
+            "linear_attn.split_ba",
+            &view(ba.col_range(gi * 2 * r, r), "b group")?,
+            &view(b.col_range(gi * r, r), "b")?,
+        )?;
+        ops.copy(
+            "linear_attn.split_ba",
+            &view(ba.col_range(gi * 2 * r + r, r), "a group")?,
+            &view(a.col_range(gi * r, r), "a")?,
+        )?;
+    }
+
+    let y = act(t, conv_dim);
+    let bc = if conv_dim <= 32 {
+        32
+    } else if conv_dim <= 64 {
+        64
+    } else {
+        128
+    };
+    let launch = conv::short_conv4::launch(
+        &ops.launcher,
+        &Config::new().with("BC", bc),
+        &mixed,
+        &w.conv_taps,
+        &st.conv,
+        &st.conv_spare,
+        &y,
+    );
+    let launch = sim(ops, "linear_attn.conv", launch)?;
+    ops.book_launch("linear_attn.conv", &launch);
+    std::mem::swap(&mut st.conv, &mut st.conv_spare);
+
+    let (g, beta) = (act(t, nv), act(t, nv));
+    let launch = gates::gdn_gates::launch(
+        &ops.launcher,
+        &Config::new().with("BR", 16).with("BH", 8),
+        &a,
+        &b,
+        &w.a_log,
+        &w.dt_bias,
+        &g,
+        &beta,
+    );
+    let launch = sim(ops, "linear_attn.gates", launch)?;
+    ops.book_launch("linear_attn.gates", &launch);
+
+    let q = view(y.col_range(0, qk_w), "conv q")?;
+    let k = view(y.col_range(qk_w, qk_w), "conv k")?;
+    let v = view(y.col_range(2 * qk_w, v_w), "conv v")?;
+    let o = act(t, v_w);
+    let cfg = Config::new().with("DK", dk as i64).with("DV", dv as i64);
+    let (op, launch) = if t == 1 {
+        (
+            "linear_attn.delta_recurrent",
+            recurrent::recurrent_delta::launch(
+                &ops.launcher,
+                &cfg,
+                &q,
+                &k,
+                &v,
+                &g,
+                &beta,
+                &st.state,
+                &st.spare,
+                &o,
+            ),
+        )
+    } else {
+        (
+            "linear_attn.delta_chunked",
+            chunked::chunked_delta::launch(
+                &ops.launcher,
+                &cfg.with("C", 64),
+                &q,
+                &k,
+                &v,
+                &g,
+                &beta,
+                &st.state,
+                &st.spare,
+                &o,
+            ),
+        )
+    };
+    let launch = sim(ops, op, launch)?;
+    ops.book_launch(op, &launch);
+    std::mem::swap(&mut st.state, &mut st.spare);
+
+    let normed = act(t, v_w);
+    let launch = gates::gated_rmsnorm_silu::launch(
+        &ops.launcher,
+        &Config::new().with("BR", 16).with("DV", dv as i64),
+        &o,
+        &z,
+        &w.norm,
+        &normed,
+        eps as f32,
+    );
+    let launch = sim(ops, "linear_attn.gated_norm", launch)?;
+    ops.book_launch("linear_attn.gated_norm", &launch);
+    ops.linear("linear_attn.out_proj", &normed, &w.out_proj)
+}

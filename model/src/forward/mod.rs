@@ -1,0 +1,507 @@
+//! The numeric forward pass on the simulator: a checkpoint directory (config.json + safetensors)
+//! in, logits out, every operator a DSL kernel launch ([`ops`]) — embedding, norms, projections,
+//! RoPE, attention, router, expert dispatch/GEMMs/combine, lm_head — with the simulated cycles of
+//! each booked per operator ([`OpStats`]).
+//!
+//! A [`Runner`] holds one sequence: [`Runner::forward`] appends tokens (a prompt, then one token per
+//! decode step) to its per-layer caches and returns their logits; [`Runner::generate`] is greedy
+//! generation on top. Everything runs in f32 so results can be compared with transformers' f32
+//! forward to 1e-4.
+
+mod ffn;
+mod gated_attention;
+mod linear_attention;
+mod mla;
+pub mod ops;
+mod params;
+pub mod validate;
+
+pub use ops::OpStats;
+
+use crate::config::{load_config, AttentionKind, ModelConfig, ModelError, RopeScaling};
+use crate::weights::{Checkpoint, WeightError};
+use dsl_core::{Launcher, SimError};
+use ops::{Ops, RopeTables};
+use params::{AttnWeights, FfnWeights, ModelWeights};
+use std::fmt;
+use std::path::Path;
+
+/// Why a forward pass could not run.
+#[derive(Debug)]
+pub enum ForwardError {
+    /// config.json could not be read or is invalid.
+    Config(ModelError),
+    /// A tensor is missing, misshapen or unreadable.
+    Weights(WeightError),
+    /// A kernel launch failed.
+    Kernel {
+        /// The operator (`mla.q_b_proj`, `moe.router`...).
+        op: String,
+        /// The layer, if inside one.
+        layer: Option<usize>,
+        /// The simulator's error.
+        source: SimError,
+    },
+    /// The model needs something the numeric forward does not run yet.
+    Unsupported {
+        /// What, in words.
+        what: String,
+    },
+    /// A token id outside the vocabulary.
+    Token {
+        /// Position in the input.
+        position: usize,
+        /// The id.
+        id: i64,
+        /// Vocabulary size.
+        vocab: usize,
+    },
+    /// More tokens than the runner's cache holds.
+    Capacity {
+        /// Tokens the call needs in total.
+        needed: usize,
+        /// Tokens the caches were sized for.
+        capacity: usize,
+    },
+    /// An internal shape/view inconsistency (a bug in day0, reported instead of a panic).
+    Internal {
+        /// What was being built.
+        what: String,
+        /// The view error.
+        message: String,
+    },
+}
+
+impl fmt::Display for ForwardError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ForwardError::Config(e) => write!(f, "{e}"),
+            ForwardError::Weights(e) => write!(f, "{e}"),
+            ForwardError::Kernel { op, layer, source } => match layer {
+                Some(l) => write!(f, "layer {l}, operator {op}: {source}"),
+                None => write!(f, "operator {op}: {source}"),
+            },
+            ForwardError::Unsupported { what } => write!(
+                f,
+                "not supported by the numeric forward yet: {what} (day0 coverage --config lists what each operator needs)"
+            ),
+            ForwardError::Token { position, id, vocab } => write!(
+                f,
+                "token {id} at position {position} is outside the vocabulary (0..{vocab})"
+            ),
+            ForwardError::Capacity { needed, capacity } => write!(
+                f,
+                "the sequence needs {needed} cache slots but the runner holds {capacity}; create it with a larger capacity"
+            ),
+            ForwardError::Internal { what, message } => {
+                write!(f, "internal error building {what}: {message}")
+            }
+        }
+    }
+}
+
+impl std::error::Error for ForwardError {}
+
+impl From<ModelError> for ForwardError {
+    fn from(e: ModelError) -> Self {
+        ForwardError::Config(e)
+    }
+}
+
+impl From<WeightError> for ForwardError {
+    fn from(e: WeightError) -> Self {
+        ForwardError::Weights(e)
+    }
+}
+
+/// The logits of one [`Runner::forward`] call.
+#[derive(Debug, Clone)]
+pub struct StepOutput {
+    /// `[tokens, vocab]`, row-major.
+    pub logits: Vec<f32>,
+    /// Rows.
+    pub tokens: usize,
+    /// Columns.
+    pub vocab: usize,
+    /// With [`Runner::capture_hidden`]: `hidden_states[0]` is the embedding output and
+    /// `hidden_states[l + 1]` the output of decoder layer `l` (before the final norm), each
+    /// `[tokens, hidden]` — what transformers' `output_hidden_states` returns before its last
+    /// entry (which has the final norm applied).
+    pub hidden_states: Vec<Vec<f32>>,
+}
+
+impl StepOutput {
+    /// Row `t` of the logits.
+    pub fn row(&self, t: usize) -> &[f32] {
+        &self.logits[t * self.vocab..(t + 1) * self.vocab]
+    }
+}
+
+/// Greedy generation's results.
+#[derive(Debug, Clone)]
+pub struct Generation {
+    /// The prompt's logits.
+    pub prompt: StepOutput,
+    /// The generated token ids.
+    pub tokens: Vec<i32>,
+    /// The logits each generated token was chosen from (`[vocab]` each; the first is the prompt's
+    /// last row).
+    pub step_logits: Vec<Vec<f32>>,
+    /// Simulated cost of the prompt (prefill).
+    pub prefill: OpStats,
+    /// Simulated cost of all decode steps.
+    pub decode: OpStats,
+}
+
+/// Index of the largest value; the first one on ties (as `torch.argmax`).
+pub fn argmax(v: &[f32]) -> usize {
+    let mut best = 0;
+    for (i, x) in v.iter().enumerate() {
+        if *x > v[best] {
+            best = i;
+        }
+    }
+    best
+}
+
+/// Per-layer sequence state.
+enum LayerCache {
+    Latent(mla::LatentCache),
+    Kv(gated_attention::KvCache),
+    Linear(linear_attention::LinearState),
+}
+
+fn internal(what: &str) -> ForwardError {
+    ForwardError::Internal {
+        what: what.to_string(),
+        message: "inconsistent with the config".into(),
+    }
+}
+
+/// One sequence of one model on the simulator.
+pub struct Runner {
+    cfg: ModelConfig,
+    weights: ModelWeights,
+    ops: Ops,
+    caches: Vec<LayerCache>,
+    capacity: usize,
+    len: usize,
+    inv_freq: Vec<f64>,
+    attention_factor: f64,
+    interleaved: bool,
+    capture: bool,
+}
+
+fn rope_params(cfg: &ModelConfig) -> Result<kernels::rope::RopeScalingParams, ForwardError> {
+    use kernels::rope::RopeScalingParams as P;
+    let Some(r) = &cfg.rope else {
+        return Ok(P::None);
+    };
+    Ok(match &r.scaling {
+        RopeScaling::None => P::None,
+        RopeScaling::Linear { factor } => P::Linear { factor: *factor },
+        RopeScaling::Yarn {
+            factor,
+            original_max_position_embeddings,
+            beta_fast,
+            beta_slow,
+            mscale,
+            mscale_all_dim,
+        } => P::Yarn {
+            factor: *factor,
+            original_max_position_embeddings: *original_max_position_embeddings,
+            beta_fast: *beta_fast,
+            beta_slow: *beta_slow,
+            mscale: *mscale,
+            mscale_all_dim: *mscale_all_dim,
+            truncate: true,
+        },
+        other => {
+            return Err(ForwardError::Unsupported {
+                what: format!("rope scaling {other:?}"),
+            })
+        }
+    })
+}
+
+impl Runner {
+    /// Opens `dir` (config.json + safetensors), binds the weights and sizes the caches for
+    /// `capacity` tokens.
+    pub fn load(dir: &Path, launcher: Launcher, capacity: usize) -> Result<Runner, ForwardError> {
+        let cfg = load_config(&dir.join("config.json"))?;
+        let ckpt = Checkpoint::open(dir)?;
+        Runner::new(cfg, &ckpt, launcher, capacity)
+    }
+
+    /// A runner for an already parsed config and opened checkpoint.
+    pub fn new(
+        cfg: ModelConfig,
+        ckpt: &Checkpoint,
+        launcher: Launcher,
+        capacity: usize,
+    ) -> Result<Runner, ForwardError> {
+        let weights = ModelWeights::load(&cfg, ckpt)?;
+        let mut caches = Vec::new();
+        for spec in &cfg.layers {
+            match &spec.attention {
+                AttentionKind::Mla | AttentionKind::SparseMla => {
+                    let m = cfg.mla.as_ref().ok_or_else(|| ForwardError::Unsupported {
+                        what: "MLA layers without MLA dimensions".into(),
+                    })?;
+                    let index_dim = match (&spec.attention, &cfg.indexer) {
+                        (AttentionKind::SparseMla, Some(ix)) => Some(ix.head_dim),
+                        (AttentionKind::SparseMla, None) => {
+                            return Err(ForwardError::Unsupported {
+                                what: "sparse MLA layers without indexer dimensions".into(),
+                            })
+                        }
+                        _ => None,
+                    };
+                    caches.push(LayerCache::Latent(mla::LatentCache::new(
+                        m, index_dim, capacity,
+                    )?));
+                }
+                AttentionKind::Gqa => {
+                    let g = cfg.gqa.as_ref().ok_or_else(|| ForwardError::Unsupported {
+                        what: "attention layers without attention dimensions".into(),
+                    })?;
+                    caches.push(LayerCache::Kv(gated_attention::KvCache::new(g, capacity)));
+                }
+                AttentionKind::LinearAttention => {
+                    let l =
+                        cfg.linear_attention
+                            .as_ref()
+                            .ok_or_else(|| ForwardError::Unsupported {
+                                what: "linear-attention layers without their dimensions".into(),
+                            })?;
+                    caches.push(LayerCache::Linear(linear_attention::LinearState::new(l)?));
+                }
+                AttentionKind::Unknown(k) => {
+                    return Err(ForwardError::Unsupported {
+                        what: format!("`{k}` attention"),
+                    })
+                }
+            }
+        }
+        let theta = cfg.rope.as_ref().map(|r| r.theta).unwrap_or(10000.0);
+        // DeepSeek rotates the qk_rope_head_dim part of each head (pairs interleaved when
+        // configured); Qwen3-Next the first partial_rotary_factor of each head, half-split.
+        let (rot_dim, interleaved) = match (&cfg.mla, &cfg.gqa) {
+            (Some(m), _) => (m.qk_rope_head_dim, m.rope_interleave),
+            (None, Some(g)) => {
+                let f = cfg
+                    .rope
+                    .as_ref()
+                    .map(|r| r.partial_rotary_factor)
+                    .unwrap_or(1.0);
+                ((g.head_dim as f64 * f) as usize, false)
+            }
+            (None, None) => (0, false),
+        };
+        let scaling = rope_params(&cfg)?;
+        let inv_freq = kernels::rope::inv_freq(rot_dim, theta, &scaling);
+        let attention_factor = kernels::rope::attention_factor(&scaling);
+        Ok(Runner {
+            cfg,
+            weights,
+            ops: Ops {
+                launcher,
+                stats: OpStats::default(),
+                layer: None,
+            },
+            caches,
+            capacity,
+            len: 0,
+            inv_freq,
+            attention_factor,
+            interleaved,
+            capture: false,
+        })
+    }
+
+    /// The parsed config.
+    pub fn config(&self) -> &ModelConfig {
+        &self.cfg
+    }
+
+    /// Cycles and launches booked so far.
+    pub fn stats(&self) -> &OpStats {
+        &self.ops.stats
+    }
+
+    /// Tokens in the caches.
+    pub fn position(&self) -> usize {
+        self.len
+    }
+
+    /// Whether [`Runner::forward`] returns the per-layer hidden states.
+    pub fn capture_hidden(&mut self, on: bool) {
+        self.capture = on;
+    }
+
+    /// Runs `tokens` (at positions `position() ..`) through the model, appending to the caches, and
+    /// returns their logits.
+    pub fn forward(&mut self, tokens: &[i64]) -> Result<StepOutput, ForwardError> {
+        let vocab = self.cfg.vocab_size;
+        let mut ids = Vec::with_capacity(tokens.len());
+        for (position, &id) in tokens.iter().enumerate() {
+            if id < 0 || id as usize >= vocab {
+                return Err(ForwardError::Token {
+                    position,
+                    id,
+                    vocab,
+                });
+            }
+            ids.push(id as i32);
+        }
+        let (t, pos0) = (tokens.len(), self.len);
+        if t == 0 {
+            return Err(ForwardError::Unsupported {
+                what: "an empty token list".into(),
+            });
+        }
+        if pos0 + t > self.capacity {
+            return Err(ForwardError::Capacity {
+                needed: pos0 + t,
+                capacity: self.capacity,
+            });
+        }
+        let eps = self.cfg.rms_norm_eps;
+        let positions: Vec<usize> = (pos0..pos0 + t).collect();
+        let rope = RopeTables::new(
+            &positions,
+            &self.inv_freq,
+            self.attention_factor,
+            self.interleaved,
+        )?;
+        // The DSA indexer rotates half-split whatever the MLA layout is.
+        let rope_half = RopeTables::new(&positions, &self.inv_freq, self.attention_factor, false)?;
+        let mut hidden_states = Vec::new();
+
+        self.ops.layer = None;
+        let mut h = self.ops.embedding(&ids, &self.weights.embed)?;
+        if self.capture {
+            hidden_states.push(h.to_vec().unwrap_or_default());
+        }
+        for (l, lw) in self.weights.layers.iter().enumerate() {
+            self.ops.layer = Some(l);
+            let n = self
+                .ops
+                .rmsnorm("input_layernorm", &h, &lw.input_norm, eps)?;
+            let a = match (&lw.attn, &mut self.caches[l]) {
+                (AttnWeights::Gqa(w), LayerCache::Kv(cache)) => {
+                    let g = self
+                        .cfg
+                        .gqa
+                        .as_ref()
+                        .ok_or_else(|| internal("attention dims"))?;
+                    gated_attention::forward(&mut self.ops, g, w, &n, pos0, cache, &rope, eps)?
+                }
+                (AttnWeights::Linear(w), LayerCache::Linear(st)) => {
+                    let la = self
+                        .cfg
+                        .linear_attention
+                        .as_ref()
+                        .ok_or_else(|| internal("linear-attention dims"))?;
+                    linear_attention::forward(&mut self.ops, la, w, &n, st, eps)?
+                }
+                (AttnWeights::Mla(w), LayerCache::Latent(cache)) => {
+                    let m = self
+                        .cfg
+                        .mla
+                        .as_ref()
+                        .ok_or_else(|| ForwardError::Internal {
+                            what: "MLA layer".into(),
+                            message: "no MLA dims".into(),
+                        })?;
+                    let scale = self
+                        .cfg
+                        .rope
+                        .as_ref()
+                        .map(|r| r.mla_softmax_scale(m.qk_head_dim()))
+                        .unwrap_or((m.qk_head_dim() as f64).powf(-0.5));
+                    match (&self.cfg.layers[l].attention, &self.cfg.indexer) {
+                        (AttentionKind::SparseMla, Some(ix)) => mla::forward_sparse(
+                            &mut self.ops,
+                            m,
+                            ix,
+                            w,
+                            &n,
+                            pos0,
+                            cache,
+                            &rope,
+                            &rope_half,
+                            scale,
+                        )?,
+                        _ => mla::forward(&mut self.ops, m, w, &n, pos0, cache, &rope, scale)?,
+                    }
+                }
+                _ => return Err(internal("a layer's weights and cache of different kinds")),
+            };
+            let (h1, n2) = self.ops.add_rmsnorm(
+                "post_attention_layernorm",
+                &a,
+                &h,
+                &lw.post_attn_norm,
+                eps,
+            )?;
+            let f = match &lw.ffn {
+                FfnWeights::Dense(w) => ffn::mlp(&mut self.ops, "mlp", w, &n2)?,
+                FfnWeights::Moe(w) => {
+                    let m = self
+                        .cfg
+                        .moe
+                        .as_ref()
+                        .ok_or_else(|| ForwardError::Internal {
+                            what: "MoE layer".into(),
+                            message: "no MoE dims".into(),
+                        })?;
+                    ffn::moe(&mut self.ops, m, w, &n2)?
+                }
+            };
+            h = self.ops.add("residual_add", &h1, &f)?;
+            if self.capture {
+                hidden_states.push(h.to_vec().unwrap_or_default());
+            }
+        }
+        self.ops.layer = None;
+        let n = self
+            .ops
+            .rmsnorm("final_norm", &h, &self.weights.final_norm, eps)?;
+        let logits = self.ops.linear("lm_head", &n, &self.weights.lm_head)?;
+        self.len += t;
+        let logits = logits.to_vec().unwrap_or_default();
+        Ok(StepOutput {
+            logits,
+            tokens: t,
+            vocab,
+            hidden_states,
+        })
+    }
+
+    /// Greedy generation: runs the prompt, then `n` tokens, each the argmax of the previous logits.
+    pub fn generate(&mut self, prompt: &[i64], n: usize) -> Result<Generation, ForwardError> {
+        let before = self.ops.stats.clone();
+        let out = self.forward(prompt)?;
+        let prefill = self.ops.stats.since(&before);
+        let mut step_logits = vec![out.row(out.tokens - 1).to_vec()];
+        let mut tokens = Vec::with_capacity(n);
+        let after_prefill = self.ops.stats.clone();
+        while tokens.len() < n {
+            let last = step_logits.last().map(|l| argmax(l)).unwrap_or(0) as i32;
+            tokens.push(last);
+            if tokens.len() == n {
+                break;
+            }
+            let step = self.forward(&[last as i64])?;
+            step_logits.push(step.row(0).to_vec());
+        }
+        Ok(Generation {
+            prompt: out,
+            tokens,
+            step_logits,
+            prefill,
+            decode: self.ops.stats.since(&after_prefill),
+        })
+    }
+}

@@ -1,0 +1,559 @@
+//! One method per operator the forward pass launches: each allocates its output poisoned (so an
+//! element a kernel forgets to write shows up as NaN in the logits), launches the DSL kernel on the
+//! simulator and books the launch's cycles under the operator's name.
+//!
+//! This is the only file that knows kernel signatures and tile choices; the layer code reads as
+//! the model's math.
+
+use super::ForwardError;
+use crate::config::{IndexerDims, MoeDims};
+use dsl_core::prelude::*;
+use dsl_core::{Report, SimError};
+use kernels::attention::prefill::flash_prefill;
+use kernels::attention::sparse;
+use std::collections::BTreeMap;
+
+/// Cycles and launches booked per operator name over a run.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct OpStats {
+    /// Operator name → (launches, simulated cycles).
+    pub per_op: BTreeMap<String, (u64, u64)>,
+}
+
+impl OpStats {
+    /// Total simulated cycles of every launch booked.
+    pub fn total_cycles(&self) -> u64 {
+        self.per_op.values().map(|(_, c)| c).sum()
+    }
+
+    /// Total launches.
+    pub fn launches(&self) -> u64 {
+        self.per_op.values().map(|(n, _)| n).sum()
+    }
+
+    /// `self − earlier`, operator by operator (the cost of one step).
+    pub fn since(&self, earlier: &OpStats) -> OpStats {
+        let mut per_op = BTreeMap::new();
+        for (k, (n, c)) in &self.per_op {
+            let (n0, c0) = earlier.per_op.get(k).copied().unwrap_or((0, 0));
+            if *n > n0 {
+                per_op.insert(k.clone(), (n - n0, c - c0));
+            }
+        }
+        OpStats { per_op }
+    }
+}
+
+/// The launcher plus the bookkeeping; `layer` names the layer being run, for error context.
+pub(crate) struct Ops {
+    pub launcher: Launcher,
+    pub stats: OpStats,
+    pub layer: Option<usize>,
+}
+
+/// A fresh NaN-filled `[rows, cols]` activation.
+pub(crate) fn act(rows: usize, cols: usize) -> Tensor<f32> {
+    Tensor::poisoned(&[rows, cols])
+}
+
+/// A view error (a programming error in the layer code, reported, not panicked).
+pub(crate) fn view<T>(r: Result<T, String>, what: &str) -> Result<T, ForwardError> {
+    r.map_err(|message| ForwardError::Internal {
+        what: what.to_string(),
+        message,
+    })
+}
+
+impl Ops {
+    /// Books a successful launch's cycles under `op`.
+    pub fn book_launch(&mut self, op: &str, l: &Launch) {
+        let e = self.stats.per_op.entry(op.to_string()).or_default();
+        e.0 += 1;
+        e.1 += l.report.cycles;
+    }
+
+    fn book(&mut self, op: &str, r: Result<Launch, SimError>) -> Result<(), ForwardError> {
+        self.book_report(op, r.map(|l| l.report))
+    }
+
+    /// Books a launch that returns only its report (the MoE runners).
+    fn book_report(&mut self, op: &str, r: Result<Report, SimError>) -> Result<(), ForwardError> {
+        match r {
+            Ok(report) => {
+                let e = self.stats.per_op.entry(op.to_string()).or_default();
+                e.0 += 1;
+                e.1 += report.cycles;
+                Ok(())
+            }
+            Err(source) => Err(ForwardError::Kernel {
+                op: op.to_string(),
+                layer: self.layer,
+                source,
+            }),
+        }
+    }
+
+    /// `y = x · wᵀ` (Hugging Face `[out, in]` weight) into a new tensor.
+    pub fn linear(
+        &mut self,
+        op: &str,
+        x: &Tensor<f32>,
+        w: &Tensor<f32>,
+    ) -> Result<Tensor<f32>, ForwardError> {
+        let y = act(x.rows(), w.rows());
+        self.linear_into(op, x, w, &y)?;
+        Ok(y)
+    }
+
+    /// `y = x · wᵀ` into an existing tensor or view.
+    pub fn linear_into(
+        &mut self,
+        op: &str,
+        x: &Tensor<f32>,
+        w: &Tensor<f32>,
+        y: &Tensor<f32>,
+    ) -> Result<(), ForwardError> {
+        let r = kernels::linear::run_linear(&self.launcher, x, w, y);
+        self.book(op, r)
+    }
+
+    /// RMSNorm of each row of `x` (`y = x · rsqrt(mean(x²) + eps) · w`) into `y`.
+    pub fn rmsnorm_into(
+        &mut self,
+        op: &str,
+        x: &Tensor<f32>,
+        w: &Tensor<f32>,
+        eps: f64,
+        y: &Tensor<f32>,
+    ) -> Result<(), ForwardError> {
+        let r = kernels::norm::run_rmsnorm(&self.launcher, x, w, y, eps as f32);
+        self.book(op, r)
+    }
+
+    /// RMSNorm into a new tensor.
+    pub fn rmsnorm(
+        &mut self,
+        op: &str,
+        x: &Tensor<f32>,
+        w: &Tensor<f32>,
+        eps: f64,
+    ) -> Result<Tensor<f32>, ForwardError> {
+        let y = act(x.rows(), x.cols());
+        self.rmsnorm_into(op, x, w, eps, &y)?;
+        Ok(y)
+    }
+
+    /// LayerNorm of each row (`(x − mean)/sqrt(var + eps) · w + b`) into a new tensor.
+    pub fn layernorm(
+        &mut self,
+        op: &str,
+        x: &Tensor<f32>,
+        w: &Tensor<f32>,
+        b: &Tensor<f32>,
+        eps: f64,
+    ) -> Result<Tensor<f32>, ForwardError> {
+        let y = act(x.rows(), x.cols());
+        let r = kernels::norm::run_layernorm(&self.launcher, x, w, b, &y, eps as f32);
+        self.book(op, r)?;
+        Ok(y)
+    }
+
+    /// The pre-norm block's residual step: `h = x + residual` and `y = rmsnorm(h) · w`, fused.
+    pub fn add_rmsnorm(
+        &mut self,
+        op: &str,
+        x: &Tensor<f32>,
+        residual: &Tensor<f32>,
+        w: &Tensor<f32>,
+        eps: f64,
+    ) -> Result<(Tensor<f32>, Tensor<f32>), ForwardError> {
+        let (h, y) = (act(x.rows(), x.cols()), act(x.rows(), x.cols()));
+        let r = kernels::norm::bh_for(x.cols()).and_then(|bh| {
+            let cfg = Config::new().with("BH", bh).with("BR", 1);
+            kernels::norm::rmsnorm_residual::launch(
+                &self.launcher,
+                &cfg,
+                x,
+                residual,
+                w,
+                &h,
+                &y,
+                eps as f32,
+            )
+        });
+        self.book(op, r)?;
+        Ok((h, y))
+    }
+
+    /// `a + b` into a new tensor.
+    pub fn add(
+        &mut self,
+        op: &str,
+        a: &Tensor<f32>,
+        b: &Tensor<f32>,
+    ) -> Result<Tensor<f32>, ForwardError> {
+        let out = act(a.rows(), a.cols());
+        let r = kernels::elementwise::run_add(&self.launcher, a, b, &out);
+        self.book(op, r)?;
+        Ok(out)
+    }
+
+    /// `x · σ(gate)` elementwise into a new tensor.
+    pub fn sigmoid_mul(
+        &mut self,
+        op: &str,
+        gate: &Tensor<f32>,
+        x: &Tensor<f32>,
+    ) -> Result<Tensor<f32>, ForwardError> {
+        let out = act(x.rows(), x.cols());
+        let r = kernels::elementwise::run_sigmoid_mul(&self.launcher, gate, x, &out);
+        self.book(op, r)?;
+        Ok(out)
+    }
+
+    /// `x · σ(gate)` with one gate per row (`gate [T, 1]`) into a new tensor.
+    pub fn sigmoid_mul_col(
+        &mut self,
+        op: &str,
+        gate: &Tensor<f32>,
+        x: &Tensor<f32>,
+    ) -> Result<Tensor<f32>, ForwardError> {
+        let out = act(x.rows(), x.cols());
+        let r = kernels::elementwise::run_sigmoid_mul_col(&self.launcher, gate, x, &out);
+        self.book(op, r)?;
+        Ok(out)
+    }
+
+    /// `silu(g) · u` into a new tensor.
+    pub fn swiglu(
+        &mut self,
+        op: &str,
+        g: &Tensor<f32>,
+        u: &Tensor<f32>,
+    ) -> Result<Tensor<f32>, ForwardError> {
+        let h = act(g.rows(), g.cols());
+        let cfg = Config::new().with("BR", 16).with("BC", 128);
+        let r = kernels::moe::expert_gemm::swiglu::launch(&self.launcher, &cfg, g, u, &h);
+        self.book(op, r)?;
+        Ok(h)
+    }
+
+    /// `dst = src` between views.
+    pub fn copy(
+        &mut self,
+        op: &str,
+        src: &Tensor<f32>,
+        dst: &Tensor<f32>,
+    ) -> Result<(), ForwardError> {
+        let r = kernels::layout::run_copy(&self.launcher, src, dst);
+        self.book(op, r)
+    }
+
+    /// Rotary embedding of dims `rot_offset .. rot_offset + rot_dim` of every `head_dim`-wide head
+    /// of `x`, written to `out` (which may be `x` itself).
+    #[allow(clippy::too_many_arguments)]
+    pub fn rope_into(
+        &mut self,
+        op: &str,
+        x: &Tensor<f32>,
+        tables: &RopeTables,
+        head_dim: usize,
+        rot_offset: usize,
+        out: &Tensor<f32>,
+    ) -> Result<(), ForwardError> {
+        let r = kernels::rope::run_rope(
+            &self.launcher,
+            x,
+            &tables.cos,
+            &tables.sin,
+            out,
+            head_dim,
+            rot_offset,
+            tables.rot_dim,
+            tables.interleaved,
+        );
+        self.book(op, r)
+    }
+
+    /// Causal attention of `q [Sq, H·D]` over `k [Skv, Hkv·D]`, `v [Skv, Hkv·DV]`: the queries are
+    /// the last `Sq` of the `Skv` positions.
+    #[allow(clippy::too_many_arguments)]
+    pub fn attention(
+        &mut self,
+        op: &str,
+        q: &Tensor<f32>,
+        k: &Tensor<f32>,
+        v: &Tensor<f32>,
+        head_dim: usize,
+        v_head_dim: usize,
+        scale: f64,
+    ) -> Result<Tensor<f32>, ForwardError> {
+        let heads = q.cols() / head_dim;
+        let o = act(q.rows(), heads * v_head_dim);
+        let tile = |n: usize| {
+            if n <= 16 {
+                16
+            } else if n <= 32 {
+                32
+            } else {
+                64
+            }
+        };
+        let cfg = Config::new()
+            .with("D", head_dim as i64)
+            .with("DV", v_head_dim as i64)
+            .with("BQ", tile(q.rows()))
+            .with("BK", tile(k.rows()));
+        let r = flash_prefill::launch(&self.launcher, &cfg, q, k, v, &o, scale as f32, true);
+        self.book(op, r)?;
+        Ok(o)
+    }
+}
+
+impl Ops {
+    /// DeepSeek-V3 router: sigmoid scores, bias for selection only, group-limited top-k.
+    pub fn router_sigmoid_group_topk(
+        &mut self,
+        logits: &Tensor<f32>,
+        bias: &Tensor<f32>,
+        idx: &Tensor<i32>,
+        weights: &Tensor<f32>,
+        m: &MoeDims,
+    ) -> Result<(), ForwardError> {
+        let r = kernels::moe::router::run_router_sigmoid_group_topk(
+            &self.launcher,
+            logits,
+            bias,
+            idx,
+            weights,
+            m.n_group,
+            m.topk_group,
+            m.norm_topk_prob,
+            m.routed_scaling_factor as f32,
+        );
+        self.book_report("moe.router", r)
+    }
+
+    /// Softmax top-k router (Qwen3-Next).
+    pub fn router_softmax_topk(
+        &mut self,
+        logits: &Tensor<f32>,
+        idx: &Tensor<i32>,
+        weights: &Tensor<f32>,
+        m: &MoeDims,
+    ) -> Result<(), ForwardError> {
+        let r = kernels::moe::router::run_router_softmax_topk(
+            &self.launcher,
+            logits,
+            idx,
+            weights,
+            m.norm_topk_prob,
+        );
+        self.book_report("moe.router", r)
+    }
+
+    /// Gathers the rows of `x` each expert needs, grouped by expert.
+    pub fn moe_dispatch(
+        &mut self,
+        x: &Tensor<f32>,
+        rows: &Tensor<i32>,
+    ) -> Result<Tensor<f32>, ForwardError> {
+        let xe = act(rows.rows(), x.cols());
+        let r = kernels::moe::dispatch::run_moe_dispatch(&self.launcher, x, rows, &xe);
+        self.book_report("moe.dispatch", r)?;
+        Ok(xe)
+    }
+
+    /// Per-expert `y = x · w[e]ᵀ` over the dispatched rows.
+    pub fn grouped_linear(
+        &mut self,
+        op: &str,
+        x: &Tensor<f32>,
+        w: &Tensor<f32>,
+        offsets: &Tensor<i32>,
+    ) -> Result<Tensor<f32>, ForwardError> {
+        let out_dim = w.shape().get(1).copied().unwrap_or(0);
+        let y = act(x.rows(), out_dim);
+        let r = kernels::moe::grouped::run_grouped_linear(&self.launcher, x, w, offsets, &y);
+        self.book_report(op, r)?;
+        Ok(y)
+    }
+
+    /// `out[t] = base[t] + Σ_j weights[t, j] · ye[slot_of[t, j]]`.
+    pub fn moe_combine(
+        &mut self,
+        ye: &Tensor<f32>,
+        slot_of: &Tensor<i32>,
+        weights: &Tensor<f32>,
+        base: &Tensor<f32>,
+    ) -> Result<Tensor<f32>, ForwardError> {
+        let out = act(base.rows(), base.cols());
+        let r = kernels::moe::dispatch::run_moe_combine(
+            &self.launcher,
+            ye,
+            slot_of,
+            weights,
+            base,
+            &out,
+        );
+        self.book_report("moe.combine", r)?;
+        Ok(out)
+    }
+
+    /// Token embedding lookup.
+    pub fn embedding(
+        &mut self,
+        ids: &[i32],
+        table: &Tensor<f32>,
+    ) -> Result<Tensor<f32>, ForwardError> {
+        let out = act(ids.len(), table.cols());
+        let r = kernels::embedding::run_embedding(&self.launcher, ids, table, &out);
+        self.book("embedding", r)?;
+        Ok(out)
+    }
+}
+
+impl Ops {
+    /// `c = a · b` (plain, not transposed) into an existing tensor or view.
+    pub fn matmul_into(
+        &mut self,
+        op: &str,
+        a: &Tensor<f32>,
+        b: &Tensor<f32>,
+        c: &Tensor<f32>,
+    ) -> Result<(), ForwardError> {
+        let cfg = Config::new().with("BM", 32).with("BN", 32).with("BK", 32);
+        let r = kernels::gemm::gemm_db::launch(&self.launcher, &cfg, a, b, c);
+        self.book(op, r)
+    }
+
+    /// DSA lightning-indexer scores `[T, pages·P]` of the `T` newest tokens over a context of
+    /// `ctx` tokens (`−∞` after each token's position).
+    #[allow(clippy::too_many_arguments)]
+    pub fn indexer_scores(
+        &mut self,
+        q_idx: &Tensor<f32>,
+        head_w: &Tensor<f32>,
+        key_pool: &Tensor<f32>,
+        block_table: &Tensor<i32>,
+        ctx: usize,
+        ix: &IndexerDims,
+    ) -> Result<Tensor<f32>, ForwardError> {
+        let page = key_pool.shape().get(1).copied().unwrap_or(1);
+        let scores = act(q_idx.rows(), ctx.div_ceil(page) * page);
+        let cfg = Config::new()
+            .with("BQ", 16)
+            .with("DI", ix.head_dim as i64)
+            .with("P", page as i64);
+        let r = sparse::indexer_prefill::launch(
+            &self.launcher,
+            &cfg,
+            q_idx,
+            head_w,
+            key_pool,
+            block_table,
+            &scores,
+            ctx,
+            (ix.head_dim as f32).powf(-0.5),
+        );
+        self.book("indexer.scores", r)?;
+        Ok(scores)
+    }
+
+    /// The `topk` best causal keys of each score row, best first (`[T, K]`, `K ≥ topk` the
+    /// kernel's smallest declared width that holds them).
+    pub fn topk_select(
+        &mut self,
+        scores: &Tensor<f32>,
+        ctx: usize,
+        topk: usize,
+    ) -> Result<Tensor<i32>, ForwardError> {
+        let widths = kernel_values(&sparse::topk_select::META, "K");
+        let k = widths
+            .iter()
+            .copied()
+            .filter(|w| *w as usize >= topk)
+            .min()
+            .ok_or_else(|| ForwardError::Unsupported {
+                what: format!("index_topk {topk} (the top-k kernel declares K up to {widths:?})"),
+            })?;
+        let selected = Tensor::<i32>::poisoned(&[scores.rows(), k as usize]);
+        let cfg = Config::new().with("K", k).with("C", 256);
+        let r = sparse::topk_select::launch(&self.launcher, &cfg, scores, &selected, ctx);
+        self.book("indexer.topk", r)?;
+        Ok(selected)
+    }
+
+    /// Absorbed sparse MLA: queries `[T, H, R + rd]` over the selected rows of the latent pool;
+    /// returns `[T, H, R]`.
+    #[allow(clippy::too_many_arguments)]
+    pub fn sparse_mla(
+        &mut self,
+        q: &Tensor<f32>,
+        pool: &Tensor<f32>,
+        block_table: &Tensor<i32>,
+        selected: &Tensor<i32>,
+        ctx: usize,
+        topk: usize,
+        latent_dim: usize,
+        scale: f64,
+    ) -> Result<Tensor<f32>, ForwardError> {
+        let (t, heads, d) = (q.shape()[0], q.shape()[1], q.shape()[2]);
+        let o = Tensor::<f32>::poisoned(&[t, heads, latent_dim]);
+        let cfg = Config::new()
+            .with("BH", 16)
+            .with("BK", 32)
+            .with("D", d as i64)
+            .with("DV", latent_dim as i64);
+        let r = sparse::sparse_mla::launch(
+            &self.launcher,
+            &cfg,
+            q,
+            pool,
+            block_table,
+            selected,
+            &o,
+            ctx,
+            topk,
+            scale as f32,
+        );
+        self.book("mla.sparse_attention", r)?;
+        Ok(o)
+    }
+}
+
+/// The declared values of one tunable of a kernel.
+fn kernel_values(meta: &dsl_core::KernelMeta, name: &str) -> Vec<i64> {
+    meta.tunables
+        .iter()
+        .find(|(n, _)| *n == name)
+        .map(|(_, v)| v.to_vec())
+        .unwrap_or_default()
+}
+
+/// cos/sin tables for a block of positions (`[T, rot_dim/2]` each) and how to apply them.
+pub(crate) struct RopeTables {
+    pub cos: Tensor<f32>,
+    pub sin: Tensor<f32>,
+    pub rot_dim: usize,
+    pub interleaved: bool,
+}
+
+impl RopeTables {
+    /// Tables for `positions` from precomputed inverse frequencies.
+    pub fn new(
+        positions: &[usize],
+        inv_freq: &[f64],
+        attention_factor: f64,
+        interleaved: bool,
+    ) -> Result<RopeTables, ForwardError> {
+        let (c, s) = kernels::rope::cos_sin(positions, inv_freq, attention_factor);
+        let shape = [positions.len(), inv_freq.len()];
+        Ok(RopeTables {
+            cos: view(Tensor::from_f32(&shape, &c), "rope cos table")?,
+            sin: view(Tensor::from_f32(&shape, &s), "rope sin table")?,
+            rot_dim: 2 * inv_freq.len(),
+            interleaved,
+        })
+    }
+}

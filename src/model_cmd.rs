@@ -1,0 +1,224 @@
+//! `day0 forward` and `day0 validate`: a released checkpoint run numerically on the simulator.
+
+use clap::Args;
+use dsl_core::Launcher;
+use model::forward::validate::validate;
+use model::forward::{argmax, OpStats, Runner};
+use std::path::{Path, PathBuf};
+
+/// Arguments of `day0 forward`.
+#[derive(Args)]
+pub struct ForwardArgs {
+    /// Checkpoint directory: config.json + model.safetensors (or model.safetensors.index.json and
+    /// its shards), as `save_pretrained` writes it.
+    #[arg(long)]
+    model_dir: PathBuf,
+    /// Prompt token ids, comma-separated.
+    #[arg(long, value_delimiter = ',', required = true)]
+    tokens: Vec<i64>,
+    /// Greedy-generate this many tokens after the prompt.
+    #[arg(long, default_value_t = 0)]
+    generate: usize,
+    /// Write the prompt logits to this safetensors file (one f32 tensor `logits` [tokens, vocab]).
+    #[arg(long)]
+    logits_out: Option<PathBuf>,
+    /// Device preset the kernels run on.
+    #[arg(long, default_value = "npu-910b")]
+    device: String,
+    /// Print JSON instead of a table.
+    #[arg(long)]
+    json: bool,
+}
+
+/// Arguments of `day0 validate`.
+#[derive(Args)]
+pub struct ValidateArgs {
+    /// Checkpoint directory (see `day0 forward`).
+    #[arg(long)]
+    model_dir: PathBuf,
+    /// Reference activations: a safetensors file with `input_ids` (the prompt), `hidden_states.{i}`
+    /// (embedding output, then each decoder layer's output) and `logits`, as
+    /// tests/reference/gen_models.py writes them.
+    #[arg(long)]
+    reference: PathBuf,
+    /// Flag tensors whose max relative error exceeds this.
+    #[arg(long, default_value_t = 1e-4)]
+    threshold: f64,
+    /// Device preset the kernels run on.
+    #[arg(long, default_value = "npu-910b")]
+    device: String,
+    /// Print JSON instead of a table.
+    #[arg(long)]
+    json: bool,
+}
+
+fn runner(dir: &Path, device: &str, capacity: usize) -> Result<Runner, String> {
+    let launcher = Launcher::for_device(device).map_err(|e| e.to_string())?;
+    Runner::load(dir, launcher, capacity).map_err(|e| e.to_string())
+}
+
+fn top_ops(stats: &OpStats, n: usize) -> Vec<(String, u64, u64)> {
+    let mut v: Vec<(String, u64, u64)> = stats
+        .per_op
+        .iter()
+        .map(|(k, (l, c))| (k.clone(), *l, *c))
+        .collect();
+    v.sort_by(|a, b| b.2.cmp(&a.2).then(a.0.cmp(&b.0)));
+    v.truncate(n);
+    v
+}
+
+/// `day0 forward`.
+pub fn forward(args: ForwardArgs) -> Result<(), String> {
+    let mut r = runner(
+        &args.model_dir,
+        &args.device,
+        args.tokens.len() + args.generate,
+    )?;
+    let clock_ghz = Launcher::for_device(&args.device)
+        .map_err(|e| e.to_string())?
+        .preset
+        .clock_ghz;
+    let gen = r
+        .generate(&args.tokens, args.generate)
+        .map_err(|e| e.to_string())?;
+    let out = &gen.prompt;
+    if let Some(path) = &args.logits_out {
+        model::weights::write_f32(
+            path,
+            &[("logits", &[out.tokens, out.vocab], &out.logits)],
+            &[("producer", "day0 forward")],
+        )
+        .map_err(|e| e.to_string())?;
+    }
+    let us = |c: u64| c as f64 / (clock_ghz * 1e3);
+    let next = argmax(out.row(out.tokens - 1));
+    if args.json {
+        let j = serde_json::json!({
+            "model": r.config().model_type,
+            "tokens": out.tokens,
+            "vocab": out.vocab,
+            "next_token": next,
+            "generated": gen.tokens,
+            "prefill_cycles": gen.prefill.total_cycles(),
+            "prefill_us": us(gen.prefill.total_cycles()),
+            "prefill_launches": gen.prefill.launches(),
+            "decode_cycles": gen.decode.total_cycles(),
+            "decode_us_per_token": if gen.tokens.len() > 1 { us(gen.decode.total_cycles()) / (gen.tokens.len() - 1) as f64 } else { 0.0 },
+            "ops": gen.prefill.per_op.iter().map(|(k, (l, c))| (k.clone(), serde_json::json!({"launches": l, "cycles": c}))).collect::<serde_json::Map<_, _>>(),
+        });
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&j).map_err(|e| e.to_string())?
+        );
+        return Ok(());
+    }
+    let cfg = r.config();
+    println!(
+        "{} ({}), {} layers [{}], on {}",
+        cfg.model_type,
+        args.model_dir.display(),
+        cfg.num_layers(),
+        cfg.layer_summary(),
+        args.device
+    );
+    println!(
+        "prefill {} tokens: {} kernel launches, {} cycles ({:.1} us simulated); next token {next}",
+        out.tokens,
+        gen.prefill.launches(),
+        gen.prefill.total_cycles(),
+        us(gen.prefill.total_cycles())
+    );
+    println!(
+        "  {:<32} {:>8} {:>12} {:>6}",
+        "operator", "launches", "cycles", "share"
+    );
+    let total = gen.prefill.total_cycles().max(1);
+    for (op, l, c) in top_ops(&gen.prefill, 12) {
+        println!(
+            "  {op:<32} {l:>8} {c:>12} {:>5.1}%",
+            100.0 * c as f64 / total as f64
+        );
+    }
+    if !gen.tokens.is_empty() {
+        let steps = gen.tokens.len().saturating_sub(1).max(1);
+        println!(
+            "generated {}: {:?}; decode {:.1} us simulated per token",
+            gen.tokens.len(),
+            gen.tokens,
+            us(gen.decode.total_cycles()) / steps as f64
+        );
+    }
+    if let Some(path) = &args.logits_out {
+        println!(
+            "logits [{}, {}] written to {}",
+            out.tokens,
+            out.vocab,
+            path.display()
+        );
+    }
+    Ok(())
+}
+
+/// `day0 validate`: exits non-zero when a tensor is over the threshold.
+pub fn validate_cmd(args: ValidateArgs) -> Result<(), String> {
+    let reference = model::weights::read_all_f32(&args.reference).map_err(|e| e.to_string())?;
+    let ids: Vec<i64> = reference
+        .iter()
+        .find(|(n, _, _)| n == "input_ids")
+        .map(|(_, _, d)| d.iter().map(|v| *v as i64).collect())
+        .ok_or_else(|| {
+            format!(
+                "{}: no `input_ids` tensor (the prompt the reference activations were made from)",
+                args.reference.display()
+            )
+        })?;
+    let mut r = runner(&args.model_dir, &args.device, ids.len())?;
+    let v = validate(&mut r, &ids, &reference, args.threshold).map_err(|e| e.to_string())?;
+    if args.json {
+        let diffs: Vec<serde_json::Value> = v
+            .diffs
+            .iter()
+            .map(|d| {
+                serde_json::json!({
+                    "name": d.name, "cosine": d.cosine, "max_abs": d.max_abs,
+                    "max_rel": d.max_rel, "worst_position": d.worst_position, "flagged": d.flagged,
+                })
+            })
+            .collect();
+        let j = serde_json::json!({"tokens": v.tokens, "threshold": v.threshold,
+            "tail_error": v.tail_error(), "tensors": diffs});
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&j).map_err(|e| e.to_string())?
+        );
+    } else {
+        println!(
+            "{:<12} {:>12} {:>12} {:>12} {:>6}  (threshold {:e}, {} tokens)",
+            "tensor", "cosine", "max abs", "max rel", "worst", v.threshold, v.tokens
+        );
+        for d in &v.diffs {
+            println!(
+                "{:<12} {:>12.9} {:>12.3e} {:>12.3e} {:>6}{}",
+                d.name,
+                d.cosine,
+                d.max_abs,
+                d.max_rel,
+                d.worst_position,
+                if d.flagged {
+                    "  <-- over threshold"
+                } else {
+                    ""
+                }
+            );
+        }
+        println!("tail (max) relative error: {:.3e}", v.tail_error());
+    }
+    match v.first_flagged() {
+        Some(d) => Err(format!(
+            "{} diverges from the reference: max relative error {:.3e} > {:e} at position {}",
+            d.name, d.max_rel, v.threshold, d.worst_position
+        )),
+        None => Ok(()),
+    }
+}
