@@ -195,6 +195,22 @@ fn missing(how: &str) -> Rule {
     rule(Status::Missing, vec![], vec![], how)
 }
 
+/// The registry's implementations of `op` with `checks` on each (built from its metadata), or
+/// missing with `absent` when none is registered.
+fn from_registry(
+    op: &str,
+    checks: impl Fn(&'static KernelMeta) -> Vec<Check>,
+    absent: &str,
+) -> Rule {
+    match registered(op) {
+        Some((s, k)) => {
+            let c = k.iter().flat_map(|m| checks(m)).collect();
+            rule(s, k, c, "")
+        }
+        None => missing(absent),
+    }
+}
+
 /// Implementations registered for `op` in [`kernels::registry`]: `HandTuned` with the tuned ones
 /// when any is `DslTuned`, else `Dsl` with all of them; `None` when the registry has none.
 fn registered(op: &str) -> Option<(Status, Vec<&'static KernelMeta>)> {
@@ -234,7 +250,7 @@ pub fn rules(kind: &OpKind) -> Rule {
         };
     let swiglu = &moe::swiglu::META;
     match kind {
-        OpKind::Embedding => missing("no kernel gathers embedding rows by token id"),
+        OpKind::Embedding => from_registry("embedding", |_| vec![], "no embedding kernel"),
         OpKind::RmsNormResidual => match norm {
             Some((s, k)) => {
                 let c = k.iter().map(|m| norm_check(m)).collect();
@@ -242,20 +258,24 @@ pub fn rules(kind: &OpKind) -> Rule {
             }
             None => missing("no rmsnorm_residual in the registry"),
         },
-        OpKind::RmsNorm => match norm {
-            Some((_, k)) => {
-                let c = k.iter().map(|m| norm_check(m)).collect();
-                rule(Status::Composite, k, c, "zero residual")
-            }
-            None => missing("no RMSNorm kernel"),
-        },
-        OpKind::LayerNorm => missing("no LayerNorm kernel (mean-centred, with bias)"),
+        OpKind::RmsNorm => from_registry("rmsnorm", |m| vec![norm_check(m)], "no RMSNorm kernel"),
+        OpKind::LayerNorm => {
+            from_registry("layernorm", |m| vec![norm_check(m)], "no LayerNorm kernel")
+        }
         OpKind::Linear | OpKind::LmHead => match gemm {
             Some((s, k)) => rule(s, k, vec![], ""),
             None => missing("no GEMM in the registry"),
         },
-        OpKind::Rope => missing("no rotary-embedding kernel"),
-        OpKind::KvCacheAppend => missing("no kernel writes new rows into cache pages"),
+        OpKind::Rope => from_registry(
+            "rope",
+            |m| vec![exact(m, "RH", "rotary_half")],
+            "no rotary-embedding kernel",
+        ),
+        OpKind::KvCacheAppend => from_registry(
+            "kv_cache_append",
+            |_| vec![],
+            "no kernel writes new rows into cache pages",
+        ),
         OpKind::MlaAbsorb => rule(
             Status::Composite,
             vec![&moe::expert_gemm::META],
@@ -321,7 +341,9 @@ pub fn rules(kind: &OpKind) -> Rule {
             ],
             "",
         ),
-        OpKind::AttnOutputGate => missing("no sigmoid-gate kernel"),
+        OpKind::AttnOutputGate => {
+            from_registry("sigmoid_mul", |_| vec![], "no sigmoid-gate kernel")
+        }
         OpKind::ShortConv => rule(
             Status::Dsl,
             vec![&conv::short_conv4::META],
@@ -332,7 +354,15 @@ pub fn rules(kind: &OpKind) -> Rule {
             }],
             "",
         ),
-        OpKind::DeltaGates(_) => missing("f64 reference only (linear_attention::reference)"),
+        OpKind::DeltaGates(Decay::Scalar) => rule(
+            Status::Dsl,
+            vec![&kernels::linear_attention::gates::gdn_gates::META],
+            vec![],
+            "",
+        ),
+        OpKind::DeltaGates(Decay::PerChannel) => {
+            missing("f64 reference only (linear_attention::reference): no KDA gate kernel")
+        }
         OpKind::DeltaRule(decay, p) => {
             let m: &'static KernelMeta = match (decay, p) {
                 (Decay::Scalar, Phase::Prefill) => &chunked::chunked_delta::META,
@@ -347,13 +377,29 @@ pub fn rules(kind: &OpKind) -> Rule {
                 "",
             )
         }
-        OpKind::GatedRmsNorm => missing("f64 reference only (linear_attention::reference)"),
-        OpKind::MoeRouter(RouterKind::SigmoidGroupTopk) => {
-            missing("no sigmoid + bias + group-limited top-k kernel")
+        OpKind::GatedRmsNorm(Decay::Scalar) => {
+            let m = &kernels::linear_attention::gates::gated_rmsnorm_silu::META;
+            rule(Status::Dsl, vec![m], vec![exact(m, "DV", "width")], "")
         }
-        OpKind::MoeRouter(RouterKind::SoftmaxTopk) => missing("no per-token softmax top-k kernel"),
+        OpKind::GatedRmsNorm(Decay::PerChannel) => {
+            missing("f64 reference only: no kernel for KDA's sigmoid-gated output norm")
+        }
+        OpKind::MoeRouter(RouterKind::SigmoidGroupTopk) => from_registry(
+            "moe_router_sigmoid_group_topk",
+            |_| vec![],
+            "no sigmoid + bias + group-limited top-k kernel",
+        ),
+        OpKind::MoeRouter(RouterKind::SoftmaxTopk) => from_registry(
+            "moe_router_softmax_topk",
+            |_| vec![],
+            "no per-token softmax top-k kernel",
+        ),
         OpKind::MoeRouter(RouterKind::Unknown(_)) => missing("unknown router"),
-        OpKind::MoeDispatch => missing("no permute/gather-by-expert kernel"),
+        OpKind::MoeDispatch => from_registry(
+            "moe_dispatch",
+            |_| vec![],
+            "no permute/gather-by-expert kernel",
+        ),
         OpKind::ExpertFfn(ExpertWeights::Float) => rule(
             Status::Dsl,
             vec![&moe::expert_gemm::META, swiglu],
@@ -386,7 +432,9 @@ pub fn rules(kind: &OpKind) -> Rule {
         OpKind::ExpertFfn(ExpertWeights::Other(_)) => {
             missing("no expert GEMM for this weight format")
         }
-        OpKind::MoeCombine => missing("no weighted scatter-back kernel"),
+        OpKind::MoeCombine => {
+            from_registry("moe_combine", |_| vec![], "no weighted combine kernel")
+        }
         OpKind::SharedExpert | OpKind::DenseMlp => match gemm {
             Some((_, mut k)) => {
                 k.truncate(1);
@@ -400,7 +448,19 @@ pub fn rules(kind: &OpKind) -> Rule {
             }
             None => missing("no GEMM in the registry"),
         },
-        OpKind::SharedExpertGate => missing("no sigmoid-gate kernel"),
+        OpKind::SharedExpertGate => match (gemm, registered("sigmoid_mul_col")) {
+            (Some((_, mut k)), Some((_, g))) => {
+                k.truncate(1);
+                k.extend(g);
+                rule(
+                    Status::Composite,
+                    k,
+                    vec![],
+                    "gate GEMM + per-row sigmoid scale",
+                )
+            }
+            _ => missing("no sigmoid-gate kernel"),
+        },
         OpKind::Unknown(_) => missing("not a known layer kind: no operator mapping"),
     }
 }

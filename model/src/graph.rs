@@ -109,7 +109,7 @@ pub enum OpKind {
     /// The gated delta rule itself (chunked in prefill, recurrent in decode).
     DeltaRule(Decay, Phase),
     /// `RMSNorm(o) · act(z)` output norm of linear attention.
-    GatedRmsNorm,
+    GatedRmsNorm(Decay),
     /// MoE scoring and top-k selection.
     MoeRouter(RouterKind),
     /// Permute tokens by expert (gather).
@@ -153,7 +153,8 @@ impl OpKind {
             OpKind::DeltaGates(Decay::PerChannel) => "delta_gates.kda".into(),
             OpKind::DeltaRule(Decay::Scalar, p) => format!("gated_delta_rule.{p}"),
             OpKind::DeltaRule(Decay::PerChannel, p) => format!("kda_delta_rule.{p}"),
-            OpKind::GatedRmsNorm => "gated_rmsnorm".into(),
+            OpKind::GatedRmsNorm(Decay::Scalar) => "gated_rmsnorm".into(),
+            OpKind::GatedRmsNorm(Decay::PerChannel) => "gated_rmsnorm.kda".into(),
             OpKind::MoeRouter(r) => format!("moe_router.{}", r.name()),
             OpKind::MoeDispatch => "moe_dispatch".into(),
             OpKind::ExpertFfn(ExpertWeights::Float) => "expert_ffn".into(),
@@ -444,7 +445,7 @@ impl Builder<'_> {
             name,
             vec![q, k],
             outs,
-            vec![("rotary_dim", rotary_dim)],
+            vec![("rotary_dim", rotary_dim), ("rotary_half", rotary_dim / 2)],
             Some(detail),
         );
     }
@@ -765,7 +766,7 @@ impl Builder<'_> {
             self.linear("self_attn.g_b_proj", dv, v_w);
         }
         self.op(
-            OpKind::GatedRmsNorm,
+            OpKind::GatedRmsNorm(decay),
             "linear_attn.norm",
             vec![
                 opnd("o", &[t * hv, dv]),

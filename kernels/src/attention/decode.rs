@@ -78,7 +78,7 @@ pub fn store_split_partials<const BH: usize, const DV: usize>(
 /// One program per (block of `BH` query rows of one key/value head, context split).
 #[kernel(
     grid = (q.shape()[0] * cdiv(q.shape()[1], BH), o_part.shape()[0]),
-    tunable(BH = [16, 64, 128], P = [64, 16, 128], D = [128, 64, 576], DV = [128, 64, 512]),
+    tunable(BH = [16, 64, 128], P = [64, 16, 128], D = [128, 64, 256, 576], DV = [128, 64, 256, 512]),
     helpers(online_softmax_step, split_program, store_split_partials)
 )]
 pub fn paged_decode_split<T: Float>(
@@ -110,7 +110,7 @@ pub fn paged_decode_split<T: Float>(
 }
 
 /// Merges split partials: `o = Σ_s e^(lse_s − m) o_s / Σ_s e^(lse_s − m)`, `m = max_s lse_s`.
-#[kernel(grid = (cdiv(o.rows(), BH),), tunable(BH = [16, 64, 128], DV = [128, 64, 512]))]
+#[kernel(grid = (cdiv(o.rows(), BH),), tunable(BH = [16, 64, 128], DV = [128, 64, 256, 512]))]
 pub fn decode_combine<T: Float>(o_part: &Tensor<f32>, lse_part: &Tensor<f32>, o: &Tensor<T>) {
     let r = program_id(0) * BH;
     let splits = o_part.shape()[0];
