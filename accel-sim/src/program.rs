@@ -1,12 +1,21 @@
 //! A program's recorded instruction stream: what a front end hands the timing model.
+//!
+//! Kernels are loops, so a program issues the same few dozen instructions thousands of times,
+//! differing only in which buffers they touch and which device window a load reads. The trace stores
+//! each event once in a table of distinct *shapes* — the event with its buffer ids written as
+//! distances back from the allocation cursor and its load window left out — and the program as a
+//! stream of table indices, with the load windows beside it. Decoding gives back exactly the events
+//! that were recorded. A 1M-token chunked prefill issues millions of events per program; this keeps
+//! them at 4 bytes each instead of ~90, and lets the timing model work per distinct shape.
 
-use crate::isa::Op;
+use crate::isa::{Op, Region};
+use std::collections::HashMap;
 
 /// Program-local id of an on-chip buffer (one per tile value).
 pub type BufId = u32;
 
 /// One issued instruction with its operands.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct Instr {
     /// What it does (shapes, bytes, dtype).
     pub op: Op,
@@ -51,7 +60,7 @@ impl Instr {
 }
 
 /// An event of a program, in issue order.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum Event {
     /// A tile of `bytes` comes into existence in SRAM (created by `line`).
     Alloc {
@@ -66,11 +75,283 @@ pub enum Event {
     Exec(Instr),
 }
 
-/// Everything one program issued, in order.
-#[derive(Debug, Clone, Default, PartialEq)]
+/// The load window stored in a shape: shapes leave it out, so loads of different windows share one.
+const NO_REGION: Region = Region {
+    tensor: 0,
+    offset: 0,
+    rows: 0,
+    cols: 0,
+};
+
+/// "No shape" in the successor table.
+const NONE: u32 = u32::MAX;
+
+/// Everything one program issued, in order (compactly: see the module docs).
+#[derive(Debug, Clone)]
 pub struct ProgramTrace {
-    /// Events in issue order.
-    pub events: Vec<Event>,
+    /// Distinct event shapes: buffer ids as `cursor − id` (cursor = buffers allocated before the
+    /// event), load windows blank.
+    shapes: Vec<Event>,
+    /// The program: one shape index per event.
+    stream: Vec<u32>,
+    /// Bytes and window of every load, in issue order.
+    loads: Vec<(u64, Region)>,
+    /// Bytes of every store, summed.
+    store_bytes: u64,
+    /// Buffers allocated (ids are `0..n_bufs`).
+    n_bufs: u32,
+    /// Shape → index, for shapes not found by the successor guess.
+    index: HashMap<Event, u32, foldhash::fast::FixedState>,
+    /// The shape that followed each shape last time (a loop body repeats, so this is usually right
+    /// and saves hashing).
+    next_of: Vec<u32>,
+    /// The previous event's shape.
+    prev: u32,
+}
+
+impl Default for ProgramTrace {
+    fn default() -> ProgramTrace {
+        ProgramTrace::new()
+    }
+}
+
+impl PartialEq for ProgramTrace {
+    fn eq(&self, o: &ProgramTrace) -> bool {
+        self.same_shapes(o) && self.loads == o.loads
+    }
+}
+
+impl ProgramTrace {
+    /// An empty trace.
+    pub fn new() -> ProgramTrace {
+        ProgramTrace {
+            shapes: Vec::new(),
+            stream: Vec::new(),
+            loads: Vec::new(),
+            store_bytes: 0,
+            n_bufs: 0,
+            index: HashMap::default(),
+            next_of: Vec::new(),
+            prev: NONE,
+        }
+    }
+
+    /// Records that a tile of `bytes` comes into existence at `line`; returns its buffer id.
+    pub fn alloc(&mut self, bytes: u64, line: u32) -> BufId {
+        let buf = self.n_bufs;
+        self.record(Event::Alloc {
+            buf: 0,
+            bytes,
+            line,
+        });
+        self.n_bufs += 1;
+        buf
+    }
+
+    /// Records an issued instruction (its buffers must have been allocated by [`Self::alloc`]).
+    pub fn exec(&mut self, mut ins: Instr) {
+        let cursor = self.n_bufs;
+        // Wrapping both ways makes encode/decode exact for any id.
+        for r in &mut ins.reads[..ins.n_reads as usize] {
+            *r = cursor.wrapping_sub(*r);
+        }
+        if let Some(w) = &mut ins.write {
+            *w = cursor.wrapping_sub(*w);
+        }
+        match &mut ins.op {
+            Op::Load { bytes, region } => {
+                self.loads.push((*bytes, *region));
+                *region = NO_REGION;
+            }
+            Op::Store { bytes } => self.store_bytes += *bytes,
+            _ => {}
+        }
+        self.record(Event::Exec(ins));
+    }
+
+    /// Appends a shape to the stream, finding or adding its index.
+    fn record(&mut self, shape: Event) {
+        let guess = match self.prev {
+            NONE => NONE,
+            p => self.next_of[p as usize],
+        };
+        let idx = if guess != NONE && self.shapes[guess as usize] == shape {
+            guess
+        } else {
+            let idx = match self.index.get(&shape) {
+                Some(i) => *i,
+                None => {
+                    let i = self.shapes.len() as u32;
+                    self.index.insert(shape.clone(), i);
+                    self.shapes.push(shape);
+                    self.next_of.push(NONE);
+                    i
+                }
+            };
+            if self.prev != NONE {
+                self.next_of[self.prev as usize] = idx;
+            }
+            idx
+        };
+        self.stream.push(idx);
+        self.prev = idx;
+    }
+
+    /// Number of events.
+    pub fn len(&self) -> usize {
+        self.stream.len()
+    }
+
+    /// Whether nothing was recorded.
+    pub fn is_empty(&self) -> bool {
+        self.stream.is_empty()
+    }
+
     /// Number of buffers allocated (ids are `0..n_bufs`).
-    pub n_bufs: u32,
+    pub fn n_bufs(&self) -> u32 {
+        self.n_bufs
+    }
+
+    /// Number of distinct event shapes (see [`Self::indexed_events`]).
+    pub fn n_shapes(&self) -> usize {
+        self.shapes.len()
+    }
+
+    /// The distinct event shapes, indexed as in [`Self::indexed_events`]: buffer ids are distances
+    /// back from the allocation cursor, load windows are blank.
+    pub fn shapes(&self) -> &[Event] {
+        &self.shapes
+    }
+
+    /// Bytes and window of every load, in issue order (what the L2 model classifies).
+    pub fn loads(&self) -> &[(u64, Region)] {
+        &self.loads
+    }
+
+    /// Total bytes stored.
+    pub fn store_bytes(&self) -> u64 {
+        self.store_bytes
+    }
+
+    /// Whether the two programs issued the same events apart from the device windows they load:
+    /// the timing model cannot tell them apart given the same memory levels and bandwidth.
+    pub fn same_shapes(&self, o: &ProgramTrace) -> bool {
+        self.n_bufs == o.n_bufs
+            && self.store_bytes == o.store_bytes
+            && self.stream == o.stream
+            && self.shapes == o.shapes
+            && self.loads.len() == o.loads.len()
+    }
+
+    /// The events in issue order.
+    pub fn events(&self) -> impl Iterator<Item = Event> + '_ {
+        self.indexed_events().map(|(_, e)| e)
+    }
+
+    /// The events in issue order, each with its shape index in `0..n_shapes()`: two events with
+    /// the same index are the same instruction (or allocation) apart from buffer ids and load
+    /// window, so anything that depends only on the shape can be computed once per index.
+    pub fn indexed_events(&self) -> impl Iterator<Item = (u32, Event)> + '_ {
+        let mut cursor: BufId = 0;
+        let mut next_load = 0usize;
+        self.stream.iter().map(move |&i| {
+            let mut ev = self.shapes[i as usize].clone();
+            match &mut ev {
+                Event::Alloc { buf, .. } => {
+                    *buf = cursor;
+                    cursor += 1;
+                }
+                Event::Exec(ins) => {
+                    for r in &mut ins.reads[..ins.n_reads as usize] {
+                        *r = cursor.wrapping_sub(*r);
+                    }
+                    if let Some(w) = &mut ins.write {
+                        *w = cursor.wrapping_sub(*w);
+                    }
+                    if let Op::Load { region, .. } = &mut ins.op {
+                        *region = self.loads[next_load].1;
+                        next_load += 1;
+                    }
+                }
+            }
+            (i, ev)
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::dtype::DType;
+    use crate::isa::VectorClass;
+
+    fn load(tensor: u64, offset: u64, bytes: u64, write: BufId) -> Instr {
+        let region = Region {
+            tensor,
+            offset,
+            rows: 4,
+            cols: 4,
+        };
+        Instr::new(Op::Load { bytes, region }, 7, &[], Some(write))
+    }
+
+    /// A loop of `iters` bodies, each loading a window and updating a carried accumulator.
+    fn looped(trace: &mut ProgramTrace, tensor: u64, iters: u64) -> Vec<Event> {
+        let mut want = Vec::new();
+        let mut alloc = |t: &mut ProgramTrace, want: &mut Vec<Event>, bytes: u64, line: u32| {
+            let buf = t.alloc(bytes, line);
+            want.push(Event::Alloc { buf, bytes, line });
+            buf
+        };
+        let mut acc = alloc(trace, &mut want, 64, 1);
+        for i in 0..iters {
+            let x = alloc(trace, &mut want, 64, 2);
+            let ins = load(tensor, i * 16, 64 - (i == iters - 1) as u64 * 32, x);
+            let ins = if i % 3 == 0 { ins.blocking() } else { ins };
+            trace.exec(ins.clone());
+            want.push(Event::Exec(ins));
+            let y = alloc(trace, &mut want, 64, 3);
+            let op = Op::Vector {
+                elems: 16,
+                dtype: DType::F32,
+                class: VectorClass::Simple,
+            };
+            let ins = Instr::new(op, 3, &[x, acc], Some(y));
+            trace.exec(ins.clone());
+            want.push(Event::Exec(ins));
+            acc = y;
+        }
+        let ins = Instr::new(Op::Store { bytes: 64 }, 9, &[acc], None);
+        trace.exec(ins.clone());
+        want.push(Event::Exec(ins));
+        want
+    }
+
+    #[test]
+    fn decoding_gives_back_every_recorded_event() {
+        let mut t = ProgramTrace::new();
+        let want = looped(&mut t, 5, 50);
+        assert_eq!(t.events().collect::<Vec<_>>(), want);
+        assert_eq!(t.len(), want.len());
+        assert_eq!(t.n_bufs(), 101);
+        assert_eq!(t.loads().len(), 50);
+        assert_eq!(t.store_bytes(), 64);
+        // The loop body repeats: a handful of shapes serve 50 iterations.
+        assert!(t.n_shapes() < 12, "{} shapes", t.n_shapes());
+    }
+
+    #[test]
+    fn programs_differing_only_in_windows_have_the_same_shapes() {
+        let (mut a, mut b, mut c) = (
+            ProgramTrace::new(),
+            ProgramTrace::new(),
+            ProgramTrace::new(),
+        );
+        looped(&mut a, 1, 20);
+        looped(&mut b, 2, 20);
+        looped(&mut c, 1, 21);
+        assert!(a.same_shapes(&b));
+        assert_ne!(a, b);
+        assert!(!a.same_shapes(&c));
+    }
 }
