@@ -78,6 +78,6 @@ impl Ctx {
 
     /// Records an instruction at the current line.
     pub(crate) fn issue(&mut self, ins: Instr) {
-        self.trace.exec(ins);
+        self.trace.exec(&ins);
     }
 }
