@@ -383,7 +383,7 @@ mod tests {
     /// A loop of `iters` bodies, each loading a window and updating a carried accumulator.
     fn looped(trace: &mut ProgramTrace, tensor: u64, iters: u64) -> Vec<Event> {
         let mut want = Vec::new();
-        let mut alloc = |t: &mut ProgramTrace, want: &mut Vec<Event>, bytes: u64, line: u32| {
+        let alloc = |t: &mut ProgramTrace, want: &mut Vec<Event>, bytes: u64, line: u32| {
             let buf = t.alloc(bytes, line);
             want.push(Event::Alloc { buf, bytes, line });
             buf
