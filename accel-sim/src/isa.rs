@@ -73,7 +73,7 @@ pub enum VectorClass {
 }
 
 /// One tile instruction with the shapes its cost depends on.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum Op {
     /// DMA device memory → SRAM of `bytes` (only the in-bounds part of the window moves).
     Load {

@@ -4,6 +4,9 @@ use crate::isa::Region;
 use crate::preset::DevicePreset;
 use std::collections::{HashMap, VecDeque};
 
+/// The L2's index of resident windows (a fast non-cryptographic hash: the keys are not adversarial).
+type RegionMap = HashMap<Region, u64, foldhash::fast::FixedState>;
+
 /// Which level served a DMA read.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Level {
@@ -22,7 +25,7 @@ pub enum Level {
 pub struct L2Cache {
     capacity: u64,
     used: u64,
-    resident: HashMap<Region, u64>,
+    resident: RegionMap,
     fifo: VecDeque<Region>,
 }
 
@@ -58,7 +61,7 @@ impl L2Cache {
 }
 
 /// The bandwidth one program gets from each level, and the latencies.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub struct ProgramRates {
     /// Bytes per cycle this program gets from HBM.
     pub hbm: f64,

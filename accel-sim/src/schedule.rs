@@ -8,15 +8,25 @@
 //! host threads.
 
 use crate::error::SimError;
-use crate::isa::Op;
-use crate::memory::{share_wave, Demand, L2Cache, Level};
+use crate::memory::{share_wave, Demand, L2Cache, Level, ProgramRates};
 use crate::preset::DevicePreset;
-use crate::program::Event;
 use crate::program::ProgramTrace;
 use crate::report::{Report, ReportInput, Totals};
-use crate::timing::{time_program, TimingContext};
+use crate::timing::{time_program, ProgramTiming, TimingContext};
 use crate::trace::ChromeTrace;
 use std::collections::BTreeMap;
+
+/// How many earlier programs of a wave a program is compared with before it is timed in full.
+const MAX_REUSE_CANDIDATES: usize = 4;
+
+/// A program of the current wave that was timed in full, with what its timing depended on.
+struct Timed {
+    /// Its index in the wave.
+    prog: usize,
+    rates: ProgramRates,
+    dma_out_busy_until: u64,
+    timing: ProgramTiming,
+}
 
 /// Static facts about a launch.
 pub struct LaunchInfo<'a> {
@@ -80,40 +90,73 @@ impl<'a> LaunchSim<'a> {
         let mut levels: Vec<Vec<Level>> = Vec::with_capacity(wave.len());
         let mut demands: Vec<Demand> = Vec::with_capacity(wave.len());
         for prog in &wave {
-            let mut lv = Vec::new();
-            let mut d = Demand::default();
-            for ev in &prog.events {
-                if let Event::Exec(ins) = ev {
-                    match &ins.op {
-                        Op::Load { bytes, region } => {
-                            let level = self.l2.read(*region, *bytes);
-                            match level {
-                                Level::L2 => d.l2 += bytes,
-                                Level::Hbm => d.hbm += bytes,
-                            }
-                            lv.push(level);
-                        }
-                        Op::Store { bytes } => d.hbm += bytes,
-                        _ => {}
-                    }
+            let mut lv = Vec::with_capacity(prog.loads().len());
+            let mut d = Demand {
+                hbm: prog.store_bytes(),
+                l2: 0,
+            };
+            for (bytes, region) in prog.loads() {
+                let level = self.l2.read(*region, *bytes);
+                match level {
+                    Level::L2 => d.l2 += bytes,
+                    Level::Hbm => d.hbm += bytes,
                 }
+                lv.push(level);
             }
             levels.push(lv);
             demands.push(d);
         }
         let rates = share_wave(self.preset, &demands);
+        let mut timed: Vec<Timed> = Vec::new();
         for (i, prog) in wave.iter().enumerate() {
-            self.time_one(prog, rates[i], &levels[i])?;
+            let (core, start, busy_until) = self.next_core();
+            // Programs that issued the same instructions, served by the same levels at the same
+            // rates, on a core in the same state, have the same timing: `time_program` reads
+            // nothing else (load windows only decide the levels). The heads of one layer, or the
+            // tiles of a GEMM without L2 hits, are timed once per wave.
+            let same = timed.iter().rev().take(MAX_REUSE_CANDIDATES).find(|t| {
+                t.dma_out_busy_until == busy_until
+                    && t.rates == rates[i]
+                    && levels[t.prog] == levels[i]
+                    && wave[t.prog].same_shapes(prog)
+            });
+            match same {
+                Some(t) => {
+                    let t = t.timing.clone();
+                    self.place(core, start, &t);
+                }
+                None => {
+                    let t = self.time_one(prog, rates[i], &levels[i], busy_until)?;
+                    self.place(core, start, &t);
+                    timed.push(Timed {
+                        prog: i,
+                        rates: rates[i],
+                        dma_out_busy_until: busy_until,
+                        timing: t,
+                    });
+                }
+            }
         }
         Ok(())
     }
 
+    /// The core that frees first (ties: lowest), when it frees, and until when (relative to then)
+    /// its DMA-out queue still drains earlier stores.
+    fn next_core(&self) -> (usize, u64, u64) {
+        let core = (0..self.core_free.len())
+            .min_by_key(|c| (self.core_free[*c], *c))
+            .expect("at least one core");
+        let start = self.core_free[core];
+        (core, start, self.core_drain[core].saturating_sub(start))
+    }
+
     fn time_one(
-        &mut self,
+        &self,
         prog: &ProgramTrace,
         rates: crate::memory::ProgramRates,
         levels: &[Level],
-    ) -> Result<(), SimError> {
+        dma_out_busy_until: u64,
+    ) -> Result<ProgramTiming, SimError> {
         let lines = self.info.lines;
         let code = |l: u32| code_of(lines, l);
         let cx = TimingContext {
@@ -123,17 +166,13 @@ impl<'a> LaunchSim<'a> {
             kernel: self.info.kernel,
             line_code: &code,
             record_intervals: self.trace.is_some(),
-            dma_out_busy_until: 0,
+            dma_out_busy_until,
         };
-        let core = (0..self.core_free.len())
-            .min_by_key(|c| (self.core_free[*c], *c))
-            .expect("at least one core");
-        let start = self.core_free[core];
-        let cx = TimingContext {
-            dma_out_busy_until: self.core_drain[core].saturating_sub(start),
-            ..cx
-        };
-        let t = time_program(&cx, prog)?;
+        time_program(&cx, prog)
+    }
+
+    /// Places a timed program on `core` at `start` and adds it to the totals.
+    fn place(&mut self, core: usize, start: u64, t: &ProgramTiming) {
         // The core takes its next program when this one's work is done; its stores drain meanwhile.
         self.core_free[core] = start + t.occupancy;
         self.core_drain[core] = start + t.dma_out_end;
@@ -166,7 +205,6 @@ impl<'a> LaunchSim<'a> {
             tot.lines.entry(*l).or_default().merge(s);
         }
         self.next_program += 1;
-        Ok(())
     }
 
     /// Finishes the launch: the report and, if requested, the Chrome trace.

@@ -104,9 +104,60 @@ struct BufState {
 }
 
 struct RegionState {
-    bytes: u64,
     free_at: u64,
-    in_use: bool,
+}
+
+/// SRAM regions not in use, by size: a new tile takes the one of its size freed earliest (ties:
+/// the lowest region), as a compiler's buffer assignment would reuse them.
+#[derive(Default)]
+struct FreeRegions {
+    /// (bytes, free regions of that size).
+    by_size: Vec<(u64, Vec<usize>)>,
+}
+
+impl FreeRegions {
+    /// Takes the region of `bytes` that frees first, if any.
+    fn take(&mut self, bytes: u64, regions: &[RegionState]) -> Option<usize> {
+        let list = &mut self.by_size.iter_mut().find(|(b, _)| *b == bytes)?.1;
+        let (pos, _) = list
+            .iter()
+            .enumerate()
+            .min_by_key(|(_, ri)| (regions[**ri].free_at, **ri))?;
+        Some(list.swap_remove(pos))
+    }
+
+    /// Returns region `ri` of `bytes` to the pool.
+    fn give(&mut self, bytes: u64, ri: usize) {
+        match self.by_size.iter_mut().find(|(b, _)| *b == bytes) {
+            Some((_, list)) => list.push(ri),
+            None => self.by_size.push((bytes, vec![ri])),
+        }
+    }
+}
+
+/// Intervals with non-decreasing starts, merged into their union as they arrive.
+#[derive(Default)]
+struct Union(Vec<(u64, u64)>);
+
+impl Union {
+    fn add(&mut self, s: u64, e: u64) {
+        match self.0.last_mut() {
+            Some(last) if s <= last.1 => last.1 = last.1.max(e),
+            _ => self.0.push((s, e)),
+        }
+    }
+}
+
+/// Per-shape costs ([`ProgramTrace::indexed_events`]): an instruction's cost depends only on its
+/// shape (and, for loads, the level that serves it), so it is computed once per shape and level.
+#[derive(Clone, Copy, Default)]
+struct ShapeCost {
+    /// (engine busy cycles, result latency) for level `[L2, HBM]` (only `[1]` for non-loads).
+    cost: [Option<(u64, u64)>; 2],
+    /// Ideal vector cycles of one instance (vector instructions).
+    vector_ideal: f64,
+    /// Ideal matrix cycles of one instance (matrix instructions).
+    matrix_ideal: f64,
 }
 
 /// Everything the timing pass needs to know about the launch besides the trace.
@@ -135,12 +186,12 @@ pub fn time_program(
 ) -> Result<ProgramTiming, SimError> {
     let p = cx.preset;
     let mut next_level = 0usize;
-    let n = trace.n_bufs as usize;
+    let n = trace.n_bufs() as usize;
     // Liveness: index of the last event touching each buffer.
     let mut last_use = vec![0usize; n];
-    for (i, ev) in trace.events.iter().enumerate() {
+    for (i, ev) in trace.events().enumerate() {
         match ev {
-            Event::Alloc { buf, .. } => last_use[*buf as usize] = i,
+            Event::Alloc { buf, .. } => last_use[buf as usize] = i,
             Event::Exec(ins) => {
                 for b in ins.reads().iter().chain(ins.write.iter()) {
                     last_use[*b as usize] = i;
@@ -150,37 +201,31 @@ pub fn time_program(
     }
     let mut bufs: Vec<Option<BufState>> = (0..n).map(|_| None).collect();
     let mut regions: Vec<RegionState> = Vec::new();
+    let mut free = FreeRegions::default();
     let mut live = 0u64;
     let mut t = ProgramTiming::default();
     let mut engine_free = [0u64; 4];
     engine_free[Engine::DmaOut.index()] = cx.dma_out_busy_until;
     let mut issue = 0u64;
     let mut last_ready = 0u64;
-    let mut compute_iv: Vec<(u64, u64)> = Vec::new();
-    let mut dma_iv: Vec<(u64, u64)> = Vec::new();
+    // Unions of busy intervals: each engine starts its instructions in order, so they arrive sorted.
+    let (mut matrix_iv, mut vector_iv, mut dma_iv) =
+        (Union::default(), Union::default(), Union::default());
     let cap = p.sram.bytes_per_core;
+    let mut shape_cost = vec![ShapeCost::default(); trace.n_shapes()];
+    // Per-shape statistics, folded into per-line ones at the end.
+    let mut shape_stat = vec![LineStat::default(); trace.n_shapes()];
 
-    for (i, ev) in trace.events.iter().enumerate() {
-        match ev {
+    for (i, (si, ev)) in trace.indexed_events().enumerate() {
+        match &ev {
             Event::Alloc { buf, bytes, line } => {
-                let reuse = regions
-                    .iter()
-                    .enumerate()
-                    .filter(|(_, r)| !r.in_use && r.bytes == *bytes)
-                    .min_by_key(|(ri, r)| (r.free_at, *ri))
-                    .map(|(ri, _)| ri);
-                let region = match reuse {
+                let region = match free.take(*bytes, &regions) {
                     Some(ri) => ri,
                     None => {
-                        regions.push(RegionState {
-                            bytes: *bytes,
-                            free_at: 0,
-                            in_use: false,
-                        });
+                        regions.push(RegionState { free_at: 0 });
                         regions.len() - 1
                     }
                 };
-                regions[region].in_use = true;
                 live += bytes;
                 if live > cap {
                     return Err(SimError::SramOverflow {
@@ -209,11 +254,15 @@ pub fn time_program(
                 if let Some(w) = ins.write {
                     deps = deps.max(buf(&bufs, w).last_access);
                 }
+                let sc = &mut shape_cost[si as usize];
                 let (engine, (dur, latency)) = match &ins.op {
                     Op::Barrier => (None, (0, 0)),
                     op => {
                         let e = op.engine().expect("non-barrier ops have an engine");
-                        (Some(e), cost(cx, op, ins.line, &mut next_level, &mut t)?)
+                        (
+                            Some(e),
+                            cost(cx, op, ins.line, &mut next_level, &mut t, sc)?,
+                        )
                     }
                 };
                 let start = match engine {
@@ -226,15 +275,16 @@ pub fn time_program(
                 // pipelined: the next transfer starts while this one's data is still in flight).
                 let busy_end = start + dur;
                 let end = busy_end + latency;
-                let stat = t.lines.entry(ins.line).or_default();
+                let stat = &mut shape_stat[si as usize];
                 stat.count += 1;
                 if let Some(e) = engine {
                     engine_free[e.index()] = busy_end;
                     t.busy[e.index()] += dur;
                     stat.busy[e.index()] += dur;
                     match e {
-                        Engine::Matrix | Engine::Vector => compute_iv.push((start, busy_end)),
-                        Engine::DmaIn => dma_iv.push((start, end)),
+                        Engine::Matrix => matrix_iv.add(start, busy_end),
+                        Engine::Vector => vector_iv.add(start, busy_end),
+                        Engine::DmaIn => dma_iv.add(start, end),
                         Engine::DmaOut => {}
                     }
                     if cx.record_intervals && dur > 0 {
@@ -269,24 +319,42 @@ pub fn time_program(
             }
         }
         // Release buffers whose last use was this event.
-        let touched: Vec<u32> = match ev {
-            Event::Alloc { buf, .. } => vec![*buf],
-            Event::Exec(ins) => ins
-                .reads()
-                .iter()
-                .chain(ins.write.iter())
-                .copied()
-                .collect(),
+        let mut touched = [0u32; 5];
+        let n_touched = match &ev {
+            Event::Alloc { buf, .. } => {
+                touched[0] = *buf;
+                1
+            }
+            Event::Exec(ins) => {
+                let r = ins.reads();
+                touched[..r.len()].copy_from_slice(r);
+                match ins.write {
+                    Some(w) => {
+                        touched[r.len()] = w;
+                        r.len() + 1
+                    }
+                    None => r.len(),
+                }
+            }
         };
-        for b in touched {
+        for &b in &touched[..n_touched] {
             if let Some(s) = &bufs[b as usize] {
                 if s.last_use == i {
                     let (region, bytes, at) = (s.region, s.bytes, s.last_access);
-                    regions[region].in_use = false;
                     regions[region].free_at = at;
+                    free.give(bytes, region);
                     live -= bytes;
                     bufs[b as usize] = None;
                 }
+            }
+        }
+    }
+    for (si, ev) in trace.shapes().iter().enumerate() {
+        if let Event::Exec(ins) = ev {
+            let stat = &shape_stat[si];
+            t.lines.entry(ins.line).or_default().merge(stat);
+            if let Op::Mma { m, n, k, dtype, .. } = &ins.op {
+                *t.matrix_dtypes.entry(dtype.name()).or_default() += 2 * m * n * k * stat.count;
             }
         }
     }
@@ -307,7 +375,8 @@ pub fn time_program(
         .unwrap_or(0)
         .max(issue)
         .max(last_ready);
-    t.exposed_dma = exposed(&mut dma_iv, &mut compute_iv);
+    let compute = merge_unions(&matrix_iv.0, &vector_iv.0);
+    t.exposed_dma = exposed(&dma_iv.0, &compute);
     Ok(t)
 }
 
@@ -323,40 +392,60 @@ fn buf_mut(bufs: &mut [Option<BufState>], b: u32) -> &mut BufState {
         .expect("front end recorded a use of a buffer after its last use")
 }
 
+/// (busy cycles, latency) of one instruction, adding its traffic and work to `t`; `sc` caches
+/// what depends only on the instruction's shape.
 fn cost(
     cx: &TimingContext<'_>,
     op: &Op,
     line: u32,
     next_level: &mut usize,
     t: &mut ProgramTiming,
+    sc: &mut ShapeCost,
 ) -> Result<(u64, u64), SimError> {
     let p = cx.preset;
     Ok(match op {
         Op::Load { bytes, .. } => {
             let level = cx.levels.get(*next_level).copied().unwrap_or(Level::Hbm);
             *next_level += 1;
-            match level {
-                Level::L2 => t.l2_read += bytes,
-                Level::Hbm => t.hbm_read += bytes,
-            }
-            let (transfer, latency) = cx.rates.read_cycles(*bytes, level);
-            (p.dma.overhead_cycles + transfer, latency)
+            let slot = match level {
+                Level::L2 => {
+                    t.l2_read += bytes;
+                    0
+                }
+                Level::Hbm => {
+                    t.hbm_read += bytes;
+                    1
+                }
+            };
+            *sc.cost[slot].get_or_insert_with(|| {
+                let (transfer, latency) = cx.rates.read_cycles(*bytes, level);
+                (p.dma.overhead_cycles + transfer, latency)
+            })
         }
         Op::Store { bytes } => {
             t.hbm_write += bytes;
-            (p.dma.overhead_cycles + cx.rates.write_cycles(*bytes), 0)
+            *sc.cost[1]
+                .get_or_insert_with(|| (p.dma.overhead_cycles + cx.rates.write_cycles(*bytes), 0))
         }
         Op::Mma { m, n, k, dtype } => {
-            let c = mma_cycles(p, *m, *n, *k, *dtype).map_err(|message| SimError::Kernel {
-                kernel: cx.kernel.to_string(),
-                line,
-                message,
-            })?;
-            let flop = 2 * m * n * k;
-            t.matrix_flop += flop;
-            *t.matrix_dtypes.entry(dtype.name()).or_default() += flop;
-            t.matrix_ideal += flop as f64 / p.matrix_flop_per_cycle(*dtype).unwrap_or(1.0);
-            (c, 0)
+            let c = match sc.cost[1] {
+                Some(c) => c,
+                None => {
+                    let c =
+                        mma_cycles(p, *m, *n, *k, *dtype).map_err(|message| SimError::Kernel {
+                            kernel: cx.kernel.to_string(),
+                            line,
+                            message,
+                        })?;
+                    let flop = 2 * m * n * k;
+                    sc.matrix_ideal = flop as f64 / p.matrix_flop_per_cycle(*dtype).unwrap_or(1.0);
+                    sc.cost[1] = Some((c, 0));
+                    (c, 0)
+                }
+            };
+            t.matrix_flop += 2 * m * n * k;
+            t.matrix_ideal += sc.matrix_ideal;
+            c
         }
         Op::Vector {
             elems,
@@ -364,41 +453,52 @@ fn cost(
             class,
         } => {
             t.vector_ops += elems;
-            let lanes = crate::isa::vector_lanes(p, *dtype) as f64;
-            let factor = if *class == VectorClass::Transcendental {
-                p.vector.transcendental_factor as f64
-            } else {
-                1.0
+            let c = match sc.cost[1] {
+                Some(c) => c,
+                None => {
+                    let lanes = crate::isa::vector_lanes(p, *dtype) as f64;
+                    let factor = if *class == VectorClass::Transcendental {
+                        p.vector.transcendental_factor as f64
+                    } else {
+                        1.0
+                    };
+                    sc.vector_ideal = *elems as f64 * factor / lanes;
+                    let c = (vector_cycles(p, *elems, *dtype, *class), 0);
+                    sc.cost[1] = Some(c);
+                    c
+                }
             };
-            t.vector_ideal += *elems as f64 * factor / lanes;
-            (vector_cycles(p, *elems, *dtype, *class), 0)
+            t.vector_ideal += sc.vector_ideal;
+            c
         }
         Op::Barrier => (0, 0),
     })
 }
 
-/// Total length of `dma` intervals not covered by the union of `compute` intervals.
-fn exposed(dma: &mut [(u64, u64)], compute: &mut Vec<(u64, u64)>) -> u64 {
-    compute.sort_unstable();
-    let mut merged: Vec<(u64, u64)> = Vec::with_capacity(compute.len());
-    for &(s, e) in compute.iter() {
-        match merged.last_mut() {
-            Some(last) if s <= last.1 => last.1 = last.1.max(e),
-            _ => merged.push((s, e)),
+/// The union of two interval unions (each sorted and disjoint), sorted and disjoint.
+fn merge_unions(a: &[(u64, u64)], b: &[(u64, u64)]) -> Vec<(u64, u64)> {
+    let mut out = Union(Vec::with_capacity(a.len() + b.len()));
+    let (mut i, mut j) = (0, 0);
+    while i < a.len() || j < b.len() {
+        let take_a = j == b.len() || (i < a.len() && a[i] <= b[j]);
+        let (s, e) = if take_a { a[i] } else { b[j] };
+        if take_a {
+            i += 1;
+        } else {
+            j += 1;
         }
+        out.add(s, e);
     }
-    // Union of DMA intervals first, so overlapping DMA is not double counted.
-    dma.sort_unstable();
-    let mut dmerged: Vec<(u64, u64)> = Vec::with_capacity(dma.len());
-    for &(s, e) in dma.iter() {
-        match dmerged.last_mut() {
-            Some(last) if s <= last.1 => last.1 = last.1.max(e),
-            _ => dmerged.push((s, e)),
-        }
-    }
+    out.0
+}
+
+/// Total length of `dma` not covered by `compute` (both sorted unions of disjoint intervals).
+fn exposed(dma: &[(u64, u64)], compute: &[(u64, u64)]) -> u64 {
+    let merged = compute;
+    let dmerged = dma;
     let mut total = 0;
     let mut j = 0;
-    for (s, e) in dmerged {
+    for &(s, e) in dmerged {
         let mut cur = s;
         while j < merged.len() && merged[j].1 <= cur {
             j += 1;
@@ -427,11 +527,10 @@ mod tests {
 
     #[test]
     fn exposed_counts_uncovered_dma() {
-        let mut d = vec![(0, 10), (20, 30)];
-        let mut c = vec![(5, 8), (25, 40)];
-        assert_eq!(exposed(&mut d, &mut c), 5 + 2 + 5);
-        let mut d = vec![(0, 10)];
-        let mut c = vec![];
-        assert_eq!(exposed(&mut d, &mut c), 10);
+        let d = [(0, 10), (20, 30)];
+        let c = merge_unions(&[(5, 8)], &[(6, 7), (25, 40)]);
+        assert_eq!(c, vec![(5, 8), (25, 40)]);
+        assert_eq!(exposed(&d, &c), 5 + 2 + 5);
+        assert_eq!(exposed(&[(0, 10)], &[]), 10);
     }
 }

@@ -5,7 +5,7 @@
 
 use crate::elem::Elem;
 use crate::tile::Tile;
-use accel_sim::program::{BufId, Event, Instr, ProgramTrace};
+use accel_sim::program::{BufId, Instr, ProgramTrace};
 use accel_sim::SimError;
 use std::marker::PhantomData;
 
@@ -33,7 +33,7 @@ impl Ctx {
             functional,
             line: 0,
             kernel,
-            trace: ProgramTrace::default(),
+            trace: ProgramTrace::new(),
             error: None,
         }
     }
@@ -67,14 +67,8 @@ impl Ctx {
         &mut self,
         data: Option<Vec<f32>>,
     ) -> Tile<T, R, C> {
-        let buf: BufId = self.trace.n_bufs;
-        self.trace.n_bufs += 1;
         let bytes = T::DTYPE.bytes_for((R * C) as u64);
-        self.trace.events.push(Event::Alloc {
-            buf,
-            bytes,
-            line: self.line,
-        });
+        let buf: BufId = self.trace.alloc(bytes, self.line);
         Tile {
             buf,
             data,
@@ -84,6 +78,6 @@ impl Ctx {
 
     /// Records an instruction at the current line.
     pub(crate) fn issue(&mut self, ins: Instr) {
-        self.trace.events.push(Event::Exec(ins));
+        self.trace.exec(&ins);
     }
 }
