@@ -125,3 +125,143 @@ fn trace_file_is_chrome_trace_json() {
         .any(|e| e["ph"] == "M" && e["args"]["name"] == "dma_in"));
     let _ = std::fs::remove_file(path);
 }
+
+fn tiny(name: &str) -> String {
+    format!("{}/model/testdata/tiny/{name}", env!("CARGO_MANIFEST_DIR"))
+}
+
+/// `day0 forward` writes the prompt logits as a safetensors file that matches transformers' (the
+/// golden file) within 1e-4, and reports the greedy continuation and simulated cycles.
+#[test]
+fn forward_writes_logits_matching_transformers() {
+    let dir = tiny("deepseek_v3");
+    let golden =
+        model::weights::read_all_f32(std::path::Path::new(&format!("{dir}/golden.safetensors")))
+            .unwrap();
+    let get = |n: &str| golden.iter().find(|(k, _, _)| k == n).unwrap().clone();
+    let ids: Vec<String> = get("input_ids")
+        .2
+        .iter()
+        .map(|v| (*v as i64).to_string())
+        .collect();
+    let out_file =
+        std::env::temp_dir().join(format!("day0-logits-{}.safetensors", std::process::id()));
+    let out = day0(&[
+        "forward",
+        "--model-dir",
+        &dir,
+        "--tokens",
+        &ids.join(","),
+        "--generate",
+        "4",
+        "--logits-out",
+        out_file.to_str().unwrap(),
+        "--json",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    let want_tokens: Vec<i64> = get("generated")
+        .2
+        .iter()
+        .take(4)
+        .map(|v| *v as i64)
+        .collect();
+    let got_tokens: Vec<i64> = v["generated"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t.as_i64().unwrap())
+        .collect();
+    assert_eq!(got_tokens, want_tokens);
+    assert!(v["prefill_cycles"].as_u64().unwrap() > 0);
+    let written = model::weights::read_all_f32(&out_file).unwrap();
+    std::fs::remove_file(&out_file).ok();
+    assert_eq!(written.len(), 1);
+    let (name, shape, logits) = &written[0];
+    assert_eq!(name, "logits");
+    let (_, want_shape, want) = get("logits");
+    assert_eq!(shape, &want_shape);
+    let want64: Vec<f64> = want.iter().map(|x| *x as f64).collect();
+    let err = kernels::reference::rel_error(logits, &want64);
+    assert!(err <= 1e-4, "logits differ from transformers by {err:.3e}");
+}
+
+/// `day0 validate` passes on a model's own reference activations and fails (non-zero exit,
+/// naming the first diverging tensor) on another model's.
+#[test]
+fn validate_flags_a_mismatched_reference() {
+    let dir = tiny("qwen3_next");
+    let ok = day0(&[
+        "validate",
+        "--model-dir",
+        &dir,
+        "--reference",
+        &format!("{dir}/golden.safetensors"),
+    ]);
+    assert!(
+        ok.status.success(),
+        "{}",
+        String::from_utf8_lossy(&ok.stderr)
+    );
+    let table = String::from_utf8_lossy(&ok.stdout);
+    assert!(table.contains("layer 3") && table.contains("logits") && table.contains("tail"));
+
+    let bad = day0(&[
+        "validate",
+        "--model-dir",
+        &dir,
+        "--reference",
+        &format!("{}/golden.safetensors", tiny("deepseek_v3")),
+    ]);
+    assert!(!bad.status.success());
+    let err = String::from_utf8_lossy(&bad.stderr);
+    assert!(err.contains("diverges from the reference"), "{err}");
+    assert!(!err.contains("panicked"), "{err}");
+}
+
+/// A checkpoint directory without weights, or with a malformed config, is an error naming the
+/// file, not a panic.
+#[test]
+fn forward_on_a_broken_checkpoint_is_an_error() {
+    let tmp = std::env::temp_dir().join(format!("day0-broken-{}", std::process::id()));
+    std::fs::create_dir_all(&tmp).unwrap();
+    std::fs::copy(
+        format!("{}/config.json", tiny("deepseek_v3")),
+        tmp.join("config.json"),
+    )
+    .unwrap();
+    let out = day0(&[
+        "forward",
+        "--model-dir",
+        tmp.to_str().unwrap(),
+        "--tokens",
+        "1,2",
+    ]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr).to_string();
+    assert!(!err.contains("panicked"), "{err}");
+    assert!(err.contains("safetensors"), "{err}");
+    std::fs::write(
+        tmp.join("config.json"),
+        "{ \"model_type\": \"deepseek_v3\", ",
+    )
+    .unwrap();
+    let out = day0(&[
+        "forward",
+        "--model-dir",
+        tmp.to_str().unwrap(),
+        "--tokens",
+        "1,2",
+    ]);
+    let err = String::from_utf8_lossy(&out.stderr).to_string();
+    std::fs::remove_dir_all(&tmp).ok();
+    assert!(!out.status.success());
+    assert!(
+        err.contains("config.json") && !err.contains("panicked"),
+        "{err}"
+    );
+}

@@ -1,8 +1,11 @@
 //! Flash prefill attention against the f64 reference, chunked == one-shot, determinism.
 //!
-//! Tolerances: f32 inputs ≤ 1e-5 relative (to the output RMS); bf16 inputs ≤ 1e-2 (the kernel
-//! feeds the softmax probabilities to the matrix unit in bf16, as flash attention does, while the
-//! reference keeps them in f64).
+//! Tolerances: f32 inputs ≤ 1e-5 relative; bf16 inputs ≤ 1e-2 (the kernel feeds the softmax
+//! probabilities to the matrix unit in bf16, as flash attention does, while the reference keeps
+//! them in f64). Relative to the larger of the output's and the values' RMS: an output row is an
+//! average of value rows and can cancel to near zero, but its rounding error scales with the
+//! values averaged (with the output RMS alone, bf16 cases with long contexts and head dim 16 came
+//! out at 1.1e-2 about once in twenty runs).
 
 use dsl_core::prelude::*;
 use kernels::attention::prefill::{flash_prefill, run_prefill, PrefillCase};
