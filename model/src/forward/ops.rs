@@ -185,6 +185,21 @@ impl Ops {
         Ok((h, y))
     }
 
+    /// A two-input element-wise kernel into a new tensor shaped like `like`.
+    fn binary(
+        &mut self,
+        op: &str,
+        a: &Tensor<f32>,
+        b: &Tensor<f32>,
+        like: &Tensor<f32>,
+        run: impl Fn(&Launcher, &Tensor<f32>, &Tensor<f32>, &Tensor<f32>) -> Result<Launch, SimError>,
+    ) -> Result<Tensor<f32>, ForwardError> {
+        let out = act(like.rows(), like.cols());
+        let r = run(&self.launcher, a, b, &out);
+        self.book(op, r)?;
+        Ok(out)
+    }
+
     /// `a + b` into a new tensor.
     pub fn add(
         &mut self,
@@ -192,10 +207,7 @@ impl Ops {
         a: &Tensor<f32>,
         b: &Tensor<f32>,
     ) -> Result<Tensor<f32>, ForwardError> {
-        let out = act(a.rows(), a.cols());
-        let r = kernels::elementwise::run_add(&self.launcher, a, b, &out);
-        self.book(op, r)?;
-        Ok(out)
+        self.binary(op, a, b, a, kernels::elementwise::run_add)
     }
 
     /// `x · σ(gate)` elementwise into a new tensor.
@@ -205,10 +217,7 @@ impl Ops {
         gate: &Tensor<f32>,
         x: &Tensor<f32>,
     ) -> Result<Tensor<f32>, ForwardError> {
-        let out = act(x.rows(), x.cols());
-        let r = kernels::elementwise::run_sigmoid_mul(&self.launcher, gate, x, &out);
-        self.book(op, r)?;
-        Ok(out)
+        self.binary(op, gate, x, x, kernels::elementwise::run_sigmoid_mul)
     }
 
     /// `x · σ(gate)` with one gate per row (`gate [T, 1]`) into a new tensor.
@@ -218,10 +227,7 @@ impl Ops {
         gate: &Tensor<f32>,
         x: &Tensor<f32>,
     ) -> Result<Tensor<f32>, ForwardError> {
-        let out = act(x.rows(), x.cols());
-        let r = kernels::elementwise::run_sigmoid_mul_col(&self.launcher, gate, x, &out);
-        self.book(op, r)?;
-        Ok(out)
+        self.binary(op, gate, x, x, kernels::elementwise::run_sigmoid_mul_col)
     }
 
     /// `silu(g) · u` into a new tensor.
@@ -231,11 +237,10 @@ impl Ops {
         g: &Tensor<f32>,
         u: &Tensor<f32>,
     ) -> Result<Tensor<f32>, ForwardError> {
-        let h = act(g.rows(), g.cols());
-        let cfg = Config::new().with("BR", 16).with("BC", 128);
-        let r = kernels::moe::expert_gemm::swiglu::launch(&self.launcher, &cfg, g, u, &h);
-        self.book(op, r)?;
-        Ok(h)
+        self.binary(op, g, u, g, |l, g, u, h| {
+            let cfg = Config::new().with("BR", 16).with("BC", 128);
+            kernels::moe::expert_gemm::swiglu::launch(l, &cfg, g, u, h)
+        })
     }
 
     /// `dst = src` between views.
