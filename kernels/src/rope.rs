@@ -136,13 +136,13 @@ pub fn run_rope(
             )));
         }
     }
-    let config = Config::new()
-        .with("D", head_dim as i64)
-        .with("RH", (rot_dim / 2) as i64)
-        .with(
-            "BT",
-            crate::tile_choice::covering(meta, "BT", tokens, 16).unwrap_or(1),
-        );
+    let config = crate::tile_choice::covering_config(
+        meta,
+        Config::new()
+            .with("D", head_dim as i64)
+            .with("RH", (rot_dim / 2) as i64),
+        &[("BT", tokens, 16)],
+    );
     rope::launch(
         launcher,
         &config,
