@@ -51,12 +51,12 @@ pub fn sigmoid_mul_col(gate: &Tensor<f32>, x: &Tensor<f32>, out: &Tensor<f32>) {
 /// The tiles the `run_*` wrappers use for a `[rows, cols]` output: the smallest declared `BR` and
 /// `BC` covering it, at most 64 rows by 512 columns (larger shapes get several programs).
 pub fn tiles_for(rows: usize, cols: usize) -> Config {
-    let pick = |name: &str, size: usize, cap: i64| {
-        crate::tile_choice::covering(&add::META, name, size, cap).unwrap_or(1)
-    };
-    Config::new()
-        .with("BR", pick("BR", rows, 64))
-        .with("BC", pick("BC", cols, 512))
+    // The three kernels declare the same tiles.
+    crate::tile_choice::covering_config(
+        &add::META,
+        Config::new(),
+        &[("BR", rows, 64), ("BC", cols, 512)],
+    )
 }
 
 /// A `SimError::Launch` for `kernel` when `got`'s shape is not `want` (`what` names the operand).

@@ -53,15 +53,10 @@ pub fn run_embedding<T: Float>(
         )));
     }
     let ids_t = Tensor::<i32>::from_indices(&[ids.len(), 1], ids).map_err(bad)?;
-    let meta = &embedding::META;
-    let config = Config::new()
-        .with(
-            "BT",
-            crate::tile_choice::covering(meta, "BT", ids.len(), 32).unwrap_or(1),
-        )
-        .with(
-            "BH",
-            crate::tile_choice::covering(meta, "BH", hidden, 1024).unwrap_or(256),
-        );
+    let config = crate::tile_choice::covering_config(
+        &embedding::META,
+        Config::new(),
+        &[("BT", ids.len(), 32), ("BH", hidden, 1024)],
+    );
     embedding::launch(launcher, &config, &ids_t, table, out)
 }

@@ -42,12 +42,12 @@ const TILE_CAP: [i64; 3] = [64, 128, 64];
 /// The tile configuration [`run_linear`] uses for `y[m×n] = x[m×k] · w[n×k]ᵀ`: per dimension the
 /// smallest declared tile ≥ the size, or the largest declared one up to [`TILE_CAP`] when none is.
 pub fn tiles_for(m: usize, n: usize, k: usize) -> Config {
-    let mut config = Config::new();
-    for ((name, size), cap) in [("BM", m), ("BN", n), ("BK", k)].into_iter().zip(TILE_CAP) {
-        let tile = crate::tile_choice::covering(&linear::META, name, size, cap).unwrap_or(cap);
-        config = config.with(name, tile);
-    }
-    config
+    let [cm, cn, ck] = TILE_CAP;
+    crate::tile_choice::covering_config(
+        &linear::META,
+        Config::new(),
+        &[("BM", m, cm), ("BN", n, cn), ("BK", k, ck)],
+    )
 }
 
 /// Runs [`linear()`] on `x [M, K]`, `w [N, K]` into `y [M, N]` (f32) with the tiles of

@@ -19,7 +19,8 @@
 //! the grid is `H = x.cols() / D` heads, and the rotated halves are `RH`-wide tiles. [`run_rope`]
 //! checks this (and every other shape) and picks the configuration; a direct `rope::launch` must
 //! satisfy it itself. The kernel copies the whole head first and then overwrites the rotated span,
-//! so the pass-through dims need no run-time-width tiles.
+//! so the pass-through dims need no run-time-width tiles. `out` may be `x` itself (in place): each
+//! program reads its rows of a head before it writes them.
 //!
 //! ## The tables
 //! [`inv_freq`], [`attention_factor`] and [`cos_sin`] follow transformers 5.24
@@ -36,7 +37,7 @@ use dsl_core::SimError;
 #[kernel(
     grid = (cdiv(x.rows(), BT), x.cols() / D),
     tunable(
-        D = [64, 16, 24, 32, 48, 96, 128, 192, 256],
+        D = [64, 16, 24, 32, 40, 48, 80, 96, 128, 192, 256],
         RH = [32, 2, 4, 8, 12, 16, 24, 64],
         BT = [16, 1]
     ),
@@ -136,13 +137,13 @@ pub fn run_rope(
             )));
         }
     }
-    let config = Config::new()
-        .with("D", head_dim as i64)
-        .with("RH", (rot_dim / 2) as i64)
-        .with(
-            "BT",
-            crate::tile_choice::covering(meta, "BT", tokens, 16).unwrap_or(1),
-        );
+    let config = crate::tile_choice::covering_config(
+        meta,
+        Config::new()
+            .with("D", head_dim as i64)
+            .with("RH", (rot_dim / 2) as i64),
+        &[("BT", tokens, 16)],
+    );
     rope::launch(
         launcher,
         &config,

@@ -1,7 +1,7 @@
 //! Picking tile sizes from a kernel's declared tunable space, for host wrappers that launch a
 //! kernel on whatever shape a model hands them (so callers need not know the space).
 
-use dsl_core::KernelMeta;
+use dsl_core::{Config, KernelMeta};
 
 /// The declared values of tunable `name` of `meta`, ascending (empty if there is no such tunable).
 pub fn declared(meta: &KernelMeta, name: &str) -> Vec<i64> {
@@ -27,6 +27,14 @@ pub fn covering(meta: &KernelMeta, name: &str, size: usize, cap: i64) -> Option<
         .copied()
         .find(|v| *v as usize >= size)
         .or(vals.last().copied())
+}
+
+/// A configuration with, for each `(name, size, cap)`, the [`covering`] value of `name` (or `cap`
+/// when no declared value is ≤ `cap`), on top of `base`.
+pub fn covering_config(meta: &KernelMeta, base: Config, dims: &[(&str, usize, i64)]) -> Config {
+    dims.iter().fold(base, |config, (name, size, cap)| {
+        config.with(name, covering(meta, name, *size, *cap).unwrap_or(*cap))
+    })
 }
 
 /// The smallest declared value of `name` that is ≥ `size`, or `None` when every one is smaller

@@ -110,6 +110,43 @@ fn deepseek_and_qwen_spans() {
     }
 }
 
+/// `out` = `x` (in place) gives the same numbers as a separate output, in both layouts.
+#[test]
+fn in_place_equals_out_of_place() {
+    let (tokens, heads, d, offset, rot) = (7usize, 3usize, 48usize, 16usize, 16usize);
+    let xv = Rng::new(11).vec(tokens * heads * d, 1.0);
+    let positions: Vec<usize> = (0..tokens).map(|t| 5 * t).collect();
+    let (cv, sv) = cos_sin(
+        &positions,
+        &inv_freq(rot, 1e4, &RopeScalingParams::None),
+        1.0,
+    );
+    let t = |shape: &[usize], v: &[f32]| Tensor::<f32>::from_f32(shape, v).unwrap();
+    let (c, s) = (t(&[tokens, rot / 2], &cv), t(&[tokens, rot / 2], &sv));
+    for interleaved in [false, true] {
+        let x = t(&[tokens, heads * d], &xv);
+        let out = Tensor::<f32>::poisoned(&[tokens, heads * d]);
+        run_rope(&launcher(), &x, &c, &s, &out, d, offset, rot, interleaved).unwrap();
+        run_rope(
+            &launcher(),
+            &x,
+            &c,
+            &s,
+            &x.clone(),
+            d,
+            offset,
+            rot,
+            interleaved,
+        )
+        .unwrap();
+        assert_eq!(
+            x.to_vec().unwrap(),
+            out.to_vec().unwrap(),
+            "interleaved={interleaved}"
+        );
+    }
+}
+
 /// Interleaved rotation in place vs Hugging Face's de-interleave (the same permutation of q and
 /// k) followed by half-split rotation: the q·k scores agree (to f64 rounding).
 #[test]

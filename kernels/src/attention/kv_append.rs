@@ -92,15 +92,10 @@ pub fn run_kv_cache_append<T: Float>(
     // Entries past the last position are never read: only the checked ones go to the device.
     let idx: Vec<i32> = block_table[..needed].iter().map(|p| *p as i32).collect();
     let table = Tensor::<i32>::from_indices(&[idx.len()], &idx).map_err(bad)?;
-    let meta = &kv_cache_append::META;
-    let config = Config::new()
-        .with(
-            "BR",
-            crate::tile_choice::covering(meta, "BR", new.rows(), 64).unwrap_or(1),
-        )
-        .with(
-            "BW",
-            crate::tile_choice::covering(meta, "BW", new.cols(), 1024).unwrap_or(256),
-        );
+    let config = crate::tile_choice::covering_config(
+        &kv_cache_append::META,
+        Config::new(),
+        &[("BR", new.rows(), 64), ("BW", new.cols(), 1024)],
+    );
     kv_cache_append::launch(launcher, &config, new, &table, pool, start, page_size)
 }
