@@ -82,7 +82,7 @@ pub fn compare(
         max_abs,
         max_rel,
         worst_position: worst,
-        flagged: !(max_rel <= threshold),
+        flagged: max_rel.is_nan() || max_rel > threshold,
     }
 }
 
