@@ -21,15 +21,6 @@ pub(crate) fn mlp(
     ops.linear(&format!("{name}.down_proj"), &a, &w.down)
 }
 
-fn index_tensor(
-    v: &[i32],
-    rows: usize,
-    cols: usize,
-    what: &str,
-) -> Result<Tensor<i32>, ForwardError> {
-    view(Tensor::from_indices(&[rows, cols], v), what)
-}
-
 /// The MoE block on `x [T, H]`.
 pub(crate) fn moe(
     ops: &mut Ops,
@@ -68,15 +59,16 @@ pub(crate) fn moe(
         .iter()
         .map(|v| *v as i32)
         .collect();
-    let plan = RoutingPlan::from_topk(&sel, t, k, e).map_err(|source| ForwardError::Kernel {
+    let layer = ops.layer;
+    let plan_err = |source| ForwardError::Kernel {
         op: "moe.routing_plan".into(),
-        layer: ops.layer,
+        layer,
         source,
-    })?;
-    let n = plan.rows.len();
-    let rows = index_tensor(&plan.rows, n, 1, "dispatch rows")?;
-    let offsets = index_tensor(&plan.expert_offsets, e + 1, 1, "expert offsets")?;
-    let slot_of = index_tensor(&plan.slot_of, t, k, "combine slots")?;
+    };
+    let plan = RoutingPlan::from_topk(&sel, t, k, e).map_err(plan_err)?;
+    let rows = plan.rows_tensor().map_err(plan_err)?;
+    let offsets = plan.offsets_tensor().map_err(plan_err)?;
+    let slot_of = plan.slot_of_tensor(k).map_err(plan_err)?;
 
     let xe = ops.moe_dispatch(x, &rows)?;
     let gu = ops.grouped_linear("moe.experts.gate_up_proj", &xe, &w.gate_up, &offsets)?;

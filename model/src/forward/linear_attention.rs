@@ -35,14 +35,6 @@ impl LinearState {
     }
 }
 
-fn sim(ops: &Ops, op: &str, r: Result<Launch, dsl_core::SimError>) -> Result<Launch, ForwardError> {
-    r.map_err(|source| ForwardError::Kernel {
-        op: op.to_string(),
-        layer: ops.layer,
-        source,
-    })
-}
-
 /// Gated DeltaNet over `x [T, H]` (already normed), advancing `st`.
 pub(crate) fn forward(
     ops: &mut Ops,
@@ -108,8 +100,7 @@ pub(crate) fn forward(
         &st.conv_spare,
         &y,
     );
-    let launch = sim(ops, "linear_attn.conv", launch)?;
-    ops.book_launch("linear_attn.conv", &launch);
+    ops.book("linear_attn.conv", launch)?;
     std::mem::swap(&mut st.conv, &mut st.conv_spare);
 
     let (g, beta) = (act(t, nv), act(t, nv));
@@ -123,8 +114,7 @@ pub(crate) fn forward(
         &g,
         &beta,
     );
-    let launch = sim(ops, "linear_attn.gates", launch)?;
-    ops.book_launch("linear_attn.gates", &launch);
+    ops.book("linear_attn.gates", launch)?;
 
     let q = view(y.col_range(0, qk_w), "conv q")?;
     let k = view(y.col_range(qk_w, qk_w), "conv k")?;
@@ -164,8 +154,7 @@ pub(crate) fn forward(
             ),
         )
     };
-    let launch = sim(ops, op, launch)?;
-    ops.book_launch(op, &launch);
+    ops.book(op, launch)?;
     std::mem::swap(&mut st.state, &mut st.spare);
 
     let normed = act(t, v_w);
@@ -178,7 +167,6 @@ pub(crate) fn forward(
         &normed,
         eps as f32,
     );
-    let launch = sim(ops, "linear_attn.gated_norm", launch)?;
-    ops.book_launch("linear_attn.gated_norm", &launch);
+    ops.book("linear_attn.gated_norm", launch)?;
     ops.linear("linear_attn.out_proj", &normed, &w.out_proj)
 }

@@ -65,14 +65,9 @@ pub(crate) fn view<T>(r: Result<T, String>, what: &str) -> Result<T, ForwardErro
 }
 
 impl Ops {
-    /// Books a successful launch's cycles under `op`.
-    pub fn book_launch(&mut self, op: &str, l: &Launch) {
-        let e = self.stats.per_op.entry(op.to_string()).or_default();
-        e.0 += 1;
-        e.1 += l.report.cycles;
-    }
-
-    fn book(&mut self, op: &str, r: Result<Launch, SimError>) -> Result<(), ForwardError> {
+    /// Books a launch's cycles under `op`, or turns its failure into an error naming `op` and the
+    /// layer.
+    pub fn book(&mut self, op: &str, r: Result<Launch, SimError>) -> Result<(), ForwardError> {
         self.book_report(op, r.map(|l| l.report))
     }
 
@@ -473,14 +468,12 @@ impl Ops {
         ctx: usize,
         topk: usize,
     ) -> Result<Tensor<i32>, ForwardError> {
-        let widths = kernel_values(&sparse::topk_select::META, "K");
-        let k = widths
-            .iter()
-            .copied()
-            .filter(|w| *w as usize >= topk)
-            .min()
-            .ok_or_else(|| ForwardError::Unsupported {
-                what: format!("index_topk {topk} (the top-k kernel declares K up to {widths:?})"),
+        let k = sparse::topk_select::META
+            .smallest_fitting("K", topk, "index_topk")
+            .map_err(|source| ForwardError::Kernel {
+                op: "indexer.topk".into(),
+                layer: self.layer,
+                source,
             })?;
         let selected = Tensor::<i32>::poisoned(&[scores.rows(), k as usize]);
         let cfg = Config::new().with("K", k).with("C", 256);
@@ -525,15 +518,6 @@ impl Ops {
         self.book("mla.sparse_attention", r)?;
         Ok(o)
     }
-}
-
-/// The declared values of one tunable of a kernel.
-fn kernel_values(meta: &dsl_core::KernelMeta, name: &str) -> Vec<i64> {
-    meta.tunables
-        .iter()
-        .find(|(n, _)| *n == name)
-        .map(|(_, v)| v.to_vec())
-        .unwrap_or_default()
 }
 
 /// cos/sin tables for a block of positions (`[T, rot_dim/2]` each) and how to apply them.

@@ -14,14 +14,18 @@ pub(crate) struct Loader<'a> {
     pub ckpt: &'a Checkpoint,
 }
 
+/// A device tensor from host data; `what` names it in the (internal) error.
+fn device(what: &str, shape: &[usize], data: &[f32]) -> Result<Tensor<f32>, ForwardError> {
+    Tensor::from_f32(shape, data).map_err(|message| ForwardError::Internal {
+        what: what.to_string(),
+        message,
+    })
+}
+
 impl Loader<'_> {
     /// The tensor `name`, which must have exactly `shape`.
     pub fn get(&self, name: &str, shape: &[usize]) -> Result<Tensor<f32>, ForwardError> {
-        let data = self.ckpt.f32(name, shape)?;
-        Tensor::from_f32(shape, &data).map_err(|message| ForwardError::Internal {
-            what: format!("tensor {name}"),
-            message,
-        })
+        device(name, shape, &self.ckpt.f32(name, shape)?)
     }
 
     /// The tensor times a constant folded in at load time (the indexer's `index_n_heads^-1/2`,
@@ -29,10 +33,7 @@ impl Loader<'_> {
     pub fn scaled(&self, name: &str, shape: &[usize], s: f32) -> Result<Tensor<f32>, ForwardError> {
         let mut data = self.ckpt.f32(name, shape)?;
         data.iter_mut().for_each(|w| *w *= s);
-        Tensor::from_f32(shape, &data).map_err(|message| ForwardError::Internal {
-            what: format!("tensor {name}"),
-            message,
-        })
+        device(name, shape, &data)
     }
 
     /// Like [`Loader::get`] when the tensor exists, `None` when it does not.
@@ -42,6 +43,12 @@ impl Loader<'_> {
         } else {
             Ok(None)
         }
+    }
+
+    /// A vector `name` of `len` values (a norm weight, a per-head gate parameter) as a `[1, len]`
+    /// row, the layout the kernels broadcast over rows.
+    pub fn row(&self, name: &str, len: usize) -> Result<Tensor<f32>, ForwardError> {
+        self.norm(name, len, false)
     }
 
     /// An RMSNorm weight stored as an offset from 1 (Qwen3-Next's `(1 + weight)`), converted to the
@@ -56,10 +63,7 @@ impl Loader<'_> {
         if one_plus {
             data.iter_mut().for_each(|w| *w += 1.0);
         }
-        Tensor::from_f32(&[1, len], &data).map_err(|message| ForwardError::Internal {
-            what: format!("tensor {name}"),
-            message,
-        })
+        device(name, &[1, len], &data)
     }
 }
 
@@ -205,8 +209,8 @@ fn mla(ld: &Loader, cfg: &ModelConfig, p: &str) -> Result<MlaWeights, ForwardErr
                     &[ix.heads * ix.head_dim, q_in],
                 )?,
                 wk: ld.get(&format!("{ip}.wk.weight"), &[ix.head_dim, h])?,
-                k_norm_w: ld.norm(&format!("{ip}.k_norm.weight"), ix.head_dim, false)?,
-                k_norm_b: ld.norm(&format!("{ip}.k_norm.bias"), ix.head_dim, false)?,
+                k_norm_w: ld.row(&format!("{ip}.k_norm.weight"), ix.head_dim)?,
+                k_norm_b: ld.row(&format!("{ip}.k_norm.bias"), ix.head_dim)?,
                 weights_proj: ld.scaled(
                     &format!("{ip}.weights_proj.weight"),
                     &[ix.heads, h],
@@ -254,13 +258,9 @@ fn moe(ld: &Loader, cfg: &ModelConfig, layer: usize, p: &str) -> Result<MoeWeigh
         gu.extend_from_slice(&ew.gate[x * i * h..(x + 1) * i * h]);
         gu.extend_from_slice(&ew.up[x * i * h..(x + 1) * i * h]);
     }
-    let tensor = |shape: &[usize], data: &[f32]| {
-        Tensor::from_f32(shape, data).map_err(|message| ForwardError::Internal {
-            what: format!("layer {layer} experts"),
-            message,
-        })
-    };
-    let (gate_up, down) = (tensor(&[e, 2 * i, h], &gu)?, tensor(&[e, h, i], &ew.down)?);
+    let what = format!("layer {layer} experts");
+    let gate_up = device(&what, &[e, 2 * i, h], &gu)?;
+    let down = device(&what, &[e, h, i], &ew.down)?;
     let shared_prefix = if ld
         .ckpt
         .contains(&format!("{p}.shared_experts.gate_proj.weight"))
@@ -353,28 +353,15 @@ fn linear_attn(ld: &Loader, cfg: &ModelConfig, p: &str) -> Result<LinearAttnWeig
     let taps = ld
         .ckpt
         .f32(&format!("{p}.conv1d.weight"), &[conv_dim, 1, 4])?;
-    let mut tap_major = vec![0.0f32; 4 * conv_dim];
-    for c in 0..conv_dim {
-        for i in 0..4 {
-            tap_major[i * conv_dim + c] = taps[c * 4 + i];
-        }
-    }
-    let row = |name: &str, n: usize| -> Result<Tensor<f32>, ForwardError> {
-        let d = ld.ckpt.f32(&format!("{p}.{name}"), &[n])?;
-        Tensor::from_f32(&[1, n], &d).map_err(|message| ForwardError::Internal {
-            what: name.to_string(),
-            message,
-        })
-    };
+    let row = |name: &str, n: usize| ld.row(&format!("{p}.{name}"), n);
     Ok(LinearAttnWeights {
         in_proj_qkvz: ld.get(&format!("{p}.in_proj_qkvz.weight"), &[2 * qk + 2 * v, h])?,
         in_proj_ba: ld.get(&format!("{p}.in_proj_ba.weight"), &[2 * l.value_heads, h])?,
-        conv_taps: Tensor::from_f32(&[4, conv_dim], &tap_major).map_err(|message| {
-            ForwardError::Internal {
-                what: "conv taps".into(),
-                message,
-            }
-        })?,
+        conv_taps: device(
+            "conv taps",
+            &[4, conv_dim],
+            &kernels::reference::transpose(&taps, conv_dim, 4),
+        )?,
         a_log: row("A_log", l.value_heads)?,
         dt_bias: row("dt_bias", l.value_heads)?,
         norm: row("norm.weight", l.value_head_dim)?,
