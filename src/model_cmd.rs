@@ -75,10 +75,7 @@ pub fn forward(args: ForwardArgs) -> Result<(), String> {
         &args.device,
         args.tokens.len() + args.generate,
     )?;
-    let clock_ghz = Launcher::for_device(&args.device)
-        .map_err(|e| e.to_string())?
-        .preset
-        .clock_ghz;
+    let clock_ghz = r.device().clock_ghz;
     let gen = r
         .generate(&args.tokens, args.generate)
         .map_err(|e| e.to_string())?;

@@ -324,6 +324,11 @@ impl Runner {
         &self.cfg
     }
 
+    /// The device the kernels run on.
+    pub fn device(&self) -> &dsl_core::DevicePreset {
+        &self.ops.launcher.preset
+    }
+
     /// Cycles and launches booked so far.
     pub fn stats(&self) -> &OpStats {
         &self.ops.stats
