@@ -2,17 +2,22 @@
 //!
 //! Kernels are loops, so a program issues the same few dozen instructions thousands of times,
 //! differing only in which buffers they touch and which device window a load reads. The trace stores
-//! each event once in a table of distinct *shapes* and the program as a stream of table indices,
-//! with the load windows beside it. A shape is the event with its load window left out and each
-//! buffer operand written as a back-reference — "the buffer in operand slot `s` of the event `d`
-//! events ago", i.e. where this buffer was last touched — which is the same in every iteration of a
-//! loop, both for values carried from the previous iteration and for tiles built before the loop.
-//! Decoding gives back exactly the events that were recorded. A 1M-token chunked prefill issues
-//! millions of events per program; this keeps them at 4 bytes each instead of ~90, and lets the
-//! timing model work per distinct shape.
+//! each event once in a table of distinct *shapes* (the event with its buffer ids and load window
+//! left out), the program as a stream of table indices, and beside it the buffer operands and the
+//! load windows. Decoding gives back exactly the events that were recorded.
+//!
+//! The programs of a launch mostly issue the same events and differ only in the windows they load
+//! (the heads of a layer, the tiles of a GEMM). So the first program is recorded in full and the
+//! others *follow* it ([`Recorder::following`]): each event is only compared with the reference's
+//! event at the same position, and only the load windows are kept. A follower that issues something
+//! else diverges there: it takes a copy of the reference's prefix and goes on recording in full.
+//! Either way the finished [`ProgramTrace`] is the same as a full recording; followers share the
+//! reference's body, so comparing them is a pointer check. A 1M-token chunked prefill issues
+//! millions of events per program; this keeps one copy of them per launch instead of one per head.
 
 use crate::isa::{Op, Region};
 use std::collections::HashMap;
+use std::sync::{Arc, OnceLock};
 
 /// Program-local id of an on-chip buffer (one per tile value).
 pub type BufId = u32;
@@ -36,14 +41,16 @@ pub struct Instr {
 
 impl Instr {
     /// A non-blocking instruction reading `reads` and writing `write`.
+    #[inline]
     pub fn new(op: Op, line: u32, reads: &[BufId], write: Option<BufId>) -> Instr {
         assert!(reads.len() <= 4, "an instruction reads at most 4 buffers");
-        let mut r = [0; 4];
-        r[..reads.len()].copy_from_slice(reads);
+        // Element by element, not `copy_from_slice`: a memcpy into a stack array that is then
+        // read whole stalls on store forwarding, and this runs once per recorded event.
+        let at = |i: usize| reads.get(i).copied().unwrap_or(0);
         Instr {
             op,
             line,
-            reads: r,
+            reads: [at(0), at(1), at(2), at(3)],
             n_reads: reads.len() as u8,
             write,
             blocking: false,
@@ -51,12 +58,14 @@ impl Instr {
     }
 
     /// Marks the instruction as blocking the issue stream until it completes.
+    #[inline]
     pub fn blocking(mut self) -> Instr {
         self.blocking = true;
         self
     }
 
     /// The buffers read.
+    #[inline]
     pub fn reads(&self) -> &[BufId] {
         &self.reads[..self.n_reads as usize]
     }
@@ -91,9 +100,19 @@ const NONE: u32 = u32::MAX;
 
 /// A shape packed into integers, so that recording compares and hashes a few words instead of an
 /// enum: word 0 holds the kind (`TAG_*`), flags, dtype, vector class and line; words 1–3 the sizes
-/// (bytes, or m/n/k, or elements); words 4–8 the buffer back-references. Distinct shapes pack distinctly.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-struct Key([u64; 9]);
+/// (bytes, or m/n/k, or elements). Distinct shapes pack distinctly.
+#[derive(Debug, Clone, Copy, Eq, Hash)]
+struct Key([u64; 4]);
+
+impl PartialEq for Key {
+    /// Word by word: a key is usually just built from scalars, and a vector compare would have to
+    /// reload it whole from the stack (a store-forwarding stall that cost a third of recording).
+    #[inline(always)]
+    fn eq(&self, o: &Key) -> bool {
+        let (a, b) = (&self.0, &o.0);
+        a[0] == b[0] && a[1] == b[1] && a[2] == b[2] && a[3] == b[3]
+    }
+}
 
 const TAG_ALLOC: u64 = 1;
 const TAG_LOAD: u64 = 2;
@@ -102,111 +121,17 @@ const TAG_MMA: u64 = 4;
 const TAG_VECTOR: u64 = 5;
 const TAG_BARRIER: u64 = 6;
 
-/// Everything one program issued, in order (compactly: see the module docs).
-#[derive(Debug, Clone)]
-pub struct ProgramTrace {
-    /// Distinct event shapes: load windows blank, buffer ids 0 (see `operands`).
-    shapes: Vec<Event>,
-    /// Buffer operands of each shape as back-references (`d | s << 32`: the buffer in slot `s` of
-    /// the event `d` events earlier; `d = 0` is an earlier slot of the same event). Slots: the
-    /// reads in order, then the write; an allocation's slot 0 is the new buffer.
-    operands: Vec<[u64; 5]>,
-    /// Where each buffer was last touched: (event index, slot). Recording only.
-    last_touch: Vec<(u32, u8)>,
-    /// The program: one shape index per event.
-    stream: Vec<u32>,
-    /// Bytes and window of every load, in issue order.
-    loads: Vec<(u64, Region)>,
-    /// Bytes of every store, summed.
-    store_bytes: u64,
-    /// Buffers allocated (ids are `0..n_bufs`).
-    n_bufs: u32,
-    /// Packed form of each shape (what recording compares and hashes).
-    keys: Vec<Key>,
-    /// Shape → index, for shapes not found by the successor guess.
-    index: HashMap<Key, u32, foldhash::fast::FixedState>,
-    /// The shape that followed each shape last time (a loop body repeats, so this is usually right
-    /// and saves hashing).
-    next_of: Vec<u32>,
-    /// The previous event's shape.
-    prev: u32,
-}
-
-impl Default for ProgramTrace {
-    fn default() -> ProgramTrace {
-        ProgramTrace::new()
-    }
-}
-
-impl PartialEq for ProgramTrace {
-    fn eq(&self, o: &ProgramTrace) -> bool {
-        self.same_shapes(o) && self.loads == o.loads
-    }
-}
-
-impl ProgramTrace {
-    /// An empty trace.
-    pub fn new() -> ProgramTrace {
-        ProgramTrace {
-            shapes: Vec::new(),
-            operands: Vec::new(),
-            last_touch: Vec::new(),
-            stream: Vec::new(),
-            loads: Vec::new(),
-            store_bytes: 0,
-            n_bufs: 0,
-            keys: Vec::new(),
-            index: HashMap::default(),
-            next_of: Vec::new(),
-            prev: NONE,
-        }
+impl Key {
+    #[inline(always)]
+    fn alloc(bytes: u64, line: u32) -> Key {
+        Key([TAG_ALLOC | (line as u64) << 32, bytes, 0, 0])
     }
 
-    /// Records that a tile of `bytes` comes into existence at `line`; returns its buffer id.
-    pub fn alloc(&mut self, bytes: u64, line: u32) -> BufId {
-        let buf = self.n_bufs;
-        self.last_touch.push((self.stream.len() as u32, 0));
-        let key = Key([TAG_ALLOC | (line as u64) << 32, bytes, 0, 0, 0, 0, 0, 0, 0]);
-        self.record(key, [0; 5], || Event::Alloc {
-            buf: 0,
-            bytes,
-            line,
-        });
-        self.n_bufs += 1;
-        buf
-    }
-
-    /// Records an issued instruction.
-    ///
-    /// # Panics
-    /// If it names a buffer that [`Self::alloc`] did not return (a front-end bug).
-    pub fn exec(&mut self, ins: &Instr) {
-        let here = self.stream.len() as u32;
-        let mut ops = [0u64; 5];
-        let mut refer = |slot: usize, b: BufId| {
-            let last = self
-                .last_touch
-                .get_mut(b as usize)
-                .expect("front end recorded a use of a buffer it never allocated");
-            ops[slot] = (here - last.0) as u64 | (last.1 as u64) << 32;
-            *last = (here, slot as u8);
-        };
-        let n = ins.n_reads as usize;
-        for (k, r) in ins.reads().iter().enumerate() {
-            refer(k, *r);
-        }
-        if let Some(w) = ins.write {
-            refer(n, w);
-        }
+    #[inline(always)]
+    fn exec(ins: &Instr) -> Key {
         let (tag, a, b, c, dtype, class) = match &ins.op {
-            Op::Load { bytes, region } => {
-                self.loads.push((*bytes, *region));
-                (TAG_LOAD, *bytes, 0, 0, 0, 0)
-            }
-            Op::Store { bytes } => {
-                self.store_bytes += *bytes;
-                (TAG_STORE, *bytes, 0, 0, 0, 0)
-            }
+            Op::Load { bytes, .. } => (TAG_LOAD, *bytes, 0, 0, 0, 0),
+            Op::Store { bytes } => (TAG_STORE, *bytes, 0, 0, 0, 0),
             Op::Mma { m, n, k, dtype } => (TAG_MMA, *m, *n, *k, *dtype as u64, 0),
             Op::Vector {
                 elems,
@@ -217,77 +142,111 @@ impl ProgramTrace {
         };
         let head = tag
             | (ins.blocking as u64) << 8
-            | (n as u64) << 9
+            | (ins.n_reads as u64) << 9
             | (ins.write.is_some() as u64) << 12
             | dtype << 16
             | class << 24
             | (ins.line as u64) << 32;
-        let key = Key([head, a, b, c, ops[0], ops[1], ops[2], ops[3], ops[4]]);
-        self.record(key, ops, || {
-            let mut shape = ins.clone();
-            shape.reads = [0; 4];
-            shape.write = shape.write.map(|_| 0);
-            if let Op::Load { region, .. } = &mut shape.op {
-                *region = NO_REGION;
-            }
-            Event::Exec(shape)
-        });
+        Key([head, a, b, c])
     }
+}
 
-    /// Appends a shape to the stream, finding its index or adding it (built by `shape`).
-    fn record(&mut self, key: Key, ops: [u64; 5], shape: impl FnOnce() -> Event) {
-        let guess = match self.prev {
-            NONE => NONE,
-            p => self.next_of[p as usize],
-        };
-        let idx = if guess != NONE && self.keys[guess as usize] == key {
-            guess
-        } else {
-            let idx = match self.index.get(&key) {
-                Some(i) => *i,
-                None => {
-                    let i = self.shapes.len() as u32;
-                    self.index.insert(key, i);
-                    self.keys.push(key);
-                    self.shapes.push(shape());
-                    self.operands.push(ops);
-                    self.next_of.push(NONE);
-                    i
-                }
-            };
-            if self.prev != NONE {
-                self.next_of[self.prev as usize] = idx;
-            }
-            idx
-        };
-        self.stream.push(idx);
-        self.prev = idx;
+/// What a program issued apart from its load windows; programs that issued the same share one.
+#[derive(Debug, Clone, Default)]
+struct Body {
+    /// Distinct event shapes: buffer ids 0, load windows blank.
+    shapes: Vec<Event>,
+    /// Packed form of each shape.
+    keys: Vec<Key>,
+    /// The program: one shape index per event.
+    stream: Vec<u32>,
+    /// Buffer operands of every instruction in issue order, each in slot order (reads, then the
+    /// write); allocations take the next id and store none.
+    ids: Vec<BufId>,
+    /// Buffers allocated (ids are `0..n_bufs`).
+    n_bufs: u32,
+    /// Bytes of every store, summed.
+    store_bytes: u64,
+    /// Number of loads.
+    n_loads: usize,
+    /// Liveness, computed once per body (see [`ProgramTrace::last_uses`]).
+    last_uses: OnceLock<Vec<u32>>,
+}
+
+impl PartialEq for Body {
+    fn eq(&self, o: &Body) -> bool {
+        self.n_bufs == o.n_bufs
+            && self.store_bytes == o.store_bytes
+            && self.n_loads == o.n_loads
+            && self.stream == o.stream
+            && self.ids == o.ids
+            && self.keys == o.keys
     }
+}
 
+/// One event as the timing model reads it: the shape by reference, with its buffers.
+#[derive(Debug, Clone, Copy)]
+pub enum EventView<'a> {
+    /// A tile of `bytes` comes into existence (see [`Event::Alloc`]).
+    Alloc {
+        /// The new buffer.
+        buf: BufId,
+        /// Its size in bytes.
+        bytes: u64,
+        /// Source line that created it.
+        line: u32,
+    },
+    /// An instruction is issued: its shape (buffer ids and load window blank) and its buffers.
+    Exec {
+        /// The instruction's shape.
+        ins: &'a Instr,
+        /// The buffers it reads.
+        reads: &'a [BufId],
+        /// The buffer it writes.
+        write: Option<BufId>,
+    },
+}
+
+/// Everything one program issued, in order (compactly: see the module docs).
+#[derive(Debug, Clone)]
+pub struct ProgramTrace {
+    body: Arc<Body>,
+    /// Bytes and window of every load, in issue order.
+    loads: Vec<(u64, Region)>,
+}
+
+impl PartialEq for ProgramTrace {
+    fn eq(&self, o: &ProgramTrace) -> bool {
+        self.same_shapes(o) && self.loads == o.loads
+    }
+}
+
+impl ProgramTrace {
     /// Number of events.
     pub fn len(&self) -> usize {
-        self.stream.len()
+        self.body.stream.len()
     }
 
     /// Whether nothing was recorded.
     pub fn is_empty(&self) -> bool {
-        self.stream.is_empty()
+        self.body.stream.is_empty()
     }
 
     /// Number of buffers allocated (ids are `0..n_bufs`).
     pub fn n_bufs(&self) -> u32 {
-        self.n_bufs
+        self.body.n_bufs
     }
 
     /// Number of distinct event shapes (see [`Self::indexed_events`]).
     pub fn n_shapes(&self) -> usize {
-        self.shapes.len()
+        self.body.shapes.len()
     }
 
     /// The distinct event shapes, indexed as in [`Self::indexed_events`] (buffer ids and load
-    /// windows blank).
+    /// windows blank). A program that diverged from the one it followed keeps that one's shapes
+    /// too, so a shape may occur in no event.
     pub fn shapes(&self) -> &[Event] {
-        &self.shapes
+        &self.body.shapes
     }
 
     /// Bytes and window of every load, in issue order (what the L2 model classifies).
@@ -297,18 +256,19 @@ impl ProgramTrace {
 
     /// Total bytes stored.
     pub fn store_bytes(&self) -> u64 {
-        self.store_bytes
+        self.body.store_bytes
     }
 
     /// Whether the two programs issued the same events apart from the device windows they load:
     /// the timing model cannot tell them apart given the same memory levels and bandwidth.
     pub fn same_shapes(&self, o: &ProgramTrace) -> bool {
-        self.n_bufs == o.n_bufs
-            && self.store_bytes == o.store_bytes
-            && self.stream == o.stream
-            && self.shapes == o.shapes
-            && self.operands == o.operands
-            && self.loads.len() == o.loads.len()
+        Arc::ptr_eq(&self.body, &o.body) || self.body == o.body
+    }
+
+    /// Whether the two traces share one recorded body (a follower that never diverged shares its
+    /// reference's): what makes [`Self::same_shapes`] a pointer check.
+    pub fn shares_body(&self, o: &ProgramTrace) -> bool {
+        Arc::ptr_eq(&self.body, &o.body)
     }
 
     /// The events in issue order.
@@ -320,37 +280,24 @@ impl ProgramTrace {
     /// the same index are the same instruction (or allocation) apart from buffer ids and load
     /// window, so anything that depends only on the shape can be computed once per index.
     pub fn indexed_events(&self) -> impl Iterator<Item = (u32, Event)> + '_ {
-        let mut cursor: BufId = 0;
+        let body = &*self.body;
+        let mut next_buf: BufId = 0;
+        let mut next_id = 0usize;
         let mut next_load = 0usize;
-        // The buffers in each slot of every event so far, to resolve back-references.
-        let mut slots: Vec<[BufId; 5]> = Vec::with_capacity(self.stream.len());
-        self.stream.iter().map(move |&i| {
-            let mut ev = self.shapes[i as usize].clone();
-            let mut cur: [BufId; 5] = [0; 5];
-            let ops = &self.operands[i as usize];
-            let resolve = |cur: &[BufId; 5], slots: &[[BufId; 5]], op: u64| {
-                let (d, s) = ((op & 0xffff_ffff) as usize, (op >> 32) as usize);
-                if d == 0 {
-                    cur[s]
-                } else {
-                    slots[slots.len() - d][s]
-                }
-            };
+        body.stream.iter().map(move |&i| {
+            let mut ev = body.shapes[i as usize].clone();
             match &mut ev {
                 Event::Alloc { buf, .. } => {
-                    *buf = cursor;
-                    cur[0] = cursor;
-                    cursor += 1;
+                    *buf = next_buf;
+                    next_buf += 1;
                 }
                 Event::Exec(ins) => {
                     let n = ins.n_reads as usize;
-                    for k in 0..n {
-                        cur[k] = resolve(&cur, &slots, ops[k]);
-                        ins.reads[k] = cur[k];
-                    }
-                    if ins.write.is_some() {
-                        cur[n] = resolve(&cur, &slots, ops[n]);
-                        ins.write = Some(cur[n]);
+                    ins.reads[..n].copy_from_slice(&body.ids[next_id..next_id + n]);
+                    next_id += n;
+                    if let Some(w) = &mut ins.write {
+                        *w = body.ids[next_id];
+                        next_id += 1;
                     }
                     if let Op::Load { region, .. } = &mut ins.op {
                         *region = self.loads[next_load].1;
@@ -358,9 +305,353 @@ impl ProgramTrace {
                     }
                 }
             }
-            slots.push(cur);
             (i, ev)
         })
+    }
+}
+
+impl ProgramTrace {
+    /// The events in issue order without copying them, each with its shape index (see
+    /// [`Self::indexed_events`]); what the timing model walks.
+    pub fn views(&self) -> impl Iterator<Item = (u32, EventView<'_>)> + '_ {
+        let body = &*self.body;
+        let mut next_buf: BufId = 0;
+        let mut next_id = 0usize;
+        body.stream.iter().map(move |&i| {
+            let view = match &body.shapes[i as usize] {
+                Event::Alloc { bytes, line, .. } => {
+                    next_buf += 1;
+                    EventView::Alloc {
+                        buf: next_buf - 1,
+                        bytes: *bytes,
+                        line: *line,
+                    }
+                }
+                Event::Exec(ins) => {
+                    let n = ins.n_reads as usize;
+                    let reads = &body.ids[next_id..next_id + n];
+                    next_id += n;
+                    let write = ins.write.map(|_| {
+                        next_id += 1;
+                        body.ids[next_id - 1]
+                    });
+                    EventView::Exec { ins, reads, write }
+                }
+            };
+            (i, view)
+        })
+    }
+
+    /// For each buffer, the index of the last event that touches it (its allocation if nothing
+    /// does): when its SRAM can be reused. Computed once per recorded body.
+    pub fn last_uses(&self) -> &[u32] {
+        self.body.last_uses.get_or_init(|| {
+            let mut last = vec![0u32; self.body.n_bufs as usize];
+            for (i, (_, ev)) in self.views().enumerate() {
+                match ev {
+                    EventView::Alloc { buf, .. } => last[buf as usize] = i as u32,
+                    EventView::Exec { reads, write, .. } => {
+                        for b in reads.iter().chain(write.iter()) {
+                            last[*b as usize] = i as u32;
+                        }
+                    }
+                }
+            }
+            last
+        })
+    }
+}
+
+/// Records one program's events into a [`ProgramTrace`]: in full, or following a reference
+/// program (see the module docs).
+#[derive(Debug)]
+pub struct Recorder {
+    state: State,
+    /// Bytes and window of every load so far.
+    loads: Vec<(u64, Region)>,
+}
+
+#[derive(Debug)]
+enum State {
+    Full(Full),
+    Follow(Follow),
+}
+
+/// Full recording: the body being built and the shape lookup.
+#[derive(Debug, Default)]
+struct Full {
+    body: Body,
+    /// Shape → index, for shapes not found by the successor guess.
+    index: HashMap<Key, u32, foldhash::fast::FixedState>,
+    /// The shape that followed each shape last time (a loop body repeats, so this is usually right
+    /// and saves hashing).
+    next_of: Vec<u32>,
+    /// The previous event's shape.
+    prev: u32,
+}
+
+/// Following a reference: how far this program has matched it.
+#[derive(Debug)]
+struct Follow {
+    reference: Arc<Body>,
+    /// Events matched.
+    pos: usize,
+    /// Buffer operands matched.
+    id_pos: usize,
+    /// Buffers allocated.
+    n_bufs: u32,
+    /// The key of the reference's event at `pos` ([`END`] past its end), looked up ahead so that
+    /// matching the next event does not wait on two dependent loads.
+    expect: Key,
+}
+
+/// What a follower expects past the end of its reference: no event packs to it (tag 0).
+const END: Key = Key([0; 4]);
+
+impl Follow {
+    fn new(reference: Arc<Body>) -> Follow {
+        let mut f = Follow {
+            reference,
+            pos: 0,
+            id_pos: 0,
+            n_bufs: 0,
+            expect: END,
+        };
+        f.advance_by(0, 0);
+        f
+    }
+
+    /// Whether the reference's event at `pos` has these buffer operands.
+    #[inline]
+    fn same_operands(&self, reads: &[BufId], write: Option<BufId>) -> bool {
+        let ids = &self.reference.ids;
+        let n = reads.len();
+        let end = self.id_pos + n + write.is_some() as usize;
+        end <= ids.len()
+            && reads.iter().zip(&ids[self.id_pos..]).all(|(a, b)| a == b)
+            && write.is_none_or(|w| ids[self.id_pos + n] == w)
+    }
+
+    /// Moves past a matched event with `n_ops` buffer operands.
+    #[inline]
+    fn advance(&mut self, n_ops: usize) {
+        self.advance_by(1, n_ops);
+    }
+
+    #[inline]
+    fn advance_by(&mut self, events: usize, n_ops: usize) {
+        self.pos += events;
+        self.id_pos += n_ops;
+        let r = &*self.reference;
+        self.expect = r.stream.get(self.pos).map_or(END, |&s| r.keys[s as usize]);
+    }
+}
+
+impl Default for Recorder {
+    fn default() -> Recorder {
+        Recorder::new()
+    }
+}
+
+impl Recorder {
+    /// Records a program in full.
+    pub fn new() -> Recorder {
+        Recorder {
+            state: State::Full(Full {
+                prev: NONE,
+                ..Full::default()
+            }),
+            loads: Vec::new(),
+        }
+    }
+
+    /// Records a program expected to issue what `reference` issued, apart from load windows. The
+    /// result is the same as [`Self::new`] would give; it is cheaper while the guess holds.
+    pub fn following(reference: &ProgramTrace) -> Recorder {
+        Recorder {
+            state: State::Follow(Follow::new(Arc::clone(&reference.body))),
+            loads: Vec::new(),
+        }
+    }
+
+    /// Whether this recorder is still following its reference (it has issued nothing else).
+    pub fn is_following(&self) -> bool {
+        matches!(self.state, State::Follow(_))
+    }
+
+    /// Records that a tile of `bytes` comes into existence at `line`; returns its buffer id.
+    #[inline]
+    pub fn alloc(&mut self, bytes: u64, line: u32) -> BufId {
+        let key = Key::alloc(bytes, line);
+        if let State::Follow(f) = &mut self.state {
+            if f.expect == key {
+                // Same allocations so far, so the same ids.
+                f.advance(0);
+                f.n_bufs += 1;
+                return f.n_bufs - 1;
+            }
+        }
+        let full = self.state.full();
+        let buf = full.body.n_bufs;
+        full.record(key, || Event::Alloc {
+            buf: 0,
+            bytes,
+            line,
+        });
+        full.body.n_bufs += 1;
+        buf
+    }
+
+    /// Records an issued instruction.
+    ///
+    /// # Panics
+    /// If it names a buffer that [`Self::alloc`] did not return (a front-end bug).
+    #[inline]
+    pub fn exec(&mut self, ins: &Instr) {
+        let key = Key::exec(ins);
+        let reads = ins.reads();
+        if let State::Follow(f) = &mut self.state {
+            if f.expect == key && f.same_operands(reads, ins.write) {
+                f.advance(reads.len() + ins.write.is_some() as usize);
+                if let Op::Load { bytes, region } = &ins.op {
+                    self.loads.push((*bytes, *region));
+                }
+                return;
+            }
+        }
+        let full = self.state.full();
+        let n_bufs = full.body.n_bufs;
+        assert!(
+            reads.iter().chain(ins.write.iter()).all(|b| *b < n_bufs),
+            "front end recorded a use of a buffer it never allocated"
+        );
+        full.body.ids.extend_from_slice(reads);
+        full.body.ids.extend(ins.write);
+        match &ins.op {
+            Op::Load { bytes, region } => {
+                full.body.n_loads += 1;
+                self.loads.push((*bytes, *region));
+            }
+            Op::Store { bytes } => full.body.store_bytes += *bytes,
+            _ => {}
+        }
+        full.record(key, || {
+            let mut shape = ins.clone();
+            shape.reads = [0; 4];
+            shape.write = shape.write.map(|_| 0);
+            if let Op::Load { region, .. } = &mut shape.op {
+                *region = NO_REGION;
+            }
+            Event::Exec(shape)
+        });
+    }
+
+    /// The finished trace.
+    pub fn finish(mut self) -> ProgramTrace {
+        if let State::Follow(f) = &self.state {
+            if f.pos == f.reference.stream.len() {
+                return ProgramTrace {
+                    body: Arc::clone(&f.reference),
+                    loads: self.loads,
+                };
+            }
+        }
+        // A follower that stopped early diverged at its end.
+        let full = std::mem::take(self.state.full());
+        ProgramTrace {
+            body: Arc::new(full.body),
+            loads: self.loads,
+        }
+    }
+}
+
+impl State {
+    /// The full recorder, first turning a follower into one: it takes the reference's events up
+    /// to where it diverged (the ones it matched) and goes on from there.
+    #[inline]
+    fn full(&mut self) -> &mut Full {
+        if let State::Follow(f) = self {
+            *self = State::Full(Full::diverged(f));
+        }
+        match self {
+            State::Full(full) => full,
+            State::Follow(_) => unreachable!("just converted"),
+        }
+    }
+}
+
+impl Full {
+    /// A full recorder holding what `f` matched of its reference.
+    fn diverged(f: &Follow) -> Full {
+        let r = &*f.reference;
+        let stream = r.stream[..f.pos].to_vec();
+        let mut store_bytes = 0;
+        let mut n_loads = 0;
+        for &s in &stream {
+            match &r.shapes[s as usize] {
+                Event::Exec(Instr {
+                    op: Op::Store { bytes },
+                    ..
+                }) => store_bytes += bytes,
+                Event::Exec(Instr {
+                    op: Op::Load { .. },
+                    ..
+                }) => n_loads += 1,
+                _ => {}
+            }
+        }
+        let index = r
+            .keys
+            .iter()
+            .enumerate()
+            .map(|(i, k)| (*k, i as u32))
+            .collect();
+        Full {
+            prev: stream.last().copied().unwrap_or(NONE),
+            body: Body {
+                shapes: r.shapes.clone(),
+                keys: r.keys.clone(),
+                stream,
+                ids: r.ids[..f.id_pos].to_vec(),
+                n_bufs: f.n_bufs,
+                store_bytes,
+                n_loads,
+                last_uses: OnceLock::new(),
+            },
+            index,
+            next_of: vec![NONE; r.keys.len()],
+        }
+    }
+
+    /// Appends a shape to the stream, finding its index or adding it (built by `shape`).
+    #[inline]
+    fn record(&mut self, key: Key, shape: impl FnOnce() -> Event) {
+        let body = &mut self.body;
+        let guess = match self.prev {
+            NONE => NONE,
+            p => self.next_of[p as usize],
+        };
+        let idx = if guess != NONE && body.keys[guess as usize] == key {
+            guess
+        } else {
+            let idx = match self.index.get(&key) {
+                Some(i) => *i,
+                None => {
+                    let i = body.shapes.len() as u32;
+                    self.index.insert(key, i);
+                    body.keys.push(key);
+                    body.shapes.push(shape());
+                    self.next_of.push(NONE);
+                    i
+                }
+            };
+            if self.prev != NONE {
+                self.next_of[self.prev as usize] = idx;
+            }
+            idx
+        };
+        body.stream.push(idx);
+        self.prev = idx;
     }
 }
 
@@ -380,66 +671,143 @@ mod tests {
         Instr::new(Op::Load { bytes, region }, 7, &[], Some(write))
     }
 
-    /// A loop of `iters` bodies, each loading a window and updating a carried accumulator.
-    fn looped(trace: &mut ProgramTrace, tensor: u64, iters: u64) -> Vec<Event> {
+    /// A loop of `iters` bodies, each loading a window and updating a carried accumulator; the
+    /// last iteration loads a short (ragged) window.
+    fn looped(rec: &mut Recorder, tensor: u64, iters: u64) -> Vec<Event> {
         let mut want = Vec::new();
-        let alloc = |t: &mut ProgramTrace, want: &mut Vec<Event>, bytes: u64, line: u32| {
-            let buf = t.alloc(bytes, line);
+        let alloc = |r: &mut Recorder, want: &mut Vec<Event>, bytes: u64, line: u32| {
+            let buf = r.alloc(bytes, line);
             want.push(Event::Alloc { buf, bytes, line });
             buf
         };
-        let mut acc = alloc(trace, &mut want, 64, 1);
+        let mut acc = alloc(rec, &mut want, 64, 1);
         // Built before the loop and read in every iteration (like an identity matrix).
-        let inv = alloc(trace, &mut want, 64, 1);
+        let inv = alloc(rec, &mut want, 64, 1);
         for i in 0..iters {
-            let x = alloc(trace, &mut want, 64, 2);
+            let x = alloc(rec, &mut want, 64, 2);
             let ins = load(tensor, i * 16, 64 - (i == iters - 1) as u64 * 32, x);
             let ins = if i % 3 == 0 { ins.blocking() } else { ins };
-            trace.exec(&ins);
+            rec.exec(&ins);
             want.push(Event::Exec(ins));
-            let y = alloc(trace, &mut want, 64, 3);
+            let y = alloc(rec, &mut want, 64, 3);
             let op = Op::Vector {
                 elems: 16,
                 dtype: DType::F32,
                 class: VectorClass::Simple,
             };
             let ins = Instr::new(op, 3, &[x, acc, inv], Some(y));
-            trace.exec(&ins);
+            rec.exec(&ins);
             want.push(Event::Exec(ins));
             acc = y;
         }
         let ins = Instr::new(Op::Store { bytes: 64 }, 9, &[acc], None);
-        trace.exec(&ins);
+        rec.exec(&ins);
         want.push(Event::Exec(ins));
         want
     }
 
+    fn record(
+        tensor: u64,
+        iters: u64,
+        reference: Option<&ProgramTrace>,
+    ) -> (ProgramTrace, Vec<Event>) {
+        let mut rec = reference.map_or_else(Recorder::new, Recorder::following);
+        let want = looped(&mut rec, tensor, iters);
+        (rec.finish(), want)
+    }
+
     #[test]
     fn decoding_gives_back_every_recorded_event() {
-        let mut t = ProgramTrace::new();
-        let want = looped(&mut t, 5, 50);
+        let (t, want) = record(5, 50, None);
         assert_eq!(t.events().collect::<Vec<_>>(), want);
         assert_eq!(t.len(), want.len());
         assert_eq!(t.n_bufs(), 102);
         assert_eq!(t.loads().len(), 50);
         assert_eq!(t.store_bytes(), 64);
-        // The loop body repeats, operands included (carried and loop-invariant buffers alike): a
-        // handful of shapes serve 50 iterations.
-        assert!(t.n_shapes() < 12, "{} shapes", t.n_shapes());
+        // The loop body repeats: a handful of shapes serve 50 iterations.
+        assert!(t.n_shapes() <= 8, "{} shapes", t.n_shapes());
+        // The timing model's view is the same events, and liveness is each buffer's last touch.
+        let mut last = vec![0u32; t.n_bufs() as usize];
+        for (i, ((si, ev), (vi, view))) in t.indexed_events().zip(t.views()).enumerate() {
+            assert_eq!(si, vi);
+            match (ev, view) {
+                (
+                    Event::Alloc { buf, bytes, line },
+                    EventView::Alloc {
+                        buf: b,
+                        bytes: n,
+                        line: l,
+                    },
+                ) => {
+                    assert_eq!((buf, bytes, line), (b, n, l));
+                    last[buf as usize] = i as u32;
+                }
+                (
+                    Event::Exec(ins),
+                    EventView::Exec {
+                        ins: shape,
+                        reads,
+                        write,
+                    },
+                ) => {
+                    assert_eq!((ins.reads(), ins.write), (reads, write));
+                    let what = |i: &Instr| (i.line, i.blocking, i.op.mnemonic(), i.op.flop());
+                    assert_eq!(what(&ins), what(shape));
+                    for b in reads.iter().chain(write.iter()) {
+                        last[*b as usize] = i as u32;
+                    }
+                }
+                (e, v) => panic!("event {i}: {e:?} decoded as {v:?}"),
+            }
+        }
+        assert_eq!(t.last_uses(), &last[..]);
     }
 
     #[test]
     fn programs_differing_only_in_windows_have_the_same_shapes() {
-        let (mut a, mut b, mut c) = (
-            ProgramTrace::new(),
-            ProgramTrace::new(),
-            ProgramTrace::new(),
-        );
-        looped(&mut a, 1, 20);
-        looped(&mut b, 2, 20);
-        looped(&mut c, 1, 21);
+        let (a, _) = record(1, 20, None);
+        let (b, _) = record(2, 20, None);
+        let (c, _) = record(1, 21, None);
         assert!(a.same_shapes(&b));
+        assert!(!a.shares_body(&b));
         assert_ne!(a, b);
         assert!(!a.same_shapes(&c));
+    }
+
+    #[test]
+    fn a_follower_that_matches_shares_the_reference_body() {
+        let (a, _) = record(1, 20, None);
+        let (b, want) = record(2, 20, Some(&a));
+        assert!(b.shares_body(&a));
+        assert_eq!(b.events().collect::<Vec<_>>(), want);
+        assert_eq!(b, record(2, 20, None).0);
+    }
+
+    #[test]
+    fn a_follower_that_diverges_records_the_same_as_a_full_recording() {
+        let (a, _) = record(1, 20, None);
+        // Diverges in the middle (the ragged load comes early), runs past the end, stops early.
+        for iters in [7, 25, 1] {
+            let (b, want) = record(2, iters, Some(&a));
+            assert!(!b.shares_body(&a));
+            assert_eq!(b.events().collect::<Vec<_>>(), want, "{iters} iterations");
+            let full = record(2, iters, None).0;
+            assert_eq!(b.loads(), full.loads());
+            assert_eq!(
+                (b.len(), b.n_bufs(), b.store_bytes()),
+                (full.len(), full.n_bufs(), full.store_bytes())
+            );
+        }
+        // A follower that diverges in a buffer operand, not a shape.
+        let mut rec = Recorder::following(&a);
+        let x = rec.alloc(64, 1);
+        let y = rec.alloc(64, 1);
+        let z = rec.alloc(64, 2);
+        rec.exec(&load(1, 0, 64, y));
+        assert!(!rec.is_following());
+        let t = rec.finish();
+        assert_eq!((t.len(), t.n_bufs()), (4, 3));
+        assert_eq!(t.events().last(), Some(Event::Exec(load(1, 0, 64, y))));
+        let _ = (x, z);
     }
 }

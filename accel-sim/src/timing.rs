@@ -17,7 +17,7 @@ use crate::error::SimError;
 use crate::isa::{mma_cycles, vector_cycles, Engine, Op, VectorClass};
 use crate::memory::{Level, ProgramRates};
 use crate::preset::DevicePreset;
-use crate::program::{Event, ProgramTrace};
+use crate::program::{Event, EventView, ProgramTrace};
 use std::collections::BTreeMap;
 
 /// Cycles and counts attributed to one kernel source line.
@@ -100,7 +100,7 @@ struct BufState {
     region: usize,
     ready: u64,
     last_access: u64,
-    last_use: usize,
+    last_use: u32,
 }
 
 struct RegionState {
@@ -187,18 +187,7 @@ pub fn time_program(
     let p = cx.preset;
     let mut next_level = 0usize;
     let n = trace.n_bufs() as usize;
-    // Liveness: index of the last event touching each buffer.
-    let mut last_use = vec![0usize; n];
-    for (i, ev) in trace.events().enumerate() {
-        match ev {
-            Event::Alloc { buf, .. } => last_use[buf as usize] = i,
-            Event::Exec(ins) => {
-                for b in ins.reads().iter().chain(ins.write.iter()) {
-                    last_use[*b as usize] = i;
-                }
-            }
-        }
-    }
+    let last_use = trace.last_uses();
     let mut bufs: Vec<Option<BufState>> = (0..n).map(|_| None).collect();
     let mut regions: Vec<RegionState> = Vec::new();
     let mut free = FreeRegions::default();
@@ -216,10 +205,11 @@ pub fn time_program(
     // Per-shape statistics, folded into per-line ones at the end.
     let mut shape_stat = vec![LineStat::default(); trace.n_shapes()];
 
-    for (i, (si, ev)) in trace.indexed_events().enumerate() {
-        match &ev {
-            Event::Alloc { buf, bytes, line } => {
-                let region = match free.take(*bytes, &regions) {
+    for (i, (si, ev)) in trace.views().enumerate() {
+        let i = i as u32;
+        match ev {
+            EventView::Alloc { buf, bytes, line } => {
+                let region = match free.take(bytes, &regions) {
                     Some(ri) => ri,
                     None => {
                         regions.push(RegionState { free_at: 0 });
@@ -230,28 +220,28 @@ pub fn time_program(
                 if live > cap {
                     return Err(SimError::SramOverflow {
                         kernel: cx.kernel.to_string(),
-                        line: *line,
-                        code: (cx.line_code)(*line),
+                        line,
+                        code: (cx.line_code)(line),
                         needed: live,
                         capacity: cap,
                     });
                 }
                 t.sram_peak = t.sram_peak.max(live);
                 let free_at = regions[region].free_at;
-                bufs[*buf as usize] = Some(BufState {
-                    bytes: *bytes,
+                bufs[buf as usize] = Some(BufState {
+                    bytes,
                     region,
                     ready: free_at,
                     last_access: free_at,
-                    last_use: last_use[*buf as usize],
+                    last_use: last_use[buf as usize],
                 });
             }
-            Event::Exec(ins) => {
+            EventView::Exec { ins, reads, write } => {
                 let mut deps = 0u64;
-                for b in ins.reads() {
+                for b in reads {
                     deps = deps.max(buf(&bufs, *b).ready);
                 }
-                if let Some(w) = ins.write {
+                if let Some(w) = write {
                     deps = deps.max(buf(&bufs, w).last_access);
                 }
                 let sc = &mut shape_cost[si as usize];
@@ -304,14 +294,14 @@ pub fn time_program(
                 };
                 stat.stall += new_issue.saturating_sub(issue + 1);
                 issue = new_issue;
-                for b in ins.reads() {
+                for b in reads {
                     let s = buf_mut(&mut bufs, *b);
                     s.last_access = s.last_access.max(end);
                 }
                 if engine != Some(Engine::DmaOut) {
                     last_ready = last_ready.max(end);
                 }
-                if let Some(w) = ins.write {
+                if let Some(w) = write {
                     let s = buf_mut(&mut bufs, w);
                     s.ready = end;
                     s.last_access = s.last_access.max(end);
@@ -319,25 +309,11 @@ pub fn time_program(
             }
         }
         // Release buffers whose last use was this event.
-        let mut touched = [0u32; 5];
-        let n_touched = match &ev {
-            Event::Alloc { buf, .. } => {
-                touched[0] = *buf;
-                1
-            }
-            Event::Exec(ins) => {
-                let r = ins.reads();
-                touched[..r.len()].copy_from_slice(r);
-                match ins.write {
-                    Some(w) => {
-                        touched[r.len()] = w;
-                        r.len() + 1
-                    }
-                    None => r.len(),
-                }
-            }
+        let (new, reads, write) = match ev {
+            EventView::Alloc { buf, .. } => (Some(buf), &[][..], None),
+            EventView::Exec { reads, write, .. } => (None, reads, write),
         };
-        for &b in &touched[..n_touched] {
+        for &b in new.iter().chain(reads).chain(write.iter()) {
             if let Some(s) = &bufs[b as usize] {
                 if s.last_use == i {
                     let (region, bytes, at) = (s.region, s.bytes, s.last_access);

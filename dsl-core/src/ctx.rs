@@ -5,7 +5,7 @@
 
 use crate::elem::Elem;
 use crate::tile::Tile;
-use accel_sim::program::{BufId, Instr, ProgramTrace};
+use accel_sim::program::{BufId, Instr, ProgramTrace, Recorder};
 use accel_sim::SimError;
 use std::marker::PhantomData;
 
@@ -16,7 +16,7 @@ pub struct Ctx {
     pub(crate) functional: bool,
     pub(crate) line: u32,
     pub(crate) kernel: &'static str,
-    pub(crate) trace: ProgramTrace,
+    pub(crate) trace: Recorder,
     pub(crate) error: Option<SimError>,
 }
 
@@ -26,6 +26,7 @@ impl Ctx {
         pid: [usize; 3],
         grid: [usize; 3],
         functional: bool,
+        reference: Option<&ProgramTrace>,
     ) -> Ctx {
         Ctx {
             pid,
@@ -33,7 +34,7 @@ impl Ctx {
             functional,
             line: 0,
             kernel,
-            trace: ProgramTrace::new(),
+            trace: reference.map_or_else(Recorder::new, Recorder::following),
             error: None,
         }
     }

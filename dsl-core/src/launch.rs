@@ -284,24 +284,38 @@ impl Launcher {
                 i / (grid[0] * grid[1]),
             ]
         };
-        let run_one = |i: usize| -> (ProgramTrace, Option<SimError>) {
-            let mut ctx = Ctx::new(meta.name, pid_of(i), grid, functional);
+        let run_one = |i: usize, reference: Option<&ProgramTrace>| {
+            let mut ctx = Ctx::new(meta.name, pid_of(i), grid, functional, reference);
             body(&mut ctx);
-            (ctx.trace, ctx.error)
+            match ctx.error {
+                Some(e) => Err(e),
+                None => Ok(ctx.trace.finish()),
+            }
+        };
+        // Cost-only: program 0 is recorded in full and the others follow it: programs that issue
+        // the same events (the usual case) share its recording and keep only their load windows,
+        // which is what makes a million-token cost-only launch cheap. Functional runs are dominated
+        // by the data, so all their programs start at once.
+        let mut start = 0;
+        let reference = if functional {
+            None
+        } else {
+            let first = run_one(0, None)?;
+            sim.push(first.clone())?;
+            start = 1;
+            Some(first)
         };
         // Programs run in parallel in batches; their traces are timed in program-id order, so the
         // numbers and cycles are the same for any thread count.
         const BATCH: usize = 256;
-        let mut start = 0;
         while start < total {
             let end = (start + BATCH).min(total);
-            let batch: Vec<(ProgramTrace, Option<SimError>)> =
-                (start..end).into_par_iter().map(run_one).collect();
-            for (trace, err) in batch {
-                if let Some(e) = err {
-                    return Err(e);
-                }
-                sim.push(trace)?;
+            let batch: Vec<Result<ProgramTrace, SimError>> = (start..end)
+                .into_par_iter()
+                .map(|i| run_one(i, reference.as_ref()))
+                .collect();
+            for trace in batch {
+                sim.push(trace?)?;
             }
             start = end;
         }
