@@ -305,21 +305,40 @@ impl Launcher {
             start = 1;
             Some(first)
         };
-        // Programs run in parallel in batches; their traces are timed in program-id order, so the
-        // numbers and cycles are the same for any thread count.
-        const BATCH: usize = 256;
+        // Programs run in parallel a wave at a time, and each wave is timed while the next one
+        // runs. Traces are timed in program-id order, so the numbers and cycles are the same for
+        // any thread count.
+        let batch = (self.preset.cores as usize).max(1);
+        let mut recorded: Vec<Result<ProgramTrace, SimError>> = Vec::new();
         while start < total {
-            let end = (start + BATCH).min(total);
-            let batch: Vec<Result<ProgramTrace, SimError>> = (start..end)
-                .into_par_iter()
-                .map(|i| run_one(i, reference.as_ref()))
-                .collect();
-            for trace in batch {
-                sim.push(trace?)?;
-            }
+            let end = (start + batch).min(total);
+            let (next, timed) = rayon::join(
+                || {
+                    (start..end)
+                        .into_par_iter()
+                        .map(|i| run_one(i, reference.as_ref()))
+                        .collect::<Vec<_>>()
+                },
+                || push_all(&mut sim, std::mem::take(&mut recorded)),
+            );
+            timed?;
+            recorded = next;
             start = end;
         }
+        push_all(&mut sim, recorded)?;
         let (report, trace) = sim.finish()?;
         Ok(Launch { report, trace })
     }
+}
+
+/// Hands recorded programs to the launch simulator in order; the first error (a kernel's, or the
+/// simulator's, e.g. an SRAM overflow) ends the launch.
+fn push_all(
+    sim: &mut LaunchSim<'_>,
+    recorded: Vec<Result<ProgramTrace, SimError>>,
+) -> Result<(), SimError> {
+    for trace in recorded {
+        sim.push(trace?)?;
+    }
+    Ok(())
 }

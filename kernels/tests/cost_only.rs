@@ -129,9 +129,10 @@ fn softmax_and_norm_reports_are_identical() {
 }
 
 /// Issue #5's scale point: a 1M-token GDN prefill, 32 heads, d_k = d_v = 128, chunks of 64, cost
-/// only. It takes about 3.8 s of CPU time (BENCHMARKS.md; before the compact traces: 13.6 s and
-/// 6.3 GB). The wall-clock bound is loose because the test machine is shared: with 2 cores and a
-/// load average of 8 this run took 7–22 s, where the old simulator took 85 s.
+/// only. It takes about 1 s of CPU time (BENCHMARKS.md: 32 programs of 2.6M events each; program 0
+/// is recorded, the other 31 follow it). The wall-clock bound is loose because the test machine is
+/// shared and the other tests of this file run beside it; a return to full recordings of every
+/// program (3.8 s of CPU, 7–22 s of wall on a loaded 2-core machine) would still trip it.
 #[test]
 fn million_token_chunked_prefill_runs_cost_only() {
     let case = DeltaCase {
@@ -156,7 +157,7 @@ fn million_token_chunked_prefill_runs_cost_only() {
     assert!(r.hbm_bytes >= qkvo, "{} < {qkvo}", r.hbm_bytes);
     assert!(r.cycles >= r.roofline_cycles);
     assert!(
-        host < 60.0,
+        host < 20.0,
         "1M-token cost-only prefill took {host:.2} s of host time"
     );
 }
