@@ -857,7 +857,7 @@ fn tolerance(dtype: GemmDtype) -> f64 {
 /// Fails (non-zero exit) when a run's error exceeds `tol`; NaN never passes.
 fn check_reference(err: Option<f64>, tol: f64) -> Result<(), String> {
     match err {
-        Some(e) if !(e <= tol) => Err(format!(
+        Some(e) if e.is_nan() || e > tol => Err(format!(
             "result does not match the f64 reference: max relative error {e:.3e} > {tol:.0e}"
         )),
         _ => Ok(()),

@@ -12,8 +12,11 @@ pub struct SuiteEntry {
     /// Display name (kernel and shape).
     pub name: String,
     /// Runs the entry on a launcher.
-    pub run: Box<dyn Fn(&Launcher) -> Result<Report, SimError>>,
+    pub run: RunEntry,
 }
+
+/// How a suite entry runs: on the launcher it is given.
+pub type RunEntry = Box<dyn Fn(&Launcher) -> Result<Report, SimError>>;
 
 fn gemm_entry(variant: GemmVariant, dtype: GemmDtype, m: usize, n: usize, k: usize) -> SuiteEntry {
     let name = format!(

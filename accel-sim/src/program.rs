@@ -101,8 +101,14 @@ const NONE: u32 = u32::MAX;
 /// A shape packed into integers, so that recording compares and hashes a few words instead of an
 /// enum: word 0 holds the kind (`TAG_*`), flags, dtype, vector class and line; words 1–3 the sizes
 /// (bytes, or m/n/k, or elements). Distinct shapes pack distinctly.
-#[derive(Debug, Clone, Copy, Eq, Hash)]
+#[derive(Debug, Clone, Copy, Eq)]
 struct Key([u64; 4]);
+
+impl std::hash::Hash for Key {
+    fn hash<H: std::hash::Hasher>(&self, h: &mut H) {
+        self.0.hash(h);
+    }
+}
 
 impl PartialEq for Key {
     /// Word by word: a key is usually just built from scalars, and a vector compare would have to

@@ -374,7 +374,8 @@ fn round_to_uses_the_formats_layer_saturating() {
         f32::NAN,
     ];
     type Enc = fn(f32, Overflow) -> u8;
-    let cases: [(DType, Enc, fn(u8) -> f32); 3] = [
+    type Dec = fn(u8) -> f32;
+    let cases: [(DType, Enc, Dec); 3] = [
         (DType::Fp8e4m3, fp8::encode_e4m3, fp8::decode_e4m3),
         (DType::Fp8e5m2, fp8::encode_e5m2, fp8::decode_e5m2),
         (DType::Fp4e2m1, fp4::encode_e2m1, fp4::decode_e2m1),

@@ -1011,7 +1011,6 @@ pub fn gather_rows<const R: usize, const C: usize, T: Elem>(
             }
             _ => ctx.fail("gather_rows: functional launch given shape-only tensors".into()),
         }
-        let mut v = v;
         T::round(&mut v);
         Some(v)
     } else {

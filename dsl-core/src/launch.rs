@@ -104,7 +104,7 @@ impl KernelMeta {
     /// rejects unknown names and unlisted values, naming what is allowed.
     pub fn resolve(&self, config: &Config) -> Result<Config, SimError> {
         let mut out = Config::new();
-        for (k, _) in &config.0 {
+        for k in config.0.keys() {
             if !self.tunables.iter().any(|(n, _)| n == k) {
                 let names: Vec<&str> = self.tunables.iter().map(|(n, _)| *n).collect();
                 return Err(SimError::Launch {

@@ -326,7 +326,7 @@ fn check_moe(o: &Obj, m: &MoeDims) -> Result<(), ModelError> {
         ));
     }
     if m.router == RouterKind::SigmoidGroupTopk {
-        if m.n_group == 0 || m.experts % m.n_group != 0 {
+        if m.n_group == 0 || !m.experts.is_multiple_of(m.n_group) {
             return Err(o.invalid(
                 "n_group",
                 format!(

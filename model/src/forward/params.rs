@@ -113,6 +113,8 @@ pub(crate) struct MoeWeights {
 }
 
 /// The feed-forward block of a layer.
+// One per layer, so the size difference between the variants costs nothing worth a `Box`.
+#[allow(clippy::large_enum_variant)]
 pub(crate) enum FfnWeights {
     Dense(MlpWeights),
     Moe(MoeWeights),
@@ -146,6 +148,8 @@ pub(crate) struct LinearAttnWeights {
 }
 
 /// The attention block of a layer.
+// One per layer, as above.
+#[allow(clippy::large_enum_variant)]
 pub(crate) enum AttnWeights {
     Mla(MlaWeights),
     Gqa(GqaWeights),
