@@ -24,6 +24,19 @@ fn tile(bm: i64, bn: i64, bk: i64) -> Config {
     Config::new().with("BM", bm).with("BN", bn).with("BK", bk)
 }
 
+/// The acceptance shape: 1024³, bf16 inputs.
+fn case_1024(variant: GemmVariant, config: Config) -> GemmCase {
+    GemmCase {
+        m: 1024,
+        n: 1024,
+        k: 1024,
+        dtype: GemmDtype::Bf16,
+        variant,
+        config,
+        seed: 1,
+    }
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(24))]
 
@@ -53,16 +66,10 @@ fn double_buffering_hides_dma_and_the_difference_is_the_exposed_dma() {
     let l = launcher().with_backend(Backend::CostOnly);
     for (bm, bn, bk) in [(128, 128, 64), (128, 128, 128), (256, 128, 128)] {
         let run = |variant| {
-            let case = GemmCase {
-                m: 1024,
-                n: 1024,
-                k: 1024,
-                dtype: GemmDtype::Bf16,
-                variant,
-                config: tile(bm, bn, bk),
-                seed: 1,
-            };
-            run_gemm(&l, &case).unwrap().launch.report
+            run_gemm(&l, &case_1024(variant, tile(bm, bn, bk)))
+                .unwrap()
+                .launch
+                .report
         };
         let naive = run(GemmVariant::Naive);
         let db = run(GemmVariant::DoubleBuffered);
@@ -87,22 +94,15 @@ fn double_buffering_hides_dma_and_the_difference_is_the_exposed_dma() {
 /// 1.5× of `roofline_cycles`, and faster than one program per tile. `roofline_cycles` counts the
 /// matrix work the kernel issues, padding of ragged tiles included; so the cycles are also held
 /// against the problem's own minimum, 2·M·N·K at the peak rate of every core, which no tile choice
-/// moves (1.53× today: see the persistent kernel's notes in BENCHMARKS.md).
+/// moves (1.515× today, see BENCHMARKS.md).
 #[test]
 fn persistent_gemm_with_the_best_tile_is_near_the_roofline() {
     let l = launcher().with_backend(Backend::CostOnly);
     let best = |variant: GemmVariant| {
         let points = day0::tune::sweep(variant.meta().space(), |cfg| {
-            let case = GemmCase {
-                m: 1024,
-                n: 1024,
-                k: 1024,
-                dtype: GemmDtype::Bf16,
-                variant,
-                config: cfg.clone(),
-                seed: 1,
-            };
-            Ok(run_gemm(&l, &case)?.launch.report)
+            Ok(run_gemm(&l, &case_1024(variant, cfg.clone()))?
+                .launch
+                .report)
         });
         day0::tune::best(&points)
             .unwrap()
@@ -136,15 +136,7 @@ fn persistent_gemm_with_the_best_tile_is_near_the_roofline() {
 
 #[test]
 fn tiles_that_overflow_sram_are_an_error_naming_line_bytes_and_capacity() {
-    let case = GemmCase {
-        m: 1024,
-        n: 1024,
-        k: 1024,
-        dtype: GemmDtype::Bf16,
-        variant: GemmVariant::DoubleBuffered,
-        config: tile(512, 512, 512),
-        seed: 1,
-    };
+    let case = case_1024(GemmVariant::DoubleBuffered, tile(512, 512, 512));
     match run_gemm(&launcher(), &case) {
         Err(SimError::SramOverflow {
             kernel,

@@ -7,7 +7,7 @@
 //! fresh random values (never zeros), sizes are drawn ragged, and the output starts poisoned with
 //! NaN, so an element no program wrote fails.
 
-use dsl_core::{Backend, Config, Launcher};
+use dsl_core::{Backend, Config, Launcher, SimError};
 use kernels::gemm::{persistent_programs, run_gemm, GemmCase, GemmDtype, GemmVariant};
 use proptest::prelude::*;
 
@@ -54,7 +54,10 @@ proptest! {
         seed in any::<u64>(),
     ) {
         let dtype = if bf16 { GemmDtype::Bf16 } else { GemmDtype::F32 };
-        let run = run_gemm(&launcher_with_cores(cores), &case(m, n, k, dtype, tile(bm, bn, bk), seed)).unwrap();
+        let result = run_gemm(&launcher_with_cores(cores), &case(m, n, k, dtype, tile(bm, bn, bk), seed));
+        // Large f32 tiles (176×176×128) do not fit in SRAM: that launch is refused, not wrong.
+        prop_assume!(!matches!(result, Err(SimError::SramOverflow { .. })));
+        let run = result.unwrap();
         let err = run.launch.report.max_rel_error.unwrap();
         prop_assert!(err <= 1e-5, "{m}x{n}x{k} tile {bm}x{bn}x{bk} on {cores} cores: max rel error {err}");
         prop_assert!(run.output.unwrap().iter().all(|v| v.is_finite()));
