@@ -130,8 +130,9 @@ pub fn gemm_persistent<T: Float>(a: &Tensor<T>, b: &Tensor<T>, c: &Tensor<f32>, 
 }
 
 /// Grid of [`gemm_persistent()`]: one program per core, or one per `BM×BN` output tile of an
-/// `rows×cols` output when there are fewer tiles than cores. A pure function of the shapes and the
-/// device, so the cycles of a launch are too.
+/// `rows×cols` output when there are fewer tiles than cores (a `cores` of 0 counts as 1: one
+/// program then walks every tile). A pure function of the shapes and the device, so the cycles of
+/// a launch are too.
 pub const fn persistent_programs(
     rows: usize,
     cols: usize,
@@ -140,6 +141,7 @@ pub const fn persistent_programs(
     cores: usize,
 ) -> usize {
     let tiles = rows.div_ceil(bm) * cols.div_ceil(bn);
+    let cores = if cores == 0 { 1 } else { cores };
     if tiles < cores {
         tiles
     } else {

@@ -69,6 +69,7 @@ fn grid_is_one_program_per_core_or_per_tile() {
     assert_eq!(persistent_programs(1024, 1024, 176, 128, 24), 24);
     assert_eq!(persistent_programs(100, 100, 64, 64, 24), 4);
     assert_eq!(persistent_programs(1, 1, 128, 128, 24), 1);
+    assert_eq!(persistent_programs(100, 100, 64, 64, 0), 1);
     let r = run_gemm(
         &launcher().with_backend(Backend::CostOnly),
         &case(1024, 1024, 1024, GemmDtype::Bf16, tile(128, 128, 128), 1),
