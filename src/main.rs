@@ -231,12 +231,15 @@ enum DtypeArg {
 
 #[derive(Clone, Copy, ValueEnum)]
 enum VariantArg {
-    /// Double-buffered K loop (DMA overlaps compute).
+    /// Double-buffered K loop, one program per output tile (DMA overlaps compute).
     Db,
     /// Synchronous loads (no overlap).
     Naive,
     /// Three-stage pipeline (hides DMA latency longer than one step).
     Pipelined,
+    /// Persistent: one program per core streams its output tiles' K-steps through a
+    /// three-stage pipeline, storing each tile while the next one computes.
+    Persistent,
 }
 
 #[derive(Args)]
@@ -276,7 +279,7 @@ struct GemmArgs {
     #[arg(long, default_value = "auto")]
     tile: String,
     /// Implementation.
-    #[arg(long, value_enum, default_value = "db")]
+    #[arg(long, value_enum, default_value = "persistent")]
     variant: VariantArg,
     /// Sweep every tile shape (cost-only) and print the ranking instead of one run.
     #[arg(long)]
@@ -391,6 +394,7 @@ fn kernel_gemm(args: GemmArgs) -> Result<(), String> {
         VariantArg::Db => GemmVariant::DoubleBuffered,
         VariantArg::Naive => GemmVariant::Naive,
         VariantArg::Pipelined => GemmVariant::Pipelined,
+        VariantArg::Persistent => GemmVariant::Persistent,
     };
     let dtype = match args.dtype {
         DtypeArg::Bf16 => GemmDtype::Bf16,

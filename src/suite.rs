@@ -57,6 +57,7 @@ pub fn entries() -> Vec<SuiteEntry> {
             1024,
         ),
         gemm_entry(GemmVariant::Pipelined, GemmDtype::Bf16, 1024, 1024, 1024),
+        gemm_entry(GemmVariant::Persistent, GemmDtype::Bf16, 1024, 1024, 1024),
         gemm_entry(GemmVariant::DoubleBuffered, GemmDtype::F32, 1000, 500, 300),
         SuiteEntry {
             name: "softmax[f32] 512x4000".into(),

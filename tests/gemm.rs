@@ -24,6 +24,19 @@ fn tile(bm: i64, bn: i64, bk: i64) -> Config {
     Config::new().with("BM", bm).with("BN", bn).with("BK", bk)
 }
 
+/// The acceptance shape: 1024³, bf16 inputs.
+fn case_1024(variant: GemmVariant, config: Config) -> GemmCase {
+    GemmCase {
+        m: 1024,
+        n: 1024,
+        k: 1024,
+        dtype: GemmDtype::Bf16,
+        variant,
+        config,
+        seed: 1,
+    }
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(24))]
 
@@ -53,16 +66,10 @@ fn double_buffering_hides_dma_and_the_difference_is_the_exposed_dma() {
     let l = launcher().with_backend(Backend::CostOnly);
     for (bm, bn, bk) in [(128, 128, 64), (128, 128, 128), (256, 128, 128)] {
         let run = |variant| {
-            let case = GemmCase {
-                m: 1024,
-                n: 1024,
-                k: 1024,
-                dtype: GemmDtype::Bf16,
-                variant,
-                config: tile(bm, bn, bk),
-                seed: 1,
-            };
-            run_gemm(&l, &case).unwrap().launch.report
+            run_gemm(&l, &case_1024(variant, tile(bm, bn, bk)))
+                .unwrap()
+                .launch
+                .report
         };
         let naive = run(GemmVariant::Naive);
         let db = run(GemmVariant::DoubleBuffered);
@@ -82,17 +89,54 @@ fn double_buffering_hides_dma_and_the_difference_is_the_exposed_dma() {
     }
 }
 
+/// Issue #2's acceptance: at 1024³ bf16 on `npu-910b` the double-buffered GEMM with the best
+/// tile (the CLI's default, the persistent variant, picked by the same cost-only sweep) is within
+/// 1.5× of `roofline_cycles`, and faster than one program per tile. `roofline_cycles` counts the
+/// matrix work the kernel issues, padding of ragged tiles included; so the cycles are also held
+/// against the problem's own minimum, 2·M·N·K at the peak rate of every core, which no tile choice
+/// moves (1.515× today, see BENCHMARKS.md).
+#[test]
+fn persistent_gemm_with_the_best_tile_is_near_the_roofline() {
+    let l = launcher().with_backend(Backend::CostOnly);
+    let best = |variant: GemmVariant| {
+        let points = day0::tune::sweep(variant.meta().space(), |cfg| {
+            Ok(run_gemm(&l, &case_1024(variant, cfg.clone()))?
+                .launch
+                .report)
+        });
+        day0::tune::best(&points)
+            .unwrap()
+            .outcome
+            .as_ref()
+            .unwrap()
+            .clone()
+    };
+    let persistent = best(GemmVariant::Persistent);
+    let per_tile = best(GemmVariant::DoubleBuffered);
+    let ideal = (2u64 << 30) as f64 / (8192.0 * 24.0);
+    assert!(persistent.cycles >= persistent.roofline_cycles);
+    assert!(
+        persistent.cycles as f64 <= 1.5 * persistent.roofline_cycles as f64,
+        "{} cycles vs roofline {}",
+        persistent.cycles,
+        persistent.roofline_cycles
+    );
+    assert!(
+        persistent.cycles as f64 <= 1.55 * ideal,
+        "{} cycles vs the problem's minimum {ideal}",
+        persistent.cycles
+    );
+    assert!(
+        (persistent.cycles as f64) < 0.9 * per_tile.cycles as f64,
+        "persistent {} vs one program per tile {}",
+        persistent.cycles,
+        per_tile.cycles
+    );
+}
+
 #[test]
 fn tiles_that_overflow_sram_are_an_error_naming_line_bytes_and_capacity() {
-    let case = GemmCase {
-        m: 1024,
-        n: 1024,
-        k: 1024,
-        dtype: GemmDtype::Bf16,
-        variant: GemmVariant::DoubleBuffered,
-        config: tile(512, 512, 512),
-        seed: 1,
-    };
+    let case = case_1024(GemmVariant::DoubleBuffered, tile(512, 512, 512));
     match run_gemm(&launcher(), &case) {
         Err(SimError::SramOverflow {
             kernel,

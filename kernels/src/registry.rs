@@ -50,6 +50,12 @@ pub fn all() -> Vec<Implementation> {
             summary: "tiled GEMM, three K-steps in flight (hides DMA latency longer than one step)",
         },
         Implementation {
+            op: "gemm",
+            kind: ImplKind::DslTuned,
+            meta: &crate::gemm::gemm_persistent::META,
+            summary: "persistent tiled GEMM: one program per core streams its tiles' K-steps (three in flight), storing each tile while the next computes",
+        },
+        Implementation {
             op: "softmax",
             kind: ImplKind::Dsl,
             meta: &crate::softmax::softmax::META,

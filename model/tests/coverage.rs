@@ -75,7 +75,10 @@ fn deepseek_v32_inventory() {
         row_kernels(&c, "expert_ffn.fp8"),
         ["expert_gemm_fp8", "swiglu"]
     );
-    assert_eq!(row_kernels(&c, "linear"), ["gemm_db", "gemm_pipelined"]);
+    assert_eq!(
+        row_kernels(&c, "linear"),
+        ["gemm_db", "gemm_pipelined", "gemm_persistent"]
+    );
     assert_eq!(row_kernels(&c, "rmsnorm_residual"), ["rmsnorm_residual"]);
     // The table: one line per operator kind, then the summary naming what is missing.
     let t = c.table();
