@@ -476,7 +476,8 @@ impl Recorder {
     pub fn following(reference: &ProgramTrace) -> Recorder {
         Recorder {
             state: State::Follow(Follow::new(Arc::clone(&reference.body))),
-            loads: Vec::new(),
+            // Sized once: a follower usually loads as often as its reference.
+            loads: Vec::with_capacity(reference.body.n_loads),
         }
     }
 

@@ -129,8 +129,8 @@ fn softmax_and_norm_reports_are_identical() {
 }
 
 /// Issue #5's scale point: a 1M-token GDN prefill, 32 heads, d_k = d_v = 128, chunks of 64, cost
-/// only. It takes about 1 s of CPU time (BENCHMARKS.md: 32 programs of 2.6M events each; program 0
-/// is recorded, the other 31 follow it). The wall-clock bound is loose because the test machine is
+/// only. It takes about 1 s of CPU time and 0.63 s of wall time on 2 free cores (BENCHMARKS.md: 32
+/// programs of 2.6M events each; program 0 is recorded, the other 31 follow it). The wall-clock bound is loose because the test machine is
 /// shared and the other tests of this file run beside it; a return to full recordings of every
 /// program (3.8 s of CPU, 7–22 s of wall on a loaded 2-core machine) would still trip it.
 #[test]
