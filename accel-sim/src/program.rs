@@ -286,37 +286,27 @@ impl ProgramTrace {
     /// the same index are the same instruction (or allocation) apart from buffer ids and load
     /// window, so anything that depends only on the shape can be computed once per index.
     pub fn indexed_events(&self) -> impl Iterator<Item = (u32, Event)> + '_ {
-        let body = &*self.body;
-        let mut next_buf: BufId = 0;
-        let mut next_id = 0usize;
-        let mut next_load = 0usize;
-        body.stream.iter().map(move |&i| {
-            let mut ev = body.shapes[i as usize].clone();
-            match &mut ev {
-                Event::Alloc { buf, .. } => {
-                    *buf = next_buf;
-                    next_buf += 1;
-                }
-                Event::Exec(ins) => {
-                    let n = ins.n_reads as usize;
-                    ins.reads[..n].copy_from_slice(&body.ids[next_id..next_id + n]);
-                    next_id += n;
-                    if let Some(w) = &mut ins.write {
-                        *w = body.ids[next_id];
-                        next_id += 1;
-                    }
+        let mut loads = self.loads.iter();
+        self.views().map(move |(i, view)| {
+            let ev = match view {
+                EventView::Alloc { buf, bytes, line } => Event::Alloc { buf, bytes, line },
+                EventView::Exec {
+                    ins: shape,
+                    reads,
+                    write,
+                } => {
+                    let mut ins = Instr::new(shape.op.clone(), shape.line, reads, write);
+                    ins.blocking = shape.blocking;
                     if let Op::Load { region, .. } = &mut ins.op {
-                        *region = self.loads[next_load].1;
-                        next_load += 1;
+                        *region = loads.next().expect("one window per recorded load").1;
                     }
+                    Event::Exec(ins)
                 }
-            }
+            };
             (i, ev)
         })
     }
-}
 
-impl ProgramTrace {
     /// The events in issue order without copying them, each with its shape index (see
     /// [`Self::indexed_events`]); what the timing model walks.
     pub fn views(&self) -> impl Iterator<Item = (u32, EventView<'_>)> + '_ {
