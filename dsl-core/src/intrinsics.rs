@@ -36,6 +36,15 @@ pub fn num_programs(ctx: &mut Ctx, axis: usize) -> usize {
     ctx.grid[axis]
 }
 
+/// Refuses the launch (an error naming the kernel, this line and `what`) unless `cond` holds: a
+/// kernel states what its tiles must cover, so a tile too small for a run-time dimension is an
+/// error instead of a partial answer. Issues no instruction (costs nothing).
+pub fn require(ctx: &mut Ctx, cond: bool, what: &str) {
+    if !cond {
+        ctx.fail(format!("requirement not met: {what}"));
+    }
+}
+
 /// Ceiling division for grid and loop bounds.
 pub const fn cdiv(a: usize, b: usize) -> usize {
     a.div_ceil(b)

@@ -17,6 +17,12 @@ pub struct KernelMeta {
     pub params: &'static [&'static str],
     /// Tunable parameters and their allowed values, as declared in `tunable(...)`.
     pub tunables: &'static [(&'static str, &'static [i64])],
+    /// The points of the tunable space the kernel is instantiated for, each the tunables' values
+    /// in declaration order, when `constraint(...)` prunes the space; empty when every point of the
+    /// product is.
+    pub points: &'static [&'static [i64]],
+    /// The text of each `constraint(...)` condition (empty when there are none).
+    pub constraints: &'static [&'static str],
     /// Source text of each line that issues instructions: (line, code).
     pub lines: &'static [(u32, &'static str)],
     /// Source file of the kernel.
@@ -53,8 +59,12 @@ impl std::fmt::Display for Config {
 }
 
 impl KernelMeta {
-    /// Every configuration of the tunable space (cartesian product, in declaration order).
+    /// Every configuration of the tunable space (the cartesian product in declaration order, less
+    /// the points the constraints exclude).
     pub fn space(&self) -> Vec<Config> {
+        if !self.points.is_empty() {
+            return self.points.iter().map(|p| self.config_of(p)).collect();
+        }
         let mut out = vec![Config::new()];
         for (name, values) in self.tunables {
             out = out
@@ -93,11 +103,39 @@ impl KernelMeta {
             })
     }
 
-    /// The first listed value of every tunable.
+    /// The first listed value of every tunable (the first point of a constrained space).
     pub fn default_config(&self) -> Config {
+        match self.points.first() {
+            Some(p) => self.config_of(p),
+            None => self
+                .tunables
+                .iter()
+                .fold(Config::new(), |c, (n, v)| c.with(n, v[0])),
+        }
+    }
+
+    /// The configuration of one point (tunable values in declaration order).
+    fn config_of(&self, point: &[i64]) -> Config {
         self.tunables
             .iter()
-            .fold(Config::new(), |c, (n, v)| c.with(n, v[0]))
+            .zip(point)
+            .fold(Config::new(), |c, ((n, _), v)| c.with(n, *v))
+    }
+
+    /// Whether `config` (fully resolved) is a point the kernel is instantiated for.
+    pub fn contains(&self, config: &Config) -> bool {
+        let values_ok = self
+            .tunables
+            .iter()
+            .all(|(n, v)| config.get(n).is_some_and(|x| v.contains(&x)));
+        values_ok
+            && (self.points.is_empty()
+                || self.points.iter().any(|p| {
+                    self.tunables
+                        .iter()
+                        .zip(p.iter())
+                        .all(|((n, _), v)| config.get(n) == Some(*v))
+                }))
     }
 
     /// Resolves `config` against the declared space: fills unset tunables with their first value and
@@ -120,8 +158,23 @@ impl KernelMeta {
                 });
             }
         }
+        // In a constrained space, unset tunables take their values from the first point that
+        // agrees with the set ones.
+        let base = self
+            .points
+            .iter()
+            .find(|p| {
+                self.tunables
+                    .iter()
+                    .zip(p.iter())
+                    .all(|((n, _), v)| config.get(n).is_none_or(|x| x == *v))
+            })
+            .map(|p| self.config_of(p));
         for (name, values) in self.tunables {
-            let v = config.get(name).unwrap_or(values[0]);
+            let v = config
+                .get(name)
+                .or_else(|| base.as_ref().and_then(|b| b.get(name)))
+                .unwrap_or(values[0]);
             if !values.contains(&v) {
                 return Err(SimError::Launch {
                     kernel: self.name.to_string(),
@@ -129,6 +182,15 @@ impl KernelMeta {
                 });
             }
             out = out.with(name, v);
+        }
+        if !self.contains(&out) {
+            return Err(SimError::Launch {
+                kernel: self.name.to_string(),
+                message: format!(
+                    "tiles {out} are excluded by the kernel's constraints ({}); pick a combination that meets them",
+                    self.constraints.join(", ")
+                ),
+            });
         }
         Ok(out)
     }

@@ -199,6 +199,33 @@ impl<T: Elem> Tensor<T> {
         }
     }
 
+    /// Columns `start .. start + width` of the tensor viewed as a matrix, sharing memory, for use
+    /// inside kernels (infallible; the host-side, checked form is [`Tensor::col_range`]): one head
+    /// of a token-major `[T, H·D]` activation whose head dimension is a run-time value. Loads
+    /// through the view read only its columns (a tile wider than the head is zero-filled past it)
+    /// and stores write only its columns, so a covering tile never touches the next head. Bounds
+    /// are clipped to the tensor: no panic.
+    pub fn cols_clipped(&self, start: usize, width: usize) -> Tensor<T> {
+        let cols = self.cols();
+        let start = start.min(cols);
+        let width = width.min(cols - start);
+        // Leading dimensions are kept, so a column window of a paged pool `[pages, P, H·D]` is
+        // still a pool of pages.
+        let mut shape = self.shape.clone();
+        match shape.last_mut() {
+            Some(last) => *last = width,
+            None => shape.push(width),
+        }
+        Tensor {
+            id: self.id,
+            shape,
+            offset: self.offset + start,
+            stride: self.stride,
+            mem: self.mem.clone(),
+            _t: PhantomData,
+        }
+    }
+
     /// A view of the first `shape.iter().product()` elements with another shape (e.g. one reusable
     /// workspace serving several weights in turn). Errors if the view would be larger.
     pub fn reshaped(&self, shape: &[usize]) -> Result<Tensor<T>, String> {

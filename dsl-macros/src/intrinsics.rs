@@ -49,6 +49,7 @@ const fn typed(
 /// All intrinsics.
 pub const INTRINSICS: &[Intrinsic] = &[
     i("program_id", 0, &[]),
+    i("require", 0, &[]),
     i("num_programs", 0, &[]),
     Intrinsic {
         name: "cdiv",
@@ -154,6 +155,7 @@ pub fn find(name: &str) -> Option<&'static Intrinsic> {
 pub const METHODS: &[&str] = &[
     "at",
     "rows_clipped",
+    "cols_clipped",
     "rows",
     "cols",
     "shape",
@@ -181,7 +183,7 @@ pub const PRIMITIVES: &[&str] = &["f32", "f64", "usize", "u32", "u64", "i32", "i
 
 /// A short list for error messages.
 pub fn summary() -> String {
-    "program_id, num_programs, cdiv, load, load_async, load_or, store, zeros, full, mma, mma_bt, cast, \
+    "program_id, num_programs, require, cdiv, load, load_async, load_or, store, zeros, full, mma, mma_bt, cast, \
      exp/ln/sqrt/rsqrt/recip/neg/abs/square/relu/sigmoid/silu/softplus, add/sub/mul/div/maximum/minimum, \
      scale, add_scalar, {add,sub,mul,div}_{col,row}, row_sum/row_max/col_sum/col_max"
         .to_string()

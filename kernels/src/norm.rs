@@ -28,7 +28,7 @@ use dsl_core::{KernelMeta, SimError};
 /// Fused residual add + RMSNorm: one program per `BR` rows, the whole row (`H ≤ BH`) in one tile.
 #[kernel(
     grid = (cdiv(x.rows(), BR),),
-    tunable(BH = [1024, 2048, 4096, 8192, 256, 512], BR = [1, 2, 4, 8])
+    tunable(BH = [1024, 2048, 4096, 8192, 256, 512, 16384], BR = [1, 2, 4, 8])
 )]
 pub fn rmsnorm_residual<T: Float>(
     x: &Tensor<T>,
@@ -38,6 +38,7 @@ pub fn rmsnorm_residual<T: Float>(
     y: &Tensor<T>,
     eps: f32,
 ) {
+    require(x.cols() <= BH, "the BH tile must hold a whole row");
     let r = program_id(0) * BR;
     let xt = cast::<f32>(&load::<BR, BH>(x, r, 0));
     let rt = cast::<f32>(&load::<BR, BH>(residual, r, 0));
@@ -170,9 +171,10 @@ fn run_typed<T: Float>(launcher: &Launcher, case: &RmsNormCase) -> Result<RmsNor
 /// tile; mean over the true width `H` (padding columns load as 0 and add nothing).
 #[kernel(
     grid = (cdiv(x.rows(), BR),),
-    tunable(BH = [256, 16, 32, 64, 128, 512, 1024, 2048, 4096, 8192], BR = [4, 1, 8, 16])
+    tunable(BH = [256, 16, 32, 64, 128, 512, 1024, 2048, 4096, 8192, 16384], BR = [4, 1, 8, 16])
 )]
 pub fn rmsnorm<T: Float>(x: &Tensor<T>, weight: &Tensor<T>, y: &Tensor<T>, eps: f32) {
+    require(x.cols() <= BH, "the BH tile must hold a whole row");
     let r = program_id(0) * BR;
     let xt = cast::<f32>(&load::<BR, BH>(x, r, 0));
     let ms = scale(&row_sum(&square(&xt)), (1.0f64 / x.cols() as f64) as f32);
@@ -185,7 +187,7 @@ pub fn rmsnorm<T: Float>(x: &Tensor<T>, weight: &Tensor<T>, y: &Tensor<T>, eps: 
 /// tile, statistics over the true width `H`.
 #[kernel(
     grid = (cdiv(x.rows(), BR),),
-    tunable(BH = [256, 16, 32, 64, 128, 512, 1024, 2048, 4096, 8192], BR = [4, 1, 8, 16])
+    tunable(BH = [256, 16, 32, 64, 128, 512, 1024, 2048, 4096, 8192, 16384], BR = [4, 1, 8, 16])
 )]
 pub fn layernorm<T: Float>(
     x: &Tensor<T>,
@@ -194,6 +196,7 @@ pub fn layernorm<T: Float>(
     y: &Tensor<T>,
     eps: f32,
 ) {
+    require(x.cols() <= BH, "the BH tile must hold a whole row");
     let r = program_id(0) * BR;
     let inv_h = (1.0f64 / x.cols() as f64) as f32;
     let xt = cast::<f32>(&load::<BR, BH>(x, r, 0));

@@ -15,11 +15,10 @@
 //!   heads, invariant under one permutation applied to both q and k: the scores (and the outputs)
 //!   are identical. Only the rotated keys in a cache are laid out differently.
 //!
-//! `D` (the head dimension) and `RH = rot_dim/2` are tunables that must equal the shapes exactly:
-//! the grid is `H = x.cols() / D` heads, and the rotated halves are `RH`-wide tiles. [`run_rope`]
-//! checks this (and every other shape) and picks the configuration; a direct `rope::launch` must
-//! satisfy it itself. The kernel copies the whole head first and then overwrites the rotated span,
-//! so the pass-through dims need no run-time-width tiles. `out` may be `x` itself (in place): each
+//! The head dimension, the span's offset and width are run-time arguments; the tiles (`BT` tokens,
+//! `BD` dims of the copy, `BH` pairs of the rotation) loop over them, so any released shape runs.
+//! [`run_rope`] checks every shape and picks the tiles. The kernel copies the whole head first
+//! and then overwrites the rotated span. `out` may be `x` itself (in place): each
 //! program reads its rows of a head before it writes them.
 //!
 //! ## The tables
@@ -34,50 +33,73 @@ use dsl_core::prelude::*;
 use dsl_core::SimError;
 
 /// RoPE over the heads of token-major activations: one program per `BT` tokens × one head.
+///
+/// Every dimension is a run-time value: the head (`head_dim`) is copied in `BD`-wide column tiles
+/// and the rotated span in `BH`-wide chunks of pairs (`BH` pairs per step), each through a column
+/// view of its head (`cols_clipped`), so a ragged last tile reads zeros past the head and writes
+/// nothing there. `BT`, `BD` and `BH` are tile sizes: any value gives the same result.
 #[kernel(
-    grid = (cdiv(x.rows(), BT), x.cols() / D),
-    tunable(
-        D = [64, 16, 24, 32, 40, 48, 80, 96, 128, 192, 256],
-        RH = [32, 2, 4, 8, 12, 16, 24, 64],
-        BT = [16, 1]
-    ),
-    derived(RD = RH * 2)
+    grid = (cdiv(x.rows(), BT), x.cols() / head_dim),
+    tunable(BT = [16, 1, 4], BD = [64, 16, 32, 128, 256], BH = [32, 8, 16, 64]),
+    derived(BP = BH * 2)
 )]
+#[allow(clippy::too_many_arguments)]
 pub fn rope(
     x: &Tensor<f32>,
     cos: &Tensor<f32>,
     sin: &Tensor<f32>,
     out: &Tensor<f32>,
+    head_dim: usize,
     rot_offset: usize,
     rot_dim: usize,
     interleaved: bool,
 ) {
     let r = program_id(0) * BT;
-    let c0 = program_id(1) * D;
+    let c0 = program_id(1) * head_dim;
+    let xh = x.cols_clipped(c0, head_dim);
+    let oh = out.cols_clipped(c0, head_dim);
     // Dims outside the rotated span pass through: copy the head, then overwrite the span.
-    store(out, r, c0, &load_async::<BT, D>(x, r, c0));
-    let cs = load_async::<BT, RH>(cos, r, 0);
-    let sn = load_async::<BT, RH>(sin, r, 0);
-    let base = c0 + rot_offset;
-    if interleaved {
-        let (x1, x2) = deinterleave(&load::<BT, RD>(x, r, base));
-        let o1 = sub(&mul(&x1, &cs), &mul(&x2, &sn));
-        let o2 = add(&mul(&x2, &cs), &mul(&x1, &sn));
-        let rotated: Tile<f32, BT, RD> = interleave(&o1, &o2);
-        store(out, r, base, &rotated);
-    } else {
-        let half = rot_dim / 2;
-        let x1 = load::<BT, RH>(x, r, base);
-        let x2 = load::<BT, RH>(x, r, base + half);
-        store(out, r, base, &sub(&mul(&x1, &cs), &mul(&x2, &sn)));
-        store(out, r, base + half, &add(&mul(&x2, &cs), &mul(&x1, &sn)));
+    for c in (0..head_dim).step_by(BD) {
+        store(&oh, r, c, &load_async::<BT, BD>(&xh, r, c));
+    }
+    let half = rot_dim / 2;
+    for j in (0..half).step_by(BH) {
+        let cs = load_async::<BT, BH>(cos, r, j);
+        let sn = load_async::<BT, BH>(sin, r, j);
+        if interleaved {
+            // Pairs (2i, 2i + 1) of the span: chunk j holds pairs j .. j + BH.
+            let xs = xh.cols_clipped(rot_offset, rot_dim);
+            let os = oh.cols_clipped(rot_offset, rot_dim);
+            let (x1, x2) = deinterleave(&load::<BT, BP>(&xs, r, 2 * j));
+            let o1 = sub(&mul(&x1, &cs), &mul(&x2, &sn));
+            let o2 = add(&mul(&x2, &cs), &mul(&x1, &sn));
+            let rotated: Tile<f32, BT, BP> = interleave(&o1, &o2);
+            store(&os, r, 2 * j, &rotated);
+        } else {
+            // Pairs (i, i + half): the two halves are separate column views.
+            let x1v = xh.cols_clipped(rot_offset, half);
+            let x2v = xh.cols_clipped(rot_offset + half, half);
+            let x1 = load::<BT, BH>(&x1v, r, j);
+            let x2 = load::<BT, BH>(&x2v, r, j);
+            store(
+                &oh.cols_clipped(rot_offset, half),
+                r,
+                j,
+                &sub(&mul(&x1, &cs), &mul(&x2, &sn)),
+            );
+            store(
+                &oh.cols_clipped(rot_offset + half, half),
+                r,
+                j,
+                &add(&mul(&x2, &cs), &mul(&x1, &sn)),
+            );
+        }
     }
 }
 
-/// Runs [`rope()`] on `x`, `out [T, H·head_dim]` with `cos`, `sin [T, rot_dim/2]`, choosing
-/// `D = head_dim`, `RH = rot_dim/2` and `BT`. Every shape is checked first: a head dimension or
-/// half rotation width the kernel does not declare, a span outside the head, an odd `rot_dim`,
-/// or mismatched tensors are a `SimError::Launch` saying which.
+/// Runs [`rope()`] on `x`, `out [T, H·head_dim]` with `cos`, `sin [T, rot_dim/2]`, choosing the
+/// tiles. Every shape is checked first: a zero head dimension, a span outside the head, an odd
+/// `rot_dim`, or mismatched tensors are a `SimError::Launch` saying which.
 #[allow(clippy::too_many_arguments)]
 pub fn run_rope(
     launcher: &Launcher,
@@ -95,12 +117,8 @@ pub fn run_rope(
         kernel: meta.name.to_string(),
         message,
     };
-    let declared = |name: &str| crate::tile_choice::declared(meta, name);
-    if !crate::tile_choice::is_declared(meta, "D", head_dim) {
-        return Err(bad(format!(
-            "head dimension {head_dim} is not one of the kernel's D values {:?} (add it to `tunable(D = ..)`)",
-            declared("D")
-        )));
+    if head_dim == 0 {
+        return Err(bad("head dimension 0: a head needs at least one dim".into()));
     }
     if rot_dim == 0 || !crate::tile_choice::divides(2, rot_dim) || rot_offset + rot_dim > head_dim {
         return Err(bad(format!(
@@ -109,16 +127,7 @@ pub fn run_rope(
             rot_offset + rot_dim
         )));
     }
-    if !crate::tile_choice::is_declared(meta, "RH", rot_dim / 2) {
-        return Err(bad(format!(
-            "half rotation width rot_dim/2 = {} is not one of the kernel's RH values {:?} (add it \
-             to `tunable(RH = ..)`)",
-            rot_dim / 2,
-            declared("RH")
-        )));
-    }
     let tokens = x.rows();
-    // (head_dim ≥ 1: it is a declared D.)
     if !crate::tile_choice::divides(head_dim, x.cols()) {
         return Err(bad(format!(
             "x {x:?} has {} columns, not a whole number of heads of {head_dim}",
@@ -139,10 +148,12 @@ pub fn run_rope(
     }
     let config = crate::tile_choice::covering_config(
         meta,
-        Config::new()
-            .with("D", head_dim as i64)
-            .with("RH", (rot_dim / 2) as i64),
-        &[("BT", tokens, 16)],
+        Config::new(),
+        &[
+            ("BT", tokens, 16),
+            ("BD", head_dim, 128),
+            ("BH", rot_dim / 2, 32),
+        ],
     );
     rope::launch(
         launcher,
@@ -151,6 +162,7 @@ pub fn run_rope(
         cos,
         sin,
         out,
+        head_dim,
         rot_offset,
         rot_dim,
         interleaved,

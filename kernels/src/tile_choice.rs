@@ -1,7 +1,7 @@
 //! Picking tile sizes from a kernel's declared tunable space, for host wrappers that launch a
 //! kernel on whatever shape a model hands them (so callers need not know the space).
 
-use dsl_core::{Config, KernelMeta};
+use dsl_core::{Config, KernelMeta, SimError};
 
 /// The declared values of tunable `name` of `meta`, ascending (empty if there is no such tunable).
 pub fn declared(meta: &KernelMeta, name: &str) -> Vec<i64> {
@@ -55,4 +55,50 @@ pub fn is_declared(meta: &KernelMeta, name: &str, value: usize) -> bool {
 /// `is_multiple_of` hint (Rust 1.87) does not apply: the workspace declares rust-version 1.85.
 pub fn divides(d: usize, n: usize) -> bool {
     n / d * d == n
+}
+
+/// The configuration whose tiles cover run-time problem dimensions: for each `(tunable, size,
+/// what)` the tile must be at least `size`. Among the instantiated points of `meta`'s space that
+/// agree with the tunables `base` sets, the one with the least padding (smallest sum of the
+/// covering tiles) wins, ties going to the earlier point in declaration order (the kernel's
+/// preferred defaults come first). Errors when no point covers the dimensions, naming each
+/// dimension (`what`) and the largest tile.
+pub fn cover(
+    meta: &KernelMeta,
+    base: &Config,
+    dims: &[(&str, usize, &str)],
+) -> Result<Config, SimError> {
+    let agrees = |c: &Config| base.0.iter().all(|(n, v)| c.get(n).is_none_or(|x| x == *v));
+    let covers = |c: &Config| {
+        dims.iter()
+            .all(|(n, size, _)| c.get(n).is_some_and(|t| t as usize >= *size))
+    };
+    let padding = |c: &Config| -> i64 { dims.iter().filter_map(|(n, _, _)| c.get(n)).sum() };
+    let best = meta
+        .space()
+        .into_iter()
+        .filter(|c| agrees(c) && covers(c))
+        .min_by_key(padding);
+    best.ok_or_else(|| {
+        let wanted: Vec<String> = dims
+            .iter()
+            .map(|(n, size, what)| {
+                let largest = declared(meta, n).last().copied().unwrap_or(0);
+                format!("{what} = {size} (tile {n}, largest {largest})")
+            })
+            .collect();
+        let fixed = if base.0.is_empty() {
+            String::new()
+        } else {
+            format!(" with {base}")
+        };
+        SimError::Launch {
+            kernel: meta.name.to_string(),
+            message: format!(
+                "no tile configuration{fixed} covers {}; a dimension above the largest tile needs a \
+                 kernel that loops over it",
+                wanted.join(", ")
+            ),
+        }
+    })
 }

@@ -50,8 +50,8 @@ fn chunked_prefill_equals_one_shot() {
     let cfg = Config::new()
         .with("BQ", 32)
         .with("BK", 32)
-        .with("D", d as i64)
-        .with("DV", d as i64);
+        .with("BD", d as i64)
+        .with("BDV", d as i64);
     let scale = 1.0 / (d as f32).sqrt();
     let rows = |v: &[f32], r0: usize, r1: usize, w: usize| v[r0 * w..r1 * w].to_vec();
     let run = |q: &[f32], k: &[f32], v: &[f32], sq: usize, skv: usize| {
@@ -59,7 +59,7 @@ fn chunked_prefill_equals_one_shot() {
         let k = Tensor::<f32>::from_f32(&[skv, hkv * d], k).unwrap();
         let v = Tensor::<f32>::from_f32(&[skv, hkv * d], v).unwrap();
         let o = Tensor::<f32>::poisoned(&[sq, h * d]);
-        flash_prefill::launch(&launcher(), &cfg, &q, &k, &v, &o, scale, true).unwrap();
+        flash_prefill::launch(&launcher(), &cfg, &q, &k, &v, &o, d, d, scale, true).unwrap();
         o.to_vec().unwrap()
     };
     let whole = run(&qv, &kv, &vv, s, s);
@@ -134,11 +134,37 @@ fn bad_shapes_are_errors() {
     case.skv = 4;
     assert!(run_prefill(&launcher(), &case).is_err(), "sq > skv");
     case.skv = 8;
+    // A head dim above the largest tile is refused, naming the dimension.
+    case.head_dim = 600;
+    let e = run_prefill(&launcher(), &case).unwrap_err().to_string();
+    assert!(e.contains("head_dim = 600"), "{e}");
+    // An awkward head dim runs in a covering tile.
     case.head_dim = 48;
-    assert!(run_prefill(&launcher(), &case)
-        .unwrap_err()
-        .to_string()
-        .contains("D=48"));
+    let run = run_prefill(&launcher(), &case).unwrap();
+    assert!(run.launch.report.max_rel_error.unwrap() <= 1e-5);
+    // A tile too small for the head is refused by the kernel's `require`, not a partial answer.
+    case.config = Config::new().with("BD", 32).with("BDV", 32);
+    let e = run_prefill(&launcher(), &case).unwrap_err().to_string();
+    assert!(e.contains("no tile configuration"), "{e}");
+    // Launched directly with that tile, the kernel's own `require` refuses it.
+    let t = |r: usize, c: usize| Tensor::<f32>::from_f32(&[r, c], &vec![0.5; r * c]).unwrap();
+    let o = Tensor::<f32>::poisoned(&[8, 48]);
+    let cfg = Config::new().with("BD", 32).with("BDV", 32);
+    let e = flash_prefill::launch(
+        &launcher(),
+        &cfg,
+        &t(8, 48),
+        &t(8, 48),
+        &t(8, 48),
+        &o,
+        48,
+        48,
+        0.1,
+        true,
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(e.contains("requirement not met"), "{e}");
 }
 
 /// MLA's naive prefill form: per-head keys of `nope + rope = 192` values, values of 128.

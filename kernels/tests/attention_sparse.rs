@@ -92,9 +92,9 @@ fn sparse_decode_with_topk_at_least_ctx_equals_dense_paged_decode() {
         let o = Tensor::<f32>::poisoned(&[c.heads, c.v_head_dim]);
         let cfg = Config::new()
             .with("BH", 16)
-            .with("P", 16)
-            .with("D", 576)
-            .with("DV", 512);
+            .with("BK", 16)
+            .with("BD", 576)
+            .with("BDV", 512);
         let sm_scale = 1.0 / (c.head_dim as f32).sqrt();
         paged_decode_split::launch(
             &launcher(),
@@ -109,7 +109,7 @@ fn sparse_decode_with_topk_at_least_ctx_equals_dense_paged_decode() {
             sm_scale,
         )
         .unwrap();
-        let comb = Config::new().with("BH", 16).with("DV", 512);
+        let comb = Config::new().with("BH", 16).with("BDV", 512);
         decode_combine::launch(&launcher(), &comb, &o_part, &lse_part, &o).unwrap();
         let dense: Vec<f64> = o.to_vec().unwrap().iter().map(|v| *v as f64).collect();
         let err = rel_error(sparse.output.as_ref().unwrap(), &dense);
@@ -141,10 +141,22 @@ fn sparse_prefill_with_topk_at_least_ctx_equals_dense_flash_prefill() {
         let cfg = Config::new()
             .with("BQ", 32)
             .with("BK", 32)
-            .with("D", 128)
-            .with("DV", 128);
+            .with("BD", 128)
+            .with("BDV", 128);
         let sm_scale = 1.0 / (c.head_dim as f32).sqrt();
-        flash_prefill::launch(&launcher(), &cfg, &q, &kv, &kv, &o, sm_scale, true).unwrap();
+        flash_prefill::launch(
+            &launcher(),
+            &cfg,
+            &q,
+            &kv,
+            &kv,
+            &o,
+            c.head_dim,
+            c.v_head_dim,
+            sm_scale,
+            true,
+        )
+        .unwrap();
         let dense: Vec<f64> = o.to_vec().unwrap().iter().map(|v| *v as f64).collect();
         let err = rel_error(sparse.output.as_ref().unwrap(), &dense);
         assert!(err <= 1e-5, "seq {seq} ctx {ctx}: {err}");

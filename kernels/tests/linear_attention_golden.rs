@@ -320,10 +320,7 @@ fn kernels_match(file: &str) {
             let v = case.get(key).f32s();
             Tensor::<f32>::from_f32(&[v.len() / cols, cols], &v).unwrap()
         };
-        let cfg = Config::new()
-            .with("DK", s.dk as i64)
-            .with("DV", s.dv as i64)
-            .with("C", case.get("chunk").num() as i64);
+        let cfg = Config::new().with("C", case.get("chunk").num() as i64);
         for mode in ["recurrent", "chunked"] {
             let (q, k, v) = (
                 t("q", s.k_heads * s.dk),

@@ -501,12 +501,16 @@ fn router_parameters_are_checked_and_named() {
         .unwrap_err()
         .to_string();
     assert!(err.contains("top_k = 9"), "{err}");
+    // Any expert count runs (the row is read in blocks); a top-k above the widest slot tile is
+    // refused, naming the config field.
     let wide = tensor::<f32>(&[1, 600], &[0.5; 600]);
     let (idx, w) = routing_outputs(1, 2);
+    run_router_softmax_topk(&l, &wide, &idx, &w, true).unwrap();
+    let (idx, w) = routing_outputs(1, 70);
     let err = run_router_softmax_topk(&l, &wide, &idx, &w, true)
         .unwrap_err()
         .to_string();
-    assert!(err.contains("experts = 600"), "{err}");
+    assert!(err.contains("num_experts_per_tok = 70"), "{err}");
 }
 
 #[test]

@@ -191,16 +191,16 @@ fn interleaved_scores_equal_hf_deinterleave_then_half_split() {
 }
 
 #[test]
-fn shapes_outside_the_declared_space_are_launch_errors() {
+fn bad_shapes_are_launch_errors() {
     let l = launcher();
     let t = |shape: &[usize]| Tensor::<f32>::poisoned(shape);
     // (head_dim, offset, rot_dim, x shape, cos/sin shape, words the message must hold)
     type Case = (usize, usize, usize, [usize; 2], [usize; 2], &'static str);
     let cases: [Case; 6] = [
-        (20, 0, 8, [2, 40], [2, 4], "head dimension 20"),
+        (0, 0, 2, [2, 40], [2, 1], "head dimension 0"),
         (32, 20, 16, [2, 64], [2, 8], "inside the head"),
         (32, 0, 7, [2, 64], [2, 3], "even width"),
-        (32, 0, 20, [2, 64], [2, 10], "rot_dim/2 = 10"),
+        (32, 0, 34, [2, 64], [2, 17], "inside the head"),
         (32, 0, 16, [2, 70], [2, 8], "whole number of heads"),
         (32, 0, 16, [2, 64], [3, 8], "cos is"),
     ];

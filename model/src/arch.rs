@@ -598,7 +598,10 @@ fn qwen3_next(o: &Obj, model_type: &str) -> Result<ModelConfig, ModelError> {
             value_heads,
             key_head_dim: o.req_dim("linear_key_head_dim")?,
             value_head_dim: o.req_dim("linear_value_head_dim")?,
-            conv_kernel: o.usize_or("linear_conv_kernel_dim", 4, &mut w)?,
+            conv_kernel: match o.usize_or("linear_conv_kernel_dim", 4, &mut w)? {
+                0 => return Err(o.invalid("linear_conv_kernel_dim", "must be at least 1")),
+                k => k,
+            },
             decay: Decay::Scalar,
         })
     } else {

@@ -9,8 +9,10 @@
 //! - **`dsl`**: a DSL kernel of the `kernels` crate implements the operator;
 //! - **`composite`**: assembled from kernels written for other operators (how is said in the
 //!   row: e.g. plain RMSNorm as `rmsnorm_residual` with a zero residual);
-//! - **`missing`**: no kernel, or the kernel's declared tile space cannot take the model's sizes
-//!   (a head dimension that is not one of its `D` values: the launch would be refused).
+//! - **`missing`**: no kernel with the operator's semantics, or no tile of the kernel's space
+//!   covers the model's sizes (a dimension above the largest tile). Problem dimensions are run-time
+//!   values of every kernel, so a size is never missing because it is absent from a list; the
+//!   notes say which tiles each operator would use.
 //!
 //! The kernel names are the real `KernelMeta::name`s of the `kernels` crate (this module refers to
 //! each kernel's `META`, so a renamed kernel is a compile error here, not a stale table), and the
@@ -64,15 +66,14 @@ impl fmt::Display for Status {
 /// A size an operator needs from a kernel's declared tile space.
 #[derive(Debug, Clone, Copy)]
 pub enum Check {
-    /// The call's `param` must be one of `kernel`'s declared `tunable` values (the kernel is
-    /// monomorphised per value: any other is refused at launch).
-    Exact {
+    /// Tiles of `kernel` must cover the call's sizes: for each `(tunable, param)`, a point of the
+    /// kernel's instantiated tile space with `tunable ≥ param` (problem dimensions are run-time
+    /// values; only a dimension above the largest tile is refused). The tiles chosen are noted.
+    Covers {
         /// The kernel.
         kernel: &'static KernelMeta,
-        /// Its tunable (`D`).
-        tunable: &'static str,
-        /// The call's size (`D`).
-        param: &'static str,
+        /// `(tunable, the call's size it covers)` pairs (`("BD", "D")`).
+        dims: &'static [(&'static str, &'static str)],
     },
     /// The call's `param` must not exceed the largest declared `tunable` value (a whole row in one
     /// tile, ragged columns masked).
@@ -108,20 +109,7 @@ impl Check {
     /// `None` when the call satisfies the check, else why not.
     fn failure(&self, call: &OpCall) -> Option<String> {
         match *self {
-            Check::Exact {
-                kernel,
-                tunable,
-                param,
-            } => {
-                let v = call.param(param)?;
-                let values = tunable_values(kernel, tunable);
-                (!values.contains(&(v as i64))).then(|| {
-                    format!(
-                        "{} has no {tunable}={v} instance ({tunable} in {values:?})",
-                        kernel.name
-                    )
-                })
-            }
+            Check::Covers { kernel, dims } => self_cover(kernel, dims, call).err(),
             Check::AtMost {
                 kernel,
                 tunable,
@@ -158,6 +146,37 @@ impl Check {
             }
         }
     }
+}
+
+impl Check {
+    /// The tiles a [`Check::Covers`] picks for the call (`flash_prefill BD=256 BDV=128`), for the
+    /// inventory's notes; `None` for other checks or when no tile covers.
+    fn tiles(&self, call: &OpCall) -> Option<String> {
+        match *self {
+            Check::Covers { kernel, dims } => {
+                let cfg = self_cover(kernel, dims, call).ok()?;
+                let parts: Vec<String> = dims
+                    .iter()
+                    .filter_map(|(t, _)| cfg.get(t).map(|v| format!("{t}={v}")))
+                    .collect();
+                Some(format!("tiles {} {}", kernel.name, parts.join(" ")))
+            }
+            _ => None,
+        }
+    }
+}
+
+/// The covering tiles of `kernel` for the call's sizes, or why there are none.
+fn self_cover(
+    kernel: &'static KernelMeta,
+    dims: &[(&'static str, &'static str)],
+    call: &OpCall,
+) -> Result<dsl_core::Config, String> {
+    let want: Vec<(&str, usize, &str)> = dims
+        .iter()
+        .filter_map(|(t, p)| call.param(p).map(|v| (*t, v, *p)))
+        .collect();
+    kernels::tile_choice::cover(kernel, &dsl_core::Config::new(), &want).map_err(|e| e.to_string())
 }
 
 fn tunable_values(kernel: &KernelMeta, tunable: &str) -> Vec<i64> {
@@ -242,12 +261,9 @@ pub fn rules(kind: &OpKind) -> Rule {
         tunable: "BH",
         param: "width",
     };
-    let exact =
-        |kernel: &'static KernelMeta, tunable: &'static str, param: &'static str| Check::Exact {
-            kernel,
-            tunable,
-            param,
-        };
+    let covers = |kernel: &'static KernelMeta, dims: &'static [(&'static str, &'static str)]| {
+        Check::Covers { kernel, dims }
+    };
     let swiglu = &moe::swiglu::META;
     match kind {
         OpKind::Embedding => from_registry("embedding", |_| vec![], "no embedding kernel"),
@@ -268,7 +284,8 @@ pub fn rules(kind: &OpKind) -> Rule {
         },
         OpKind::Rope => from_registry(
             "rope",
-            |m| vec![exact(m, "RH", "rotary_half")],
+            // Head and span widths are run-time values, looped over in tiles: any size runs.
+            |_| vec![],
             "no rotary-embedding kernel",
         ),
         OpKind::KvCacheAppend => from_registry(
@@ -288,9 +305,11 @@ pub fn rules(kind: &OpKind) -> Rule {
                 &decode::decode_combine::META,
             ];
             let c = vec![
-                exact(&decode::paged_decode_split::META, "D", "D"),
-                exact(&decode::paged_decode_split::META, "DV", "DV"),
-                exact(&decode::decode_combine::META, "DV", "DV"),
+                covers(
+                    &decode::paged_decode_split::META,
+                    &[("BD", "D"), ("BDV", "DV")],
+                ),
+                covers(&decode::decode_combine::META, &[("BDV", "DV")]),
             ];
             match p {
                 Phase::Decode => rule(Status::Dsl, k, c, "latent MQA (kv_heads 1)"),
@@ -299,16 +318,16 @@ pub fn rules(kind: &OpKind) -> Rule {
         }
         OpKind::DsaIndexer(Phase::Decode) => {
             let m = &sparse::indexer_decode::META;
-            let c = vec![exact(m, "HI", "HI"), exact(m, "DI", "DI")];
+            let c = vec![covers(m, &[("HI", "HI"), ("DI", "DI")])];
             rule(Status::Dsl, vec![m], c, "")
         }
         OpKind::DsaIndexer(Phase::Prefill) => {
             let m = &sparse::indexer_prefill::META;
-            rule(Status::Dsl, vec![m], vec![exact(m, "DI", "DI")], "")
+            rule(Status::Dsl, vec![m], vec![covers(m, &[("DI", "DI")])], "")
         }
         OpKind::DsaTopk(p) => {
             let m = &sparse::topk_select::META;
-            let c = vec![exact(m, "K", "K")];
+            let c = vec![covers(m, &[("K", "K")])];
             let note = match p {
                 Phase::Decode => "",
                 Phase::Prefill => "one selection per query token",
@@ -317,7 +336,7 @@ pub fn rules(kind: &OpKind) -> Rule {
         }
         OpKind::SparseMlaAttention(p) => {
             let m = &sparse::sparse_mla::META;
-            let c = vec![exact(m, "D", "D"), exact(m, "DV", "DV")];
+            let c = vec![covers(m, &[("BD", "D"), ("BDV", "DV")])];
             let note = match p {
                 Phase::Decode => "",
                 Phase::Prefill => "each query token with its own selection",
@@ -326,7 +345,12 @@ pub fn rules(kind: &OpKind) -> Rule {
         }
         OpKind::GqaAttention(Phase::Prefill) => {
             let m = &prefill::flash_prefill::META;
-            rule(Status::Dsl, vec![m], vec![exact(m, "D", "D")], "")
+            rule(
+                Status::Dsl,
+                vec![m],
+                vec![covers(m, &[("BD", "D"), ("BDV", "DV")])],
+                "",
+            )
         }
         OpKind::GqaAttention(Phase::Decode) => rule(
             Status::Dsl,
@@ -335,9 +359,11 @@ pub fn rules(kind: &OpKind) -> Rule {
                 &decode::decode_combine::META,
             ],
             vec![
-                exact(&decode::paged_decode_split::META, "D", "D"),
-                exact(&decode::paged_decode_split::META, "DV", "DV"),
-                exact(&decode::decode_combine::META, "DV", "DV"),
+                covers(
+                    &decode::paged_decode_split::META,
+                    &[("BD", "D"), ("BDV", "DV")],
+                ),
+                covers(&decode::decode_combine::META, &[("BDV", "DV")]),
             ],
             "",
         ),
@@ -346,13 +372,9 @@ pub fn rules(kind: &OpKind) -> Rule {
         }
         OpKind::ShortConv => rule(
             Status::Dsl,
-            vec![&conv::short_conv4::META],
-            vec![Check::Equals {
-                param: "kernel",
-                value: 4,
-                kernel: &conv::short_conv4::META,
-            }],
-            "",
+            vec![&conv::short_conv4::META, &conv::short_conv::META],
+            vec![],
+            "any tap count: the 4-tap fast path or the general kernel",
         ),
         OpKind::DeltaGates(Decay::Scalar) => rule(
             Status::Dsl,
@@ -373,13 +395,18 @@ pub fn rules(kind: &OpKind) -> Rule {
             rule(
                 Status::Dsl,
                 vec![m],
-                vec![exact(m, "DK", "DK"), exact(m, "DV", "DV")],
+                vec![covers(m, &[("BDK", "DK"), ("BDV", "DV")])],
                 "",
             )
         }
         OpKind::GatedRmsNorm(Decay::Scalar) => {
             let m = &kernels::linear_attention::gates::gated_rmsnorm_silu::META;
-            rule(Status::Dsl, vec![m], vec![exact(m, "DV", "width")], "")
+            rule(
+                Status::Dsl,
+                vec![m],
+                vec![covers(m, &[("BDV", "width")])],
+                "",
+            )
         }
         OpKind::GatedRmsNorm(Decay::PerChannel) => {
             missing("f64 reference only: no kernel for KDA's sigmoid-gated output norm")
@@ -560,6 +587,9 @@ impl Coverage {
             for c in rules(&call.kind).checks {
                 if let Some(f) = c.failure(call) {
                     a.failures.insert(f);
+                }
+                if let Some(t) = c.tiles(call) {
+                    a.details.insert(t);
                 }
             }
         }

@@ -422,10 +422,7 @@ impl StateSlots {
         } else {
             DeltaMode::Chunked
         };
-        let cfg = config
-            .clone()
-            .with("DK", g.dk as i64)
-            .with("DV", g.dv as i64);
+        let cfg = config.clone();
         let mut conv_out = convolved.into_iter();
         let (q, k, v) = (
             conv_out.next().expect("q"),

@@ -1,6 +1,7 @@
 //! Derived constants: `derived(BKH = BK / 2, BKS = BK / 32)` are evaluated by the macro for every
 //! point of the tunable space (stable Rust has no arithmetic on const generics), checked to be
-//! positive integers, and passed to the kernel as extra const generics.
+//! positive integers, and passed to the kernel as extra const generics. Constraints
+//! (`constraint(BDV <= BD)`) are evaluated the same way and drop the points that fail them.
 
 use crate::parse::attr::KernelAttr;
 use syn::spanned::Spanned;
@@ -45,7 +46,59 @@ pub fn space(attr: &KernelAttr) -> syn::Result<Vec<Vec<i64>>> {
             combo.push(v);
         }
     }
-    Ok(combos)
+    let mut kept = Vec::with_capacity(combos.len());
+    for combo in combos {
+        let env: Vec<(&str, i64)> = names
+            .iter()
+            .map(String::as_str)
+            .zip(combo.iter().copied())
+            .collect();
+        let mut ok = true;
+        for c in &attr.constraints {
+            ok &= eval_bool(c, &env)
+                .map_err(|msg| syn::Error::new(c.span(), format!("constraint: {msg}")))?;
+        }
+        if ok {
+            kept.push(combo);
+        }
+    }
+    if kept.is_empty() {
+        let span = attr
+            .constraints
+            .first()
+            .map(|c| c.span())
+            .unwrap_or_else(proc_macro2::Span::call_site);
+        return Err(syn::Error::new(
+            span,
+            "the constraints exclude every point of the tunable space; relax them or add values",
+        ));
+    }
+    Ok(kept)
+}
+
+/// A constraint: comparisons (`<`, `<=`, `==`, `!=`, `>=`, `>`) of integer expressions, joined by
+/// `&&` and `||`.
+fn eval_bool(e: &Expr, env: &[(&str, i64)]) -> Result<bool, String> {
+    match e {
+        Expr::Paren(p) => eval_bool(&p.expr, env),
+        Expr::Binary(b) => match b.op {
+            BinOp::And(_) => Ok(eval_bool(&b.left, env)? && eval_bool(&b.right, env)?),
+            BinOp::Or(_) => Ok(eval_bool(&b.left, env)? || eval_bool(&b.right, env)?),
+            BinOp::Lt(_) | BinOp::Le(_) | BinOp::Eq(_) | BinOp::Ne(_) | BinOp::Ge(_) | BinOp::Gt(_) => {
+                let (l, r) = (eval(&b.left, env)?, eval(&b.right, env)?);
+                Ok(match b.op {
+                    BinOp::Lt(_) => l < r,
+                    BinOp::Le(_) => l <= r,
+                    BinOp::Eq(_) => l == r,
+                    BinOp::Ne(_) => l != r,
+                    BinOp::Ge(_) => l >= r,
+                    _ => l > r,
+                })
+            }
+            _ => Err("a constraint compares integer expressions (`A <= B`, `A * 2 >= B`), joined by `&&` or `||`".into()),
+        },
+        _ => Err("a constraint compares integer expressions (`A <= B`, `A * 2 >= B`), joined by `&&` or `||`".into()),
+    }
 }
 
 fn eval(e: &Expr, env: &[(&str, i64)]) -> Result<i64, String> {

@@ -18,7 +18,12 @@ fn typed_params(func: &ItemFn) -> Vec<&syn::PatType> {
 }
 
 /// The `META` constant: name, parameter names, tunable space and source lines (empty for a stub).
-fn meta_const(func: &ItemFn, tunables: &[Tunable], lines: &[(u32, String)]) -> TokenStream {
+fn meta_const(
+    func: &ItemFn,
+    tunables: &[Tunable],
+    lines: &[(u32, String)],
+    constrained: Option<(&[Vec<i64>], &[syn::Expr])>,
+) -> TokenStream {
     let name_str = func.sig.ident.to_string();
     let param_names: Vec<String> = typed_params(func)
         .iter()
@@ -31,12 +36,23 @@ fn meta_const(func: &ItemFn, tunables: &[Tunable], lines: &[(u32, String)]) -> T
     let tun_values: Vec<&Vec<i64>> = tunables.iter().map(|t| &t.values).collect();
     let line_nums: Vec<u32> = lines.iter().map(|(l, _)| *l).collect();
     let line_texts: Vec<&String> = lines.iter().map(|(_, t)| t).collect();
+    // A constrained space lists its points (tunable values only); an unconstrained one is the
+    // full product and lists none.
+    let (points, constraint_texts): (Vec<&[i64]>, Vec<String>) = match constrained {
+        Some((space, exprs)) if !exprs.is_empty() => (
+            space.iter().map(|p| &p[..tunables.len()]).collect(),
+            exprs.iter().map(|e| quote!(#e).to_string()).collect(),
+        ),
+        _ => (Vec::new(), Vec::new()),
+    };
     quote! {
         /// Name, parameters, tunable space and source lines of this kernel.
         pub const META: ::dsl_core::KernelMeta = ::dsl_core::KernelMeta {
             name: #name_str,
             params: &[#(#param_names),*],
             tunables: &[#((#tun_names, &[#(#tun_values),*])),*],
+            points: &[#(&[#(#points),*]),*],
+            constraints: &[#(#constraint_texts),*],
             lines: &[#((#line_nums, #line_texts)),*],
             file: file!(),
         };
@@ -50,7 +66,7 @@ pub fn stub_companion(func: &ItemFn, tunables: &[Tunable]) -> TokenStream {
     let name_str = name.to_string();
     let vis = &func.vis;
     let params = typed_params(func);
-    let meta = meta_const(func, tunables, &[]);
+    let meta = meta_const(func, tunables, &[], None);
     let generics = &func.sig.generics;
     let gen_params = &generics.params;
     let where_clause = &generics.where_clause;
@@ -96,7 +112,12 @@ pub fn companion(
         })
         .collect();
     let tun_names: Vec<String> = attr.tunables.iter().map(|t| t.name.to_string()).collect();
-    let meta = meta_const(func, &attr.tunables, lines);
+    let meta = meta_const(
+        func,
+        &attr.tunables,
+        lines,
+        Some((space, &attr.constraints)),
+    );
 
     let generics = &func.sig.generics;
     let (_, _, where_clause) = generics.split_for_impl();

@@ -1,5 +1,5 @@
-//! The `#[kernel(...)]` attribute: `grid = EXPR`, `tunable(NAME = [v, ...], ...)`, `helper`,
-//! `helpers(f, g)`.
+//! The `#[kernel(...)]` attribute: `grid = EXPR`, `tunable(NAME = [v, ...], ...)`,
+//! `derived(NAME = EXPR, ...)`, `constraint(EXPR, ...)`, `helper`, `helpers(f, g)`.
 
 use syn::parse::{Parse, ParseStream};
 use syn::punctuated::Punctuated;
@@ -30,6 +30,10 @@ pub struct KernelAttr {
     pub helpers: Vec<Ident>,
     /// Constants derived from the tunables (`derived(BKH = BK / 2)`), in declaration order.
     pub derived: Vec<(Ident, Expr)>,
+    /// Conditions a point of the tunable space must meet to be instantiated
+    /// (`constraint(BDV <= BD)`): they prune tile combinations nobody would pick, so the kernel
+    /// compiles fewer instances.
+    pub constraints: Vec<Expr>,
 }
 
 enum Item {
@@ -37,6 +41,7 @@ enum Item {
     Tunable(Ident, Vec<Tunable>),
     Helper,
     Derived(Vec<(Ident, Expr)>),
+    Constraint(Vec<Expr>),
     Helpers(Vec<Ident>),
 }
 
@@ -67,6 +72,12 @@ impl Parse for Item {
                 let list = Punctuated::<DerivedDecl, Token![,]>::parse_terminated(&content)?;
                 Ok(Item::Derived(list.into_iter().map(|d| (d.0, d.1)).collect()))
             }
+            "constraint" => {
+                let content;
+                parenthesized!(content in input);
+                let list = Punctuated::<Expr, Token![,]>::parse_terminated(&content)?;
+                Ok(Item::Constraint(list.into_iter().collect()))
+            }
             "helpers" => {
                 let content;
                 parenthesized!(content in input);
@@ -76,7 +87,7 @@ impl Parse for Item {
             other => Err(syn::Error::new(
                 key.span(),
                 format!(
-                    "unknown kernel option `{other}`; expected `grid = (...)`, `tunable(NAME = [values], ...)`, `derived(NAME = TUNABLE / 2, ...)`, `helper` or `helpers(fn, ...)`"
+                    "unknown kernel option `{other}`; expected `grid = (...)`, `tunable(NAME = [values], ...)`, `derived(NAME = TUNABLE / 2, ...)`, `constraint(A <= B, ...)`, `helper` or `helpers(fn, ...)`"
                 ),
             )),
         }
@@ -210,6 +221,7 @@ impl Parse for KernelAttr {
                     }
                     out.derived.extend(d);
                 }
+                Item::Constraint(c) => out.constraints.extend(c),
                 Item::Helpers(h) => out.helpers.extend(h),
             }
         }

@@ -37,19 +37,20 @@ pub fn online_softmax_step<const BH: usize, const BK: usize, const DV: usize>(
 }
 
 /// The work of one split-KV decode program (grid: head blocks × splits): its key/value head, its
-/// first query row and its page range `p0..p1` (balanced, never empty: the runner keeps splits ≤
-/// pages).
+/// first query row and its page range `p0..p1` of pages of `page_size` tokens (balanced, never
+/// empty: the runner keeps splits ≤ pages).
 #[kernel(helper)]
-pub fn split_program<const BH: usize, const P: usize>(
+pub fn split_program<const BH: usize>(
     q_rows_per_head: usize,
     ctx_len: usize,
+    page_size: usize,
 ) -> (usize, usize, usize, usize) {
     let blocks = cdiv(q_rows_per_head, BH);
     let kvh = program_id(0) / blocks;
     let r0 = (program_id(0) - kvh * blocks) * BH;
     let split = program_id(1);
     let splits = num_programs(1);
-    let n_pages = cdiv(ctx_len, P);
+    let n_pages = cdiv(ctx_len, page_size);
     (
         kvh,
         r0,
@@ -75,12 +76,22 @@ pub fn store_split_partials<const BH: usize, const DV: usize>(
     store(&lse_part.at(split).at(kvh), r0, 0, &add(m, &ln(l)));
 }
 
-/// One program per (block of `BH` query rows of one key/value head, context split).
+/// One program per (block of `BH` query rows of one key/value head, context split). Head dims
+/// and the page size are run-time values read from the tensors (`q [Hkv, G, D]`,
+/// `k_pool [pages, page, Hkv·D]`, `o_part [S, Hkv, G, DV]`): each page is read `BK` keys at a time
+/// through column views of its head, in `BD`/`BDV`-wide tiles that cover the head dims.
 #[kernel(
     grid = (q.shape()[0] * cdiv(q.shape()[1], BH), o_part.shape()[0]),
-    tunable(BH = [16, 64, 128], P = [64, 16, 128], D = [128, 64, 256, 576], DV = [128, 64, 256, 512]),
+    tunable(
+        BH = [16, 64, 128],
+        BK = [64, 16, 128],
+        BD = [128, 16, 32, 64, 256, 576],
+        BDV = [128, 16, 32, 64, 256, 512]
+    ),
+    constraint(BDV <= BD && BD <= 2 * BDV),
     helpers(online_softmax_step, split_program, store_split_partials)
 )]
+#[allow(clippy::too_many_arguments)]
 pub fn paged_decode_split<T: Float>(
     q: &Tensor<T>,
     k_pool: &Tensor<T>,
@@ -91,44 +102,109 @@ pub fn paged_decode_split<T: Float>(
     ctx_len: usize,
     sm_scale: f32,
 ) {
-    let (kvh, r0, p0, p1) = split_program::<BH, P>(q.shape()[1], ctx_len);
-    let tq = load::<BH, D>(&q.at(kvh), r0, 0);
+    let (d, dv, page_size) = (q.shape()[2], o_part.shape()[3], k_pool.shape()[1]);
+    require(
+        d <= BD && dv <= BDV,
+        "the BD/BDV tiles must cover the head dims (decode_config picks covering tiles)",
+    );
+    let (kvh, r0, p0, p1) = split_program::<BH>(q.shape()[1], ctx_len, page_size);
+    let tq = load::<BH, BD>(&q.at(kvh), r0, 0);
+    let kh = k_pool.cols_clipped(kvh * d, d);
+    let vh = v_pool.cols_clipped(kvh * dv, dv);
     let mut m = full::<f32, BH, 1>(f32::NEG_INFINITY);
     let mut l = zeros::<f32, BH, 1>();
-    let mut acc = zeros::<f32, BH, DV>();
+    let mut acc = zeros::<f32, BH, BDV>();
     for p in p0..p1 {
         let page = load_index(block_table, p, p);
-        let tk = load_async::<P, D>(&k_pool.at(page), 0, kvh * D);
-        let tv = load_async::<P, DV>(&v_pool.at(page), 0, kvh * DV);
-        let mut s = zeros::<f32, BH, P>();
-        mma_bt(&mut s, &tq, &tk);
-        let s = mask_keys(&scale(&s, sm_scale), 0, p * P, ctx_len, false);
-        let pr = online_softmax_step(&s, &mut m, &mut l, &mut acc);
-        mma(&mut acc, &cast::<T>(&pr), &tv);
+        // Keys past the page (a tile wider than it) or past the context score −∞.
+        let limit = usize::min(ctx_len, (p + 1) * page_size);
+        for kb in (0..page_size).step_by(BK) {
+            let tk = load_async::<BK, BD>(&kh.at(page), kb, 0);
+            let tv = load_async::<BK, BDV>(&vh.at(page), kb, 0);
+            let mut s = zeros::<f32, BH, BK>();
+            mma_bt(&mut s, &tq, &tk);
+            let s = mask_keys(&scale(&s, sm_scale), 0, p * page_size + kb, limit, false);
+            let pr = online_softmax_step(&s, &mut m, &mut l, &mut acc);
+            mma(&mut acc, &cast::<T>(&pr), &tv);
+        }
     }
     store_split_partials(o_part, lse_part, kvh, r0, &m, &l, &acc);
 }
 
 /// Merges split partials: `o = Σ_s e^(lse_s − m) o_s / Σ_s e^(lse_s − m)`, `m = max_s lse_s`.
-#[kernel(grid = (cdiv(o.rows(), BH),), tunable(BH = [16, 64, 128], DV = [128, 64, 256, 512]))]
+/// The value head dim is a run-time value (`o`'s columns), covered by `BDV`-wide tiles.
+#[kernel(grid = (cdiv(o.rows(), BH),), tunable(BH = [16, 64, 128], BDV = [128, 16, 32, 64, 256, 512]))]
 pub fn decode_combine<T: Float>(o_part: &Tensor<f32>, lse_part: &Tensor<f32>, o: &Tensor<T>) {
+    require(
+        o.cols() <= BDV,
+        "the BDV tile must cover the value head dim (combine_config)",
+    );
     let r = program_id(0) * BH;
     let splits = o_part.shape()[0];
     let mut m = full::<f32, BH, 1>(f32::NEG_INFINITY);
     for s in 0..splits {
         m = maximum(&m, &load::<BH, 1>(&lse_part.at(s), r, 0));
     }
-    let mut num = zeros::<f32, BH, DV>();
+    let mut num = zeros::<f32, BH, BDV>();
     let mut den = zeros::<f32, BH, 1>();
     for s in 0..splits {
         let w = exp(&sub(&load_async::<BH, 1>(&lse_part.at(s), r, 0), &m));
         num = add(
             &num,
-            &mul_col(&load_async::<BH, DV>(&o_part.at(s), r, 0), &w),
+            &mul_col(&load_async::<BH, BDV>(&o_part.at(s), r, 0), &w),
         );
         den = add(&den, &w);
     }
     store(o, r, 0, &cast::<T>(&div_col(&num, &den)));
+}
+
+/// The split-KV decode tiles (also of the FP8 variant, whose space is the same): `BD`/`BDV` the
+/// smallest pair covering the head dims, `BK` the largest key tile within a page (the page size
+/// itself when it is a declared tile), `BH` covering the query rows per key/value head (at most
+/// 64), each unless `base` sets it.
+pub fn decode_config(
+    meta: &dsl_core::KernelMeta,
+    base: &Config,
+    head_dim: usize,
+    v_head_dim: usize,
+    page_size: usize,
+    q_rows_per_head: usize,
+) -> Result<Config, SimError> {
+    let mut base = base.clone();
+    if base.get("BK").is_none() {
+        let bks = crate::tile_choice::declared(meta, "BK");
+        let bk = bks
+            .iter()
+            .copied()
+            .filter(|b| *b as usize <= page_size)
+            .max()
+            .or(bks.first().copied());
+        if let Some(bk) = bk {
+            base = base.with("BK", bk);
+        }
+    }
+    if base.get("BH").is_none() {
+        if let Some(bh) = crate::tile_choice::covering(meta, "BH", q_rows_per_head, 64) {
+            base = base.with("BH", bh);
+        }
+    }
+    crate::tile_choice::cover(
+        meta,
+        &base,
+        &[
+            ("BD", head_dim, "head_dim"),
+            ("BDV", v_head_dim, "v_head_dim"),
+        ],
+    )
+}
+
+/// The combine's tiles: `BDV` covering the value head dim, `BH = 16`.
+pub fn combine_config(v_head_dim: usize) -> Result<Config, SimError> {
+    crate::tile_choice::cover(
+        &decode_combine::META,
+        &Config::new().with("BH", 16),
+        &[("BDV", v_head_dim, "v_head_dim")],
+    )
 }
 
 /// One decode problem over a paged cache.
@@ -175,21 +251,6 @@ pub struct DecodeRun {
     pub kv_cache_bytes_bf16: u64,
 }
 
-fn pick(values: &[i64], want: usize, what: &str) -> Result<i64, SimError> {
-    values
-        .iter()
-        .copied()
-        .filter(|v| *v as usize >= want)
-        .min()
-        .ok_or_else(|| SimError::Launch {
-            kernel: paged_decode_split::META.name.into(),
-            message: format!(
-                "{what} {want} is larger than the kernel supports (largest {:?})",
-                values.iter().max()
-            ),
-        })
-}
-
 /// Runs paged decode on random data with a scrambled block table, checked against the f64
 /// reference (contiguous attention over the gathered pages; for a shared pool, latent MQA). With
 /// `fp8_kv` the pools are quantised ([`super::fp8_kv::quantize_per_token`]) and the reference
@@ -217,32 +278,20 @@ pub fn run_decode(launcher: &Launcher, case: &DecodeCase) -> Result<DecodeRun, S
             "a shared (latent) pool needs one kv head and v_head_dim ≤ head_dim".into(),
         ));
     }
-    let dims = &paged_decode_split::META.tunables;
-    let values = |n: &str| {
-        dims.iter()
-            .find(|(k, _)| *k == n)
-            .map(|(_, v)| *v)
-            .unwrap_or(&[])
-    };
-    for (n, v) in [
-        ("P", case.page_size),
-        ("D", case.head_dim),
-        ("DV", case.v_head_dim),
-    ] {
-        if !values(n).contains(&(v as i64)) {
-            return Err(fail(format!(
-                "{n} = {v} is not one of the kernel's sizes {:?}",
-                values(n)
-            )));
-        }
-    }
     let group = case.heads / case.kv_heads;
-    let bh = pick(values("BH"), group.min(64), "query rows per kv head")?;
-    let cfg = Config::new()
-        .with("BH", bh)
-        .with("P", case.page_size as i64)
-        .with("D", case.head_dim as i64);
-    let cfg = cfg.with("DV", case.v_head_dim as i64);
+    let meta = if case.fp8_kv {
+        &paged_decode_split_fp8::META
+    } else {
+        &paged_decode_split::META
+    };
+    let cfg = decode_config(
+        meta,
+        &Config::new(),
+        case.head_dim,
+        case.v_head_dim,
+        case.page_size,
+        group,
+    )?;
     match case.dtype {
         GemmDtype::F32 => run_typed::<f32>(launcher, case, shape, &cfg, group),
         GemmDtype::Bf16 => run_typed::<bf16>(launcher, case, shape, &cfg, group),
@@ -334,9 +383,7 @@ fn run_typed<T: Float>(
             sm_scale,
         )?
     };
-    let comb_cfg = Config::new()
-        .with("BH", 16)
-        .with("DV", case.v_head_dim as i64);
+    let comb_cfg = combine_config(case.v_head_dim)?;
     let combine = decode_combine::launch(launcher, &comb_cfg, &o_part, &lse_part, &o)?;
     let mut report = dsl_core::Report::chain("paged_decode", &[split.report, combine.report])
         .expect("two launches");

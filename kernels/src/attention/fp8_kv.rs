@@ -166,12 +166,20 @@ fn dequantize(
 }
 
 /// Split-KV paged decode over FP8 pools (see the module doc): as
-/// [`super::decode::paged_decode_split`], with `k_scale`/`v_scale [pages, Hkv, P]`.
+/// [`super::decode::paged_decode_split`] (run-time head dims and page size, covering tiles), with
+/// `k_scale`/`v_scale [pages, Hkv, page]`.
 #[kernel(
     grid = (q.shape()[0] * cdiv(q.shape()[1], BH), o_part.shape()[0]),
-    tunable(BH = [16, 64, 128], P = [64, 16, 128], D = [128, 64, 576], DV = [128, 64, 512]),
+    tunable(
+        BH = [16, 64, 128],
+        BK = [64, 16, 128],
+        BD = [128, 16, 32, 64, 256, 576],
+        BDV = [128, 16, 32, 64, 256, 512]
+    ),
+    constraint(BDV <= BD && BD <= 2 * BDV),
     helpers(online_softmax_step, split_program, store_split_partials)
 )]
+#[allow(clippy::too_many_arguments)]
 pub fn paged_decode_split_fp8<T: Float>(
     q: &Tensor<T>,
     k_pool: &Tensor<fp8e4m3>,
@@ -184,28 +192,38 @@ pub fn paged_decode_split_fp8<T: Float>(
     ctx_len: usize,
     sm_scale: f32,
 ) {
-    let (kvh, r0, p0, p1) = split_program::<BH, P>(q.shape()[1], ctx_len);
-    let tq = load::<BH, D>(&q.at(kvh), r0, 0);
+    let (d, dv, page_size) = (q.shape()[2], o_part.shape()[3], k_pool.shape()[1]);
+    require(
+        d <= BD && dv <= BDV,
+        "the BD/BDV tiles must cover the head dims (decode_config picks covering tiles)",
+    );
+    let (kvh, r0, p0, p1) = split_program::<BH>(q.shape()[1], ctx_len, page_size);
+    let tq = load::<BH, BD>(&q.at(kvh), r0, 0);
+    let kh = k_pool.cols_clipped(kvh * d, d);
+    let vh = v_pool.cols_clipped(kvh * dv, dv);
     let mut m = full::<f32, BH, 1>(f32::NEG_INFINITY);
     let mut l = zeros::<f32, BH, 1>();
-    let mut acc = zeros::<f32, BH, DV>();
+    let mut acc = zeros::<f32, BH, BDV>();
     for p in p0..p1 {
         let page = load_index(block_table, p, p);
-        let tk = load_async::<P, D>(&k_pool.at(page), 0, kvh * D);
-        let tv = load_async::<P, DV>(&v_pool.at(page), 0, kvh * DV);
-        let ks = load_async::<1, P>(&k_scale.at(page), kvh, 0);
-        let vs = load_async::<1, P>(&v_scale.at(page), kvh, 0);
-        let mut s = zeros::<f32, BH, P>();
-        mma_bt(&mut s, &tq, &cast::<T>(&tk));
-        let s = mask_keys(
-            &scale(&mul_row(&s, &ks), sm_scale),
-            0,
-            p * P,
-            ctx_len,
-            false,
-        );
-        let pr = online_softmax_step(&s, &mut m, &mut l, &mut acc);
-        mma(&mut acc, &cast::<T>(&mul_row(&pr, &vs)), &cast::<T>(&tv));
+        let limit = usize::min(ctx_len, (p + 1) * page_size);
+        for kb in (0..page_size).step_by(BK) {
+            let tk = load_async::<BK, BD>(&kh.at(page), kb, 0);
+            let tv = load_async::<BK, BDV>(&vh.at(page), kb, 0);
+            let ks = load_async::<1, BK>(&k_scale.at(page), kvh, kb);
+            let vs = load_async::<1, BK>(&v_scale.at(page), kvh, kb);
+            let mut s = zeros::<f32, BH, BK>();
+            mma_bt(&mut s, &tq, &cast::<T>(&tk));
+            let s = mask_keys(
+                &scale(&mul_row(&s, &ks), sm_scale),
+                0,
+                p * page_size + kb,
+                limit,
+                false,
+            );
+            let pr = online_softmax_step(&s, &mut m, &mut l, &mut acc);
+            mma(&mut acc, &cast::<T>(&mul_row(&pr, &vs)), &cast::<T>(&tv));
+        }
     }
     store_split_partials(o_part, lse_part, kvh, r0, &m, &l, &acc);
 }

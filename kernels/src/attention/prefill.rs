@@ -13,38 +13,59 @@ use crate::testdata::CaseTensors;
 use dsl_core::prelude::*;
 use dsl_core::SimError;
 
-/// One program per (query tile, query head). `D` is the query/key head dimension and `DV` the
-/// value/output head dimension (MLA's naive prefill: `D = nope + rope = 192`, `DV = 128`).
+/// One program per (query tile, query head). `head_dim` is the query/key head dimension and
+/// `v_head_dim` the value/output head dimension (MLA's naive prefill: 192 and 128), both run-time
+/// values: each head is a column view (`cols_clipped`) loaded into `BD`/`BDV`-wide tiles that cover
+/// it, zero-filled past the head (zeros add nothing to `q·kᵀ` and produce output columns that the
+/// store drops). `BQ`, `BK`, `BD` and `BDV` are tile sizes; the constraint keeps the `BD`/`BDV`
+/// pairs worth compiling (within 2× of each other: a value tile much narrower or wider than the
+/// key tile is never the best cover).
 #[kernel(
-    grid = (cdiv(q.rows(), BQ), q.cols() / D),
-    tunable(BQ = [64, 16, 32, 128], BK = [64, 16, 32, 128], D = [128, 16, 32, 64, 192, 256], DV = [128, 16, 32, 64, 256])
+    grid = (cdiv(q.rows(), BQ), q.cols() / head_dim),
+    tunable(
+        BQ = [64, 16, 32, 128],
+        BK = [64, 16, 32, 128],
+        BD = [128, 16, 32, 64, 192, 256, 576],
+        BDV = [128, 16, 32, 64, 256, 512]
+    ),
+    constraint(BDV <= BD && BD <= 2 * BDV)
 )]
+#[allow(clippy::too_many_arguments)]
 pub fn flash_prefill<T: Float>(
     q: &Tensor<T>,
     k: &Tensor<T>,
     v: &Tensor<T>,
     o: &Tensor<T>,
+    head_dim: usize,
+    v_head_dim: usize,
     sm_scale: f32,
     causal: bool,
 ) {
+    require(
+        head_dim <= BD && v_head_dim <= BDV,
+        "the BD/BDV tiles must cover head_dim/v_head_dim (prefill_config picks covering tiles)",
+    );
     let h = program_id(1);
     let q0 = program_id(0) * BQ;
     let (sq, skv) = (q.rows(), k.rows());
-    let kv_head = h / ((q.cols() / D) / (k.cols() / D));
+    let kv_head = h / ((q.cols() / head_dim) / (k.cols() / head_dim));
     let q_pos = skv.saturating_sub(sq) + q0;
+    let qh = q.cols_clipped(h * head_dim, head_dim);
+    let kh = k.cols_clipped(kv_head * head_dim, head_dim);
+    let vh = v.cols_clipped(kv_head * v_head_dim, v_head_dim);
     // Causal: no key after this tile's last query is needed.
     let k_end = if causal {
         usize::min(skv, q_pos + BQ)
     } else {
         skv
     };
-    let tq = load::<BQ, D>(q, q0, h * D);
+    let tq = load::<BQ, BD>(&qh, q0, 0);
     let mut m = full::<f32, BQ, 1>(f32::NEG_INFINITY);
     let mut l = zeros::<f32, BQ, 1>();
-    let mut acc = zeros::<f32, BQ, DV>();
+    let mut acc = zeros::<f32, BQ, BDV>();
     for kb in (0..k_end).step_by(BK) {
-        let tk = load_async::<BK, D>(k, kb, kv_head * D);
-        let tv = load_async::<BK, DV>(v, kb, kv_head * DV);
+        let tk = load_async::<BK, BD>(&kh, kb, 0);
+        let tv = load_async::<BK, BDV>(&vh, kb, 0);
         let mut s = zeros::<f32, BQ, BK>();
         mma_bt(&mut s, &tq, &tk);
         let s = mask_keys(&scale(&s, sm_scale), q_pos, kb, skv, causal);
@@ -57,7 +78,30 @@ pub fn flash_prefill<T: Float>(
         mma(&mut acc, &cast::<T>(&p), &tv);
         m = m_new;
     }
-    store(o, q0, h * DV, &cast::<T>(&div_col(&acc, &l)));
+    store(
+        &o.cols_clipped(h * v_head_dim, v_head_dim),
+        q0,
+        0,
+        &cast::<T>(&div_col(&acc, &l)),
+    );
+}
+
+/// The prefill tiles for a shape: `BD`, `BDV` the smallest instantiated pair covering the head
+/// dims, `BQ`/`BK` from `base` when set (else the kernel's defaults). Errors when no pair covers
+/// them (a head dim above the largest tile).
+pub fn prefill_config(
+    base: &Config,
+    head_dim: usize,
+    v_head_dim: usize,
+) -> Result<Config, SimError> {
+    crate::tile_choice::cover(
+        &flash_prefill::META,
+        base,
+        &[
+            ("BD", head_dim, "head_dim"),
+            ("BDV", v_head_dim, "v_head_dim"),
+        ],
+    )
 }
 
 /// One prefill problem: heads, lengths, dtype, tile choice, seed.
@@ -67,9 +111,9 @@ pub struct PrefillCase {
     pub heads: usize,
     /// Key/value heads (divides `heads`).
     pub kv_heads: usize,
-    /// Query/key head dimension (one of the kernel's `D` values).
+    /// Query/key head dimension (any; covered by a `BD` tile).
     pub head_dim: usize,
-    /// Value head dimension (one of the kernel's `DV` values).
+    /// Value head dimension (any; covered by a `BDV` tile).
     pub v_head_dim: usize,
     /// Queries (the last `sq` positions of the context).
     pub sq: usize,
@@ -77,7 +121,7 @@ pub struct PrefillCase {
     pub skv: usize,
     /// Element dtype of q, k, v, o.
     pub dtype: GemmDtype,
-    /// Tunable values (`BQ`, `BK`); `D` is set from `head_dim`.
+    /// Tunable values (`BQ`, `BK`; `BD`/`BDV` are picked to cover the head dims unless set).
     pub config: Config,
     /// Seed of the random inputs.
     pub seed: u64,
@@ -115,11 +159,7 @@ pub fn run_prefill(launcher: &Launcher, case: &PrefillCase) -> Result<PrefillRun
             message: "no queries (sq = 0)".into(),
         });
     }
-    let config = case
-        .config
-        .clone()
-        .with("D", case.head_dim as i64)
-        .with("DV", case.v_head_dim as i64);
+    let config = prefill_config(&case.config, case.head_dim, case.v_head_dim)?;
     match case.dtype {
         GemmDtype::F32 => run_typed::<f32>(launcher, case, shape, &config),
         GemmDtype::Bf16 => run_typed::<bf16>(launcher, case, shape, &config),
@@ -143,7 +183,18 @@ fn run_typed<T: Float>(
     let v = t.input::<T>(&[case.skv, kvv], 0.0, 1.0)?;
     let o = t.output::<T>(&[case.sq, hv]);
     let sm_scale = 1.0 / (case.head_dim as f32).sqrt();
-    let mut launch = flash_prefill::launch(launcher, config, &q, &k, &v, &o, sm_scale, true)?;
+    let mut launch = flash_prefill::launch(
+        launcher,
+        config,
+        &q,
+        &k,
+        &v,
+        &o,
+        case.head_dim,
+        case.v_head_dim,
+        sm_scale,
+        true,
+    )?;
     let output = o.to_vec();
     if let (Some(out), Some(qv), Some(kv), Some(vv)) = (&output, q.to_vec(), k.to_vec(), v.to_vec())
     {

@@ -41,8 +41,10 @@ use dsl_core::prelude::*;
 use dsl_core::SimError;
 
 /// Lightning indexer, one program per page: `I(s) = Σ_j w_j · ReLU(scale · q_j·k_s)`, `−∞` past
-/// the context; scores written in logical token order to `scores [1, n·P]`.
-#[kernel(grid = (cdiv(ctx_len, P),), tunable(HI = [64, 16, 32, 128], DI = [128, 64], P = [64, 16, 128]))]
+/// the context; scores written in logical token order to `scores [1, n·page]`. `q_idx [HI', DI']`
+/// (index heads as rows), the index head dim and the page size (`k_idx_pool [pages, page, DI']`)
+/// are run-time values covered by `HI`/`DI`-wide tiles and a loop over `BK` keys of the page.
+#[kernel(grid = (cdiv(ctx_len, k_idx_pool.shape()[1]),), tunable(HI = [64, 16, 32, 128], DI = [128, 32, 64, 256], BK = [64, 16, 128]))]
 pub fn indexer_decode<T: Float>(
     q_idx: &Tensor<T>,
     w: &Tensor<f32>,
@@ -52,30 +54,41 @@ pub fn indexer_decode<T: Float>(
     ctx_len: usize,
     idx_scale: f32,
 ) {
+    require(
+        q_idx.rows() <= HI && q_idx.cols() <= DI,
+        "the HI/DI tiles must cover the index heads and index head dim (dsa_tiles)",
+    );
     let p = program_id(0);
+    let page_size = k_idx_pool.shape()[1];
     let page = load_index(block_table, p, p);
     let tq = load_async::<HI, DI>(q_idx, 0, 0);
     let tw = load_async::<HI, 1>(w, 0, 0);
-    let tk = load_async::<P, DI>(&k_idx_pool.at(page), 0, 0);
-    let mut s = zeros::<f32, HI, P>();
-    mma_bt(&mut s, &tq, &tk);
-    let act = relu(&scale(&s, idx_scale));
-    let mut score = zeros::<f32, 1, P>();
-    mma_at(&mut score, &tw, &act);
-    store(
-        scores,
-        0,
-        p * P,
-        &mask_keys(&score, 0, p * P, ctx_len, false),
-    );
+    // This page's scores: a key tile wider than the page writes nothing past it.
+    let out = scores.cols_clipped(p * page_size, page_size);
+    for kb in (0..page_size).step_by(BK) {
+        let tk = load_async::<BK, DI>(&k_idx_pool.at(page), kb, 0);
+        let mut s = zeros::<f32, HI, BK>();
+        mma_bt(&mut s, &tq, &tk);
+        let act = relu(&scale(&s, idx_scale));
+        let mut score = zeros::<f32, 1, BK>();
+        mma_at(&mut score, &tw, &act);
+        store(
+            &out,
+            0,
+            kb,
+            &mask_keys(&score, 0, p * page_size + kb, ctx_len, false),
+        );
+    }
 }
 
 /// Lightning indexer for a block of query tokens (prefill), one program per (block of `BQ` query
-/// tokens, page of `P` keys): `I(t,s) = Σ_j w(t,j) · ReLU(scale · q(t,j)·k(s))` for keys at or
-/// before token `t`'s position (`ctx_len − sq + t`), `−∞` after, written to `scores [sq, n·P]`.
-/// `q_idx [sq, HI·DI]` (index heads side by side), `w [sq, HI]`. A page wholly in the future of
-/// the block is written `−∞` without being read, so the work grows with seq²/2.
-#[kernel(grid = (cdiv(q_idx.rows(), BQ), cdiv(ctx_len, P)), tunable(BQ = [64, 16, 32, 128], DI = [128, 32, 64], P = [64, 16, 128]))]
+/// tokens, page of keys): `I(t,s) = Σ_j w(t,j) · ReLU(scale · q(t,j)·k(s))` for keys at or
+/// before token `t`'s position (`ctx_len − sq + t`), `−∞` after, written to `scores [sq, n·page]`.
+/// `q_idx [sq, HI·DI']` (index heads side by side), `w [sq, HI]`; the index head dim
+/// (`q_idx.cols() / w.cols()`) and the page size are run-time values, covered by `DI`-wide tiles
+/// and a loop over `BK` keys of the page. A page wholly in the future of the block is written
+/// `−∞` without being read, so the work grows with seq²/2.
+#[kernel(grid = (cdiv(q_idx.rows(), BQ), cdiv(ctx_len, k_idx_pool.shape()[1])), tunable(BQ = [64, 16, 32, 128], DI = [128, 32, 64, 256], BK = [64, 16, 128]))]
 pub fn indexer_prefill<T: Float>(
     q_idx: &Tensor<T>,
     w: &Tensor<f32>,
@@ -87,23 +100,37 @@ pub fn indexer_prefill<T: Float>(
 ) {
     let t0 = program_id(0) * BQ;
     let p = program_id(1);
+    let page_size = k_idx_pool.shape()[1];
+    let di = q_idx.cols() / w.cols();
+    require(
+        di <= DI,
+        "the DI tile must cover the index head dim (dsa_tiles)",
+    );
     let q_pos = ctx_len - q_idx.rows() + t0;
-    let mut score = full::<f32, BQ, P>(f32::NEG_INFINITY);
-    if p * P < q_pos + BQ {
-        let page = load_index(block_table, p, p);
-        let tk = load_async::<P, DI>(&k_idx_pool.at(page), 0, 0);
-        let mut acc = zeros::<f32, BQ, P>();
-        for j in 0..w.cols() {
-            let tq = load_async::<BQ, DI>(q_idx, t0, j * DI);
-            // The positive scale commutes with ReLU: fold it into the per-token head weights.
-            let wj = scale(&load_async::<BQ, 1>(w, t0, j), idx_scale);
-            let mut s = zeros::<f32, BQ, P>();
-            mma_bt(&mut s, &tq, &tk);
-            acc = add(&acc, &mul_col(&relu(&s), &wj));
+    let out = scores.cols_clipped(p * page_size, page_size);
+    let future = p * page_size >= q_pos + BQ;
+    let page = if future {
+        0
+    } else {
+        load_index(block_table, p, p)
+    };
+    for kb in (0..page_size).step_by(BK) {
+        let mut score = full::<f32, BQ, BK>(f32::NEG_INFINITY);
+        if !future {
+            let tk = load_async::<BK, DI>(&k_idx_pool.at(page), kb, 0);
+            let mut acc = zeros::<f32, BQ, BK>();
+            for j in 0..w.cols() {
+                let tq = load_async::<BQ, DI>(&q_idx.cols_clipped(j * di, di), t0, 0);
+                // The positive scale commutes with ReLU: fold it into the per-token head weights.
+                let wj = scale(&load_async::<BQ, 1>(w, t0, j), idx_scale);
+                let mut s = zeros::<f32, BQ, BK>();
+                mma_bt(&mut s, &tq, &tk);
+                acc = add(&acc, &mul_col(&relu(&s), &wj));
+            }
+            score = mask_keys(&acc, q_pos, p * page_size + kb, ctx_len, true);
         }
-        score = mask_keys(&acc, q_pos, p * P, ctx_len, true);
+        store(&out, t0, kb, &score);
     }
-    store(scores, t0, p * P, &score);
 }
 
 /// Top-`K` selection, one program per query row of `scores [sq, L]` (the last `sq` positions of a
@@ -113,6 +140,10 @@ pub fn indexer_prefill<T: Float>(
 /// after them; attention reads only the first `min(K, position + 1)`.
 #[kernel(grid = (scores.rows(),), tunable(K = [2048, 16, 64, 256, 512, 1024], C = [1024, 256]))]
 pub fn topk_select(scores: &Tensor<f32>, selected: &Tensor<i32>, ctx_len: usize) {
+    require(
+        selected.cols() <= K,
+        "the K tile must cover index_topk (the columns of `selected`)",
+    );
     let t = program_id(0);
     // Candidates after the row's position are −∞ already; skipping them saves the merge passes.
     let end = (ctx_len + t + 1).saturating_sub(scores.rows());
@@ -129,8 +160,16 @@ pub fn topk_select(scores: &Tensor<f32>, selected: &Tensor<i32>, ctx_len: usize)
 /// program per (query token `t`, block of `BH` heads). Token `t` sits at position
 /// `ctx_len − sq + t` and attends the first `min(topk, position + 1)` entries of its own selection
 /// `selected [sq, K]`, gathered `BK` latent rows at a time from the paged pool; values are the
-/// first `DV` columns of each row. `q [sq, H, D]`, `o [sq, H, DV]`. Decode is `sq = 1`.
-#[kernel(grid = (q.shape()[0], cdiv(q.shape()[1], BH)), tunable(BH = [64, 16, 128], BK = [64, 32], D = [576, 48, 96, 128], DV = [512, 32, 64, 128]), helpers(online_softmax_step))]
+/// first `dv` columns of each row. `q [sq, H, d]`, `o [sq, H, dv]`. Decode is `sq = 1`. The latent
+/// dims `d` and `dv` are run-time values (the tensors' last dims) covered by `BD`/`BDV`-wide tiles:
+/// value columns past `dv` hold rope values that the store drops.
+#[kernel(
+    grid = (q.shape()[0], cdiv(q.shape()[1], BH)),
+    tunable(BH = [64, 16, 128], BK = [64, 32], BD = [576, 16, 32, 64, 128, 256], BDV = [512, 16, 32, 64, 128, 256]),
+    constraint(BDV <= BD && BD <= 2 * BDV),
+    helpers(online_softmax_step)
+)]
+#[allow(clippy::too_many_arguments)]
 pub fn sparse_mla<T: Float>(
     q: &Tensor<T>,
     kv_pool: &Tensor<T>,
@@ -141,17 +180,21 @@ pub fn sparse_mla<T: Float>(
     topk: usize,
     sm_scale: f32,
 ) {
+    require(
+        q.shape()[2] <= BD && o.shape()[2] <= BDV,
+        "the BD/BDV tiles must cover the latent dims (dsa_tiles)",
+    );
     let t = program_id(0);
     let r = program_id(1) * BH;
     let count = usize::min(topk, (ctx_len + t + 1).saturating_sub(q.shape()[0]));
     let sel = selected.at(t);
-    let tq = load::<BH, D>(&q.at(t), r, 0);
+    let tq = load::<BH, BD>(&q.at(t), r, 0);
     let mut m = full::<f32, BH, 1>(f32::NEG_INFINITY);
     let mut l = zeros::<f32, BH, 1>();
-    let mut acc = zeros::<f32, BH, DV>();
+    let mut acc = zeros::<f32, BH, BDV>();
     for i0 in (0..count).step_by(BK) {
-        let tk = gather_rows::<BK, D>(kv_pool, block_table, &sel, i0, count, 0);
-        let tv = gather_rows::<BK, DV>(kv_pool, block_table, &sel, i0, count, 0);
+        let tk = gather_rows::<BK, BD>(kv_pool, block_table, &sel, i0, count, 0);
+        let tv = gather_rows::<BK, BDV>(kv_pool, block_table, &sel, i0, count, 0);
         let mut s = zeros::<f32, BH, BK>();
         mma_bt(&mut s, &tq, &tk);
         let s = mask_keys(&scale(&s, sm_scale), 0, i0, count, false);
@@ -159,6 +202,84 @@ pub fn sparse_mla<T: Float>(
         mma(&mut acc, &cast::<T>(&pr), &tv);
     }
     store(&o.at(t), r, 0, &cast::<T>(&div_col(&acc, &l)));
+}
+
+/// The DSA tiles for a problem: the indexer's (`HI`/`BQ` covering the index heads or query block,
+/// `DI` the index head dim, `BK` within the page), the top-k width (`K` ≥ `topk`) and the sparse
+/// attention's (`BD`/`BDV` covering the latent dims, `BH` at most 16 rows for rows wider than
+/// 256 values, else 64).
+#[derive(Debug, Clone)]
+pub struct DsaTiles {
+    /// Indexer configuration.
+    pub indexer: Config,
+    /// Top-k configuration.
+    pub topk: Config,
+    /// Sparse attention configuration.
+    pub attention: Config,
+}
+
+/// Picks [`DsaTiles`]; `decode` selects [`indexer_decode`] (else [`indexer_prefill`]). Errors name
+/// the dimension no tile covers.
+#[allow(clippy::too_many_arguments)]
+pub fn dsa_tiles(
+    decode: bool,
+    seq: usize,
+    index_heads: usize,
+    index_dim: usize,
+    page_size: usize,
+    topk: usize,
+    heads: usize,
+    head_dim: usize,
+    v_head_dim: usize,
+) -> Result<DsaTiles, SimError> {
+    let (imeta, rows_tile, rows) = if decode {
+        (&indexer_decode::META, "HI", index_heads)
+    } else {
+        (&indexer_prefill::META, "BQ", seq.min(64))
+    };
+    let bks = crate::tile_choice::declared(imeta, "BK");
+    let bk = bks
+        .iter()
+        .copied()
+        .filter(|b| *b as usize <= page_size)
+        .max()
+        .or(bks.first().copied())
+        .unwrap_or(64);
+    let indexer = crate::tile_choice::cover(
+        imeta,
+        &Config::new().with("BK", bk),
+        &[
+            (
+                rows_tile,
+                rows,
+                if decode {
+                    "index_n_heads"
+                } else {
+                    "query block"
+                },
+            ),
+            ("DI", index_dim, "index_head_dim"),
+        ],
+    )?;
+    let topk_cfg = Config::new().with("K", tune_value(&topk_select::META, "K", topk)?);
+    let bh = tune_value(
+        &sparse_mla::META,
+        "BH",
+        heads.min(if head_dim > 256 { 16 } else { 64 }),
+    )?;
+    let attention = crate::tile_choice::cover(
+        &sparse_mla::META,
+        &Config::new().with("BH", bh),
+        &[
+            ("BD", head_dim, "kv_lora_rank + qk_rope_head_dim"),
+            ("BDV", v_head_dim, "kv_lora_rank"),
+        ],
+    )?;
+    Ok(DsaTiles {
+        indexer,
+        topk: topk_cfg,
+        attention,
+    })
 }
 
 /// One DSA problem on one sequence: `seq` query tokens, the last `seq` positions of a context of
@@ -241,18 +362,6 @@ pub(super) fn tune_value(
     meta.smallest_fitting(name, want, name)
 }
 
-/// The kernel's `name` size equal to `want` (head dims and page sizes must match exactly).
-pub(super) fn exact(meta: &dsl_core::KernelMeta, name: &str, want: usize) -> Result<i64, SimError> {
-    let v = tune_value(meta, name, want)?;
-    if v as usize != want {
-        return Err(SimError::Launch {
-            kernel: meta.name.into(),
-            message: format!("{name} = {want} is not one of the kernel's sizes"),
-        });
-    }
-    Ok(v)
-}
-
 /// Runs a DSA decode step (f32, `case.seq` must be 1) on random data with a scrambled block
 /// table: [`indexer_decode`] (index heads as the matrix rows), [`topk_select`], [`sparse_mla`].
 pub fn run_dsa_decode(launcher: &Launcher, case: &DsaCase) -> Result<DsaRun, SimError> {
@@ -294,36 +403,21 @@ fn run_dsa(launcher: &Launcher, case: &DsaCase, name: &'static str) -> Result<Ds
         return Err(fail("index_heads must be ≥ 1".into()));
     }
     let decode = name == "dsa_decode";
-    let icfg = if decode {
-        Config::new()
-            .with(
-                "HI",
-                tune_value(&indexer_decode::META, "HI", case.index_heads)?,
-            )
-            .with("DI", exact(&indexer_decode::META, "DI", case.index_dim)?)
-            .with("P", exact(&indexer_decode::META, "P", case.page_size)?)
-    } else {
-        Config::new()
-            .with(
-                "BQ",
-                tune_value(&indexer_prefill::META, "BQ", case.seq.min(64))?,
-            )
-            .with("DI", exact(&indexer_prefill::META, "DI", case.index_dim)?)
-            .with("P", exact(&indexer_prefill::META, "P", case.page_size)?)
-    };
-    let kcfg = Config::new().with("K", tune_value(&topk_select::META, "K", case.topk)?);
-    let acfg = Config::new()
-        // Wide latent rows (576 f32 values) leave SRAM for 16 query rows at a time.
-        .with(
-            "BH",
-            tune_value(
-                &sparse_mla::META,
-                "BH",
-                case.heads.min(if case.head_dim > 256 { 16 } else { 64 }),
-            )?,
-        )
-        .with("D", exact(&sparse_mla::META, "D", case.head_dim)?)
-        .with("DV", exact(&sparse_mla::META, "DV", case.v_head_dim)?);
+    let DsaTiles {
+        indexer: icfg,
+        topk: kcfg,
+        attention: acfg,
+    } = dsa_tiles(
+        decode,
+        case.seq,
+        case.index_heads,
+        case.index_dim,
+        case.page_size,
+        case.topk,
+        case.heads,
+        case.head_dim,
+        case.v_head_dim,
+    )?;
     let inputs = dsa_inputs(launcher, case)?;
     let n_pages = inputs.table.len();
     let t = crate::testdata::CaseTensors::new(launcher, case.seed ^ 0x0d5a, name);

@@ -3,7 +3,7 @@
 //! everything is matrix-unit work on `C×C`, `C×DK` and `C×DV` tiles.
 //!
 //! Per chunk (notation of [`super::reference`]; `q`, `k` L2-normalised in the kernel, `q` scaled
-//! by `DK^-1/2`):
+//! by `dk^-1/2`):
 //! - `G = L g`, the in-chunk cumulative log-decay, with `L = tril(1)` the lower-triangular ones
 //!   matrix (a prefix sum as one matmul);
 //! - `Γ = tril(exp(G_i − G_j))` (GDN; built with `add_col`/`sub_row`);
@@ -58,7 +58,8 @@ pub fn unit_lower_inverse<const C: usize>(
 /// Gated DeltaNet prefill: one program per value head, chunks of `C` tokens in order.
 #[kernel(
     grid = (beta.cols(),),
-    tunable(C = [64, 16, 32], DK = [128, 16, 32, 64], DV = [128, 16, 32, 64]),
+    tunable(C = [64, 16, 32], BDK = [128, 16, 32, 64, 256], BDV = [128, 16, 32, 64, 256]),
+    constraint(BDK <= 2 * BDV && BDV <= 2 * BDK),
     helpers(l2norm_rows, unit_lower_inverse)
 )]
 #[allow(clippy::too_many_arguments)]
@@ -73,18 +74,25 @@ pub fn chunked_delta<T: Float>(
     o: &Tensor<T>,
 ) {
     let h = program_id(0);
-    let kcol = (h / (beta.cols() / (q.cols() / DK))) * DK;
-    let qscale = 1.0 / (DK as f32).sqrt();
+    let (dk, dv) = (state_in.rows() / beta.cols(), state_in.cols());
+    require(
+        dk <= BDK && dv <= BDV,
+        "the BDK/BDV tiles must cover the head dims (delta_config picks covering tiles)",
+    );
+    let kvh = h / (beta.cols() / (q.cols() / dk));
+    let (qh, kh) = (q.cols_clipped(kvh * dk, dk), k.cols_clipped(kvh * dk, dk));
+    let (vh, oh) = (v.cols_clipped(h * dv, dv), o.cols_clipped(h * dv, dv));
+    let qscale = 1.0 / (dk as f32).sqrt();
     // Chunk-invariant tiles, built once: the prefix-sum operator, I, and a zero C×C to broadcast
     // G into.
     let ones_lower = tril(&full::<f32, C, C>(1.0), false);
     let ident = eye::<f32, C>();
     let zcc = zeros::<f32, C, C>();
-    let mut s = load::<DK, DV>(state_in, h * DK, 0);
+    let mut s = load::<BDK, BDV>(&state_in.rows_clipped(h * dk, (h + 1) * dk), 0, 0);
     for c0 in (0..q.rows()).step_by(C) {
-        let tq = load_async::<C, DK>(q, c0, kcol);
-        let tk = load_async::<C, DK>(k, c0, kcol);
-        let tv = load_async::<C, DV>(v, c0, h * DV);
+        let tq = load_async::<C, BDK>(&qh, c0, 0);
+        let tk = load_async::<C, BDK>(&kh, c0, 0);
+        let tv = load_async::<C, BDV>(&vh, c0, 0);
         let tg = load_async::<C, 1>(g, c0, h);
         let tb = load_async::<C, 1>(beta, c0, h);
         let qn = scale(&l2norm_rows(&cast::<f32>(&tq)), qscale);
@@ -99,34 +107,35 @@ pub fn chunked_delta<T: Float>(
         let a = tril(&mul_col(&mul(&kk, &gamma), &tb), true);
         let tinv = unit_lower_inverse::<C>(&a, &ident);
         let eg = exp(&gc);
-        let mut u = zeros::<f32, C, DV>();
+        let mut u = zeros::<f32, C, BDV>();
         mma(&mut u, &tinv, &mul_col(&cast::<f32>(&tv), &tb));
-        let mut w = zeros::<f32, C, DK>();
+        let mut w = zeros::<f32, C, BDK>();
         mma(&mut w, &tinv, &mul_col(&kn, &mul(&tb, &eg)));
         // V' = U − W S: the part of the values the carried state does not already predict.
-        let mut vp = zeros::<f32, C, DV>();
+        let mut vp = zeros::<f32, C, BDV>();
         mma(&mut vp, &w, &s);
         let vp = sub(&u, &vp);
-        let mut out = zeros::<f32, C, DV>();
+        let mut out = zeros::<f32, C, BDV>();
         mma(&mut out, &mul_col(&qn, &eg), &s);
         let mut qk = zeros::<f32, C, C>();
         mma_bt(&mut qk, &qn, &kn);
         mma(&mut out, &mul(&qk, &gamma), &vp);
-        store(o, c0, h * DV, &cast::<T>(&out));
+        store(&oh, c0, 0, &cast::<T>(&out));
         // The chunk's total log-decay (padding rows add 0), then the state carry.
         let glast = col_sum(&tg);
         let kd = mul_col(&kn, &exp(&neg(&sub_row(&gc, &glast))));
-        s = mul_col(&s, &broadcast::<f32, DK, 1>(&exp(&glast)));
+        s = mul_col(&s, &broadcast::<f32, BDK, 1>(&exp(&glast)));
         mma_at(&mut s, &kd, &vp);
     }
-    store(state_out, h * DK, 0, &s);
+    store(&state_out.rows_clipped(h * dk, (h + 1) * dk), 0, 0, &s);
 }
 
-/// KDA prefill: as [`chunked_delta()`] with per-channel log-decays `g [seq, v_heads·DK]`, folded
+/// KDA prefill: as [`chunked_delta()`] with per-channel log-decays `g [seq, v_heads·dk]`, folded
 /// into the key/query operands (see the module docs for the range this is valid in).
 #[kernel(
     grid = (beta.cols(),),
-    tunable(C = [64, 16, 32], DK = [128, 16, 32, 64], DV = [128, 16, 32, 64]),
+    tunable(C = [64, 16, 32], BDK = [128, 16, 32, 64, 256], BDV = [128, 16, 32, 64, 256]),
+    constraint(BDK <= 2 * BDV && BDV <= 2 * BDK),
     helpers(l2norm_rows, unit_lower_inverse)
 )]
 #[allow(clippy::too_many_arguments)]
@@ -141,21 +150,28 @@ pub fn chunked_delta_kda<T: Float>(
     o: &Tensor<T>,
 ) {
     let h = program_id(0);
-    let kcol = (h / (beta.cols() / (q.cols() / DK))) * DK;
-    let qscale = 1.0 / (DK as f32).sqrt();
+    let (dk, dv) = (state_in.rows() / beta.cols(), state_in.cols());
+    require(
+        dk <= BDK && dv <= BDV,
+        "the BDK/BDV tiles must cover the head dims (delta_config picks covering tiles)",
+    );
+    let kvh = h / (beta.cols() / (q.cols() / dk));
+    let (qh, kh) = (q.cols_clipped(kvh * dk, dk), k.cols_clipped(kvh * dk, dk));
+    let (vh, oh) = (v.cols_clipped(h * dv, dv), o.cols_clipped(h * dv, dv));
+    let qscale = 1.0 / (dk as f32).sqrt();
     let ones_lower = tril(&full::<f32, C, C>(1.0), false);
     let ident = eye::<f32, C>();
-    let mut s = load::<DK, DV>(state_in, h * DK, 0);
+    let mut s = load::<BDK, BDV>(&state_in.rows_clipped(h * dk, (h + 1) * dk), 0, 0);
     for c0 in (0..q.rows()).step_by(C) {
-        let tq = load_async::<C, DK>(q, c0, kcol);
-        let tk = load_async::<C, DK>(k, c0, kcol);
-        let tv = load_async::<C, DV>(v, c0, h * DV);
-        let tg = load_async::<C, DK>(g, c0, h * DK);
+        let tq = load_async::<C, BDK>(&qh, c0, 0);
+        let tk = load_async::<C, BDK>(&kh, c0, 0);
+        let tv = load_async::<C, BDV>(&vh, c0, 0);
+        let tg = load_async::<C, BDK>(&g.cols_clipped(h * dk, dk), c0, 0);
         let tb = load_async::<C, 1>(beta, c0, h);
         let qn = scale(&l2norm_rows(&cast::<f32>(&tq)), qscale);
         let kn = l2norm_rows(&cast::<f32>(&tk));
         // G per channel; K ⊙ e^G and K ⊙ e^{−G} carry the decay of each side of a pair.
-        let mut gc = zeros::<f32, C, DK>();
+        let mut gc = zeros::<f32, C, BDK>();
         mma(&mut gc, &ones_lower, &tg);
         let eg = exp(&gc);
         let kp = mul(&kn, &eg);
@@ -165,23 +181,23 @@ pub fn chunked_delta_kda<T: Float>(
         mma_bt(&mut kk, &kp, &km);
         let a = tril(&mul_col(&kk, &tb), true);
         let tinv = unit_lower_inverse::<C>(&a, &ident);
-        let mut u = zeros::<f32, C, DV>();
+        let mut u = zeros::<f32, C, BDV>();
         mma(&mut u, &tinv, &mul_col(&cast::<f32>(&tv), &tb));
-        let mut w = zeros::<f32, C, DK>();
+        let mut w = zeros::<f32, C, BDK>();
         mma(&mut w, &tinv, &mul_col(&kp, &tb));
-        let mut vp = zeros::<f32, C, DV>();
+        let mut vp = zeros::<f32, C, BDV>();
         mma(&mut vp, &w, &s);
         let vp = sub(&u, &vp);
-        let mut out = zeros::<f32, C, DV>();
+        let mut out = zeros::<f32, C, BDV>();
         mma(&mut out, &qp, &s);
         let mut qk = zeros::<f32, C, C>();
         mma_bt(&mut qk, &qp, &km);
         mma(&mut out, &tril(&qk, false), &vp);
-        store(o, c0, h * DV, &cast::<T>(&out));
+        store(&oh, c0, 0, &cast::<T>(&out));
         let glast = col_sum(&tg);
         let kd = mul(&kn, &exp(&neg(&sub_row(&gc, &glast))));
         s = mul_col(&s, &transpose(&exp(&glast)));
         mma_at(&mut s, &kd, &vp);
     }
-    store(state_out, h * DK, 0, &s);
+    store(&state_out.rows_clipped(h * dk, (h + 1) * dk), 0, 0, &s);
 }

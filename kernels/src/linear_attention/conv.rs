@@ -46,6 +46,96 @@ pub fn short_conv4<T: Float>(
     store(state_out, 2, c0, &h3);
 }
 
+/// The same convolution for any number of taps `K = w.rows()` (a run-time value: Qwen3-Next and
+/// Kimi Linear use 4, other releases 2 to 8): `w [K, channels]`, states `[K − 1, channels]`. Each
+/// output reads its `K` inputs from the concatenation `[state; x]` (rows past the state come from
+/// `x`), so a tap count needs no rolling registers; [`short_conv4()`] is the 4-tap fast path that
+/// keeps its window in registers. `state_out` may be `state_in` (each row of the new state is read
+/// before a lower row is written).
+#[kernel(grid = (cdiv(x.cols(), BC),), tunable(BC = [128, 32, 64, 256, 512]))]
+pub fn short_conv<T: Float>(
+    x: &Tensor<T>,
+    w: &Tensor<f32>,
+    state_in: &Tensor<f32>,
+    state_out: &Tensor<f32>,
+    y: &Tensor<T>,
+) {
+    let c0 = program_id(0) * BC;
+    let taps = w.rows();
+    let hist = taps - 1;
+    for t in 0..x.rows() {
+        let mut acc = zeros::<f32, 1, BC>();
+        for j in 0..taps {
+            let wj = load_async::<1, BC>(w, j, c0);
+            let pos = t + j;
+            let xin = if pos < hist {
+                load_async::<1, BC>(state_in, pos, c0)
+            } else {
+                cast::<f32>(&load_async::<1, BC>(x, pos - hist, c0))
+            };
+            acc = add(&acc, &mul(&wj, &xin));
+        }
+        store(y, t, c0, &cast::<T>(&silu(&acc)));
+    }
+    // The new state: the last `hist` rows of `[state; x]`, oldest first.
+    for i in 0..hist {
+        let pos = x.rows() + i;
+        let row = if pos < hist {
+            load::<1, BC>(state_in, pos, c0)
+        } else {
+            cast::<f32>(&load::<1, BC>(x, pos - hist, c0))
+        };
+        store(state_out, i, c0, &row);
+    }
+}
+
+/// Launches the short convolution for the tap count of `w [K, channels]`: the 4-tap fast path
+/// ([`short_conv4()`]) or the general [`short_conv()`], with `BC` covering up to 128 channels per
+/// program. Shapes are checked first: `K ≥ 1`, states `[max(K − 1, 1), channels]`, `y` like `x`.
+pub fn launch_short_conv<T: Float>(
+    launcher: &Launcher,
+    x: &Tensor<T>,
+    w: &Tensor<f32>,
+    state_in: &Tensor<f32>,
+    state_out: &Tensor<f32>,
+    y: &Tensor<T>,
+) -> Result<Launch, dsl_core::SimError> {
+    let (taps, ch) = (w.rows(), x.cols());
+    let state_rows = taps.saturating_sub(1).max(1);
+    let bad = |message: String| dsl_core::SimError::Launch {
+        kernel: short_conv::META.name.into(),
+        message,
+    };
+    if taps == 0 || w.cols() != ch {
+        return Err(bad(format!(
+            "conv weights {w:?} must be [taps ≥ 1, {ch}] for x {x:?}"
+        )));
+    }
+    for (what, s) in [("state_in", state_in), ("state_out", state_out)] {
+        if s.rows() != state_rows || s.cols() != ch {
+            return Err(bad(format!(
+                "{what} is {s:?} but must be [{state_rows}, {ch}] for {taps} taps"
+            )));
+        }
+    }
+    if y.rows() != x.rows() || y.cols() != ch {
+        return Err(bad(format!("y is {y:?} but must have x's shape {x:?}")));
+    }
+    let bc = if ch <= 32 {
+        32
+    } else if ch <= 64 {
+        64
+    } else {
+        128
+    };
+    let cfg = Config::new().with("BC", bc);
+    if taps == 4 {
+        short_conv4::launch(launcher, &cfg, x, w, state_in, state_out, y)
+    } else {
+        short_conv::launch(launcher, &cfg, x, w, state_in, state_out, y)
+    }
+}
+
 /// Writes zeros over a state tensor (a new sequence's recurrent and conv state): a device memset.
 #[kernel(
     grid = (cdiv(t.rows(), BR), cdiv(t.cols(), BC)),

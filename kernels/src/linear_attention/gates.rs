@@ -2,7 +2,7 @@
 //! norm (see [`super::reference::gdn_gates`] and [`super::reference::gated_rmsnorm`]).
 //!
 //! Layouts (token-major): `a`, `b`, `g`, `beta` `[seq, v_heads]`; `a_log`, `dt_bias`
-//! `[1, v_heads]`; `o`, `z`, `y` `[seq, v_heads·DV]`; `weight` `[1, DV]` (shared by the heads, as
+//! `[1, v_heads]`; `o`, `z`, `y` `[seq, v_heads·dv]`; `weight` `[1, dv]` (shared by the heads, as
 //! `Qwen3NextRMSNormGated(head_v_dim)` is).
 
 use dsl_core::prelude::*;
@@ -35,11 +35,12 @@ pub fn gdn_gates(
     store(beta, r, c, &sigmoid(&tb));
 }
 
-/// Qwen3-Next's gated output norm, `RMSNorm(o) · w · SiLU(z)` per head of `DV` values: one
-/// program per `BR` tokens × one value head.
+/// Qwen3-Next's gated output norm, `RMSNorm(o) · w · SiLU(z)` per head of `dv = weight.cols()`
+/// values (a run-time value, covered by a `BDV`-wide tile; the padding adds nothing to the sum of
+/// squares and the store drops it): one program per `BR` tokens × one value head.
 #[kernel(
-    grid = (cdiv(o.rows(), BR), o.cols() / DV),
-    tunable(BR = [32, 8, 16, 64], DV = [128, 16, 32, 64, 256])
+    grid = (cdiv(o.rows(), BR), o.cols() / weight.cols()),
+    tunable(BR = [32, 8, 16, 64], BDV = [128, 16, 32, 64, 256, 512])
 )]
 pub fn gated_rmsnorm_silu<T: Float>(
     o: &Tensor<T>,
@@ -48,14 +49,21 @@ pub fn gated_rmsnorm_silu<T: Float>(
     y: &Tensor<T>,
     eps: f32,
 ) {
-    let (r, c) = (program_id(0) * BR, program_id(1) * DV);
-    let to = cast::<f32>(&load_async::<BR, DV>(o, r, c));
-    let tz = cast::<f32>(&load_async::<BR, DV>(z, r, c));
-    let w = load_async::<1, DV>(weight, 0, 0);
+    let dv = weight.cols();
+    require(dv <= BDV, "the BDV tile must cover the value head dim");
+    let (r, c) = (program_id(0) * BR, program_id(1) * dv);
+    let to = cast::<f32>(&load_async::<BR, BDV>(&o.cols_clipped(c, dv), r, 0));
+    let tz = cast::<f32>(&load_async::<BR, BDV>(&z.cols_clipped(c, dv), r, 0));
+    let w = load_async::<1, BDV>(weight, 0, 0);
     let inv = rsqrt(&add_scalar(
-        &scale(&row_sum(&square(&to)), 1.0 / DV as f32),
+        &scale(&row_sum(&square(&to)), 1.0 / dv as f32),
         eps,
     ));
     let normed = mul_row(&mul_col(&to, &inv), &w);
-    store(y, r, c, &cast::<T>(&mul(&normed, &silu(&tz))));
+    store(
+        &y.cols_clipped(c, dv),
+        r,
+        0,
+        &cast::<T>(&mul(&normed, &silu(&tz))),
+    );
 }

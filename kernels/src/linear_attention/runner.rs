@@ -31,14 +31,14 @@ pub struct DeltaCase {
     pub k_heads: usize,
     /// Value heads (a multiple of `k_heads`).
     pub v_heads: usize,
-    /// Key head dimension (a `DK` value of the kernel).
+    /// Key head dimension (any; covered by a `BDK` tile).
     pub dk: usize,
-    /// Value head dimension (a `DV` value of the kernel).
+    /// Value head dimension (any; covered by a `BDV` tile).
     pub dv: usize,
     /// Element dtype of q, k, v and o (state, gates and β are f32).
     pub dtype: GemmDtype,
-    /// Tunables other than `DK`/`DV` (the chunked kernels' `C`); `DK`, `DV` are set from the
-    /// dims.
+    /// Tunables (the chunked kernels' `C`; `BDK`/`BDV` are picked to cover the head dims unless
+    /// set).
     pub config: Config,
     /// Seed of the random inputs.
     pub seed: u64,
@@ -102,10 +102,40 @@ pub struct DeltaTensors<T: Float> {
     pub o: Tensor<T>,
 }
 
-/// Launches the kernel for `decay` × `mode` on `t` (`config` must hold `DK`, `DV` and, for the
-/// chunked form, `C`; a `C` given to the recurrent form is ignored, so one configuration serves a
-/// prefill and the decode steps after it). The building block of runners and of the model's state
-/// slots.
+/// The kernel for `decay` × `mode`.
+pub fn delta_meta(mode: DeltaMode, decay: Decay) -> &'static dsl_core::KernelMeta {
+    match (mode, decay) {
+        (DeltaMode::Recurrent, Decay::Scalar) => &recurrent_delta::META,
+        (DeltaMode::Recurrent, Decay::PerChannel) => &recurrent_delta_kda::META,
+        (DeltaMode::Chunked, Decay::Scalar) => &chunked_delta::META,
+        (DeltaMode::Chunked, Decay::PerChannel) => &chunked_delta_kda::META,
+    }
+}
+
+/// The tiles of the `decay` × `mode` kernel for head dims `dk`, `dv`: `base` (a `C` is dropped for
+/// the recurrent form) plus the smallest `BDK`/`BDV` covering the dims, unless set.
+pub fn delta_config(
+    mode: DeltaMode,
+    decay: Decay,
+    base: &Config,
+    dk: usize,
+    dv: usize,
+) -> Result<Config, SimError> {
+    let mut base = base.clone();
+    if mode == DeltaMode::Recurrent {
+        base.0.remove("C");
+    }
+    crate::tile_choice::cover(
+        delta_meta(mode, decay),
+        &base,
+        &[("BDK", dk, "key head dim"), ("BDV", dv, "value head dim")],
+    )
+}
+
+/// Launches the kernel for `decay` × `mode` on `t` (`config` may hold `C` for the chunked form; a
+/// `C` given to the recurrent form is ignored, so one configuration serves a prefill and the decode
+/// steps after it; `BDK`/`BDV` unless set are the smallest tiles covering the head dims, read from
+/// the state's shape). The building block of runners and of the model's state slots.
 pub fn launch_delta<T: Float>(
     launcher: &Launcher,
     decay: Decay,
@@ -117,7 +147,18 @@ pub fn launch_delta<T: Float>(
     if mode == DeltaMode::Recurrent {
         config.0.remove("C");
     }
-    let config = &config;
+    let v_heads = t.beta.cols().max(1);
+    let (dk, dv) = (t.state_in.rows() / v_heads, t.state_in.cols());
+    if dk == 0 || dv == 0 || t.q.cols() < dk {
+        return Err(SimError::Launch {
+            kernel: delta_meta(mode, decay).name.into(),
+            message: format!(
+                "state {:?} for {v_heads} value heads gives head dims dk = {dk}, dv = {dv}; both must be ≥ 1 and q ({:?}) must hold at least one key head",
+                t.state_in, t.q
+            ),
+        });
+    }
+    let config = &delta_config(mode, decay, &config, dk, dv)?;
     let args = (
         &t.q,
         &t.k,
@@ -159,11 +200,7 @@ pub fn run_delta(launcher: &Launcher, case: &DeltaCase) -> Result<DeltaRun, SimE
     if case.seq == 0 {
         return Err(bad("no tokens (seq = 0)".into()));
     }
-    let config = case
-        .config
-        .clone()
-        .with("DK", case.dk as i64)
-        .with("DV", case.dv as i64);
+    let config = case.config.clone();
     match case.dtype {
         GemmDtype::F32 => run_typed::<f32>(launcher, case, &config),
         GemmDtype::Bf16 => run_typed::<bf16>(launcher, case, &config),

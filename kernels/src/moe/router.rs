@@ -15,28 +15,29 @@ use super::reference::SigmoidRouterParams;
 use dsl_core::prelude::*;
 use dsl_core::{Report, SimError};
 
-/// Selection scores `σ(logit) + bias` of the `gs` experts of the group starting at column `c0`
-/// of token `t`, in a `1×GS` tile whose columns past the group are −∞ (never chosen).
+/// Selection scores `σ(logit) + bias` of the experts `c0 .. c0 + width` of token `t` (a block of
+/// one group), in a `1×GS` tile whose columns past `width` are −∞ (never chosen).
 #[kernel(helper)]
 pub fn group_choice_scores<const GS: usize>(
     logits: &Tensor<f32>,
     bias: &Tensor<f32>,
     t: usize,
     c0: usize,
-    gs: usize,
+    width: usize,
 ) -> Tile<f32, 1, GS> {
     let x = load_async_or::<1, GS>(logits, t, c0, f32::NEG_INFINITY);
     let b = load_async::<1, GS>(bias, 0, c0);
-    mask_keys(&add(&sigmoid(&x), &b), 0, 0, gs, false)
+    mask_keys(&add(&sigmoid(&x), &b), 0, 0, width, false)
 }
 
 /// DeepSeek-V3 routing of one token per program: group scores (sum of each group's top-2
 /// selection scores) ranked into `GB` slots, the experts of the `topk_group` best groups merged
 /// into a running top-`KB`, then the chosen experts' unbiased sigmoid scores normalised
-/// (`/ (Σ + 1e-20)`) and scaled. `GS` ≥ experts per group, `GB` ≥ `n_group`, `KB` ≥ `K`.
+/// (`/ (Σ + 1e-20)`) and scaled. Expert counts and group sizes are run-time values: a group is
+/// read `GS` experts at a time (any group size), `GB` covers `n_group` and `KB` covers `K`.
 #[kernel(
     grid = (logits.rows(),),
-    tunable(GS = [32, 8, 16, 64, 128, 256, 512], GB = [8, 16, 32, 64], KB = [8, 16, 32]),
+    tunable(GS = [32, 8, 16, 64, 128, 256, 512], GB = [8, 16, 32, 64, 128], KB = [8, 16, 32, 64]),
     helpers(group_choice_scores)
 )]
 #[allow(clippy::too_many_arguments)]
@@ -50,15 +51,21 @@ pub fn router_sigmoid_group_topk(
     norm_topk_prob: bool,
     routed_scaling_factor: f32,
 ) {
+    require(
+        n_group <= GB && idx.cols() <= KB,
+        "the GB/KB tiles must cover n_group and the experts per token",
+    );
     let t = program_id(0);
     let gs = logits.cols() / n_group;
     let mut group_best = full::<f32, 1, GB>(f32::NEG_INFINITY);
     let mut group_idx = full::<i32, 1, GB>(-1.0);
     for g in 0..n_group {
-        let sb = group_choice_scores::<GS>(logits, bias, t, g * gs, gs);
         let mut top2 = full::<f32, 1, 2>(f32::NEG_INFINITY);
         let mut top2_idx = full::<i32, 1, 2>(-1.0);
-        topk_update(&mut top2, &mut top2_idx, &sb, 0);
+        for b in (0..gs).step_by(GS) {
+            let sb = group_choice_scores::<GS>(logits, bias, t, g * gs + b, gs - b);
+            topk_update(&mut top2, &mut top2_idx, &sb, b);
+        }
         topk_update(&mut group_best, &mut group_idx, &row_sum(&top2), g);
     }
     // Only the kept groups' experts enter the selection (the others are −∞ in HF). Their scores
@@ -67,8 +74,10 @@ pub fn router_sigmoid_group_topk(
     let mut best_idx = full::<i32, 1, KB>(-1.0);
     for i in 0..topk_group {
         let g = index_at(&group_idx, i, i);
-        let sb = group_choice_scores::<GS>(logits, bias, t, g * gs, gs);
-        topk_update(&mut best, &mut best_idx, &sb, g * gs);
+        for b in (0..gs).step_by(GS) {
+            let sb = group_choice_scores::<GS>(logits, bias, t, g * gs + b, gs - b);
+            topk_update(&mut best, &mut best_idx, &sb, g * gs + b);
+        }
     }
     store(idx, t, 0, &best_idx);
     // Weights are the unbiased scores σ(logit) of the chosen experts.
@@ -89,11 +98,13 @@ pub fn router_sigmoid_group_topk(
     }
 }
 
-/// Qwen3-Next routing of one token per program: softmax over the `E ≤ EB` experts (f32), the
-/// top-`K` probabilities (`KB` ≥ `K`), divided by their sum when `norm_topk_prob`.
+/// Qwen3-Next routing of one token per program: softmax over the experts (f32), the top-`K`
+/// probabilities (`KB` ≥ `K`), divided by their sum when `norm_topk_prob`. The expert count is a
+/// run-time value: the experts are read `EB` at a time, once for the running max and sum (online
+/// softmax) and once to merge each block's probabilities into the running top-k.
 #[kernel(
     grid = (logits.rows(),),
-    tunable(EB = [64, 8, 16, 32, 128, 256, 512], KB = [8, 16, 32])
+    tunable(EB = [64, 8, 16, 32, 128, 256, 512], KB = [8, 16, 32, 64])
 )]
 pub fn router_softmax_topk(
     logits: &Tensor<f32>,
@@ -101,13 +112,30 @@ pub fn router_softmax_topk(
     weights: &Tensor<f32>,
     norm_topk_prob: bool,
 ) {
+    require(
+        idx.cols() <= KB,
+        "the KB tile must cover the experts per token",
+    );
     let t = program_id(0);
-    let x = load_async_or::<1, EB>(logits, t, 0, f32::NEG_INFINITY);
-    let p = exp(&sub_col(&x, &row_max(&x)));
-    let prob = div_col(&p, &row_sum(&p));
+    let e = logits.cols();
+    let mut m = full::<f32, 1, 1>(f32::NEG_INFINITY);
+    let mut l = zeros::<f32, 1, 1>();
+    for c0 in (0..e).step_by(EB) {
+        let x = load_async_or::<1, EB>(logits, t, c0, f32::NEG_INFINITY);
+        let m_new = maximum(&m, &row_max(&x));
+        l = add(
+            &mul(&l, &exp(&sub(&m, &m_new))),
+            &row_sum(&exp(&sub_col(&x, &m_new))),
+        );
+        m = m_new;
+    }
     let mut best = full::<f32, 1, KB>(f32::NEG_INFINITY);
     let mut best_idx = full::<i32, 1, KB>(-1.0);
-    topk_update(&mut best, &mut best_idx, &prob, 0);
+    for c0 in (0..e).step_by(EB) {
+        let x = load_async_or::<1, EB>(logits, t, c0, f32::NEG_INFINITY);
+        let prob = div_col(&exp(&sub_col(&x, &m)), &l);
+        topk_update(&mut best, &mut best_idx, &prob, c0);
+    }
     // Probabilities are ≥ 0: masking the slots past K to −∞ and taking ReLU zeroes them, so the
     // renormalising sum sees the K chosen ones only.
     let top = relu(&mask_keys(&best, 0, 0, idx.cols(), false));
@@ -189,13 +217,15 @@ pub fn run_router_sigmoid_group_topk(
     params
         .validate()
         .map_err(|er| bad(meta.name, er.0.clone()))?;
-    let config = Config::new()
-        .with(
+    let group = e / n_group;
+    let config = crate::tile_choice::cover(
+        meta,
+        &Config::new().with(
             "GS",
-            meta.smallest_fitting("GS", e / n_group, "experts per group")?,
-        )
-        .with("GB", meta.smallest_fitting("GB", n_group, "n_group")?)
-        .with("KB", meta.smallest_fitting("KB", k, "top_k")?);
+            crate::tile_choice::covering(meta, "GS", group, 512).unwrap_or(32),
+        ),
+        &[("GB", n_group, "n_group"), ("KB", k, "num_experts_per_tok")],
+    )?;
     Ok(router_sigmoid_group_topk::launch(
         launcher,
         &config,
@@ -228,9 +258,14 @@ pub fn run_router_softmax_topk(
             format!("top_k = {k} (the columns of `idx`) exceeds the {e} experts"),
         ));
     }
-    let config = Config::new()
-        .with("EB", meta.smallest_fitting("EB", e, "experts")?)
-        .with("KB", meta.smallest_fitting("KB", k, "top_k")?);
+    let config = crate::tile_choice::cover(
+        meta,
+        &Config::new().with(
+            "EB",
+            crate::tile_choice::covering(meta, "EB", e, 512).unwrap_or(64),
+        ),
+        &[("KB", k, "num_experts_per_tok")],
+    )?;
     Ok(
         router_softmax_topk::launch(launcher, &config, logits, idx, weights, norm_topk_prob)?
             .report,

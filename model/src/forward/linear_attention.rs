@@ -15,7 +15,7 @@ pub(crate) struct LinearState {
     /// Recurrent state `[Nv·dk, dv]`, ping-ponged with `spare` (a kernel reads one, writes the other).
     pub state: Tensor<f32>,
     spare: Tensor<f32>,
-    /// Conv inputs of the last 3 tokens `[3, conv_dim]`, ping-ponged the same way.
+    /// Conv inputs of the last `K − 1` tokens `[K − 1, conv_dim]`, ping-ponged the same way.
     pub conv: Tensor<f32>,
     conv_spare: Tensor<f32>,
 }
@@ -24,13 +24,15 @@ impl LinearState {
     /// Zero state (a new sequence).
     pub fn new(l: &LinearAttnDims) -> Result<LinearState, ForwardError> {
         let conv_dim = 2 * l.key_heads * l.key_head_dim + l.value_heads * l.value_head_dim;
+        // The inputs of the last `K − 1` tokens (one row kept for a 1-tap convolution).
+        let conv_rows = l.conv_kernel.saturating_sub(1).max(1);
         let zeros =
             |r: usize, c: usize| view(Tensor::from_f32(&[r, c], &vec![0.0; r * c]), "zero state");
         Ok(LinearState {
             state: zeros(l.value_heads * l.key_head_dim, l.value_head_dim)?,
             spare: act(l.value_heads * l.key_head_dim, l.value_head_dim),
-            conv: zeros(3, conv_dim)?,
-            conv_spare: act(3, conv_dim),
+            conv: zeros(conv_rows, conv_dim)?,
+            conv_spare: act(conv_rows, conv_dim),
         })
     }
 }
@@ -84,16 +86,8 @@ pub(crate) fn forward(
     }
 
     let y = act(t, conv_dim);
-    let bc = if conv_dim <= 32 {
-        32
-    } else if conv_dim <= 64 {
-        64
-    } else {
-        128
-    };
-    let launch = conv::short_conv4::launch(
+    let launch = conv::launch_short_conv(
         &ops.launcher,
-        &Config::new().with("BC", bc),
         &mixed,
         &w.conv_taps,
         &st.conv,
@@ -120,7 +114,20 @@ pub(crate) fn forward(
     let k = view(y.col_range(qk_w, qk_w), "conv k")?;
     let v = view(y.col_range(2 * qk_w, v_w), "conv v")?;
     let o = act(t, v_w);
-    let cfg = Config::new().with("DK", dk as i64).with("DV", dv as i64);
+    use kernels::linear_attention::reference::Decay;
+    use kernels::linear_attention::runner::{delta_config, DeltaMode};
+    let mode = if t == 1 {
+        DeltaMode::Recurrent
+    } else {
+        DeltaMode::Chunked
+    };
+    let cfg = delta_config(mode, Decay::Scalar, &Config::new().with("C", 64), dk, dv).map_err(
+        |source| ForwardError::Kernel {
+            op: "linear_attn.delta".into(),
+            layer: ops.layer,
+            source,
+        },
+    )?;
     let (op, launch) = if t == 1 {
         (
             "linear_attn.delta_recurrent",
@@ -142,7 +149,7 @@ pub(crate) fn forward(
             "linear_attn.delta_chunked",
             chunked::chunked_delta::launch(
                 &ops.launcher,
-                &cfg.with("C", 64),
+                &cfg,
                 &q,
                 &k,
                 &v,
@@ -158,15 +165,14 @@ pub(crate) fn forward(
     std::mem::swap(&mut st.state, &mut st.spare);
 
     let normed = act(t, v_w);
-    let launch = gates::gated_rmsnorm_silu::launch(
-        &ops.launcher,
-        &Config::new().with("BR", 16).with("DV", dv as i64),
-        &o,
-        &z,
-        &w.norm,
-        &normed,
-        eps as f32,
-    );
+    let launch = kernels::tile_choice::cover(
+        &gates::gated_rmsnorm_silu::META,
+        &Config::new().with("BR", 16),
+        &[("BDV", dv, "linear_value_head_dim")],
+    )
+    .and_then(|cfg| {
+        gates::gated_rmsnorm_silu::launch(&ops.launcher, &cfg, &o, &z, &w.norm, &normed, eps as f32)
+    });
     ops.book("linear_attn.gated_norm", launch)?;
     ops.linear("linear_attn.out_proj", &normed, &w.out_proj)
 }

@@ -299,12 +299,25 @@ impl Ops {
                 64
             }
         };
-        let cfg = Config::new()
-            .with("D", head_dim as i64)
-            .with("DV", v_head_dim as i64)
+        let base = Config::new()
             .with("BQ", tile(q.rows()))
             .with("BK", tile(k.rows()));
-        let r = flash_prefill::launch(&self.launcher, &cfg, q, k, v, &o, scale as f32, true);
+        let r = kernels::attention::prefill::prefill_config(&base, head_dim, v_head_dim).and_then(
+            |cfg| {
+                flash_prefill::launch(
+                    &self.launcher,
+                    &cfg,
+                    q,
+                    k,
+                    v,
+                    &o,
+                    head_dim,
+                    v_head_dim,
+                    scale as f32,
+                    true,
+                )
+            },
+        );
         self.book(op, r)?;
         Ok(o)
     }
@@ -441,21 +454,33 @@ impl Ops {
     ) -> Result<Tensor<f32>, ForwardError> {
         let page = key_pool.shape().get(1).copied().unwrap_or(1);
         let scores = act(q_idx.rows(), ctx.div_ceil(page) * page);
-        let cfg = Config::new()
-            .with("BQ", 16)
-            .with("DI", ix.head_dim as i64)
-            .with("P", page as i64);
-        let r = sparse::indexer_prefill::launch(
-            &self.launcher,
-            &cfg,
-            q_idx,
-            head_w,
-            key_pool,
-            block_table,
-            &scores,
-            ctx,
-            (ix.head_dim as f32).powf(-0.5),
-        );
+        let r = kernels::tile_choice::cover(
+            &sparse::indexer_prefill::META,
+            &Config::new().with("BQ", 16).with(
+                "BK",
+                kernels::tile_choice::covering(
+                    &sparse::indexer_prefill::META,
+                    "BK",
+                    page,
+                    page as i64,
+                )
+                .unwrap_or(16),
+            ),
+            &[("DI", ix.head_dim, "index_head_dim")],
+        )
+        .and_then(|cfg| {
+            sparse::indexer_prefill::launch(
+                &self.launcher,
+                &cfg,
+                q_idx,
+                head_w,
+                key_pool,
+                block_table,
+                &scores,
+                ctx,
+                (ix.head_dim as f32).powf(-0.5),
+            )
+        });
         self.book("indexer.scores", r)?;
         Ok(scores)
     }
@@ -498,23 +523,28 @@ impl Ops {
     ) -> Result<Tensor<f32>, ForwardError> {
         let (t, heads, d) = (q.shape()[0], q.shape()[1], q.shape()[2]);
         let o = Tensor::<f32>::poisoned(&[t, heads, latent_dim]);
-        let cfg = Config::new()
-            .with("BH", 16)
-            .with("BK", 32)
-            .with("D", d as i64)
-            .with("DV", latent_dim as i64);
-        let r = sparse::sparse_mla::launch(
-            &self.launcher,
-            &cfg,
-            q,
-            pool,
-            block_table,
-            selected,
-            &o,
-            ctx,
-            topk,
-            scale as f32,
-        );
+        let r = kernels::tile_choice::cover(
+            &sparse::sparse_mla::META,
+            &Config::new().with("BH", 16).with("BK", 32),
+            &[
+                ("BD", d, "kv_lora_rank + qk_rope_head_dim"),
+                ("BDV", latent_dim, "kv_lora_rank"),
+            ],
+        )
+        .and_then(|cfg| {
+            sparse::sparse_mla::launch(
+                &self.launcher,
+                &cfg,
+                q,
+                pool,
+                block_table,
+                selected,
+                &o,
+                ctx,
+                topk,
+                scale as f32,
+            )
+        });
         self.book("mla.sparse_attention", r)?;
         Ok(o)
     }

@@ -335,14 +335,6 @@ fn linear_attn(ld: &Loader, cfg: &ModelConfig, p: &str) -> Result<LinearAttnWeig
         .linear_attention
         .as_ref()
         .ok_or_else(|| missing_dims(cfg, "linear-attention"))?;
-    if l.conv_kernel != 4 {
-        return Err(ForwardError::Unsupported {
-            what: format!(
-                "a short convolution of width {} (the kernel is width 4)",
-                l.conv_kernel
-            ),
-        });
-    }
     if l.decay != crate::config::Decay::Scalar {
         return Err(ForwardError::Unsupported {
             what: "per-channel (KDA) decay in the numeric forward".into(),
@@ -356,15 +348,15 @@ fn linear_attn(ld: &Loader, cfg: &ModelConfig, p: &str) -> Result<LinearAttnWeig
     let conv_dim = 2 * qk + v;
     let taps = ld
         .ckpt
-        .f32(&format!("{p}.conv1d.weight"), &[conv_dim, 1, 4])?;
+        .f32(&format!("{p}.conv1d.weight"), &[conv_dim, 1, l.conv_kernel])?;
     let row = |name: &str, n: usize| ld.row(&format!("{p}.{name}"), n);
     Ok(LinearAttnWeights {
         in_proj_qkvz: ld.get(&format!("{p}.in_proj_qkvz.weight"), &[2 * qk + 2 * v, h])?,
         in_proj_ba: ld.get(&format!("{p}.in_proj_ba.weight"), &[2 * l.value_heads, h])?,
         conv_taps: device(
             "conv taps",
-            &[4, conv_dim],
-            &kernels::reference::transpose(&taps, conv_dim, 4),
+            &[l.conv_kernel, conv_dim],
+            &kernels::reference::transpose(&taps, conv_dim, l.conv_kernel),
         )?,
         a_log: row("A_log", l.value_heads)?,
         dt_bias: row("dt_bias", l.value_heads)?,
