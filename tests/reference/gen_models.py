@@ -855,6 +855,127 @@ AWKWARD = {
         ),
         post=dict(top_level_partial=True),
     ),
+    # The same options at head dims today's kernels declare (MLA 16+16 / v 16, indexer 32, GQA 16,
+    # GDN 16, rope spans 4 and 16), so that what does not depend on a kernel's dims (long prompts
+    # over several key tiles and GDN chunks, YaRN attention factors, absent fields, empty shared
+    # experts) is checked before the refactor to run-time dims lands.
+    "awk_fit_v3_long_yarn": dict(
+        family="deepseek_v3",
+        seed=401,
+        doc="At dims the kernels declare today: a 96-token prompt and YaRN with attention factor "
+        "≠ 1 (`mscale` 1.0, `mscale_all_dim` 0.5, factor 8), interleaved RoPE, 6 experts in 3 groups",
+        prompt=96,
+        cfg=dict(
+            DEEPSEEK_TINY, vocab_size=Pick(200, 250), num_hidden_layers=2, n_routed_experts=6, n_group=3,
+            topk_group=2, rope_interleave=True,
+            rope_parameters=yarn(8.0, 32, mscale=1.0, mscale_all_dim=0.5, beta_fast=32, beta_slow=1),
+        ),
+    ),
+    "awk_fit_v3_no_mscale_qproj": dict(
+        family="deepseek_v3",
+        seed=402,
+        doc="At dims the kernels declare today: YaRN with `mscale` absent (`mscale_all_dim` 0.8), "
+        "`q_lora_rank` null, `n_shared_experts` 0, `first_k_dense_replace` 0, half-split RoPE, "
+        "`norm_topk_prob` false; an 80-token prompt",
+        prompt=80,
+        cfg=dict(
+            DEEPSEEK_TINY, vocab_size=Pick(200, 250), num_hidden_layers=2, first_k_dense_replace=0,
+            q_lora_rank=None, n_routed_experts=10, num_experts_per_tok=3, n_group=5, topk_group=2, moe_intermediate_size=16,
+            n_shared_experts=0, norm_topk_prob=False, routed_scaling_factor=1.8, rope_interleave=False,
+            rope_parameters=yarn(6.0, 16, mscale_all_dim=0.8),
+        ),
+    ),
+    "awk_fit_v3_defaults": dict(
+        family="deepseek_v3",
+        seed=403,
+        doc="At dims the kernels declare today: the optional DeepSeek fields absent (as "
+        "`awk_v3_defaults`), 16 experts in 8 default groups, 4 layers",
+        prompt=40,
+        cfg=dict(
+            DEEPSEEK_TINY, vocab_size=Pick(200, 250), intermediate_size=48, num_hidden_layers=4,
+            first_k_dense_replace=3, n_routed_experts=16, num_experts_per_tok=3, n_group=8, topk_group=4, moe_intermediate_size=16,
+            n_shared_experts=1, routed_scaling_factor=2.5, norm_topk_prob=True, rope_interleave=True,
+            rope_parameters=None, max_position_embeddings=4096, rms_norm_eps=1e-6,
+        ),
+        post=dict(strip=[
+            "rope_parameters", "n_shared_experts", "n_group", "topk_group", "norm_topk_prob",
+            "routed_scaling_factor", "rope_interleave", "rms_norm_eps", "first_k_dense_replace",
+            "max_position_embeddings",
+        ]),
+    ),
+    "awk_fit_kimi_k2": dict(
+        family="deepseek_v3",
+        seed=404,
+        doc="At dims the kernels declare today: `model_type` kimi_k2 with legacy `rope_scaling` "
+        "(`type: yarn`, factor 32, original 4096), top-level `rope_theta` 50000, one expert group; "
+        "a 72-token prompt",
+        prompt=72,
+        cfg=dict(
+            DEEPSEEK_TINY, vocab_size=Pick(200, 250), num_hidden_layers=2, first_k_dense_replace=1,
+            n_routed_experts=12, num_experts_per_tok=4, n_group=1, topk_group=1, routed_scaling_factor=2.827,
+            rope_parameters=dict(
+                rope_type="yarn", rope_theta=50000.0, factor=32.0, original_max_position_embeddings=4096,
+                beta_fast=1.0, beta_slow=1.0, mscale=1.0, mscale_all_dim=1.0,
+            ),
+        ),
+        post=dict(legacy_rope=True, model_type="kimi_k2"),
+    ),
+    "awk_fit_v32_long": dict(
+        family="deepseek_v32",
+        seed=405,
+        doc="At dims the kernels declare today: DSA over a 96-token prompt with `index_topk` 40 "
+        "(rows 40.. sparse), YaRN `mscale` 1 ≠ `mscale_all_dim` 0.707, 6 experts",
+        prompt=96,
+        cfg=dict(
+            DEEPSEEK_TINY, vocab_size=Pick(200, 250), num_hidden_layers=2, n_routed_experts=6, n_group=2,
+            topk_group=1, index_n_heads=16, index_head_dim=32, index_topk=40,
+            rope_parameters=yarn(4.0, 64, mscale=1.0, mscale_all_dim=0.707, beta_fast=32, beta_slow=1),
+        ),
+    ),
+    "awk_fit_qn_long": dict(
+        family="qwen3_next",
+        seed=406,
+        doc="At dims the kernels declare today: a 100-token prompt (two GDN chunks), `layer_types` "
+        "absent (interval 2), `decoder_sparse_step` 2 with `mlp_only_layers` [2] (layer 1 MoE), "
+        "6 experts, `norm_topk_prob` false",
+        prompt=100,
+        cfg=dict(
+            vocab_size=Pick(200, 250), hidden_size=64, intermediate_size=48, num_hidden_layers=3,
+            full_attention_interval=2, num_attention_heads=4, num_key_value_heads=2, head_dim=16,
+            partial_rotary_factor=0.25, linear_num_key_heads=2, linear_num_value_heads=4,
+            linear_key_head_dim=16, linear_value_head_dim=16, linear_conv_kernel_dim=4,
+            num_experts=6, num_experts_per_tok=2, moe_intermediate_size=16, shared_expert_intermediate_size=16,
+            norm_topk_prob=False, decoder_sparse_step=2, mlp_only_layers=[2],
+            max_position_embeddings=256, rms_norm_eps=1e-6,
+        ),
+        post=dict(strip=["layer_types"], add=dict(full_attention_interval=2)),
+    ),
+    "awk_fit_v3_odd_hidden": dict(
+        family="deepseek_v3",
+        seed=407,
+        doc="Head dims the kernels declare today, everything else off 16: hidden 90, vocab 173, "
+        "intermediate 60, expert intermediate 20, 10 experts in 5 groups; a 72-token prompt",
+        prompt=72,
+        cfg=dict(
+            DEEPSEEK_TINY, vocab_size=173, hidden_size=90, intermediate_size=60, num_hidden_layers=2,
+            n_routed_experts=10, num_experts_per_tok=3, n_group=5, topk_group=2, moe_intermediate_size=20,
+        ),
+    ),
+    "awk_fit_qn_odd_hidden": dict(
+        family="qwen3_next",
+        seed=408,
+        doc="Head dims the kernels declare today, everything else off 16: hidden 66, vocab 131, "
+        "intermediate 36, expert / shared intermediate 20 / 28, 6 experts; a 72-token prompt",
+        prompt=72,
+        cfg=dict(
+            vocab_size=131, hidden_size=66, intermediate_size=36, num_hidden_layers=2,
+            full_attention_interval=2, num_attention_heads=4, num_key_value_heads=2, head_dim=16,
+            partial_rotary_factor=0.25, linear_num_key_heads=2, linear_num_value_heads=4,
+            linear_key_head_dim=16, linear_value_head_dim=16, linear_conv_kernel_dim=4,
+            num_experts=6, num_experts_per_tok=2, moe_intermediate_size=20, shared_expert_intermediate_size=28,
+            norm_topk_prob=True, decoder_sparse_step=1, max_position_embeddings=256, rms_norm_eps=1e-6,
+        ),
+    ),
 }
 
 
