@@ -253,13 +253,19 @@ fn every_tiny_checkpoint_matches_transformers() {
 /// logits as one pass.
 #[test]
 fn chunked_prompt_equals_one_pass() {
-    for name in ["deepseek_v3", "qwen3_next", "deepseek_v32"] {
+    // (name, split): the long ones split past a 64-token GDN chunk / key tile, and mid-chunk.
+    for (name, split) in [
+        ("deepseek_v3", 11),
+        ("qwen3_next", 11),
+        ("deepseek_v32", 11),
+        ("awk_fit_qn_long", 70),
+        ("awk_fit_v32_long", 45),
+    ] {
         let g = golden(name);
         let prompt = ids(&g, "input_ids");
         let mut one = runner(name, prompt.len());
         let full = one.forward(&prompt).unwrap();
         let mut two = runner(name, prompt.len());
-        let split = 11;
         let a = two.forward(&prompt[..split]).unwrap();
         let b = two.forward(&prompt[split..]).unwrap();
         let mut joined = a.logits.clone();
