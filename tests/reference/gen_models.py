@@ -23,6 +23,10 @@ outputs; the DSA indexer's top-k and the MoE routers' top-k have a strict margin
 boundary (so the selection does not depend on rounding), and for the indexer our own
 transcription of the scoring selects the same keys as HF.
 
+`--awkward [all|NAME,...]` writes the awkward-shape checkpoints instead (`model/testdata/tiny/awk_*`,
+see AWKWARD below and model/testdata/tiny/README.md): dims drawn by a seeded generator, a seed that
+gives a tie replaced by the next one, config.json rewrites checked by reloading with transformers.
+
 Deterministic: one CPU thread, fixed seeds, so the same command and library versions give
 byte-identical files (see README.md). Needs torch and transformers.
 """
