@@ -224,7 +224,10 @@ pub(crate) fn parse_rope(
                     original_max_position_embeddings: original,
                     beta_fast: d.f64_or("beta_fast", 32.0, w)?,
                     beta_slow: d.f64_or("beta_slow", 1.0, w)?,
-                    mscale: d.f64_or("mscale", 1.0, w)?,
+                    // Absent is 0 for both, as transformers' `None`: the attention factor
+                    // uses `mscale / mscale_all_dim` only when both are given and non-zero
+                    // (`_compute_yarn_parameters`), else `0.1 ln(factor) + 1`.
+                    mscale: d.f64_or("mscale", 0.0, w)?,
                     mscale_all_dim: d.f64_or("mscale_all_dim", 0.0, w)?,
                 }
             }
@@ -391,7 +394,9 @@ fn deepseek(o: &Obj, model_type: &str, family: Family) -> Result<ModelConfig, Mo
         rope_interleave: o.bool_or("rope_interleave", true, &mut w)?,
     };
     let intermediate_size = o.req_dim("intermediate_size")?;
-    let first_k = o.req_usize("first_k_dense_replace")?;
+    // transformers' DeepseekV3Config / DeepseekV32Config default (V3.2 only when
+    // `mlp_layer_types` is absent, which the layer loop below reads first).
+    let first_k = o.usize_or("first_k_dense_replace", 3, &mut w)?;
     let experts = o.req_usize("n_routed_experts")?;
     let weight_format = weight_format(o)?;
     let moe = if experts > 0 {

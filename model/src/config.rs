@@ -486,9 +486,10 @@ pub enum RopeScaling {
         beta_fast: f64,
         /// `beta_slow` (default 1).
         beta_slow: f64,
-        /// `mscale` (default 1).
+        /// `mscale` (default 0 = not given: transformers then scales cos/sin by
+        /// `0.1 ln(factor) + 1` whatever `mscale_all_dim` is).
         mscale: f64,
-        /// `mscale_all_dim` (default 0).
+        /// `mscale_all_dim` (default 0 = not given).
         mscale_all_dim: f64,
     },
     /// Linear position interpolation.

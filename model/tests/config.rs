@@ -479,3 +479,62 @@ fn load_from_a_model_directory_and_missing_files() {
     assert!(matches!(e, ModelError::Io { .. }), "{e:?}");
     assert!(e.to_string().contains("no_such_config.json"));
 }
+
+/// Optional DeepSeek fields take transformers' defaults when absent, each recorded as a warning:
+/// `first_k_dense_replace` is 3 (DeepseekV3Config / DeepseekV32Config), so a file without it has
+/// three dense layers first (model/testdata/tiny/awk_v3_defaults is such a file).
+#[test]
+fn absent_first_k_dense_replace_is_transformers_default_3() {
+    let t = edited("kimi_k2_config.json", |m| {
+        m.remove("first_k_dense_replace");
+    });
+    let c = parse_config(&t, "k2.json").expect("parses");
+    let dense: Vec<bool> = c.layers.iter().map(|l| l.ffn == FfnKind::Dense).collect();
+    assert_eq!(&dense[..4], &[true, true, true, false]);
+    assert!(dense[3..].iter().all(|d| !d));
+    assert!(c.warnings.iter().any(|w| matches!(w,
+        ConfigWarning::Defaulted { field, value } if field == "first_k_dense_replace" && value == "3")));
+    let c = load_config(&testdata("tiny/awk_v3_defaults")).expect("parses");
+    let ffn: Vec<FfnKind> = c.layers.iter().map(|l| l.ffn.clone()).collect();
+    assert_eq!(
+        ffn,
+        [FfnKind::Dense, FfnKind::Dense, FfnKind::Dense, FfnKind::Moe]
+    );
+}
+
+/// YaRN's `mscale` absent is not 1: transformers scales cos/sin by `mscale / mscale_all_dim` only
+/// when both are given (truthy), and by `0.1 ln(factor) + 1` otherwise. day0 reads an absent
+/// `mscale` as 0 ("not given"), which its attention factor treats the same way
+/// (model/testdata/tiny/awk_v3_yarn_no_mscale: `mscale_all_dim` 0.8 without `mscale`).
+#[test]
+fn yarn_absent_mscale_is_not_given() {
+    let c = load_config(&testdata("tiny/awk_v3_yarn_no_mscale")).expect("parses");
+    let rope = c.rope.as_ref().expect("rope");
+    match rope.scaling {
+        RopeScaling::Yarn {
+            factor,
+            mscale,
+            mscale_all_dim,
+            beta_fast,
+            beta_slow,
+            ..
+        } => {
+            assert_eq!((factor, mscale, mscale_all_dim), (6.0, 0.0, 0.8));
+            assert_eq!((beta_fast, beta_slow), (32.0, 1.0));
+        }
+        ref other => panic!("expected YaRN, got {other:?}"),
+    }
+    // The softmax correction still uses mscale_all_dim: m = 0.1 · 0.8 · ln 6 + 1.
+    let m = 0.1 * 0.8 * 6f64.ln() + 1.0;
+    assert!((rope.mla_mscale() - m).abs() < 1e-15);
+    // Both given and different (awk_v3_yarn_mscale): read as written.
+    let c = load_config(&testdata("tiny/awk_v3_yarn_mscale")).expect("parses");
+    match c.rope.as_ref().unwrap().scaling {
+        RopeScaling::Yarn {
+            mscale,
+            mscale_all_dim,
+            ..
+        } => assert_eq!((mscale, mscale_all_dim), (1.0, 0.5)),
+        ref other => panic!("expected YaRN, got {other:?}"),
+    }
+}

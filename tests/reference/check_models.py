@@ -232,7 +232,8 @@ def deepseek_forward(ids, w, c):
         p = f"model.layers.{l}."
         h = h + mla(rms(h, w[p + "input_layernorm.weight"], eps), w, p + "self_attn.", c, cos, sin, scale)
         x = rms(h, w[p + "post_attention_layernorm.weight"], eps)
-        h = h + (deepseek_moe(x, w, p + "mlp.", c) if l >= c["first_k_dense_replace"] else mlp(x, w, p + "mlp."))
+        sparse = c["mlp_layer_types"][l] == "sparse"
+        h = h + (deepseek_moe(x, w, p + "mlp.", c) if sparse else mlp(x, w, p + "mlp."))
         hidden.append(h)
     return hidden, rms(h, w["model.norm.weight"], eps) @ w["lm_head.weight"].T
 
@@ -341,9 +342,47 @@ def rel(a, b):
     return float(np.abs(a - b).max() / np.abs(b).max())
 
 
+def with_defaults(c):
+    """config.json as transformers 5.24's config classes read it: the defaults of the fields a file
+    may leave out, legacy `rope_scaling` + top-level `rope_theta`, a top-level
+    `partial_rotary_factor`, `layer_types` from `full_attention_interval`, Kimi-K2's `kimi_k2`
+    model type (the DeepSeek-V3 architecture)."""
+    c = dict(c)
+    if c["model_type"] == "kimi_k2":
+        c["model_type"] = "deepseek_v3"
+    rp = c.get("rope_scaling") or c.get("rope_parameters") or {}
+    rp = dict(rp)
+    if "type" in rp:
+        rp.setdefault("rope_type", rp.pop("type"))
+    rp.setdefault("rope_type", "default")
+    rp.setdefault("rope_theta", c.get("rope_theta", 10000.0))
+    if c["model_type"] == "qwen3_next":
+        rp.setdefault("partial_rotary_factor", c.get("partial_rotary_factor", 0.25))
+    c["rope_parameters"] = rp
+    c.setdefault("rms_norm_eps", 1e-6)
+    if c["model_type"] == "qwen3_next":
+        c.setdefault("norm_topk_prob", True)
+        c.setdefault("decoder_sparse_step", 1)
+        c.setdefault("linear_conv_kernel_dim", 4)
+        c["mlp_only_layers"] = c.get("mlp_only_layers") or []
+        if c.get("layer_types") is None:
+            n = c.get("full_attention_interval", 4)
+            c["layer_types"] = [
+                "full_attention" if (i + 1) % n == 0 else "linear_attention" for i in range(c["num_hidden_layers"])
+            ]
+    else:
+        for k, v in dict(n_shared_experts=1, n_group=8, topk_group=4, norm_topk_prob=True,
+                         routed_scaling_factor=2.5, rope_interleave=True, first_k_dense_replace=3).items():
+            c.setdefault(k, v)
+        if c.get("mlp_layer_types") is None:
+            n = min(c["first_k_dense_replace"], c["num_hidden_layers"])
+            c["mlp_layer_types"] = ["dense"] * n + ["sparse"] * (c["num_hidden_layers"] - n)
+    return c
+
+
 def check(d):
     with open(os.path.join(d, "config.json")) as f:
-        c = json.load(f)
+        c = with_defaults(json.load(f))
     w = load_weights(d)
     g = load_file(os.path.join(d, "golden.safetensors"))
     forward = qwen_forward if c["model_type"] == "qwen3_next" else deepseek_forward

@@ -22,7 +22,7 @@ pub struct VerifyReport {
     /// Missing tensors, wrong shapes and unsupported dtypes, in expected order.
     pub problems: Vec<WeightError>,
     /// Tensors the configuration does not explain (e.g. DeepSeek-V3's multi-token-prediction
-    /// layer `model.layers.61.*`), sorted: reported, not an error.
+    /// layer `model.layers.61.*`), sorted: reported, not an error. Empty tensors are never extras.
     pub extra: Vec<String>,
     /// The expert layout found (or assumed, when the bank is absent) per MoE layer.
     pub expert_layouts: Vec<(usize, ExpertLayout)>,
@@ -94,11 +94,14 @@ pub fn check(ckpt: &Checkpoint, cfg: &ModelConfig) -> VerifyReport {
             }
         }
     }
+    // An empty tensor holds nothing to explain: transformers saves the empty modules a zero size
+    // creates (DeepSeek's `shared_experts` with `n_shared_experts: 0` are `[0, hidden]` /
+    // `[hidden, 0]`), which are not extras.
     let extra = ckpt
         .tensors
-        .keys()
-        .filter(|n| !checker.used.contains(n.as_str()))
-        .cloned()
+        .iter()
+        .filter(|(n, t)| !checker.used.contains(n.as_str()) && !t.shape.contains(&0))
+        .map(|(n, _)| n.clone())
         .collect();
     VerifyReport {
         checked: checker.checked,
