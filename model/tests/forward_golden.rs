@@ -7,12 +7,11 @@
 //! decode step (which exercise the caches and the single-token kernels) ≤ 1e-4.
 //!
 //! Every directory under `testdata/tiny` with a `golden.safetensors` is checked (no list to keep
-//! in sync): the four presets and the `awk_*` awkward shapes (`gen_models.py --awkward`). The ones
-//! that wait for run-time kernel dims are named in [`AWAITING_RUNTIME_DIMS`], run anyway, and
-//! printed; `DAY0_TINY=name,...` runs only those named.
+//! in sync): the four presets and the `awk_*` awkward shapes (`gen_models.py --awkward`: head dims,
+//! spans and hidden sizes off every power of two, long prompts, absent optional fields).
+//! `DAY0_TINY=name,...` runs only those named.
 
 use dsl_core::Launcher;
-use model::coverage::Status;
 use model::forward::validate::validate;
 use model::forward::Runner;
 use model::weights::read_all_f32;
@@ -48,37 +47,6 @@ fn try_runner(name: &str, capacity: usize) -> Result<Runner, String> {
     let launcher = Launcher::for_device("npu-910b").map_err(|e| e.to_string())?;
     Runner::load(&tiny(name), launcher, capacity).map_err(|e| format!("{name}: load: {e}"))
 }
-
-/// Checkpoints under `testdata/tiny` that fail today **only** because a kernel fixes a problem
-/// dimension at compile time (head dim, RoPE span, GDN key dim, short-convolution width...; issue
-/// #11, item 1), with the first error each hits today. Each is still run on every test run and
-/// its line printed: it must fail with a dimension error (one of [`DIMS_ERRORS`]) — any other
-/// failure (a wrong number, a panic, a config error) fails the test — and when one passes, the
-/// test fails asking for its entry to be removed. The refactor to run-time dims empties this list.
-const AWAITING_RUNTIME_DIMS: &[(&str, &str)] = &[
-    ("awk_kimi_k2", "rope: RH = 6 (rope span 12)"),
-    ("awk_qn_defaults", "linear_attn.delta_chunked: DK = 8"),
-    ("awk_qn_dense_rope_full", "short convolution of width 2"),
-    ("awk_qn_gqa3", "short convolution of width 3"),
-    ("awk_qn_long_chunks", "linear_attn.delta_chunked: DK = 20"),
-    ("awk_v32_sharded_odd", "rope: RH = 10 (rope span 20)"),
-    ("awk_v32_topk_above", "rope: RH = 6 (rope span 12)"),
-    ("awk_v32_topk_below_long", "rope: D = 14 (MLA q head 8 + 6)"),
-    ("awk_v32_topk_crossing", "rope: D = 18 (MLA q head 12 + 6)"),
-    ("awk_v3_defaults", "rope: D = 4 (the k_rot slice)"),
-    ("awk_v3_odd_hidden", "rope: RH = 6 (rope span 12)"),
-    ("awk_v3_qproj_no_shared", "rope: D = 12 (MLA q head 8 + 4)"),
-    ("awk_v3_yarn_mscale", "rope: RH = 6 (rope span 12)"),
-    ("awk_v3_yarn_no_mscale", "rope: D = 14 (MLA q head 8 + 6)"),
-];
-
-/// The fragments that mark an error as a kernel's compile-time dimension (the messages of
-/// `dsl_core`'s tunable check, of the rope launcher and of the forward's short-convolution check).
-const DIMS_ERRORS: &[&str] = &[
-    "is not in the declared values",
-    "is not one of the kernel's",
-    "a short convolution of width",
-];
 
 /// What one checkpoint's check measured.
 struct Checked {
@@ -190,12 +158,6 @@ fn every_tiny_checkpoint_matches_transformers() {
         .map(|s| s.split(',').map(|t| t.trim().to_string()).collect());
     let names = tiny_checkpoints();
     assert!(names.len() >= 4, "found only {names:?}");
-    for (n, _) in AWAITING_RUNTIME_DIMS {
-        assert!(
-            names.iter().any(|m| m == n),
-            "AWAITING_RUNTIME_DIMS names `{n}`, which is not a directory under testdata/tiny"
-        );
-    }
     let mut failures = Vec::new();
     let mut report = Vec::new();
     for name in &names {
@@ -204,46 +166,19 @@ fn every_tiny_checkpoint_matches_transformers() {
                 continue;
             }
         }
-        let awaiting = AWAITING_RUNTIME_DIMS
-            .iter()
-            .find(|(n, _)| n == name)
-            .map(|(_, why)| *why);
         let t0 = std::time::Instant::now();
         let result = check_catching(name);
         let secs = t0.elapsed().as_secs_f64();
-        match (result, awaiting) {
-            (Ok(c), None) => report.push(format!(
-                "  ok        {name:<28} {:>3} tokens  {secs:6.1} s  prefill rel {:.1e}, decode rel {:.1e}",
+        match result {
+            Ok(c) => report.push(format!(
+                "  ok  {name:<28} {:>3} tokens  {secs:6.1} s  prefill rel {:.1e}, decode rel {:.1e}",
                 c.prompt, c.worst_prefill, c.worst_decode
             )),
-            (Ok(_), Some(_)) => failures.push(format!(
-                "{name} now passes: remove it from AWAITING_RUNTIME_DIMS"
-            )),
-            (Err(e), Some(_)) => {
-                if DIMS_ERRORS.iter().any(|d| e.contains(d)) {
-                    report.push(format!(
-                        "  AWAITING  {name:<28} run-time dims (issue #11): {e}"
-                    ));
-                    // Everything else the kernels' declared dims leave out for this model, so
-                    // the first error does not hide the rest.
-                    if let Ok(cov) = model::coverage::inventory(&tiny(name)) {
-                        for r in cov.rows.iter().filter(|r| r.status == Status::Missing) {
-                            report.push(format!("            coverage: {} missing: {}", r.op, r.how));
-                        }
-                    }
-                } else {
-                    failures.push(format!(
-                        "{name} is in AWAITING_RUNTIME_DIMS but failed otherwise than on a \
-                         kernel dimension: {e}"
-                    ));
-                }
-            }
-            (Err(e), None) => failures.push(e),
+            Err(e) => failures.push(e),
         }
     }
     eprintln!(
-        "tiny checkpoints against transformers ({} awaiting run-time dims):\n{}",
-        AWAITING_RUNTIME_DIMS.len(),
+        "tiny checkpoints against transformers:\n{}",
         report.join("\n")
     );
     assert!(failures.is_empty(), "\n{}", failures.join("\n"));
