@@ -73,7 +73,10 @@ fn every_registered_operator_is_checked() {
     let ops: BTreeSet<&str> = kernels::registry::all().iter().map(|i| i.op).collect();
     let known: BTreeSet<&str> = CHECKED.iter().chain(NOT_YET).copied().collect();
     let missing: Vec<_> = ops.difference(&known).collect();
-    assert!(missing.is_empty(), "operators without a physics check: {missing:?}");
+    assert!(
+        missing.is_empty(),
+        "operators without a physics check: {missing:?}"
+    );
 }
 
 /// One launch of `op` on `device` at a (rows, cols, depth) problem size.
@@ -125,14 +128,8 @@ fn run_op(device: &str, op: &str, m: usize, n: usize, k: usize) -> Result<Report
             },
         )
         .map(|r| r.launch.report),
-        "rmsnorm" => run_rmsnorm::<f32>(
-            &l,
-            &shape(&[m, n]),
-            &shape(&[n]),
-            &shape(&[m, n]),
-            1e-6,
-        )
-        .map(|r| r.report),
+        "rmsnorm" => run_rmsnorm::<f32>(&l, &shape(&[m, n]), &shape(&[n]), &shape(&[m, n]), 1e-6)
+            .map(|r| r.report),
         "layernorm" => run_layernorm::<f32>(
             &l,
             &shape(&[m, n]),
@@ -149,8 +146,10 @@ fn run_op(device: &str, op: &str, m: usize, n: usize, k: usize) -> Result<Report
             &shape(&[m, n]),
         )
         .map(|r| r.report),
-        "add" => kernels::elementwise::run_add(&l, &shape(&[m, n]), &shape(&[m, n]), &shape(&[m, n]))
-            .map(|r| r.report),
+        "add" => {
+            kernels::elementwise::run_add(&l, &shape(&[m, n]), &shape(&[m, n]), &shape(&[m, n]))
+                .map(|r| r.report)
+        }
         "sigmoid_mul" => kernels::elementwise::run_sigmoid_mul(
             &l,
             &shape(&[m, n]),
@@ -224,7 +223,11 @@ fn production_shapes_keep_the_invariants() {
     for device in DevicePreset::builtin_names() {
         for (m, n, k) in gemms {
             for op in ["gemm", "gemm_db"] {
-                check(device, &format!("{op} {m}x{n}x{k}"), run_op(device, op, m, n, k));
+                check(
+                    device,
+                    &format!("{op} {m}x{n}x{k}"),
+                    run_op(device, op, m, n, k),
+                );
             }
         }
         let l = launcher(device);
@@ -241,7 +244,11 @@ fn production_shapes_keep_the_invariants() {
             fp8_kv: false,
             seed: 1,
         };
-        check(device, "decode ctx 8192", run_decode(&l, &decode).map(|r| r.report));
+        check(
+            device,
+            "decode ctx 8192",
+            run_decode(&l, &decode).map(|r| r.report),
+        );
         let gdn = DeltaCase {
             decay: Decay::Scalar,
             mode: DeltaMode::Chunked,
@@ -254,10 +261,18 @@ fn production_shapes_keep_the_invariants() {
             config: Config::new().with("C", 64),
             seed: 1,
         };
-        check(device, "gdn prefill 8192", run_delta(&l, &gdn).map(|r| r.launch.report));
+        check(
+            device,
+            "gdn prefill 8192",
+            run_delta(&l, &gdn).map(|r| r.launch.report),
+        );
         for (rows, cols) in [(512, 4000), (4096, 7168)] {
             check(device, "softmax", run_op(device, "softmax", rows, cols, 1));
-            check(device, "rmsnorm_residual", run_op(device, "rmsnorm_residual", rows, cols, 1));
+            check(
+                device,
+                "rmsnorm_residual",
+                run_op(device, "rmsnorm_residual", rows, cols, 1),
+            );
         }
     }
 }

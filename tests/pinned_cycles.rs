@@ -19,7 +19,14 @@ fn launcher(p: DevicePreset) -> Launcher {
     Launcher::new(p).with_backend(Backend::CostOnly)
 }
 
-fn gemm(p: DevicePreset, variant: GemmVariant, m: usize, n: usize, k: usize, tile: Option<(i64, i64, i64)>) -> Report {
+fn gemm(
+    p: DevicePreset,
+    variant: GemmVariant,
+    m: usize,
+    n: usize,
+    k: usize,
+    tile: Option<(i64, i64, i64)>,
+) -> Report {
     let config = match tile {
         Some((bm, bn, bk)) => Config::new().with("BM", bm).with("BN", bn).with("BK", bk),
         None => Config::new(),
@@ -39,13 +46,27 @@ fn gemm(p: DevicePreset, variant: GemmVariant, m: usize, n: usize, k: usize, til
 /// L2-bound: a double-buffered GEMM on h200 whose A and B tiles are mostly L2 hits; 132 SMs ask
 /// far more than the L2's bandwidth.
 fn l2_bound(p: DevicePreset) -> Report {
-    gemm(p, GemmVariant::DoubleBuffered, 2048, 2048, 2048, Some((64, 64, 64)))
+    gemm(
+        p,
+        GemmVariant::DoubleBuffered,
+        2048,
+        2048,
+        2048,
+        Some((64, 64, 64)),
+    )
 }
 
 /// HBM-bound: the skinny decode-shaped GEMM of issue #12 on h200 (weights streamed once), with
 /// the tile the CLI picks for it.
 fn hbm_bound(p: DevicePreset) -> Report {
-    gemm(p, GemmVariant::Persistent, 64, 7168, 16384, Some((64, 176, 128)))
+    gemm(
+        p,
+        GemmVariant::Persistent,
+        64,
+        7168,
+        16384,
+        Some((64, 176, 128)),
+    )
 }
 
 /// Vector-bound (by its roofline: the vector unit is the resource with the largest minimum time):
@@ -103,19 +124,39 @@ fn pinned_cycles() {
     let lat = latency_bound();
     let got = [
         ("l2-bound gemm_db 2048^3 h200", l2.cycles, l2.bound_unit),
-        ("hbm-bound gemm 64x7168x16384 h200", hbm.cycles, hbm.bound_unit),
-        ("vector-bound gdn recurrent 256 tokens npu-910b", vec.cycles, vec.bound_unit),
-        ("latency-bound decode ctx 512 npu-910b", lat.cycles, lat.bound_unit),
+        (
+            "hbm-bound gemm 64x7168x16384 h200",
+            hbm.cycles,
+            hbm.bound_unit,
+        ),
+        (
+            "vector-bound gdn recurrent 256 tokens npu-910b",
+            vec.cycles,
+            vec.bound_unit,
+        ),
+        (
+            "latency-bound decode ctx 512 npu-910b",
+            lat.cycles,
+            lat.bound_unit,
+        ),
     ];
     let want = [
         ("l2-bound gemm_db 2048^3 h200", PIN_L2, "l2"),
         ("hbm-bound gemm 64x7168x16384 h200", PIN_HBM, "hbm"),
-        ("vector-bound gdn recurrent 256 tokens npu-910b", PIN_VEC, "vector"),
+        (
+            "vector-bound gdn recurrent 256 tokens npu-910b",
+            PIN_VEC,
+            "vector",
+        ),
         ("latency-bound decode ctx 512 npu-910b", PIN_LAT, LAT_BOUND),
     ];
     assert_eq!(got, want);
     // Latency-bound: far from its roofline, whatever resource that names.
-    assert!(lat.roofline_fraction < 0.5, "decode at {} of its roofline", lat.roofline_fraction);
+    assert!(
+        lat.roofline_fraction < 0.5,
+        "decode at {} of its roofline",
+        lat.roofline_fraction
+    );
 }
 
 const PIN_L2: u64 = 117_451;

@@ -216,8 +216,16 @@ impl Fluid {
         let cap = self.cap;
         let hbm_users = h + w;
         let l2_users = h + l;
-        let hbm_fair = if hbm_users > 0.0 { self.hbm_bw / hbm_users } else { f64::INFINITY };
-        let l2_fair = if l2_users > 0.0 { self.l2_bw / l2_users } else { f64::INFINITY };
+        let hbm_fair = if hbm_users > 0.0 {
+            self.hbm_bw / hbm_users
+        } else {
+            f64::INFINITY
+        };
+        let l2_fair = if l2_users > 0.0 {
+            self.l2_bw / l2_users
+        } else {
+            f64::INFINITY
+        };
         let x = cap.min(hbm_fair).min(l2_fair);
         let rw = if hbm_fair <= x || w == 0.0 {
             x

@@ -157,7 +157,10 @@ impl<'a> LaunchSim<'a> {
             let ta = self.arrivals.peek().map(|Reverse((t, _))| *t as f64);
             let tf = self.frees.peek().map(|Reverse((t, _))| *t as f64);
             // Completions first, then arrivals, then cores freeing, at equal times.
-            let min = [tc, ta, tf].into_iter().flatten().fold(f64::INFINITY, f64::min);
+            let min = [tc, ta, tf]
+                .into_iter()
+                .flatten()
+                .fold(f64::INFINITY, f64::min);
             if min == f64::INFINITY {
                 return Ok(());
             }
@@ -166,7 +169,10 @@ impl<'a> LaunchSim<'a> {
             } else if ta == Some(min) {
                 let Reverse((t, id)) = self.arrivals.pop().expect("peeked");
                 self.fluid.advance_to(t as f64);
-                let r = self.requested.remove(&id).expect("requested before arriving");
+                let r = self
+                    .requested
+                    .remove(&id)
+                    .expect("requested before arriving");
                 self.fluid.add(id, r.class, r.bytes, r.mult);
             } else if !self.assign(last)? {
                 return Ok(());
@@ -178,7 +184,10 @@ impl<'a> LaunchSim<'a> {
     fn complete(&mut self) -> Result<(), SimError> {
         let mut done = std::mem::take(&mut self.done_buf);
         done.clear();
-        let t = self.fluid.complete_next(&mut done).expect("a completion is due");
+        let t = self
+            .fluid
+            .complete_next(&mut done)
+            .expect("a completion is due");
         // The DMA engine is busy until the cycle its last byte lands.
         let busy_end = (t - 1e-6).ceil().max(0.0) as u64;
         for &id in &done {
@@ -512,10 +521,17 @@ mod tests {
         // Programs reading different tensors cannot be told apart by the timing model: they run
         // as one run of multiplicity `cores`, whose transfers count `cores` times in the fluid.
         let p = DevicePreset::load("h200").unwrap();
-        let same: Vec<_> = (0..p.cores).map(|i| streaming(i, 0, 4, 32 * 1024)).collect();
+        let same: Vec<_> = (0..p.cores)
+            .map(|i| streaming(i, 0, 4, 32 * 1024))
+            .collect();
         let r = launch(&p, same);
         assert!(r.check_physics(&p).is_empty());
-        let twice = launch(&p, (0..p.cores).map(|i| streaming(i, 0, 4, 32 * 1024)).collect());
+        let twice = launch(
+            &p,
+            (0..p.cores)
+                .map(|i| streaming(i, 0, 4, 32 * 1024))
+                .collect(),
+        );
         assert_eq!(r, twice, "deterministic");
     }
 }

@@ -144,8 +144,16 @@ pub struct Transfers {
 
 impl Transfers {
     /// A new pending transfer; the launch learns of it through `requests`.
-    fn submit(&mut self, arrival: u64, class: Class, bytes: u64, latency: u64, mult: u64) -> TransferId {
-        let id = TransferId::try_from(self.ends.len()).expect("fewer than 2^32 transfers per launch");
+    fn submit(
+        &mut self,
+        arrival: u64,
+        class: Class,
+        bytes: u64,
+        latency: u64,
+        mult: u64,
+    ) -> TransferId {
+        let id =
+            TransferId::try_from(self.ends.len()).expect("fewer than 2^32 transfers per launch");
         self.ends.push((PENDING, PENDING, latency));
         self.requests.push(TransferReq {
             id,
@@ -480,7 +488,11 @@ impl CoreRun {
         };
         let f = self.in_flight[q].take().expect("found above");
         let (busy_end, end) = tr.get(id).expect("completed");
-        let e = if q == 0 { Engine::DmaIn } else { Engine::DmaOut };
+        let e = if q == 0 {
+            Engine::DmaIn
+        } else {
+            Engine::DmaOut
+        };
         let dur = busy_end - f.start;
         self.engine_free[e.index()] = busy_end;
         self.t.busy[e.index()] += dur;
@@ -634,7 +646,15 @@ impl CoreRun {
                             if *bytes == 0 {
                                 // A window entirely outside the tensor moves nothing (masked
                                 // prefetch past the end): the request's overhead only.
-                                self.known_exec(e, start, ready_at, cx, ins.op.mnemonic(), ins.line, stat_i);
+                                self.known_exec(
+                                    e,
+                                    start,
+                                    ready_at,
+                                    cx,
+                                    ins.op.mnemonic(),
+                                    ins.line,
+                                    stat_i,
+                                );
                                 if q == 0 {
                                     self.dma_iv.add(start, ready_at);
                                 }
@@ -657,7 +677,15 @@ impl CoreRun {
                         (op, Some(e)) => {
                             let (dur, latency) = self.compute_cost(cx, op, ins.line, stat_i)?;
                             let busy_end = start + dur;
-                            self.known_exec(e, start, busy_end, cx, op.mnemonic(), ins.line, stat_i);
+                            self.known_exec(
+                                e,
+                                start,
+                                busy_end,
+                                cx,
+                                op.mnemonic(),
+                                ins.line,
+                                stat_i,
+                            );
                             match e {
                                 Engine::Matrix => self.matrix_iv.add(start, busy_end),
                                 Engine::Vector => self.vector_iv.add(start, busy_end),
