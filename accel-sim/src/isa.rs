@@ -97,6 +97,9 @@ pub enum Op {
         k: u64,
         /// Input dtype (selects the unit's rate).
         dtype: DType,
+        /// The problem's useful FLOP in it: 2·m'·n'·k' over the operands' valid extents (rows
+        /// and columns that hold data, not padding of a ragged tile).
+        useful: u64,
     },
     /// A vector-unit pass over `elems` elements of `dtype`.
     Vector {
@@ -106,6 +109,9 @@ pub enum Op {
         dtype: DType,
         /// Cost class.
         class: VectorClass,
+        /// Useful element operations in it (0 for a constant fill such as `zeros`: it computes
+        /// nothing of the problem).
+        useful: u64,
     },
     /// Wait until every engine of the core is idle.
     Barrier,
@@ -123,8 +129,17 @@ impl Op {
         }
     }
 
-    /// Useful floating-point operations (2·m·n·k for an MMA, one per element for vector ops).
+    /// Useful floating-point operations (see the `useful` fields).
     pub fn flop(&self) -> u64 {
+        match self {
+            Op::Mma { useful, .. } | Op::Vector { useful, .. } => *useful,
+            _ => 0,
+        }
+    }
+
+    /// Floating-point operations issued, padding included (2·m·n·k for an MMA, one per element
+    /// for vector ops).
+    pub fn issued_flop(&self) -> u64 {
         match self {
             Op::Mma { m, n, k, .. } => 2 * m * n * k,
             Op::Vector { elems, .. } => *elems,
@@ -199,7 +214,7 @@ pub fn vector_cycles(p: &DevicePreset, elems: u64, dtype: DType, class: VectorCl
 
 /// Validates an instruction against the device before timing (e.g. unsupported matrix dtype).
 pub fn check(p: &DevicePreset, op: &Op, kernel: &str, line: u32) -> Result<(), SimError> {
-    if let Op::Mma { m, n, k, dtype } = op {
+    if let Op::Mma { m, n, k, dtype, .. } = op {
         mma_cycles(p, *m, *n, *k, *dtype).map_err(|message| SimError::Kernel {
             kernel: kernel.to_string(),
             line,

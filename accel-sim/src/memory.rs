@@ -1,8 +1,10 @@
-//! The memory system below SRAM: a shared L2 in front of HBM, with bandwidth shared among cores.
+//! The memory system below SRAM: a shared L2 in front of HBM, and the bandwidth of both shared
+//! over time among every transfer in flight on any core ([`Fluid`]).
 
 use crate::isa::Region;
 use crate::preset::DevicePreset;
-use std::collections::{HashMap, VecDeque};
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap, VecDeque};
 
 /// The L2's index of resident windows (a fast non-cryptographic hash: the keys are not adversarial).
 type RegionMap = HashMap<Region, u64, foldhash::fast::FixedState>;
@@ -60,101 +62,189 @@ impl L2Cache {
     }
 }
 
-/// The bandwidth one program gets from each level, and the latencies.
+/// What a DMA transfer moves through, which decides the bandwidth it competes for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Class {
+    /// A read that missed L2: it crosses HBM and the L2 (the roofline counts misses on both).
+    HbmRead = 0,
+    /// A store: posted to HBM.
+    HbmWrite = 1,
+    /// A read served by L2.
+    L2Read = 2,
+}
+
+/// `f64` ordered by `total_cmp` (completion targets in the fluid's heaps).
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub struct ProgramRates {
-    /// Bytes per cycle this program gets from HBM.
-    pub hbm: f64,
-    /// Bytes per cycle this program gets from L2.
-    pub l2: f64,
-    /// HBM latency in cycles.
-    pub hbm_latency: u64,
-    /// L2 hit latency in cycles.
-    pub l2_latency: u64,
+struct Ord64(f64);
+
+impl Eq for Ord64 {}
+
+impl PartialOrd for Ord64 {
+    fn partial_cmp(&self, o: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(o))
+    }
 }
 
-/// What a program asks of the memory system: bytes from HBM (misses and writes) and from L2 (hits).
-#[derive(Debug, Clone, Copy, Default)]
-pub struct Demand {
-    /// HBM bytes (read misses + writes).
-    pub hbm: u64,
-    /// L2 hit bytes.
-    pub l2: u64,
+impl Ord for Ord64 {
+    fn cmp(&self, o: &Self) -> std::cmp::Ordering {
+        self.0.total_cmp(&o.0)
+    }
 }
 
-/// Shares HBM and L2 bandwidth among the programs of one wave (programs running at once).
+/// The transfers of one [`Class`] in flight. All of them move at the same rate at any instant
+/// (equal caps, fair sharing), so each needs only the *virtual* amount `v` every one of them has
+/// moved since the launch began: a transfer of `b` bytes that arrives when it is `v0` completes
+/// when `v` reaches `v0 + b`. Arrivals and completions are then a heap push and pop.
+#[derive(Debug, Default)]
+struct ClassState {
+    /// Transfers in flight, counted with their multiplicity (cores moving in lockstep).
+    n: u64,
+    /// Bytes each transfer of the class has moved since the launch began.
+    v: f64,
+    /// Bytes per cycle each transfer gets now.
+    rate: f64,
+    /// (target `v`, transfer id, multiplicity), smallest target first.
+    heap: BinaryHeap<Reverse<(Ord64, u32, u64)>>,
+}
+
+/// HBM and L2 bandwidth shared over time among all transfers in flight, whatever program or wave
+/// issued them (a fluid, processor-sharing model).
 ///
-/// Processor sharing with a per-core cap (water-filling): while programs still have bytes to move,
-/// the level's bandwidth is split among them, no one exceeding its core's DMA width; a program that
-/// finishes early frees its share for the others. A program's effective rate is its bytes over its
-/// finishing time. A program whose reads go partly to L2 and partly to HBM is on each level only
-/// part of the time, so it counts on a level in proportion to the share of its bytes served there:
-/// 24 GEMM programs that each take 15% of their reads from HBM load HBM like 3.6 programs reading
-/// only from it, not like 24. A wave where only one core misses gives that core the whole HBM (up
-/// to its DMA width), and a wave where all read only from HBM splits it evenly.
-pub fn share_wave(p: &DevicePreset, demands: &[Demand]) -> Vec<ProgramRates> {
-    let cap = p.dma.bytes_per_cycle_per_core;
-    let hbm: Vec<u64> = demands.iter().map(|d| d.hbm).collect();
-    let l2: Vec<u64> = demands.iter().map(|d| d.l2).collect();
-    let share = |own: u64, d: &Demand| own as f64 / (d.hbm + d.l2).max(1) as f64;
-    let hbm_w: Vec<f64> = demands.iter().map(|d| share(d.hbm, d)).collect();
-    let l2_w: Vec<f64> = demands.iter().map(|d| share(d.l2, d)).collect();
-    let hbm_rates = water_fill(&hbm, &hbm_w, p.hbm_bytes_per_cycle(), cap);
-    let l2_rates = water_fill(&l2, &l2_w, p.l2_bytes_per_cycle(), cap);
-    hbm_rates
-        .into_iter()
-        .zip(l2_rates)
-        .map(|(h, l)| ProgramRates {
-            hbm: h,
-            l2: l,
-            hbm_latency: p.hbm_latency_cycles(),
-            l2_latency: p.l2_latency_cycles(),
-        })
-        .collect()
+/// At each instant the rates are max-min fair (progressive filling): every transfer's rate rises
+/// together until it reaches its core's DMA width, or a level it crosses runs out of bandwidth;
+/// those stop and the others go on. Misses cross HBM and L2, stores HBM only, hits L2 only.
+/// The rates change only when a transfer arrives or completes, so the fluid advances from one such
+/// event to the next. Nothing depends on host threads or on the order programs were pushed in
+/// beyond program order: the same transfers give the same completions.
+#[derive(Debug)]
+pub struct Fluid {
+    hbm_bw: f64,
+    l2_bw: f64,
+    cap: f64,
+    now: f64,
+    cls: [ClassState; 3],
 }
 
-/// Effective rate of each demand under capped processor sharing of `total` bytes/cycle, a
-/// demand counting `weight` (its share of the time it spends on this level, in `(0, 1]`) towards
-/// the number of programs sharing it. No program gets more than `cap` or than `total`.
-fn water_fill(demand: &[u64], weight: &[f64], total: f64, cap: f64) -> Vec<f64> {
-    let n = demand.len();
-    let mut rate = vec![cap.min(total); n];
-    let mut order: Vec<usize> = (0..n).filter(|i| demand[*i] > 0).collect();
-    order.sort_by_key(|i| (demand[*i], *i));
-    let mut t = 0.0f64;
-    let mut moved = 0.0f64; // bytes every still-active program has moved so far
-                            // Summed in a fixed order (demand, then index), so the rates do not depend on anything else.
-    let mut sharing: f64 = order.iter().map(|i| weight[*i]).sum();
-    for &i in &order {
-        // (`max`: the running sum must not round below the last program's own weight.)
-        let r = cap.min(total).min(total / sharing.max(weight[i]));
-        let remaining = demand[i] as f64 - moved;
-        t += remaining / r;
-        moved = demand[i] as f64;
-        rate[i] = demand[i] as f64 / t;
-        sharing -= weight[i];
-    }
-    rate
-}
+/// Slack when deciding that a transfer's remaining bytes are all moved (floating-point rounding).
+const DONE_EPS: f64 = 1e-6;
 
-impl ProgramRates {
-    /// (transfer cycles, latency cycles) for this program to read `bytes` from `level` (no DMA
-    /// overhead). The transfer occupies the DMA engine; the latency only delays the data.
-    pub fn read_cycles(&self, bytes: u64, level: Level) -> (u64, u64) {
-        if bytes == 0 {
-            // A window entirely outside the tensor moves nothing (masked prefetch past the end).
-            return (0, 0);
+impl Fluid {
+    /// An idle memory system with `p`'s HBM and L2 bandwidth and per-core DMA width.
+    pub fn new(p: &DevicePreset) -> Fluid {
+        Fluid {
+            hbm_bw: p.hbm_bytes_per_cycle(),
+            l2_bw: p.l2_bytes_per_cycle(),
+            cap: p.dma.bytes_per_cycle_per_core,
+            now: 0.0,
+            cls: Default::default(),
         }
-        let (bw, lat) = match level {
-            Level::L2 => (self.l2, self.l2_latency),
-            Level::Hbm => (self.hbm, self.hbm_latency),
-        };
-        ((bytes as f64 / bw).ceil() as u64, lat)
     }
 
-    /// Cycles for this program to write `bytes` to HBM (posted writes: no latency on the engine).
-    pub fn write_cycles(&self, bytes: u64) -> u64 {
-        (bytes as f64 / self.hbm).ceil() as u64
+    /// The fluid's clock (cycles, fractional).
+    pub fn now(&self) -> f64 {
+        self.now
+    }
+
+    /// Moves the clock to `t` (≥ now), every transfer moving at its current rate meanwhile.
+    pub fn advance_to(&mut self, t: f64) {
+        let dt = t - self.now;
+        if dt > 0.0 {
+            for c in &mut self.cls {
+                if c.n > 0 {
+                    c.v += c.rate * dt;
+                }
+            }
+            self.now = t;
+        }
+    }
+
+    /// Starts transfer `id` of `bytes` through `class` now, for `mult` cores at once.
+    pub fn add(&mut self, id: u32, class: Class, bytes: u64, mult: u64) {
+        let c = &mut self.cls[class as usize];
+        c.heap.push(Reverse((Ord64(c.v + bytes as f64), id, mult)));
+        c.n += mult;
+        self.set_rates();
+    }
+
+    /// When the next transfer completes at the current rates (`None`: nothing in flight).
+    pub fn next_completion(&self) -> Option<f64> {
+        self.next().map(|(t, _)| t)
+    }
+
+    fn next(&self) -> Option<(f64, usize)> {
+        let mut best: Option<(f64, usize)> = None;
+        for (i, c) in self.cls.iter().enumerate() {
+            if let Some(Reverse((Ord64(target), _, _))) = c.heap.peek() {
+                let t = self.now + ((target - c.v).max(0.0) / c.rate);
+                if best.is_none_or(|(b, _)| t < b) {
+                    best = Some((t, i));
+                }
+            }
+        }
+        best
+    }
+
+    /// Advances to the next completion and returns its time with the ids of the transfers that
+    /// completed then (at least one), in a fixed order: class, then target, then id.
+    pub fn complete_next(&mut self, done: &mut Vec<u32>) -> Option<f64> {
+        let (t, first) = self.next()?;
+        self.advance_to(t);
+        if let Some(Reverse((Ord64(target), _, _))) = self.cls[first].heap.peek().copied() {
+            // The class that defined `t` has moved exactly its first transfer's bytes.
+            let c = &mut self.cls[first];
+            c.v = c.v.max(target);
+        }
+        for c in &mut self.cls {
+            while let Some(Reverse((Ord64(target), id, mult))) = c.heap.peek().copied() {
+                if target > c.v + DONE_EPS * target.max(1.0) {
+                    break;
+                }
+                c.heap.pop();
+                c.n -= mult;
+                done.push(id);
+            }
+        }
+        self.set_rates();
+        Some(t)
+    }
+
+    /// Max-min fair rates by progressive filling: all classes rise together to `x`, the largest
+    /// rate at which no level is over-subscribed and no transfer exceeds its DMA width; a class
+    /// crossing only a level that is not yet full then rises further into that level's remainder.
+    fn set_rates(&mut self) {
+        let [h, w, l] = [0, 1, 2].map(|i| self.cls[i].n as f64);
+        let cap = self.cap;
+        let hbm_users = h + w;
+        let l2_users = h + l;
+        let hbm_fair = if hbm_users > 0.0 {
+            self.hbm_bw / hbm_users
+        } else {
+            f64::INFINITY
+        };
+        let l2_fair = if l2_users > 0.0 {
+            self.l2_bw / l2_users
+        } else {
+            f64::INFINITY
+        };
+        let x = cap.min(hbm_fair).min(l2_fair);
+        let rw = if hbm_fair <= x || w == 0.0 {
+            x
+        } else {
+            cap.min((self.hbm_bw - h * x) / w)
+        };
+        let rl = if l2_fair <= x || l == 0.0 {
+            x
+        } else {
+            cap.min((self.l2_bw - h * x) / l)
+        };
+        self.cls[0].rate = x;
+        self.cls[1].rate = rw;
+        self.cls[2].rate = rl;
+    }
+
+    /// Bytes per cycle each transfer of `class` gets now (for tests).
+    pub fn rate(&self, class: Class) -> f64 {
+        self.cls[class as usize].rate
     }
 }
 
@@ -162,39 +252,63 @@ impl ProgramRates {
 mod tests {
     use super::*;
 
-    #[test]
-    fn water_fill_shares_and_caps() {
-        let full = [1.0, 1.0];
-        // Two equal demands share the total equally.
-        let r = water_fill(&[100, 100], &full, 10.0, 100.0);
-        assert!((r[0] - 5.0).abs() < 1e-9 && (r[1] - 5.0).abs() < 1e-9);
-        // A lone demand is capped by the core.
-        let r = water_fill(&[100, 0], &full, 10.0, 4.0);
-        assert!((r[0] - 4.0).abs() < 1e-9);
-        // Small demand finishes first at the shared rate; the big one then speeds up.
-        let r = water_fill(&[10, 100], &full, 10.0, 100.0);
-        assert!((r[0] - 5.0).abs() < 1e-9);
-        // big: 10 bytes in 2 cycles, then 90 bytes at 10/cycle = 9 cycles → 100/11.
-        assert!((r[1] - 100.0 / 11.0).abs() < 1e-9);
+    fn fluid(hbm: f64, l2: f64, cap: f64) -> Fluid {
+        Fluid {
+            hbm_bw: hbm,
+            l2_bw: l2,
+            cap,
+            now: 0.0,
+            cls: Default::default(),
+        }
     }
 
     #[test]
-    fn programs_count_by_their_share_of_a_level() {
-        // Two programs on this level a quarter of the time each: together they load it like half
-        // a program, so each gets what it would get alone (never more than the level itself).
-        let r = water_fill(&[100, 100], &[0.25, 0.25], 10.0, 100.0);
-        assert!((r[0] - 10.0).abs() < 1e-9 && (r[1] - 10.0).abs() < 1e-9);
-        // Four at half time share like two.
-        let r = water_fill(&[100; 4], &[0.5; 4], 12.0, 100.0);
-        assert!(r.iter().all(|x| (x - 6.0).abs() < 1e-9), "{r:?}");
-        // Through the wave: 24 programs reading 15% from HBM get their DMA width from HBM, 24
-        // reading only from HBM split it.
-        let p = DevicePreset::load("npu-910b").unwrap();
-        let cap = p.dma.bytes_per_cycle_per_core;
-        let mixed = share_wave(&p, &[Demand { hbm: 15, l2: 85 }; 24]);
-        assert!(mixed.iter().all(|r| (r.hbm - cap).abs() < 1e-9));
-        let pure = share_wave(&p, &[Demand { hbm: 100, l2: 0 }; 24]);
-        let even = p.hbm_bytes_per_cycle() / 24.0;
-        assert!(pure.iter().all(|r| (r.hbm - even).abs() < 1e-9));
+    fn equal_transfers_share_and_caps_bind() {
+        let mut f = fluid(10.0, 100.0, 100.0);
+        f.add(0, Class::HbmRead, 100, 1);
+        f.add(1, Class::HbmRead, 100, 1);
+        assert!((f.rate(Class::HbmRead) - 5.0).abs() < 1e-12);
+        let mut done = vec![];
+        assert_eq!(f.complete_next(&mut done), Some(20.0));
+        assert_eq!(done, vec![0, 1]);
+        // A lone transfer is capped by its core.
+        let mut f = fluid(10.0, 100.0, 4.0);
+        f.add(0, Class::HbmWrite, 40, 1);
+        assert_eq!(f.complete_next(&mut done), Some(10.0));
+    }
+
+    #[test]
+    fn a_finished_transfer_frees_its_share() {
+        // 10 and 100 bytes on 10 B/cycle: both at 5 until the small one ends at 2, then the big
+        // one alone at 10: 90 more bytes in 9 cycles, done at 11.
+        let mut f = fluid(10.0, 100.0, 100.0);
+        f.add(0, Class::HbmRead, 10, 1);
+        f.add(1, Class::HbmRead, 100, 1);
+        let mut done = vec![];
+        assert_eq!(f.complete_next(&mut done), Some(2.0));
+        done.clear();
+        let t = f.complete_next(&mut done).unwrap();
+        assert!((t - 11.0).abs() < 1e-9 && done == vec![1]);
+    }
+
+    #[test]
+    fn multiplicity_counts_cores_and_levels_fill_in_turn() {
+        let mut f = fluid(12.0, 100.0, 100.0);
+        f.add(0, Class::HbmRead, 100, 4);
+        assert!((f.rate(Class::HbmRead) - 3.0).abs() < 1e-12);
+        // Misses hold HBM at 3 each (12 in all); hits take what L2 has left, up to the cap.
+        let mut f = fluid(12.0, 20.0, 8.0);
+        f.add(0, Class::HbmRead, 100, 4);
+        f.add(1, Class::L2Read, 100, 2);
+        assert!((f.rate(Class::HbmRead) - 3.0).abs() < 1e-12);
+        assert!((f.rate(Class::L2Read) - 4.0).abs() < 1e-12);
+        // L2 the bottleneck: misses and hits share it evenly; stores take HBM's remainder.
+        let mut f = fluid(100.0, 10.0, 50.0);
+        f.add(0, Class::HbmRead, 100, 1);
+        f.add(1, Class::L2Read, 100, 1);
+        f.add(2, Class::HbmWrite, 100, 1);
+        assert!((f.rate(Class::HbmRead) - 5.0).abs() < 1e-12);
+        assert!((f.rate(Class::L2Read) - 5.0).abs() < 1e-12);
+        assert!((f.rate(Class::HbmWrite) - 50.0).abs() < 1e-12);
     }
 }

@@ -138,12 +138,24 @@ impl Key {
         let (tag, a, b, c, dtype, class) = match &ins.op {
             Op::Load { bytes, .. } => (TAG_LOAD, *bytes, 0, 0, 0, 0),
             Op::Store { bytes } => (TAG_STORE, *bytes, 0, 0, 0, 0),
-            Op::Mma { m, n, k, dtype } => (TAG_MMA, *m, *n, *k, *dtype as u64, 0),
+            Op::Mma {
+                m,
+                n,
+                k,
+                dtype,
+                useful,
+            } => {
+                // Tile sides are compile-time and small: three fit one word, leaving one for
+                // the useful FLOP.
+                debug_assert!(*m < 1 << 21 && *n < 1 << 21 && *k < 1 << 21);
+                (TAG_MMA, m | n << 21 | k << 42, *useful, 0, *dtype as u64, 0)
+            }
             Op::Vector {
                 elems,
                 dtype,
                 class,
-            } => (TAG_VECTOR, *elems, 0, 0, *dtype as u64, *class as u64),
+                useful,
+            } => (TAG_VECTOR, *elems, *useful, 0, *dtype as u64, *class as u64),
             Op::Barrier => (TAG_BARRIER, 0, 0, 0, 0, 0),
         };
         let head = tag
@@ -211,6 +223,15 @@ pub enum EventView<'a> {
         /// The buffer it writes.
         write: Option<BufId>,
     },
+}
+
+/// A position in a program's event stream (see [`ProgramTrace::view_at`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Cursor {
+    /// Index of the next event.
+    pub pos: usize,
+    next_buf: BufId,
+    next_id: usize,
 }
 
 /// Everything one program issued, in order (compactly: see the module docs).
@@ -336,6 +357,39 @@ impl ProgramTrace {
             };
             (i, view)
         })
+    }
+
+    /// The event at `c` and the cursor after it (`None` at the end), without moving `c`: the
+    /// timing model walks a program resumably, stopping at an event whose inputs are not known
+    /// yet (a transfer still in flight) and taking it again later.
+    pub fn view_at(&self, c: &Cursor) -> Option<(u32, EventView<'_>, Cursor)> {
+        let body = &*self.body;
+        let &i = body.stream.get(c.pos)?;
+        let mut next = Cursor {
+            pos: c.pos + 1,
+            ..*c
+        };
+        let view = match &body.shapes[i as usize] {
+            Event::Alloc { bytes, line, .. } => {
+                next.next_buf += 1;
+                EventView::Alloc {
+                    buf: c.next_buf,
+                    bytes: *bytes,
+                    line: *line,
+                }
+            }
+            Event::Exec(ins) => {
+                let n = ins.n_reads as usize;
+                let reads = &body.ids[c.next_id..c.next_id + n];
+                next.next_id += n;
+                let write = ins.write.map(|_| {
+                    next.next_id += 1;
+                    body.ids[next.next_id - 1]
+                });
+                EventView::Exec { ins, reads, write }
+            }
+        };
+        Some((i, view, next))
     }
 
     /// For each buffer, the index of the last event that touches it (its allocation if nothing
@@ -691,6 +745,7 @@ mod tests {
                 elems: 16,
                 dtype: DType::F32,
                 class: VectorClass::Simple,
+                useful: 16,
             };
             let ins = Instr::new(op, 3, &[x, acc, inv], Some(y));
             rec.exec(&ins);

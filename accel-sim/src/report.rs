@@ -45,11 +45,14 @@ pub struct Report {
     pub cycles: u64,
     /// Time in microseconds.
     pub time_us: f64,
-    /// Useful FLOP (matrix 2·m·n·k plus one per vector element op).
+    /// The problem's useful FLOP: matrix 2·m·n·k over the valid (not padded) extents of the
+    /// operands, plus vector element ops that compute (constant fills excluded). 2·M·N·K for a GEMM.
     pub flop: u64,
-    /// Matrix-unit FLOP.
+    /// FLOP issued: every matrix and vector op, padding of ragged tiles and fills included.
+    pub issued_flop: u64,
+    /// Matrix-unit FLOP issued (padding included).
     pub matrix_flop: u64,
-    /// Vector-unit element operations.
+    /// Vector-unit element operations issued.
     pub vector_ops: u64,
     /// Bytes moved to and from HBM.
     pub hbm_bytes: u64,
@@ -83,6 +86,9 @@ pub struct Report {
     pub exposed_dma_cycles: u64,
     /// Peak live SRAM bytes on one core.
     pub sram_peak_bytes: u64,
+    /// Peak SRAM reserved on one core at any instant: live tiles plus regions whose last occupant
+    /// may still be in use (≥ `sram_peak_bytes`, never above the capacity).
+    pub sram_reserved_peak_bytes: u64,
     /// SRAM bytes per core.
     pub sram_capacity_bytes: u64,
     /// Max relative error against the reference (set by the caller that checked; null in cost-only runs).
@@ -98,8 +104,10 @@ pub struct Report {
 pub struct Totals {
     /// Busy cycles per engine.
     pub busy: [u64; 4],
-    /// Matrix FLOP.
+    /// Matrix FLOP issued.
     pub matrix_flop: u64,
+    /// Useful FLOP (see [`Report::flop`]).
+    pub useful_flop: u64,
     /// Vector element ops.
     pub vector_ops: u64,
     /// Ideal matrix cycles (summed over programs).
@@ -114,6 +122,8 @@ pub struct Totals {
     pub l2_read: u64,
     /// Peak SRAM over programs.
     pub sram_peak: u64,
+    /// Peak SRAM reserved by regions over programs (occupancy bound at any instant).
+    pub sram_reserved_peak: u64,
     /// FLOP per matrix dtype.
     pub matrix_dtypes: BTreeMap<&'static str, u64>,
     /// Per-line stats.
@@ -146,7 +156,8 @@ impl Report {
         let cycles = inp.cycles.max(1);
         let time_us = p.cycles_to_us(cycles);
         let hbm_bytes = tot.hbm_read + tot.hbm_write;
-        let flop = tot.matrix_flop + tot.vector_ops;
+        let flop = tot.useful_flop;
+        let issued_flop = tot.matrix_flop + tot.vector_ops;
         let terms = [
             ("matrix", tot.matrix_ideal / cores as f64),
             ("vector", tot.vector_ideal / cores as f64),
@@ -213,6 +224,7 @@ impl Report {
             cycles,
             time_us,
             flop,
+            issued_flop,
             matrix_flop: tot.matrix_flop,
             vector_ops: tot.vector_ops,
             hbm_bytes,
@@ -235,6 +247,7 @@ impl Report {
             engine_utilization,
             exposed_dma_cycles: inp.exposed_dma,
             sram_peak_bytes: tot.sram_peak,
+            sram_reserved_peak_bytes: tot.sram_reserved_peak,
             sram_capacity_bytes: p.sram.bytes_per_core,
             max_rel_error: None,
             cost_only: inp.cost_only,
@@ -253,6 +266,7 @@ impl Report {
         r.cycles = sum(|p| p.cycles);
         r.time_us = parts.iter().map(|p| p.time_us).sum();
         r.flop = sum(|p| p.flop);
+        r.issued_flop = sum(|p| p.issued_flop);
         r.matrix_flop = sum(|p| p.matrix_flop);
         r.vector_ops = sum(|p| p.vector_ops);
         r.hbm_read_bytes = sum(|p| p.hbm_read_bytes);
@@ -264,6 +278,11 @@ impl Report {
         r.programs = sum(|p| p.programs);
         r.waves = sum(|p| p.waves);
         r.sram_peak_bytes = parts.iter().map(|p| p.sram_peak_bytes).max().unwrap_or(0);
+        r.sram_reserved_peak_bytes = parts
+            .iter()
+            .map(|p| p.sram_reserved_peak_bytes)
+            .max()
+            .unwrap_or(0);
         r.peak_tflops = parts.iter().map(|p| p.peak_tflops).fold(0.0, f64::max);
         let secs = r.time_us * 1e-6;
         r.achieved_tflops = r.flop as f64 / secs / 1e12;
@@ -311,6 +330,81 @@ impl Report {
             })
             .collect();
         Some(r)
+    }
+
+    /// The physical invariants this report must keep on device `p`, as a list of violations
+    /// (empty: none). A simulator that beats physics is wrong, not fast:
+    /// - cycles ≥ the roofline;
+    /// - HBM moved no more than its bandwidth allows in `cycles`, nor L2 (hits and misses cross it);
+    /// - no engine busy more than all of the time;
+    /// - SRAM, live and reserved, within the capacity of a core at every instant;
+    /// - useful work within the work issued.
+    pub fn check_physics(&self, p: &DevicePreset) -> Vec<String> {
+        let mut v = Vec::new();
+        let cycles = self.cycles as f64;
+        // Slack for the roofline's and the rates' rounding to whole cycles.
+        let slack = |x: f64| x * (1.0 + 1e-9) + 1.0;
+        if self.cycles < self.roofline_cycles {
+            v.push(format!(
+                "{}: {} cycles under the roofline's {} ({})",
+                self.kernel, self.cycles, self.roofline_cycles, self.bound_unit
+            ));
+        }
+        let hbm_max = slack(p.hbm_bytes_per_cycle() * cycles);
+        if self.hbm_bytes as f64 > hbm_max {
+            v.push(format!(
+                "{}: {} HBM bytes in {} cycles: {:.1} GB/s over the peak {:.1}",
+                self.kernel,
+                self.hbm_bytes,
+                self.cycles,
+                self.achieved_hbm_gbps,
+                self.peak_hbm_gbps
+            ));
+        }
+        let l2 = (self.l2_bytes + self.hbm_read_bytes) as f64;
+        if l2 > slack(p.l2_bytes_per_cycle() * cycles) {
+            v.push(format!(
+                "{}: {l2} bytes through L2 in {} cycles: over its {:.1} bytes/cycle",
+                self.kernel,
+                self.cycles,
+                p.l2_bytes_per_cycle()
+            ));
+        }
+        for (e, u) in &self.engine_utilization {
+            if *u > 1.0 + 1e-9 {
+                v.push(format!("{}: {e} utilisation {u} > 1", self.kernel));
+            }
+        }
+        for (what, b) in [
+            ("live", self.sram_peak_bytes),
+            ("reserved", self.sram_reserved_peak_bytes),
+        ] {
+            if b > self.sram_capacity_bytes {
+                v.push(format!(
+                    "{}: {what} SRAM {b} bytes over the capacity {}",
+                    self.kernel, self.sram_capacity_bytes
+                ));
+            }
+        }
+        if self.sram_peak_bytes > self.sram_reserved_peak_bytes {
+            v.push(format!(
+                "{}: live SRAM {} above the reserved peak {}",
+                self.kernel, self.sram_peak_bytes, self.sram_reserved_peak_bytes
+            ));
+        }
+        if self.flop > self.issued_flop {
+            v.push(format!(
+                "{}: useful FLOP {} above the FLOP issued {}",
+                self.kernel, self.flop, self.issued_flop
+            ));
+        }
+        if self.roofline_fraction > 1.0 + 1e-9 {
+            v.push(format!(
+                "{}: roofline fraction {}",
+                self.kernel, self.roofline_fraction
+            ));
+        }
+        v
     }
 
     /// One line for suite listings: name, cycles, time, bound, roofline fraction.

@@ -1,5 +1,5 @@
-//! Timing semantics of one program on one core: in-order engine queues, data dependencies, SRAM
-//! buffer reuse, and the issue stream.
+//! Timing semantics of one program on one core (or on several cores that run the same program in
+//! lockstep): in-order engine queues, data dependencies, SRAM buffer reuse, and the issue stream.
 //!
 //! Model, in brief:
 //! - Each engine (DMA-in, DMA-out, matrix, vector) executes its instructions in issue order.
@@ -9,16 +9,27 @@
 //!   buffer assignment would see it). A new tile takes a freed region of the same size if there is
 //!   one, and then must wait until the region's previous occupant is no longer in use. This is why a
 //!   kernel that loads the next tile only after the current one is consumed serialises DMA and
-//!   compute, while one that prefetches into a second buffer overlaps them.
+//!   compute, while one that prefetches into a second buffer overlaps them. A tile of a size with no
+//!   free region gets a new one only when enough SRAM is free at that time: freed regions of other
+//!   sizes are taken back, and the tile waits until their occupants are done. Reserved SRAM never
+//!   exceeds the capacity at any instant.
 //! - The issue stream advances one cycle per instruction; a blocking instruction (a synchronous
 //!   `load`) stalls it until completion.
+//! - A DMA transfer's duration is not the program's to decide: its bytes flow through the shared
+//!   [`crate::memory::Fluid`] with every other transfer in flight on the device. So a program is
+//!   walked *resumably* ([`CoreRun::advance`]): instructions whose inputs are known are timed at
+//!   once (their start may lie ahead of the launch's clock), a transfer is handed to the launch
+//!   with its arrival time, and the walk stops at the first instruction that needs the end of a
+//!   transfer still in flight. The launch ([`crate::schedule`]) resumes it when that transfer
+//!   completes. Times that wait on a transfer are kept symbolically ([`Lazy`]) until it does.
 
 use crate::error::SimError;
 use crate::isa::{mma_cycles, vector_cycles, Engine, Op, VectorClass};
-use crate::memory::{Level, ProgramRates};
+use crate::memory::{Class, Level};
 use crate::preset::DevicePreset;
-use crate::program::{Event, EventView, ProgramTrace};
+use crate::program::{Cursor, Event, EventView, ProgramTrace};
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 /// Cycles and counts attributed to one kernel source line.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -57,15 +68,15 @@ pub struct Interval {
     pub line: u32,
 }
 
-/// The timing of one program.
+/// The timing of one program (times are absolute cycles of the launch).
 #[derive(Debug, Clone, Default)]
 pub struct ProgramTiming {
-    /// Cycles from start to the last engine going idle.
+    /// Cycle the last engine went idle.
     pub cycles: u64,
-    /// Cycles until the core can take its next program: everything but the tail of posted stores
+    /// Cycle the core could take its next program: everything but the tail of posted stores
     /// (the DMA-out queue drains while the next program starts).
     pub occupancy: u64,
-    /// End of the DMA-out queue, relative to the program start (≥ `occupancy` when stores drain).
+    /// Cycle the DMA-out queue drained its last store (≥ `occupancy` when stores drain).
     pub dma_out_end: u64,
     /// Busy cycles per engine.
     pub busy: [u64; 4],
@@ -75,14 +86,19 @@ pub struct ProgramTiming {
     pub lines: BTreeMap<u32, LineStat>,
     /// Peak live SRAM bytes.
     pub sram_peak: u64,
+    /// Peak SRAM reserved by regions (live tiles, and freed regions whose last occupant may still
+    /// be in use): the occupancy at any instant is at most this.
+    pub sram_reserved_peak: u64,
     /// Bytes read from HBM.
     pub hbm_read: u64,
     /// Bytes written to HBM.
     pub hbm_write: u64,
     /// Bytes read from L2 (hits).
     pub l2_read: u64,
-    /// Matrix-unit FLOP.
+    /// Matrix-unit FLOP issued (padding of ragged tiles included).
     pub matrix_flop: u64,
+    /// The problem's useful FLOP: matrix FLOP over valid extents plus vector ops that compute.
+    pub useful_flop: u64,
     /// Vector-unit element operations.
     pub vector_ops: u64,
     /// Matrix cycles at peak rate with no fragment padding or overhead (for the roofline).
@@ -95,16 +111,153 @@ pub struct ProgramTiming {
     pub intervals: Vec<Interval>,
 }
 
+/// Id of a DMA transfer within a launch (index into [`Transfers`]).
+pub type TransferId = u32;
+
+/// `busy_end` of a transfer still in flight.
+const PENDING: u64 = u64::MAX;
+
+/// A DMA transfer handed to the launch: it joins the fluid at `arrival`.
+#[derive(Debug, Clone, Copy)]
+pub struct TransferReq {
+    /// Its id.
+    pub id: TransferId,
+    /// Cycle its bytes start to flow (after the DMA's fixed overhead).
+    pub arrival: u64,
+    /// What it crosses.
+    pub class: Class,
+    /// Bytes to move.
+    pub bytes: u64,
+    /// Cores moving it in lockstep.
+    pub mult: u64,
+}
+
+/// The transfers of a launch: when each one's bytes finished (`busy_end`, the DMA engine frees)
+/// and when its data is usable (`end`, after the level's latency), or [`PENDING`].
+#[derive(Debug, Default)]
+pub struct Transfers {
+    /// (busy_end, end, latency) per transfer id.
+    ends: Vec<(u64, u64, u64)>,
+    /// Requests made since the launch last drained them.
+    pub requests: Vec<TransferReq>,
+}
+
+impl Transfers {
+    /// A new pending transfer; the launch learns of it through `requests`.
+    fn submit(
+        &mut self,
+        arrival: u64,
+        class: Class,
+        bytes: u64,
+        latency: u64,
+        mult: u64,
+    ) -> TransferId {
+        let id =
+            TransferId::try_from(self.ends.len()).expect("fewer than 2^32 transfers per launch");
+        self.ends.push((PENDING, PENDING, latency));
+        self.requests.push(TransferReq {
+            id,
+            arrival,
+            class,
+            bytes,
+            mult,
+        });
+        id
+    }
+
+    /// Records that transfer `id`'s bytes finished at `busy_end`; returns its `end`.
+    pub fn complete(&mut self, id: TransferId, busy_end: u64) -> u64 {
+        let e = &mut self.ends[id as usize];
+        e.0 = busy_end;
+        e.1 = busy_end + e.2;
+        e.1
+    }
+
+    /// (busy_end, end) of `id`, `None` while in flight.
+    pub fn get(&self, id: TransferId) -> Option<(u64, u64)> {
+        let (b, e, _) = self.ends[id as usize];
+        (b != PENDING).then_some((b, e))
+    }
+}
+
+/// A time that may still wait on a transfer in flight: `max(at, end of wait[q])` for the DMA
+/// queues `q` (0 in, 1 out) where `wait[q]` is 1 + a transfer id. A queue has at most one transfer
+/// in flight whose end is unknown (the next one cannot start before it completes), so two slots
+/// express any time a program computes.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Lazy {
+    at: u64,
+    wait: [u32; 2],
+}
+
+impl Lazy {
+    fn known(at: u64) -> Lazy {
+        Lazy { at, wait: [0, 0] }
+    }
+
+    fn after(q: usize, id: TransferId, at: u64) -> Lazy {
+        let mut l = Lazy::known(at);
+        l.wait[q] = id + 1;
+        l
+    }
+
+    /// A lower bound known now (orders free regions).
+    fn bound(&self) -> u64 {
+        self.at
+    }
+
+    /// The value, or the transfer it still waits on.
+    fn resolve(&mut self, tr: &Transfers) -> Result<u64, TransferId> {
+        for q in 0..2 {
+            let w = self.wait[q];
+            if w != 0 {
+                match tr.get(w - 1) {
+                    Some((_, e)) => {
+                        self.at = self.at.max(e);
+                        self.wait[q] = 0;
+                    }
+                    None => return Err(w - 1),
+                }
+            }
+        }
+        Ok(self.at)
+    }
+
+    /// `max(self, o)`.
+    fn max(self, o: Lazy, tr: &Transfers) -> Lazy {
+        let mut r = Lazy::known(self.at.max(o.at));
+        for q in 0..2 {
+            let (a, b) = (self.wait[q], o.wait[q]);
+            r.wait[q] = match (a, b) {
+                (0, x) | (x, 0) => x,
+                (a, b) if a == b => a,
+                (a, b) => {
+                    // Two transfers of one queue: the older one has completed (see the type docs).
+                    let (old, new) = (a.min(b), a.max(b));
+                    if let Some((_, e)) = tr.get(old - 1) {
+                        r.at = r.at.max(e);
+                    }
+                    new
+                }
+            };
+        }
+        r
+    }
+}
+
 struct BufState {
     bytes: u64,
     region: usize,
-    ready: u64,
-    last_access: u64,
+    ready: Lazy,
+    last_access: Lazy,
     last_use: u32,
 }
 
 struct RegionState {
-    free_at: u64,
+    /// When its last occupant is done with it.
+    free_at: Lazy,
+    /// Its size (0 once taken back for a region of another size).
+    bytes: u64,
 }
 
 /// SRAM regions not in use, by size: a new tile takes the one of its size freed earliest (ties:
@@ -122,8 +275,19 @@ impl FreeRegions {
         let (pos, _) = list
             .iter()
             .enumerate()
-            .min_by_key(|(_, ri)| (regions[**ri].free_at, **ri))?;
+            .min_by_key(|(_, ri)| (regions[**ri].free_at.bound(), **ri))?;
         Some(list.swap_remove(pos))
+    }
+
+    /// Takes the free region of any size that frees first (ties: the lowest), to reclaim its SRAM.
+    fn take_any(&mut self, regions: &[RegionState]) -> Option<usize> {
+        let (li, pos, _) = self
+            .by_size
+            .iter()
+            .enumerate()
+            .flat_map(|(li, (_, l))| l.iter().enumerate().map(move |(pos, ri)| (li, pos, *ri)))
+            .min_by_key(|(_, _, ri)| (regions[*ri].free_at.bound(), *ri))?;
+        Some(self.by_size[li].1.swap_remove(pos))
     }
 
     /// Returns region `ri` of `bytes` to the pool.
@@ -149,11 +313,11 @@ impl Union {
 }
 
 /// Per-shape costs ([`ProgramTrace::indexed_events`]): an instruction's cost depends only on its
-/// shape (and, for loads, the level that serves it), so it is computed once per shape and level.
+/// shape, so it is computed once per shape.
 #[derive(Clone, Copy, Default)]
 struct ShapeCost {
-    /// (engine busy cycles, result latency) for level `[L2, HBM]` (only `[1]` for non-loads).
-    cost: [Option<(u64, u64)>; 2],
+    /// (engine busy cycles, result latency) of a matrix or vector instruction.
+    cost: Option<(u64, u64)>,
     /// Ideal vector cycles of one instance (vector instructions).
     vector_ideal: f64,
     /// Ideal matrix cycles of one instance (matrix instructions).
@@ -164,196 +328,565 @@ struct ShapeCost {
 pub struct TimingContext<'a> {
     /// The device.
     pub preset: &'a DevicePreset,
-    /// Bandwidth this program gets from each memory level.
-    pub rates: ProgramRates,
-    /// Level that serves each load of the program, in issue order (from the cache model).
-    pub levels: &'a [Level],
     /// Kernel name (for errors).
     pub kernel: &'a str,
     /// Source text of a kernel line (for errors).
     pub line_code: &'a dyn Fn(u32) -> String,
     /// Whether to keep the timeline.
     pub record_intervals: bool,
-    /// Cycle (relative to this program's start) until which the core's DMA-out queue is still
-    /// draining the previous program's stores.
-    pub dma_out_busy_until: u64,
 }
 
-/// Runs the timing model over one program's trace.
-pub fn time_program(
-    cx: &TimingContext<'_>,
-    trace: &ProgramTrace,
-) -> Result<ProgramTiming, SimError> {
-    let p = cx.preset;
-    let mut next_level = 0usize;
-    let n = trace.n_bufs() as usize;
-    let last_use = trace.last_uses();
-    let mut bufs: Vec<Option<BufState>> = (0..n).map(|_| None).collect();
-    let mut regions: Vec<RegionState> = Vec::new();
-    let mut free = FreeRegions::default();
-    let mut live = 0u64;
-    let mut t = ProgramTiming::default();
-    let mut engine_free = [0u64; 4];
-    engine_free[Engine::DmaOut.index()] = cx.dma_out_busy_until;
-    let mut issue = 0u64;
-    let mut last_ready = 0u64;
-    // Unions of busy intervals: each engine starts its instructions in order, so they arrive sorted.
-    let (mut matrix_iv, mut vector_iv, mut dma_iv) =
-        (Union::default(), Union::default(), Union::default());
-    let cap = p.sram.bytes_per_core;
-    let mut shape_cost = vec![ShapeCost::default(); trace.n_shapes()];
-    // Per-shape statistics, folded into per-line ones at the end.
-    let mut shape_stat = vec![LineStat::default(); trace.n_shapes()];
+/// A transfer of this program in flight on DMA queue `q`.
+struct InFlight {
+    id: TransferId,
+    start: u64,
+    shape: u32,
+    line: u32,
+    name: &'static str,
+    /// The issue stream's next slot when a blocking transfer stalled it (for stall statistics).
+    stall_from: Option<u64>,
+}
 
-    for (i, (si, ev)) in trace.views().enumerate() {
-        let i = i as u32;
-        match ev {
-            EventView::Alloc { buf, bytes, line } => {
-                let region = match free.take(bytes, &regions) {
-                    Some(ri) => ri,
-                    None => {
-                        regions.push(RegionState { free_at: 0 });
-                        regions.len() - 1
-                    }
-                };
-                live += bytes;
-                if live > cap {
-                    return Err(SimError::SramOverflow {
-                        kernel: cx.kernel.to_string(),
-                        line,
-                        code: (cx.line_code)(line),
-                        needed: live,
-                        capacity: cap,
-                    });
-                }
-                t.sram_peak = t.sram_peak.max(live);
-                let free_at = regions[region].free_at;
-                bufs[buf as usize] = Some(BufState {
-                    bytes,
-                    region,
-                    ready: free_at,
-                    last_access: free_at,
-                    last_use: last_use[buf as usize],
-                });
+/// Where a walk stopped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Step {
+    /// It needs the end of this transfer, still in flight.
+    Blocked(TransferId),
+    /// Every instruction is timed; the cores are free at `occupancy` (stores may still drain).
+    Done {
+        /// Cycle the cores can take their next programs.
+        occupancy: u64,
+    },
+}
+
+/// One program being timed on `mult` cores in lockstep, resumable (see the module docs).
+pub struct CoreRun {
+    /// Shared so that a walk can hold it while mutating the run (a clone of the trace itself
+    /// would copy its load windows at every resumption).
+    trace: Arc<ProgramTrace>,
+    cursor: Cursor,
+    index: u32,
+    /// Cycle the program started.
+    pub start: u64,
+    /// Cores running it in lockstep.
+    pub mult: u64,
+    levels: Vec<Level>,
+    next_level: usize,
+    bufs: Vec<Option<BufState>>,
+    regions: Vec<RegionState>,
+    free: FreeRegions,
+    live: u64,
+    reserved: u64,
+    engine_free: [u64; 4],
+    in_flight: [Option<InFlight>; 2],
+    /// A store of the cores' previous program still draining on DMA-out.
+    inherited_out: Option<TransferId>,
+    issue: Lazy,
+    last_ready: Lazy,
+    shape_cost: Vec<ShapeCost>,
+    shape_stat: Vec<LineStat>,
+    matrix_iv: Union,
+    vector_iv: Union,
+    dma_iv: Union,
+    occupancy: Option<u64>,
+    /// What the program cost (complete once [`Self::finished`]).
+    pub t: ProgramTiming,
+}
+
+impl CoreRun {
+    /// Starts `trace` at cycle `start` on `mult` cores whose loads are served by `levels`; the
+    /// cores' DMA-out queue is free at `out_free`, or once `inherited_out` completes.
+    pub fn new(
+        trace: Arc<ProgramTrace>,
+        levels: Vec<Level>,
+        start: u64,
+        mult: u64,
+        out_free: u64,
+        inherited_out: Option<TransferId>,
+    ) -> CoreRun {
+        let n = trace.n_bufs() as usize;
+        let shapes = trace.n_shapes();
+        let mut engine_free = [start; 4];
+        engine_free[Engine::DmaOut.index()] = out_free.max(start);
+        CoreRun {
+            cursor: Cursor::default(),
+            index: 0,
+            start,
+            mult,
+            levels,
+            next_level: 0,
+            bufs: (0..n).map(|_| None).collect(),
+            regions: Vec::new(),
+            free: FreeRegions::default(),
+            live: 0,
+            reserved: 0,
+            engine_free,
+            in_flight: [None, None],
+            inherited_out,
+            issue: Lazy::known(start),
+            last_ready: Lazy::known(start),
+            shape_cost: vec![ShapeCost::default(); shapes],
+            shape_stat: vec![LineStat::default(); shapes],
+            matrix_iv: Union::default(),
+            vector_iv: Union::default(),
+            dma_iv: Union::default(),
+            occupancy: None,
+            t: ProgramTiming::default(),
+            trace,
+        }
+    }
+
+    /// The transfer in flight on DMA-out, if any (the next program on these cores waits for it).
+    pub fn out_in_flight(&self) -> Option<TransferId> {
+        self.in_flight[1]
+            .as_ref()
+            .map(|f| f.id)
+            .or(self.inherited_out)
+    }
+
+    /// Whether `o` issues what this run's program issued (apart from load windows).
+    pub fn same_program(&self, o: &ProgramTrace) -> bool {
+        self.trace.same_shapes(o)
+    }
+
+    /// Whether every instruction is timed (stores may still be in flight).
+    pub fn walked(&self) -> bool {
+        self.occupancy.is_some()
+    }
+
+    /// Whether everything is timed and no transfer of this program is in flight: `t` is final.
+    pub fn finished(&self) -> bool {
+        self.occupancy.is_some() && self.in_flight.iter().all(|f| f.is_none())
+    }
+
+    /// When the engine can start its next instruction, or the transfer it waits on.
+    fn engine_ready(&mut self, e: Engine, tr: &Transfers) -> Result<u64, TransferId> {
+        let q = match e {
+            Engine::DmaIn => 0,
+            Engine::DmaOut => 1,
+            _ => return Ok(self.engine_free[e.index()]),
+        };
+        if let Some(f) = &self.in_flight[q] {
+            return Err(f.id);
+        }
+        if q == 1 {
+            if let Some(id) = self.inherited_out {
+                let (busy_end, _) = tr.get(id).ok_or(id)?;
+                let ef = &mut self.engine_free[e.index()];
+                *ef = (*ef).max(busy_end);
+                self.inherited_out = None;
             }
-            EventView::Exec { ins, reads, write } => {
-                let mut deps = 0u64;
-                for b in reads {
-                    deps = deps.max(buf(&bufs, *b).ready);
-                }
-                if let Some(w) = write {
-                    deps = deps.max(buf(&bufs, w).last_access);
-                }
-                let sc = &mut shape_cost[si as usize];
-                let (engine, (dur, latency)) = match &ins.op {
-                    Op::Barrier => (None, (0, 0)),
-                    op => {
-                        let e = op.engine().expect("non-barrier ops have an engine");
-                        (
-                            Some(e),
-                            cost(cx, op, ins.line, &mut next_level, &mut t, sc)?,
-                        )
-                    }
-                };
-                let start = match engine {
-                    Some(e) => issue.max(engine_free[e.index()]).max(deps),
-                    None => issue
-                        .max(engine_free.iter().copied().max().unwrap_or(0))
-                        .max(deps),
-                };
-                // The engine is busy for `dur`; the result is ready `latency` later (DMA requests are
-                // pipelined: the next transfer starts while this one's data is still in flight).
-                let busy_end = start + dur;
-                let end = busy_end + latency;
-                let stat = &mut shape_stat[si as usize];
-                stat.count += 1;
-                if let Some(e) = engine {
-                    engine_free[e.index()] = busy_end;
-                    t.busy[e.index()] += dur;
-                    stat.busy[e.index()] += dur;
-                    match e {
-                        Engine::Matrix => matrix_iv.add(start, busy_end),
-                        Engine::Vector => vector_iv.add(start, busy_end),
-                        Engine::DmaIn => dma_iv.add(start, end),
-                        Engine::DmaOut => {}
-                    }
-                    if cx.record_intervals && dur > 0 {
-                        t.intervals.push(Interval {
-                            engine: e,
-                            start,
-                            end: busy_end,
-                            name: ins.op.mnemonic(),
-                            line: ins.line,
+        }
+        Ok(self.engine_free[e.index()])
+    }
+
+    /// Transfer `id` of this program completed: its engine frees, its statistics are booked.
+    pub fn transfer_done(&mut self, id: TransferId, tr: &Transfers, record_intervals: bool) {
+        let Some(q) = (0..2).find(|q| self.in_flight[*q].as_ref().is_some_and(|f| f.id == id))
+        else {
+            return;
+        };
+        let f = self.in_flight[q].take().expect("found above");
+        let (busy_end, end) = tr.get(id).expect("completed");
+        let e = if q == 0 {
+            Engine::DmaIn
+        } else {
+            Engine::DmaOut
+        };
+        let dur = busy_end - f.start;
+        self.engine_free[e.index()] = busy_end;
+        self.t.busy[e.index()] += dur;
+        let stat = &mut self.shape_stat[f.shape as usize];
+        stat.busy[e.index()] += dur;
+        if let Some(from) = f.stall_from {
+            stat.stall += end.saturating_sub(from);
+        }
+        if q == 0 {
+            self.dma_iv.add(f.start, end);
+        } else {
+            self.t.dma_out_end = self.t.dma_out_end.max(busy_end);
+        }
+        if record_intervals && dur > 0 {
+            self.t.intervals.push(Interval {
+                engine: e,
+                start: f.start - self.start,
+                end: busy_end - self.start,
+                name: f.name,
+                line: f.line,
+            });
+        }
+        if self.finished() {
+            self.finalize();
+        }
+    }
+
+    /// Times instructions until one needs a transfer still in flight, or the program ends.
+    /// New transfers are appended to `tr.requests`, arriving no earlier than `now`.
+    pub fn advance(
+        &mut self,
+        cx: &TimingContext<'_>,
+        tr: &mut Transfers,
+        now: u64,
+    ) -> Result<Step, SimError> {
+        if let Some(occupancy) = self.occupancy {
+            return Ok(Step::Done { occupancy });
+        }
+        let p = cx.preset;
+        let cap = p.sram.bytes_per_core;
+        let trace = Arc::clone(&self.trace);
+        let last_use = trace.last_uses();
+        while let Some((si, ev, next)) = trace.view_at(&self.cursor) {
+            let i = self.index;
+            match ev {
+                EventView::Alloc { buf, bytes, line } => {
+                    let (region, ready) = match self.free.take(bytes, &self.regions) {
+                        Some(ri) => (ri, self.regions[ri].free_at),
+                        None => {
+                            // A new region: SRAM must be free for it now, so regions of other
+                            // sizes are taken back (earliest free first) and the tile waits for
+                            // their occupants.
+                            let mut ready = Lazy::known(self.start);
+                            while self.reserved + bytes > cap {
+                                let Some(ri) = self.free.take_any(&self.regions) else {
+                                    break;
+                                };
+                                let r = &mut self.regions[ri];
+                                ready = ready.max(r.free_at, tr);
+                                self.reserved -= r.bytes;
+                                r.bytes = 0;
+                            }
+                            self.regions.push(RegionState {
+                                free_at: ready,
+                                bytes,
+                            });
+                            self.reserved += bytes;
+                            (self.regions.len() - 1, ready)
+                        }
+                    };
+                    self.live += bytes;
+                    if self.live > cap || self.reserved > cap {
+                        return Err(SimError::SramOverflow {
+                            kernel: cx.kernel.to_string(),
+                            line,
+                            code: (cx.line_code)(line),
+                            needed: self.live.max(self.reserved),
+                            capacity: cap,
                         });
                     }
+                    self.t.sram_peak = self.t.sram_peak.max(self.live);
+                    self.t.sram_reserved_peak = self.t.sram_reserved_peak.max(self.reserved);
+                    self.bufs[buf as usize] = Some(BufState {
+                        bytes,
+                        region,
+                        ready,
+                        last_access: ready,
+                        last_use: last_use[buf as usize],
+                    });
                 }
-                let new_issue = if ins.blocking || engine.is_none() {
-                    end
-                } else {
-                    issue + 1
-                };
-                stat.stall += new_issue.saturating_sub(issue + 1);
-                issue = new_issue;
-                for b in reads {
-                    let s = buf_mut(&mut bufs, *b);
-                    s.last_access = s.last_access.max(end);
-                }
-                if engine != Some(Engine::DmaOut) {
-                    last_ready = last_ready.max(end);
-                }
-                if let Some(w) = write {
-                    let s = buf_mut(&mut bufs, w);
-                    s.ready = end;
-                    s.last_access = s.last_access.max(end);
+                EventView::Exec { ins, reads, write } => {
+                    // Everything this instruction waits for, known or the transfer to wait on.
+                    let mut deps = Lazy::known(0);
+                    for b in reads {
+                        deps = deps.max(buf(&self.bufs, *b).ready, tr);
+                    }
+                    if let Some(w) = write {
+                        deps = deps.max(buf(&self.bufs, w).last_access, tr);
+                    }
+                    let deps = match deps.resolve(tr) {
+                        Ok(d) => d,
+                        Err(id) => return Ok(Step::Blocked(id)),
+                    };
+                    let issue = match self.issue.resolve(tr) {
+                        Ok(v) => v,
+                        Err(id) => return Ok(Step::Blocked(id)),
+                    };
+                    let engine = ins.op.engine();
+                    let engine_at = match engine {
+                        Some(e) => self.engine_ready(e, tr),
+                        None => Engine::ALL
+                            .iter()
+                            .map(|e| self.engine_ready(*e, tr))
+                            .try_fold(0, |a, r| r.map(|v| a.max(v))),
+                    };
+                    let engine_at = match engine_at {
+                        Ok(v) => v,
+                        Err(id) => return Ok(Step::Blocked(id)),
+                    };
+                    let start = issue.max(engine_at).max(deps);
+                    let stat_i = si as usize;
+                    self.shape_stat[stat_i].count += 1;
+                    // The instruction's end: known, or when a transfer's data arrives.
+                    let end: Lazy = match (&ins.op, engine) {
+                        (Op::Load { bytes, .. }, Some(e)) | (Op::Store { bytes }, Some(e)) => {
+                            let (class, latency, q) = match &ins.op {
+                                Op::Load { .. } => {
+                                    let level = self
+                                        .levels
+                                        .get(self.next_level)
+                                        .copied()
+                                        .unwrap_or(Level::Hbm);
+                                    self.next_level += 1;
+                                    match level {
+                                        Level::L2 => {
+                                            self.t.l2_read += bytes;
+                                            (Class::L2Read, p.l2_latency_cycles(), 0)
+                                        }
+                                        Level::Hbm => {
+                                            self.t.hbm_read += bytes;
+                                            (Class::HbmRead, p.hbm_latency_cycles(), 0)
+                                        }
+                                    }
+                                }
+                                _ => {
+                                    self.t.hbm_write += bytes;
+                                    (Class::HbmWrite, 0, 1)
+                                }
+                            };
+                            let ready_at = start + p.dma.overhead_cycles;
+                            if *bytes == 0 {
+                                // A window entirely outside the tensor moves nothing (masked
+                                // prefetch past the end): the request's overhead only.
+                                self.known_exec(
+                                    e,
+                                    start,
+                                    ready_at,
+                                    cx,
+                                    ins.op.mnemonic(),
+                                    ins.line,
+                                    stat_i,
+                                );
+                                if q == 0 {
+                                    self.dma_iv.add(start, ready_at);
+                                }
+                                Lazy::known(ready_at)
+                            } else {
+                                let arrival = ready_at.max(now);
+                                let id = tr.submit(arrival, class, *bytes, latency, self.mult);
+                                self.in_flight[q] = Some(InFlight {
+                                    id,
+                                    start,
+                                    shape: si,
+                                    line: ins.line,
+                                    name: ins.op.mnemonic(),
+                                    stall_from: ins.blocking.then_some(issue + 1),
+                                });
+                                Lazy::after(q, id, arrival)
+                            }
+                        }
+                        (Op::Barrier, _) | (_, None) => Lazy::known(start),
+                        (op, Some(e)) => {
+                            let (dur, latency) = self.compute_cost(cx, op, ins.line, stat_i)?;
+                            let busy_end = start + dur;
+                            self.known_exec(
+                                e,
+                                start,
+                                busy_end,
+                                cx,
+                                op.mnemonic(),
+                                ins.line,
+                                stat_i,
+                            );
+                            match e {
+                                Engine::Matrix => self.matrix_iv.add(start, busy_end),
+                                Engine::Vector => self.vector_iv.add(start, busy_end),
+                                _ => {}
+                            }
+                            Lazy::known(busy_end + latency)
+                        }
+                    };
+                    let new_issue = if ins.blocking || engine.is_none() {
+                        // A known end books the stall now (a transfer books it on completion).
+                        if end.wait == [0, 0] {
+                            self.shape_stat[stat_i].stall += end.at.saturating_sub(issue + 1);
+                        }
+                        end
+                    } else {
+                        Lazy::known(issue + 1)
+                    };
+                    self.issue = new_issue;
+                    for b in reads {
+                        let s = buf_mut(&mut self.bufs, *b);
+                        s.last_access = s.last_access.max(end, tr);
+                    }
+                    if engine != Some(Engine::DmaOut) {
+                        self.last_ready = self.last_ready.max(end, tr);
+                    }
+                    if let Some(w) = write {
+                        let s = buf_mut(&mut self.bufs, w);
+                        s.ready = end;
+                        s.last_access = s.last_access.max(end, tr);
+                    }
                 }
             }
+            // Release buffers whose last use was this event.
+            let (new, reads, write) = match ev {
+                EventView::Alloc { buf, .. } => (Some(buf), &[][..], None),
+                EventView::Exec { reads, write, .. } => (None, reads, write),
+            };
+            for &b in new.iter().chain(reads).chain(write.iter()) {
+                if let Some(s) = &self.bufs[b as usize] {
+                    if s.last_use == i {
+                        let (region, bytes, at) = (s.region, s.bytes, s.last_access);
+                        self.regions[region].free_at = at;
+                        self.free.give(bytes, region);
+                        self.live -= bytes;
+                        self.bufs[b as usize] = None;
+                    }
+                }
+            }
+            self.cursor = next;
+            self.index += 1;
         }
-        // Release buffers whose last use was this event.
-        let (new, reads, write) = match ev {
-            EventView::Alloc { buf, .. } => (Some(buf), &[][..], None),
-            EventView::Exec { reads, write, .. } => (None, reads, write),
+        // The cores are free when everything but posted stores is done.
+        let mut occ = self.issue.max(self.last_ready, tr);
+        for e in [Engine::DmaIn, Engine::Matrix, Engine::Vector] {
+            match self.engine_ready(e, tr) {
+                Ok(v) => occ = occ.max(Lazy::known(v), tr),
+                Err(id) => return Ok(Step::Blocked(id)),
+            }
+        }
+        let occupancy = match occ.resolve(tr) {
+            Ok(v) => v,
+            Err(id) => return Ok(Step::Blocked(id)),
         };
-        for &b in new.iter().chain(reads).chain(write.iter()) {
-            if let Some(s) = &bufs[b as usize] {
-                if s.last_use == i {
-                    let (region, bytes, at) = (s.region, s.bytes, s.last_access);
-                    regions[region].free_at = at;
-                    free.give(bytes, region);
-                    live -= bytes;
-                    bufs[b as usize] = None;
+        self.occupancy = Some(occupancy);
+        self.t.occupancy = occupancy;
+        // Stores already done (or none) end the DMA-out queue where it stands.
+        if self.in_flight[1].is_none() {
+            let out = self.engine_free[Engine::DmaOut.index()];
+            self.t.dma_out_end = self.t.dma_out_end.max(out);
+        }
+        if self.finished() {
+            self.finalize();
+        }
+        Ok(Step::Done { occupancy })
+    }
+
+    /// Books an instruction of known duration on engine `e`.
+    #[allow(clippy::too_many_arguments)]
+    fn known_exec(
+        &mut self,
+        e: Engine,
+        start: u64,
+        busy_end: u64,
+        cx: &TimingContext<'_>,
+        name: &'static str,
+        line: u32,
+        shape: usize,
+    ) {
+        let dur = busy_end - start;
+        self.engine_free[e.index()] = busy_end;
+        self.t.busy[e.index()] += dur;
+        self.shape_stat[shape].busy[e.index()] += dur;
+        if e == Engine::DmaOut {
+            self.t.dma_out_end = self.t.dma_out_end.max(busy_end);
+        }
+        if cx.record_intervals && dur > 0 {
+            self.t.intervals.push(Interval {
+                engine: e,
+                start: start - self.start,
+                end: busy_end - self.start,
+                name,
+                line,
+            });
+        }
+    }
+
+    /// (busy cycles, latency) of a matrix or vector instruction, adding its work to `t`.
+    fn compute_cost(
+        &mut self,
+        cx: &TimingContext<'_>,
+        op: &Op,
+        line: u32,
+        shape: usize,
+    ) -> Result<(u64, u64), SimError> {
+        let p = cx.preset;
+        let sc = &mut self.shape_cost[shape];
+        let t = &mut self.t;
+        Ok(match op {
+            Op::Mma {
+                m,
+                n,
+                k,
+                dtype,
+                useful,
+            } => {
+                let c = match sc.cost {
+                    Some(c) => c,
+                    None => {
+                        let c = mma_cycles(p, *m, *n, *k, *dtype).map_err(|message| {
+                            SimError::Kernel {
+                                kernel: cx.kernel.to_string(),
+                                line,
+                                message,
+                            }
+                        })?;
+                        // The roofline counts the useful work only.
+                        sc.matrix_ideal =
+                            *useful as f64 / p.matrix_flop_per_cycle(*dtype).unwrap_or(1.0);
+                        sc.cost = Some((c, 0));
+                        (c, 0)
+                    }
+                };
+                t.matrix_flop += 2 * m * n * k;
+                t.useful_flop += useful;
+                t.matrix_ideal += sc.matrix_ideal;
+                c
+            }
+            Op::Vector {
+                elems,
+                dtype,
+                class,
+                useful,
+            } => {
+                t.vector_ops += elems;
+                t.useful_flop += useful;
+                let c = match sc.cost {
+                    Some(c) => c,
+                    None => {
+                        let lanes = crate::isa::vector_lanes(p, *dtype) as f64;
+                        let factor = if *class == VectorClass::Transcendental {
+                            p.vector.transcendental_factor as f64
+                        } else {
+                            1.0
+                        };
+                        sc.vector_ideal = *useful as f64 * factor / lanes;
+                        let c = (vector_cycles(p, *elems, *dtype, *class), 0);
+                        sc.cost = Some(c);
+                        c
+                    }
+                };
+                t.vector_ideal += sc.vector_ideal;
+                c
+            }
+            _ => (0, 0),
+        })
+    }
+
+    /// Folds per-shape statistics into per-line ones and computes the exposed DMA.
+    fn finalize(&mut self) {
+        for (si, ev) in self.trace.shapes().iter().enumerate() {
+            if let Event::Exec(ins) = ev {
+                let stat = &self.shape_stat[si];
+                if stat.count == 0 {
+                    continue;
+                }
+                self.t.lines.entry(ins.line).or_default().merge(stat);
+                if let Op::Mma { m, n, k, dtype, .. } = &ins.op {
+                    *self.t.matrix_dtypes.entry(dtype.name()).or_default() +=
+                        2 * m * n * k * stat.count;
                 }
             }
         }
+        self.t.dma_out_end = self.t.dma_out_end.max(self.start);
+        self.t.cycles = self.t.occupancy.max(self.t.dma_out_end);
+        let compute = merge_unions(&self.matrix_iv.0, &self.vector_iv.0);
+        self.t.exposed_dma = exposed(&self.dma_iv.0, &compute);
+        // Free what is no longer needed: the run may linger until the launch drops it.
+        self.bufs = Vec::new();
+        self.regions = Vec::new();
+        self.shape_cost = Vec::new();
     }
-    for (si, ev) in trace.shapes().iter().enumerate() {
-        if let Event::Exec(ins) = ev {
-            let stat = &shape_stat[si];
-            t.lines.entry(ins.line).or_default().merge(stat);
-            if let Op::Mma { m, n, k, dtype, .. } = &ins.op {
-                *t.matrix_dtypes.entry(dtype.name()).or_default() += 2 * m * n * k * stat.count;
-            }
-        }
-    }
-    t.cycles = engine_free
-        .iter()
-        .copied()
-        .max()
-        .unwrap_or(0)
-        .max(issue)
-        .max(last_ready);
-    // (`last_ready` excludes stores: they are posted and drain on the DMA-out queue.)
-    t.dma_out_end = engine_free[Engine::DmaOut.index()];
-    t.occupancy = Engine::ALL
-        .iter()
-        .filter(|e| **e != Engine::DmaOut)
-        .map(|e| engine_free[e.index()])
-        .max()
-        .unwrap_or(0)
-        .max(issue)
-        .max(last_ready);
-    let compute = merge_unions(&matrix_iv.0, &vector_iv.0);
-    t.exposed_dma = exposed(&dma_iv.0, &compute);
-    Ok(t)
 }
 
 fn buf(bufs: &[Option<BufState>], b: u32) -> &BufState {
@@ -366,89 +899,6 @@ fn buf_mut(bufs: &mut [Option<BufState>], b: u32) -> &mut BufState {
     bufs[b as usize]
         .as_mut()
         .expect("front end recorded a use of a buffer after its last use")
-}
-
-/// (busy cycles, latency) of one instruction, adding its traffic and work to `t`; `sc` caches
-/// what depends only on the instruction's shape.
-fn cost(
-    cx: &TimingContext<'_>,
-    op: &Op,
-    line: u32,
-    next_level: &mut usize,
-    t: &mut ProgramTiming,
-    sc: &mut ShapeCost,
-) -> Result<(u64, u64), SimError> {
-    let p = cx.preset;
-    Ok(match op {
-        Op::Load { bytes, .. } => {
-            let level = cx.levels.get(*next_level).copied().unwrap_or(Level::Hbm);
-            *next_level += 1;
-            let slot = match level {
-                Level::L2 => {
-                    t.l2_read += bytes;
-                    0
-                }
-                Level::Hbm => {
-                    t.hbm_read += bytes;
-                    1
-                }
-            };
-            *sc.cost[slot].get_or_insert_with(|| {
-                let (transfer, latency) = cx.rates.read_cycles(*bytes, level);
-                (p.dma.overhead_cycles + transfer, latency)
-            })
-        }
-        Op::Store { bytes } => {
-            t.hbm_write += bytes;
-            *sc.cost[1]
-                .get_or_insert_with(|| (p.dma.overhead_cycles + cx.rates.write_cycles(*bytes), 0))
-        }
-        Op::Mma { m, n, k, dtype } => {
-            let c = match sc.cost[1] {
-                Some(c) => c,
-                None => {
-                    let c =
-                        mma_cycles(p, *m, *n, *k, *dtype).map_err(|message| SimError::Kernel {
-                            kernel: cx.kernel.to_string(),
-                            line,
-                            message,
-                        })?;
-                    let flop = 2 * m * n * k;
-                    sc.matrix_ideal = flop as f64 / p.matrix_flop_per_cycle(*dtype).unwrap_or(1.0);
-                    sc.cost[1] = Some((c, 0));
-                    (c, 0)
-                }
-            };
-            t.matrix_flop += 2 * m * n * k;
-            t.matrix_ideal += sc.matrix_ideal;
-            c
-        }
-        Op::Vector {
-            elems,
-            dtype,
-            class,
-        } => {
-            t.vector_ops += elems;
-            let c = match sc.cost[1] {
-                Some(c) => c,
-                None => {
-                    let lanes = crate::isa::vector_lanes(p, *dtype) as f64;
-                    let factor = if *class == VectorClass::Transcendental {
-                        p.vector.transcendental_factor as f64
-                    } else {
-                        1.0
-                    };
-                    sc.vector_ideal = *elems as f64 * factor / lanes;
-                    let c = (vector_cycles(p, *elems, *dtype, *class), 0);
-                    sc.cost[1] = Some(c);
-                    c
-                }
-            };
-            t.vector_ideal += sc.vector_ideal;
-            c
-        }
-        Op::Barrier => (0, 0),
-    })
 }
 
 /// The union of two interval unions (each sorted and disjoint), sorted and disjoint.

@@ -74,6 +74,8 @@ impl Ctx {
             buf,
             data,
             _t: PhantomData,
+            valid: [R, C],
+            fill: false,
         }
     }
 

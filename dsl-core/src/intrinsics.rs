@@ -82,7 +82,8 @@ fn load_impl<const R: usize, const C: usize, T: Elem>(
     } else {
         None
     };
-    let tile = ctx.new_tile::<T, R, C>(data);
+    let mut tile = ctx.new_tile::<T, R, C>(data);
+    tile.valid = if vc == 0 { [0, 0] } else { [vr, vc] };
     let bytes = T::DTYPE.bytes_for((vr * vc) as u64);
     let region = Region {
         tensor: t.id(),
@@ -172,11 +173,25 @@ fn vec_op(
     reads: &[u32],
     write: u32,
 ) {
+    vec_op_useful(ctx, elems, elems, dtype, class, reads, write);
+}
+
+/// [`vec_op`] of which only `useful` element ops are the problem's work.
+fn vec_op_useful(
+    ctx: &mut Ctx,
+    elems: usize,
+    useful: usize,
+    dtype: DType,
+    class: VectorClass,
+    reads: &[u32],
+    write: u32,
+) {
     let ins = Instr::new(
         Op::Vector {
             elems: elems as u64,
             dtype,
             class,
+            useful: useful as u64,
         },
         ctx.line,
         reads,
@@ -192,14 +207,34 @@ pub fn full<T: Elem, const R: usize, const C: usize>(ctx: &mut Ctx, value: f32) 
         T::round(&mut v);
         v
     });
-    let t = ctx.new_tile::<T, R, C>(data);
-    vec_op(ctx, R * C, T::DTYPE, VectorClass::Simple, &[], t.buf);
+    let mut t = ctx.new_tile::<T, R, C>(data);
+    t.fill = true;
+    // A constant fill computes nothing of the problem.
+    vec_op_useful(ctx, R * C, 0, T::DTYPE, VectorClass::Simple, &[], t.buf);
     t
 }
 
 /// A new tile of zeros (typically an accumulator).
 pub fn zeros<T: Elem, const R: usize, const C: usize>(ctx: &mut Ctx) -> Tile<T, R, C> {
     full::<T, R, C>(ctx, 0.0)
+}
+
+/// The useful FLOP of an MMA whose operands hold `vm×vk` and `vk×vn` of the problem's data, and
+/// the accumulator's new valid extent: a fresh fill takes the product's, one already holding data
+/// keeps the larger of the two (it is still that much of the output).
+fn mma_useful<const M: usize, const N: usize>(
+    acc: &mut Tile<f32, M, N>,
+    vm: usize,
+    vn: usize,
+    vk: usize,
+) -> u64 {
+    acc.valid = if acc.fill {
+        [vm, vn]
+    } else {
+        [acc.valid[0].max(vm), acc.valid[1].max(vn)]
+    };
+    acc.fill = false;
+    2 * (vm * vn * vk) as u64
 }
 
 /// `acc[M×N] += a[M×K] · b[K×N]` on the matrix unit (inputs `T`, accumulation f32).
@@ -212,11 +247,14 @@ pub fn mma<T: Float, const M: usize, const N: usize, const K: usize>(
     if let (Some(c), Some(x), Some(y)) = (acc.data.as_mut(), a.data.as_ref(), b.data.as_ref()) {
         f::mma_f32(c, x, y, M, N, K);
     }
+    let (vm, vn, vk) = (a.valid[0], b.valid[1], a.valid[1].min(b.valid[0]));
+    let useful = mma_useful(acc, vm, vn, vk);
     let op = Op::Mma {
         m: M as u64,
         n: N as u64,
         k: K as u64,
         dtype: T::DTYPE,
+        useful,
     };
     ctx.issue(Instr::new(
         op,
@@ -236,11 +274,14 @@ pub fn mma_bt<T: Float, const M: usize, const N: usize, const K: usize>(
     if let (Some(c), Some(x), Some(y)) = (acc.data.as_mut(), a.data.as_ref(), b.data.as_ref()) {
         f::mma_f32_bt(c, x, y, M, N, K);
     }
+    let (vm, vn, vk) = (a.valid[0], b.valid[0], a.valid[1].min(b.valid[1]));
+    let useful = mma_useful(acc, vm, vn, vk);
     let op = Op::Mma {
         m: M as u64,
         n: N as u64,
         k: K as u64,
         dtype: T::DTYPE,
+        useful,
     };
     ctx.issue(Instr::new(
         op,
@@ -260,7 +301,8 @@ pub fn cast<U: Elem, T: Elem, const R: usize, const C: usize>(
         U::round(&mut v);
         v
     });
-    let out = ctx.new_tile::<U, R, C>(data);
+    let mut out = ctx.new_tile::<U, R, C>(data);
+    out.valid = Tile::<U, R, C>::extent_of(&[(t.valid, t.fill)]);
     let wider = if T::DTYPE.bits() >= U::DTYPE.bits() {
         T::DTYPE
     } else {
@@ -281,7 +323,8 @@ fn unary_op<T: Float, const R: usize, const C: usize>(
         T::round(&mut v);
         v
     });
-    let out = ctx.new_tile::<T, R, C>(data);
+    let mut out = ctx.new_tile::<T, R, C>(data);
+    out.valid = Tile::<T, R, C>::extent_of(&[(t.valid, t.fill)]);
     let class = if op.is_transcendental() {
         VectorClass::Transcendental
     } else {
@@ -342,7 +385,8 @@ fn binary_op<T: Float, const R: usize, const C: usize>(
         }
         _ => None,
     };
-    let out = ctx.new_tile::<T, R, C>(data);
+    let mut out = ctx.new_tile::<T, R, C>(data);
+    out.valid = Tile::<T, R, C>::extent_of(&[(a.valid, a.fill), (b.valid, b.fill)]);
     vec_op(
         ctx,
         R * C,
@@ -390,7 +434,8 @@ fn scalar_op<T: Float, const R: usize, const C: usize>(
         T::round(&mut v);
         v
     });
-    let out = ctx.new_tile::<T, R, C>(data);
+    let mut out = ctx.new_tile::<T, R, C>(data);
+    out.valid = Tile::<T, R, C>::extent_of(&[(t.valid, t.fill)]);
     vec_op(ctx, R * C, T::DTYPE, VectorClass::Simple, &[t.buf], out.buf);
     out
 }
@@ -661,11 +706,14 @@ pub fn mma_at<T: Float, const M: usize, const N: usize, const K: usize>(
         f::transpose(&mut at, x, K, M);
         f::mma_f32(c, &at, y, M, N, K);
     }
+    let (vm, vn, vk) = (a.valid[1], b.valid[1], a.valid[0].min(b.valid[0]));
+    let useful = mma_useful(acc, vm, vn, vk);
     let op = Op::Mma {
         m: M as u64,
         n: N as u64,
         k: K as u64,
         dtype: T::DTYPE,
+        useful,
     };
     ctx.issue(Instr::new(
         op,
@@ -770,7 +818,8 @@ pub fn transpose<T: Elem, const R: usize, const C: usize>(
         f::transpose(&mut v, d, R, C);
         v
     });
-    let out = ctx.new_tile::<T, C, R>(data);
+    let mut out = ctx.new_tile::<T, C, R>(data);
+    out.valid = [t.valid[1], t.valid[0]];
     vec_op(ctx, R * C, T::DTYPE, VectorClass::Simple, &[t.buf], out.buf);
     out
 }
@@ -803,7 +852,8 @@ pub fn tril<T: Elem, const R: usize, const C: usize>(
         }
         v
     });
-    let out = ctx.new_tile::<T, R, C>(data);
+    let mut out = ctx.new_tile::<T, R, C>(data);
+    out.valid = Tile::<T, R, C>::extent_of(&[(t.valid, t.fill)]);
     vec_op(ctx, R * C, T::DTYPE, VectorClass::Simple, &[t.buf], out.buf);
     out
 }
@@ -895,6 +945,8 @@ pub fn index_at<const R: usize, const C: usize>(
         elems: 1,
         dtype: DType::I32,
         class: VectorClass::Simple,
+        // Reading an index moves data; it computes nothing.
+        useful: 0,
     };
     ctx.issue(Instr::new(op, ctx.line, &[t.buf], None).blocking());
     value
@@ -951,6 +1003,7 @@ pub fn topk_update<const K: usize, const C: usize>(
         elems: passes,
         dtype: accel_sim::DType::F32,
         class: VectorClass::Simple,
+        useful: passes,
     };
     ctx.issue(Instr::new(
         op.clone(),
@@ -963,6 +1016,7 @@ pub fn topk_update<const K: usize, const C: usize>(
             elems: 0,
             dtype: accel_sim::DType::I32,
             class: VectorClass::Simple,
+            useful: 0,
         },
         ctx.line,
         &[best.buf],

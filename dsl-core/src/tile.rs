@@ -12,6 +12,24 @@ pub struct Tile<T: Elem, const R: usize, const C: usize> {
     pub(crate) buf: BufId,
     pub(crate) data: Option<Vec<f32>>,
     pub(crate) _t: PhantomData<T>,
+    /// Rows and columns holding the problem's data (the rest pads a ragged edge): a load records
+    /// its window, element-wise results keep the smallest extent of their inputs, an accumulator
+    /// the extent of what was multiplied into it. `mma` counts its useful FLOP over these, so the
+    /// report's `flop` is the problem's work, not the padded tiles'. Known in cost-only runs too.
+    pub(crate) valid: [usize; 2],
+    /// Whether the tile is a constant fill (`zeros`, `full`) that nothing has written yet: as an
+    /// accumulator it takes the extent of its first product; as an operand it does not narrow.
+    pub(crate) fill: bool,
+}
+
+impl<T: Elem, const R: usize, const C: usize> Tile<T, R, C> {
+    /// The valid extent of element-wise results of `inputs` (see [`Tile::valid`]).
+    pub(crate) fn extent_of(inputs: &[([usize; 2], bool)]) -> [usize; 2] {
+        inputs
+            .iter()
+            .filter(|(_, fill)| !fill)
+            .fold([R, C], |a, (v, _)| [a[0].min(v[0]), a[1].min(v[1])])
+    }
 }
 
 impl<T: Elem, const R: usize, const C: usize> Tile<T, R, C> {
