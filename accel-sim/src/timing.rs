@@ -201,6 +201,15 @@ pub fn time_program(
     let (mut matrix_iv, mut vector_iv, mut dma_iv) =
         (Union::default(), Union::default(), Union::default());
     let cap = p.sram.bytes_per_core;
+    // Accumulator tiles held apart from the scratchpad (Hopper: the register file) count against
+    // their own capacity; elsewhere they are scratchpad tiles like any other.
+    let acc_cap = p.accumulators.as_ref().map(|a| a.bytes_per_core);
+    let is_acc: &[bool] = if acc_cap.is_some() {
+        trace.accumulators()
+    } else {
+        &[]
+    };
+    let mut live_acc = 0u64;
     let mut shape_cost = vec![ShapeCost::default(); trace.n_shapes()];
     // Per-shape statistics, folded into per-line ones at the end.
     let mut shape_stat = vec![LineStat::default(); trace.n_shapes()];
@@ -216,14 +225,23 @@ pub fn time_program(
                         regions.len() - 1
                     }
                 };
-                live += bytes;
-                if live > cap {
+                let (used, limit) = match (is_acc.get(buf as usize), acc_cap) {
+                    (Some(true), Some(c)) => {
+                        live_acc += bytes;
+                        (live_acc, c)
+                    }
+                    _ => {
+                        live += bytes;
+                        (live, cap)
+                    }
+                };
+                if used > limit {
                     return Err(SimError::SramOverflow {
                         kernel: cx.kernel.to_string(),
                         line,
                         code: (cx.line_code)(line),
-                        needed: live,
-                        capacity: cap,
+                        needed: used,
+                        capacity: limit,
                     });
                 }
                 t.sram_peak = t.sram_peak.max(live);
@@ -319,7 +337,11 @@ pub fn time_program(
                     let (region, bytes, at) = (s.region, s.bytes, s.last_access);
                     regions[region].free_at = at;
                     free.give(bytes, region);
-                    live -= bytes;
+                    if is_acc.get(b as usize) == Some(&true) {
+                        live_acc -= bytes;
+                    } else {
+                        live -= bytes;
+                    }
                     bufs[b as usize] = None;
                 }
             }
