@@ -16,6 +16,10 @@ Usage (from the repository root, after `cargo build --release`):
 
     python3 tools/calibrate/scalesim_compare.py            # all shapes, writes the table
     python3 tools/calibrate/scalesim_compare.py --quick    # small shapes only, no 1024^3
+    python3 tools/calibrate/scalesim_compare.py --shape 1024x1024x1024 --dataflow os
+
+Results are merged into the existing CSV (keyed by shape and dataflow) unless --fresh, so a
+long run can be done in parts; the Markdown table is regenerated from the whole CSV.
 
 The table goes to tools/calibrate/scalesim_table.md and, as data, to
 tools/calibrate/scalesim_table.csv (read by tests/systolic_scalesim.rs).
@@ -182,16 +186,22 @@ def main():
     ap.add_argument("--venv", default=str(ROOT / "target" / "scalesim-venv"))
     ap.add_argument("--day0", default=str(ROOT / "target" / "release" / "day0"))
     ap.add_argument("--out", default=str(ROOT / "tools" / "calibrate" / "scalesim_table"))
+    ap.add_argument("--shape", action="append", help="MxNxK (repeatable; default: the list)")
+    ap.add_argument("--dataflow", action="append", choices=DATAFLOWS, help="repeatable")
+    ap.add_argument("--fresh", action="store_true", help="replace the CSV instead of merging")
     args = ap.parse_args()
     day0 = Path(args.day0)
     if not day0.exists():
         sys.exit(f"{day0} not found: run `cargo build --release` first (or pass --day0)")
     py = ensure_venv(Path(args.venv))
     shapes = QUICK if args.quick else SHAPES
+    if args.shape:
+        shapes = [tuple(int(x) for x in sh.lower().split("x")) for sh in args.shape]
+    dataflows = args.dataflow or DATAFLOWS
     rows = []
     with tempfile.TemporaryDirectory(prefix="scalesim-") as tmp:
         for shape in shapes:
-            for df in DATAFLOWS:
+            for df in dataflows:
                 s_cycles, s_wall, s_cpu = run_scalesim(py, Path(tmp), shape, df)
                 d_cycles, d_total, d_wall, d_cpu = run_day0(day0, shape, df)
                 rows.append((shape, df, s_cycles, d_cycles, d_total, s_wall, d_wall, s_cpu, d_cpu))
@@ -199,6 +209,18 @@ def main():
                       f"day0 {d_cycles} ({d_wall * 1e3:.1f} ms wall, {d_cpu * 1e3:.1f} ms CPU)",
                       flush=True)
     out = Path(args.out)
+    if not args.fresh and out.with_suffix(".csv").exists():
+        done = {(r[0], r[1]) for r in rows}
+        with open(out.with_suffix(".csv")) as f:
+            for r in csv.DictReader(f):
+                key = ((int(r["m"]), int(r["n"]), int(r["k"])), r["dataflow"])
+                if key not in done:
+                    rows.append((key[0], key[1], int(r["scalesim_cycles"]),
+                                 int(r["day0_cycles"]), int(r["day0_total_with_memory"]),
+                                 float(r["scalesim_wall_s"]), float(r["day0_wall_s"]),
+                                 float(r["scalesim_cpu_s"]), float(r["day0_cpu_s"])))
+    order = {s: i for i, s in enumerate(SHAPES)}
+    rows.sort(key=lambda r: (order.get(r[0], len(order)), r[0], DATAFLOWS.index(r[1])))
     with open(out.with_suffix(".csv"), "w", newline="") as f:
         w = csv.writer(f)
         w.writerow(["m", "n", "k", "dataflow", "scalesim_cycles", "day0_cycles",
