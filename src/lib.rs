@@ -5,6 +5,7 @@
 //! - [`dsl_core`]: tiles, tensors, intrinsics, `#[kernel]`, launch;
 //! - [`kernels`]: the operator library and its registry;
 //! - [`model`]: model configs and forward passes;
+//! - [`calibrate`]: `day0 calibrate`, predictions against published measurements of real chips;
 //! - [`suite`]: the built-in kernel suite that `day0 run` executes;
 //! - [`tune`]: tile-shape sweeps over a kernel's tunable space.
 
@@ -13,5 +14,6 @@ pub use dsl_core;
 pub use kernels;
 pub use model;
 
+pub mod calibrate;
 pub mod suite;
 pub mod tune;

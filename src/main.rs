@@ -40,6 +40,21 @@ enum Command {
     Validate(model_cmd::ValidateArgs),
     /// List the built-in device presets.
     Devices,
+    /// day0's predictions against published measurements of real chips: one row per figure
+    /// (accel-sim/calibration/measurements.toml), its error, and the statistics.
+    Calibrate {
+        /// Print the table as JSON.
+        #[arg(long)]
+        json: bool,
+        /// Fit each device's efficiency factors on its `fit` rows (golden-section search,
+        /// cost-only) and print the table with the fitted factors.
+        #[arg(long)]
+        fit: bool,
+        /// With --fit: write the fitted factors into the presets' [efficiency] sections
+        /// (rebuild afterwards: presets are embedded in the binary).
+        #[arg(long, requires = "fit")]
+        write: bool,
+    },
     /// Release-day triage: every operator a model (config.json) needs, and which kernel covers it.
     /// Exits non-zero when an operator is missing.
     Coverage {
@@ -229,6 +244,16 @@ enum DtypeArg {
     F32,
 }
 
+/// Input dtype of `day0 kernel gemm`.
+#[derive(Clone, Copy, PartialEq, ValueEnum)]
+enum GemmDtypeArg {
+    Bf16,
+    F32,
+    /// FP8 E4M3 inputs with block scales (1×128 per activation row, 128×128 per weight block),
+    /// f32 accumulation, bf16 output: the DeepGEMM / DeepSeek-V3 recipe (B is `[N, K]`).
+    Fp8,
+}
+
 #[derive(Clone, Copy, ValueEnum)]
 enum VariantArg {
     /// Double-buffered K loop, one program per output tile (DMA overlaps compute).
@@ -274,7 +299,12 @@ struct GemmArgs {
     k: usize,
     /// Input dtype.
     #[arg(long, value_enum, default_value = "bf16")]
-    dtype: DtypeArg,
+    dtype: GemmDtypeArg,
+    /// Systolic-array dataflow (devices with a `[systolic]` section, e.g. systolic-128):
+    /// os (output stationary), ws (weight stationary) or is (input stationary). Adds the
+    /// array's `compute_cycles` as SCALE-Sim counts them beside the total with memory.
+    #[arg(long, default_value = "os", value_parser = parse_dataflow)]
+    dataflow: accel_sim::systolic::Dataflow,
     /// Tile shape BMxBNxBK, or `auto` to pick the fastest fitting tile by a cost-only sweep.
     #[arg(long, default_value = "auto")]
     tile: String,
@@ -317,6 +347,7 @@ fn run(cli: Cli) -> Result<(), String> {
             Ok(())
         }
         Command::Coverage { config, json } => coverage(&config, json),
+        Command::Calibrate { json, fit, write } => calibrate(json, fit, write),
         Command::Forward(args) => model_cmd::forward(args),
         Command::Validate(args) => model_cmd::validate_cmd(args),
         Command::Kernel(KernelCommand::Gemm(args)) => kernel_gemm(args),
@@ -404,9 +435,11 @@ fn kernel_gemm(args: GemmArgs) -> Result<(), String> {
         VariantArg::Persistent => GemmVariant::Persistent,
     };
     let dtype = match args.dtype {
-        DtypeArg::Bf16 => GemmDtype::Bf16,
-        DtypeArg::F32 => GemmDtype::F32,
+        GemmDtypeArg::Bf16 => GemmDtype::Bf16,
+        GemmDtypeArg::F32 => GemmDtype::F32,
+        GemmDtypeArg::Fp8 => return kernel_gemm_fp8(&args, &launcher),
     };
+    let systolic = systolic_json(&launcher.preset, &args, dtype)?;
     let case = |config: Config| GemmCase {
         m: args.m,
         n: args.n,
@@ -429,22 +462,120 @@ fn kernel_gemm(args: GemmArgs) -> Result<(), String> {
             return Ok(());
         }
         let best = tune::best(&points).ok_or("no tile shape fits this device")?;
-        return run_one_gemm(&launcher, &case(best.config.clone()), c);
+        let run = run_gemm(&launcher, &case(best.config.clone())).map_err(|e| e.to_string())?;
+        return print_gemm(&run, c, systolic, tolerance(dtype));
     }
     let config = parse_tile(&args.tile)?;
-    run_one_gemm(&launcher, &case(config), c)
+    let run = run_gemm(&launcher, &case(config)).map_err(|e| e.to_string())?;
+    print_gemm(&run, c, systolic, tolerance(dtype))
 }
 
-fn run_one_gemm(launcher: &Launcher, case: &GemmCase, c: &CommonArgs) -> Result<(), String> {
-    let run = run_gemm(launcher, case).map_err(|e| e.to_string())?;
+fn parse_dataflow(s: &str) -> Result<accel_sim::systolic::Dataflow, String> {
+    s.parse()
+}
+
+/// On a device with a systolic array: the dataflow timing (SCALE-Sim's compute cycles and
+/// day0's total with memory) as JSON fields to add to the report. `None` elsewhere.
+fn systolic_json(
+    preset: &accel_sim::DevicePreset,
+    args: &GemmArgs,
+    dtype: GemmDtype,
+) -> Result<Option<serde_json::Value>, String> {
+    if preset.systolic.is_none() {
+        return Ok(None);
+    }
+    let bytes = match dtype {
+        GemmDtype::Bf16 => 2,
+        GemmDtype::F32 => 4,
+    };
+    let start = std::time::Instant::now();
+    let t = accel_sim::systolic::gemm_timing(
+        preset,
+        args.m as u64,
+        args.n as u64,
+        args.k as u64,
+        bytes,
+        args.dataflow,
+    )
+    .map_err(|e| e.to_string())?;
+    let wall = start.elapsed().as_secs_f64();
+    let mut v = serde_json::to_value(&t).map_err(|e| e.to_string())?;
+    v["model_wall_s"] = wall.into();
+    Ok(Some(v))
+}
+
+/// `day0 kernel gemm --dtype fp8`: the block-scaled FP8 GEMM ([`kernels::gemm_fp8`]).
+fn kernel_gemm_fp8(args: &GemmArgs, launcher: &Launcher) -> Result<(), String> {
+    use kernels::gemm_fp8::{gemm_fp8, run_gemm_fp8, Fp8GemmCase};
+    let c = &args.common;
+    let case = |config: Config| Fp8GemmCase {
+        m: args.m,
+        n: args.n,
+        k: args.k,
+        config,
+        seed: c.seed,
+    };
+    let config = if args.sweep || args.tile == "auto" {
+        let cost = launcher
+            .clone()
+            .with_backend(Backend::CostOnly)
+            .with_trace(false);
+        let points = tune::sweep(gemm_fp8::META.space(), |cfg| {
+            Ok(run_gemm_fp8(&cost, &case(cfg.clone()))?.launch.report)
+        });
+        if args.sweep {
+            return print_sweep(&points, c.json);
+        }
+        tune::best(&points)
+            .ok_or("no tile shape fits this device")?
+            .config
+            .clone()
+    } else {
+        parse_tile(&args.tile)?
+    };
+    let run = run_gemm_fp8(launcher, &case(config)).map_err(|e| e.to_string())?;
+    // The output is bf16: the kernel must match the dequantized product to bf16 precision.
+    print_gemm(&run, c, None, 1e-2)
+}
+
+/// Prints a GEMM run (table or JSON, with the systolic fields when given), writes its trace,
+/// and checks its error against `tol`.
+fn print_gemm(
+    run: &kernels::gemm::GemmRun,
+    c: &CommonArgs,
+    systolic: Option<serde_json::Value>,
+    tol: f64,
+) -> Result<(), String> {
     let report = &run.launch.report;
     if c.json {
+        let mut v = serde_json::to_value(report).map_err(|e| e.to_string())?;
+        if let Some(s) = systolic {
+            // SCALE-Sim's figure at the top level, the rest of the dataflow model beside it.
+            v["compute_cycles"] = s["compute_cycles"].clone();
+            v["total_cycles_with_memory"] = s["total_cycles"].clone();
+            v["dataflow"] = s["dataflow"].clone();
+            v["systolic"] = s;
+        }
         println!(
             "{}",
-            serde_json::to_string_pretty(report).map_err(|e| e.to_string())?
+            serde_json::to_string_pretty(&v).map_err(|e| e.to_string())?
         );
     } else {
         print!("{}", report.table());
+        if let Some(s) = systolic {
+            println!(
+                "systolic {}x{} {}: compute {} cycles (SCALE-Sim), with memory {} cycles \
+                 ({} folds of {} cycles, mapping efficiency {:.1}%)",
+                s["rows"],
+                s["cols"],
+                s["dataflow"].as_str().unwrap_or("?"),
+                s["compute_cycles"],
+                s["total_cycles"],
+                s["row_folds"].as_u64().unwrap_or(0) * s["col_folds"].as_u64().unwrap_or(0),
+                s["cycles_per_fold"],
+                100.0 * s["mapping_efficiency"].as_f64().unwrap_or(0.0)
+            );
+        }
     }
     if let (Some(path), Some(trace)) = (&c.trace, &run.launch.trace) {
         std::fs::write(path, trace.to_json())
@@ -453,7 +584,40 @@ fn run_one_gemm(launcher: &Launcher, case: &GemmCase, c: &CommonArgs) -> Result<
             println!("trace written to {path} (open in https://ui.perfetto.dev)");
         }
     }
-    check_reference(report.max_rel_error, tolerance(case.dtype))
+    check_reference(report.max_rel_error, tol)
+}
+
+/// `day0 calibrate`: the table of predictions against published measurements.
+fn calibrate(json: bool, fit: bool, write: bool) -> Result<(), String> {
+    use std::collections::BTreeMap;
+    let with = if fit {
+        let f = day0::calibrate::fit()?;
+        if write {
+            for (device, e) in &f {
+                let path = day0::calibrate::preset_path(device);
+                day0::calibrate::write_factors(&path, e)?;
+                eprintln!(
+                    "wrote {} (matrix {:.3}, hbm {:.3}); rebuild to use it",
+                    path.display(),
+                    e.matrix,
+                    e.hbm
+                );
+            }
+        }
+        f
+    } else {
+        BTreeMap::new()
+    };
+    let table = day0::calibrate::table(&with)?;
+    if json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&table).map_err(|e| e.to_string())?
+        );
+    } else {
+        print!("{}", table.markdown());
+    }
+    Ok(())
 }
 
 fn print_sweep(points: &[tune::SweepPoint], json: bool) -> Result<(), String> {

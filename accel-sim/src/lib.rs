@@ -10,11 +10,14 @@
 //! - [`timing`]: one program on one core (engine queues, dependencies, SRAM buffer reuse);
 //! - [`memory`]: L2 and HBM, bandwidth shared among cores;
 //! - [`schedule`]: programs onto cores in waves, producing a [`report::Report`];
-//! - [`trace`]: Chrome/Perfetto trace output.
+//! - [`trace`]: Chrome/Perfetto trace output;
+//! - [`systolic`]: systolic-array dataflows (OS/WS/IS) timed exactly as SCALE-Sim times them;
+//! - [`calibration`]: published measurements of real chips, error statistics and factor fitting.
 
 pub mod dtype;
 pub mod error;
 pub mod formats;
+pub mod calibration;
 pub mod functional;
 pub mod isa;
 pub mod memory;
@@ -22,6 +25,7 @@ pub mod preset;
 pub mod program;
 pub mod report;
 pub mod schedule;
+pub mod systolic;
 pub mod timing;
 pub mod trace;
 

@@ -117,6 +117,41 @@ pub struct DevicePreset {
     pub dma: Dma,
     /// Interconnect.
     pub link: Link,
+    /// Systolic array shape, for devices whose matrix unit is one (timed per dataflow by
+    /// [`crate::systolic`]); absent on other devices.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub systolic: Option<crate::systolic::SystolicArray>,
+    /// Accumulator storage apart from the scratchpad (e.g. tensor-core accumulators in the
+    /// register file); absent where accumulators live in `sram`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub accumulators: Option<Accumulators>,
+    /// Fitted efficiency factors (see [`crate::calibration`]); absent means ideal (1.0).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub efficiency: Option<Efficiency>,
+}
+
+/// Storage for matrix-unit accumulator tiles that is not the scratchpad.
+///
+/// On Hopper, `wgmma` accumulates into registers: an output tile's f32 accumulator counts
+/// against the register file, its input tiles against shared memory. A kernel fits only if
+/// both do.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct Accumulators {
+    /// Bytes of accumulator tiles one core can hold at once.
+    pub bytes_per_core: u64,
+}
+
+/// Efficiency factors: the share of a peak figure real kernels reach, fitted against published
+/// measurements by `day0 calibrate --fit` (each one is an estimate, not a datasheet figure).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct Efficiency {
+    /// Share of the matrix unit's peak FLOP/s a tuned kernel sustains (clock throttling under
+    /// load, issue overheads the tile model does not see).
+    pub matrix: f64,
+    /// Share of the HBM peak bandwidth streaming kernels sustain (refresh, page misses).
+    pub hbm: f64,
 }
 
 /// Built-in presets: (name, TOML text).
@@ -124,6 +159,7 @@ const BUILTIN: &[(&str, &str)] = &[
     ("npu-910b", include_str!("../presets/npu-910b.toml")),
     ("h200", include_str!("../presets/h200.toml")),
     ("systolic-128", include_str!("../presets/systolic-128.toml")),
+    ("h800", include_str!("../presets/h800.toml")),
 ];
 
 impl DevicePreset {
@@ -238,7 +274,41 @@ impl DevicePreset {
                 ));
             }
         }
+        if let Some(a) = &self.systolic {
+            if a.rows == 0 || a.cols == 0 {
+                return Err(bad("systolic", "rows and cols must be greater than zero"));
+            }
+        }
+        if let Some(a) = &self.accumulators {
+            if a.bytes_per_core == 0 {
+                return Err(bad(
+                    "accumulators.bytes_per_core",
+                    "must be greater than zero",
+                ));
+            }
+        }
+        if let Some(e) = &self.efficiency {
+            for (f, v) in [("efficiency.matrix", e.matrix), ("efficiency.hbm", e.hbm)] {
+                if !(v.is_finite() && v > 0.0 && v <= 1.0) {
+                    return Err(bad(f, &format!("must be in (0, 1], got {v}")));
+                }
+            }
+        }
         Ok(())
+    }
+
+    /// This preset with its efficiency factors applied to the peak figures they scale (matrix
+    /// FLOP per cycle, HBM bandwidth): the device as tuned kernels see it. Without factors, a
+    /// plain copy.
+    pub fn derated(&self) -> DevicePreset {
+        let mut p = self.clone();
+        if let Some(e) = &self.efficiency {
+            for v in p.matrix.flop_per_cycle.values_mut() {
+                *v *= e.matrix;
+            }
+            p.hbm.bandwidth_gbps *= e.hbm;
+        }
+        p
     }
 
     /// Matrix-unit FLOP per cycle per core for inputs of `dtype`, or `None` if unsupported.

@@ -189,6 +189,8 @@ struct Body {
     n_loads: usize,
     /// Liveness, computed once per body (see [`ProgramTrace::last_uses`]).
     last_uses: OnceLock<Vec<u32>>,
+    /// Matrix accumulators, computed once per body (see [`ProgramTrace::accumulators`]).
+    accumulators: OnceLock<Vec<bool>>,
 }
 
 impl PartialEq for Body {
@@ -408,6 +410,29 @@ impl ProgramTrace {
                 }
             }
             last
+        })
+    }
+
+    /// For each buffer, whether a matrix instruction accumulates into it: on devices whose
+    /// accumulators live apart from the scratchpad (registers, see
+    /// [`crate::preset::Accumulators`]) such tiles count against that capacity instead.
+    /// Computed once per recorded body.
+    pub fn accumulators(&self) -> &[bool] {
+        self.body.accumulators.get_or_init(|| {
+            let mut acc = vec![false; self.body.n_bufs as usize];
+            for (_, ev) in self.views() {
+                if let EventView::Exec {
+                    ins,
+                    write: Some(w),
+                    ..
+                } = ev
+                {
+                    if matches!(ins.op, crate::isa::Op::Mma { .. }) {
+                        acc[w as usize] = true;
+                    }
+                }
+            }
+            acc
         })
     }
 }
@@ -668,6 +693,7 @@ impl Full {
                 store_bytes,
                 n_loads,
                 last_uses: OnceLock::new(),
+                accumulators: OnceLock::new(),
             },
             index,
             next_of: vec![NONE; r.keys.len()],

@@ -245,6 +245,11 @@ impl Lazy {
     }
 }
 
+/// The region of an accumulator tile on a device whose accumulators live apart from the
+/// scratchpad (Hopper's register file, [`crate::preset::Accumulators`]): it takes no SRAM region
+/// and counts against the accumulator capacity instead.
+const ACC_REGION: usize = usize::MAX;
+
 struct BufState {
     bytes: u64,
     region: usize,
@@ -377,6 +382,8 @@ pub struct CoreRun {
     free: FreeRegions,
     live: u64,
     reserved: u64,
+    /// Live accumulator tiles held apart from the scratchpad (see [`ACC_REGION`]).
+    live_acc: u64,
     engine_free: [u64; 4],
     in_flight: [Option<InFlight>; 2],
     /// A store of the cores' previous program still draining on DMA-out.
@@ -420,6 +427,7 @@ impl CoreRun {
             free: FreeRegions::default(),
             live: 0,
             reserved: 0,
+            live_acc: 0,
             engine_free,
             in_flight: [None, None],
             inherited_out,
@@ -535,9 +543,38 @@ impl CoreRun {
         let cap = p.sram.bytes_per_core;
         let trace = Arc::clone(&self.trace);
         let last_use = trace.last_uses();
+        let acc_cap = p.accumulators.as_ref().map(|a| a.bytes_per_core);
+        let is_acc: &[bool] = if acc_cap.is_some() {
+            trace.accumulators()
+        } else {
+            &[]
+        };
         while let Some((si, ev, next)) = trace.view_at(&self.cursor) {
             let i = self.index;
             match ev {
+                EventView::Alloc { buf, bytes, line }
+                    if is_acc.get(buf as usize) == Some(&true) =>
+                {
+                    let limit = acc_cap.unwrap_or(cap);
+                    self.live_acc += bytes;
+                    if self.live_acc > limit {
+                        return Err(SimError::SramOverflow {
+                            kernel: cx.kernel.to_string(),
+                            line,
+                            code: (cx.line_code)(line),
+                            needed: self.live_acc,
+                            capacity: limit,
+                        });
+                    }
+                    let ready = Lazy::known(self.start);
+                    self.bufs[buf as usize] = Some(BufState {
+                        bytes,
+                        region: ACC_REGION,
+                        ready,
+                        last_access: ready,
+                        last_use: last_use[buf as usize],
+                    });
+                }
                 EventView::Alloc { buf, bytes, line } => {
                     let (region, ready) = match self.free.take(bytes, &self.regions) {
                         Some(ri) => (ri, self.regions[ri].free_at),
@@ -727,9 +764,13 @@ impl CoreRun {
                 if let Some(s) = &self.bufs[b as usize] {
                     if s.last_use == i {
                         let (region, bytes, at) = (s.region, s.bytes, s.last_access);
-                        self.regions[region].free_at = at;
-                        self.free.give(bytes, region);
-                        self.live -= bytes;
+                        if region == ACC_REGION {
+                            self.live_acc -= bytes;
+                        } else {
+                            self.regions[region].free_at = at;
+                            self.free.give(bytes, region);
+                            self.live -= bytes;
+                        }
                         self.bufs[b as usize] = None;
                     }
                 }

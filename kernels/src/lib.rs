@@ -8,6 +8,7 @@ pub mod attention;
 pub mod elementwise;
 pub mod embedding;
 pub mod gemm;
+pub mod gemm_fp8;
 pub mod layout;
 pub mod linear;
 pub mod linear_attention;
