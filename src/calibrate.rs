@@ -145,17 +145,18 @@ pub fn predict(launcher: &Launcher, m: &Measurement) -> Result<Prediction, Strin
             for bq in [128i64, 64] {
                 for bk in [128i64, 64] {
                     configs.push(
-                        Config::new()
-                            .with("BQ", bq)
-                            .with("BK", bk)
-                            .with("D", d as i64)
-                            .with("DV", d as i64),
+                        kernels::attention::prefill::prefill_config(
+                            &Config::new().with("BQ", bq).with("BK", bk),
+                            d,
+                            d,
+                        )
+                        .map_err(err)?,
                     );
                 }
             }
             let scale = 1.0 / (d as f32).sqrt();
             let cycles = best_cycles(&configs, |cfg| {
-                flash_prefill::launch(launcher, cfg, &q, &kv, &kv, &o, scale, causal)
+                flash_prefill::launch(launcher, cfg, &q, &kv, &kv, &o, d, d, scale, causal)
                     .map(|l| l.report.cycles)
                     .map_err(err)
             })?;

@@ -66,6 +66,30 @@ const NOT_YET: &[&str] = &[
     "moe_dispatch",
     "moe_combine",
     "moe_grouped_linear",
+    // Registered in the run-time-dims change: the suite and the issue shapes below run decode
+    // attention and the chunked GDN, but none of these is drawn on random shapes yet.
+    "attention_prefill",
+    "attention_decode",
+    "attention_decode_combine",
+    "attention_decode_fp8",
+    "dsa_indexer_decode",
+    "dsa_indexer_prefill",
+    "dsa_topk",
+    "sparse_mla",
+    "gdn_gates",
+    "gated_rmsnorm_silu",
+    "short_conv",
+    "zero_state",
+    "delta_rule_recurrent",
+    "delta_rule_recurrent_kda",
+    "delta_rule_chunked",
+    "delta_rule_chunked_kda",
+    "copy",
+    "expert_gemm",
+    "expert_gemm_mxfp4",
+    "expert_gemm_fp8",
+    "dequant_mxfp4",
+    "swiglu",
 ];
 
 #[test]

@@ -100,7 +100,7 @@ fn too_wide_is_a_launch_error() {
     for backend in [Backend::Functional, Backend::CostOnly] {
         let case = RmsNormCase {
             rows: 2,
-            hidden: 8193,
+            hidden: 16385,
             dtype: GemmDtype::F32,
             config: Config::new(),
             eps: 1e-6,
@@ -109,7 +109,7 @@ fn too_wide_is_a_launch_error() {
         match run_rmsnorm_residual(&launcher().with_backend(backend), &case) {
             Err(SimError::Launch { message, .. }) => {
                 assert!(
-                    message.contains("8193") && message.contains("8192"),
+                    message.contains("16385") && message.contains("16384"),
                     "{message}"
                 );
             }

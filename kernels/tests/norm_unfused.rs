@@ -130,13 +130,13 @@ proptest! {
 #[test]
 fn too_wide_and_mismatched_are_launch_errors() {
     let l = launcher();
-    let x = Tensor::<f32>::poisoned(&[2, 8193]);
-    let w = Tensor::<f32>::poisoned(&[8193]);
+    let x = Tensor::<f32>::poisoned(&[2, 16385]);
+    let w = Tensor::<f32>::poisoned(&[16385]);
     match run_rmsnorm(&l, &x, &w, &x.clone(), 1e-6) {
         Err(SimError::Launch { kernel, message }) => {
             assert_eq!(kernel, rmsnorm::META.name);
             assert!(
-                message.contains("8193") && message.contains("8192"),
+                message.contains("16385") && message.contains("16384"),
                 "{message}"
             );
         }
