@@ -180,31 +180,34 @@ pub fn predict(launcher: &Launcher, m: &Measurement) -> Result<Prediction, Strin
             let cores = launcher.preset.cores as usize;
             // FlashMLA pages are 64 tokens; where 64-token key tiles do not fit beside 256
             // query rows, the kernel takes 16-token steps over the same pages.
-            let cycles = best_cycles(&[Config::new().with("P", 64), Config::new().with("P", 16)], |cfg| {
-                let page_size = cfg.get("P").unwrap_or(64) as usize;
-                let mut best = u64::MAX;
-                for splits in [cores, 2 * cores] {
-                    let r = run_decode(
-                        launcher,
-                        &DecodeCase {
-                            heads: (sq * h) as usize,
-                            kv_heads: 1,
-                            head_dim: d as usize,
-                            v_head_dim: dv as usize,
-                            shared_kv: true,
-                            ctx: (b * ctx) as usize,
-                            page_size,
-                            splits,
-                            dtype: GemmDtype::Bf16,
-                            fp8_kv: false,
-                            seed: 0,
-                        },
-                    )
-                    .map_err(err)?;
-                    best = best.min(r.report.cycles);
-                }
-                Ok(best)
-            })?;
+            let cycles = best_cycles(
+                &[Config::new().with("P", 64), Config::new().with("P", 16)],
+                |cfg| {
+                    let page_size = cfg.get("P").unwrap_or(64) as usize;
+                    let mut best = u64::MAX;
+                    for splits in [cores, 2 * cores] {
+                        let r = run_decode(
+                            launcher,
+                            &DecodeCase {
+                                heads: (sq * h) as usize,
+                                kv_heads: 1,
+                                head_dim: d as usize,
+                                v_head_dim: dv as usize,
+                                shared_kv: true,
+                                ctx: (b * ctx) as usize,
+                                page_size,
+                                splits,
+                                dtype: GemmDtype::Bf16,
+                                fp8_kv: false,
+                                seed: 0,
+                            },
+                        )
+                        .map_err(err)?;
+                        best = best.min(r.report.cycles);
+                    }
+                    Ok(best)
+                },
+            )?;
             let (bf, sqf, hf, cf) = (b as f64, sq as f64, h as f64, ctx as f64);
             Ok(Prediction {
                 time_s: cycles as f64 / clock_hz,
@@ -231,8 +234,11 @@ fn launcher(device: &str, factors: Option<&Efficiency>) -> Result<Launcher, Stri
 
 /// The committed measurements.
 pub fn measurements() -> Result<Vec<Measurement>, String> {
-    calibration::parse("accel-sim/calibration/measurements.toml", calibration::MEASUREMENTS)
-        .map_err(|e| e.to_string())
+    calibration::parse(
+        "accel-sim/calibration/measurements.toml",
+        calibration::MEASUREMENTS,
+    )
+    .map_err(|e| e.to_string())
 }
 
 /// The factors a table is computed with: each device's preset factors, overridden by `with`.

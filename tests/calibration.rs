@@ -15,12 +15,21 @@ fn held_out_rows_within_25_percent_and_mean_under_15() {
     println!("{}", c.markdown());
     // Every fit row must run: the factors are fitted on them.
     for (m, why) in &c.not_modelled {
-        assert_eq!(m.split, Split::Holdout, "fit row {} cannot run: {why}", m.id);
+        assert_eq!(
+            m.split,
+            Split::Holdout,
+            "fit row {} cannot run: {why}",
+            m.id
+        );
     }
     let t = &c.table;
     assert!(t.rows.iter().any(|r| r.measurement.split == Split::Holdout));
     for r in &t.rows {
-        assert!(r.predicted.is_finite() && r.predicted > 0.0, "{}", r.measurement.id);
+        assert!(
+            r.predicted.is_finite() && r.predicted > 0.0,
+            "{}",
+            r.measurement.id
+        );
     }
     assert!(
         t.failures().is_empty(),
@@ -37,7 +46,11 @@ fn committed_calibration_md_matches_the_table() {
     // figure must update it too.
     let c = day0::calibrate::table(&BTreeMap::new()).expect("table");
     let doc = include_str!("../CALIBRATION.md");
-    for line in c.markdown().lines().filter(|l| l.starts_with("| ") && !l.starts_with("| id")) {
+    for line in c
+        .markdown()
+        .lines()
+        .filter(|l| l.starts_with("| ") && !l.starts_with("| id"))
+    {
         assert!(doc.contains(line), "CALIBRATION.md lacks the row:\n{line}");
     }
 }

@@ -92,7 +92,11 @@ fn the_command_reports_scalesim_cycles_beside_the_total() {
             ])
             .output()
             .expect("day0 runs");
-        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
         let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
         assert_eq!(v["compute_cycles"].as_u64(), Some(r.scalesim));
         assert_eq!(v["dataflow"].as_str(), Some(r.dataflow.name()));
@@ -117,8 +121,18 @@ fn day0_was_at_least_1000x_faster_at_1024_cubed() {
 fn a_bad_dataflow_is_an_error_not_a_panic() {
     let out = Command::new(env!("CARGO_BIN_EXE_day0"))
         .args([
-            "kernel", "gemm", "--device", "systolic-128", "--dataflow", "rs", "--m", "8", "--n",
-            "8", "--k", "8",
+            "kernel",
+            "gemm",
+            "--device",
+            "systolic-128",
+            "--dataflow",
+            "rs",
+            "--m",
+            "8",
+            "--n",
+            "8",
+            "--k",
+            "8",
         ])
         .output()
         .expect("day0 runs");

@@ -95,7 +95,10 @@ pub fn parse(source: &str, text: &str) -> Result<Vec<Measurement>, SimError> {
     let mut seen = std::collections::BTreeSet::new();
     for m in &file.row {
         if !seen.insert(m.id.clone()) {
-            return Err(bad(Some("id".into()), format!("duplicate row id `{}`", m.id)));
+            return Err(bad(
+                Some("id".into()),
+                format!("duplicate row id `{}`", m.id),
+            ));
         }
         if !(m.measured.is_finite() && m.measured > 0.0) {
             return Err(bad(
@@ -354,7 +357,8 @@ mod tests {
 
     #[test]
     fn duplicate_ids_are_named() {
-        let one = "[[row]]\nid = \"a\"\ndevice = \"h800\"\nworkload = \"gemm\"\nshape = { m = 1 }\n\
+        let one =
+            "[[row]]\nid = \"a\"\ndevice = \"h800\"\nworkload = \"gemm\"\nshape = { m = 1 }\n\
                    metric = \"tflops\"\nmeasured = 1.0\nsplit = \"fit\"\nsource = \"x\"\n";
         let e = parse("t", &format!("{one}{one}")).unwrap_err().to_string();
         assert!(e.contains("duplicate row id `a`"), "{e}");

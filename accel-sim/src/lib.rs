@@ -14,10 +14,10 @@
 //! - [`systolic`]: systolic-array dataflows (OS/WS/IS) timed exactly as SCALE-Sim times them;
 //! - [`calibration`]: published measurements of real chips, error statistics and factor fitting.
 
+pub mod calibration;
 pub mod dtype;
 pub mod error;
 pub mod formats;
-pub mod calibration;
 pub mod functional;
 pub mod isa;
 pub mod memory;

@@ -72,7 +72,8 @@ fn quantize_rows(x: &[f32], m: usize, k: usize) -> (Vec<u8>, Vec<f32>, Vec<f32>)
     use accel_sim::formats::fp8::{decode_e4m3, encode_e4m3};
     use accel_sim::formats::Overflow;
     let kb = k.div_ceil(128);
-    let (mut codes, mut scales, mut values) = (vec![0u8; m * k], vec![1f32; m * kb], vec![0f32; m * k]);
+    let (mut codes, mut scales, mut values) =
+        (vec![0u8; m * k], vec![1f32; m * kb], vec![0f32; m * k]);
     for i in 0..m {
         for j in 0..kb {
             let span = i * k + j * 128..i * k + ((j + 1) * 128).min(k);
@@ -92,7 +93,10 @@ fn quantize_rows(x: &[f32], m: usize, k: usize) -> (Vec<u8>, Vec<f32>, Vec<f32>)
 /// in functional runs the comparison with the f64 product of the dequantized inputs (the FP8
 /// rounding is the format's, not the kernel's; the kernel must match the dequantized product to
 /// bf16 output precision).
-pub fn run_gemm_fp8(launcher: &Launcher, case: &Fp8GemmCase) -> Result<crate::gemm::GemmRun, SimError> {
+pub fn run_gemm_fp8(
+    launcher: &Launcher,
+    case: &Fp8GemmCase,
+) -> Result<crate::gemm::GemmRun, SimError> {
     let (m, n, k) = (case.m, case.n, case.k);
     let name = gemm_fp8::META.name;
     let fail = |message: String| SimError::Launch {
@@ -100,7 +104,9 @@ pub fn run_gemm_fp8(launcher: &Launcher, case: &Fp8GemmCase) -> Result<crate::ge
         message,
     };
     if m == 0 || n == 0 || k == 0 {
-        return Err(fail(format!("m, n and k must be positive (got {m}x{n}x{k})")));
+        return Err(fail(format!(
+            "m, n and k must be positive (got {m}x{n}x{k})"
+        )));
     }
     let (kb, nb) = (k.div_ceil(128), n.div_ceil(128));
     let c = if launcher.backend == Backend::Functional {
@@ -128,8 +134,15 @@ pub fn run_gemm_fp8(launcher: &Launcher, case: &Fp8GemmCase) -> Result<crate::ge
     let (a_codes, a_scales, a_values) = quantize_rows(&rng.vec(m * k, 1.0), m, k);
     let qb = fp8_block_quant(name, &rng.vec(n * k, 1.0), &[n, k], 128)
         .map_err(|e| fail(e.to_string()))?;
-    let b_values = fp8_block_dequant(name, &qb.weight, &[n, k], &qb.scale_inv, &qb.scale_shape, 128)
-        .map_err(|e| fail(e.to_string()))?;
+    let b_values = fp8_block_dequant(
+        name,
+        &qb.weight,
+        &[n, k],
+        &qb.scale_inv,
+        &qb.scale_shape,
+        128,
+    )
+    .map_err(|e| fail(e.to_string()))?;
     let a = Tensor::from_e4m3_codes(&[m, k], &a_codes).map_err(fail)?;
     let sa = Tensor::from_f32(&[m, kb], &a_scales).map_err(fail)?;
     let b = Tensor::from_e4m3_codes(&[n, k], &qb.weight).map_err(fail)?;

@@ -162,22 +162,28 @@ fn only_real_size_limits_make_an_operator_missing() {
     // values held in covering tiles, and the notes name the tiles.
     let text = std::fs::read_to_string(testdata("qwen3_next_config.json")).unwrap();
     assert!(text.contains("\"head_dim\": 256"));
-    let cfg =
-        model::config::parse_config(&text.replace("\"head_dim\": 256", "\"head_dim\": 80"), "qwen3_next (head_dim 80)")
-            .unwrap();
+    let cfg = model::config::parse_config(
+        &text.replace("\"head_dim\": 256", "\"head_dim\": 80"),
+        "qwen3_next (head_dim 80)",
+    )
+    .unwrap();
     let c = Coverage::of_config(&cfg);
     let d = c.row("gqa_attention.decode").unwrap();
     assert_eq!(d.status, Status::Dsl);
     assert!(
-        d.details.iter().any(|t| t.contains("paged_decode_split BD=128 BDV=128")),
+        d.details
+            .iter()
+            .any(|t| t.contains("paged_decode_split BD=128 BDV=128")),
         "{:?}",
         d.details
     );
     assert!(c.is_complete(), "{:?}", c.missing());
     // A head dim above the largest tile (no kernel loops over head dims) is missing, and says why.
-    let cfg =
-        model::config::parse_config(&text.replace("\"head_dim\": 256", "\"head_dim\": 1000"), "qwen3_next (head_dim 1000)")
-            .unwrap();
+    let cfg = model::config::parse_config(
+        &text.replace("\"head_dim\": 256", "\"head_dim\": 1000"),
+        "qwen3_next (head_dim 1000)",
+    )
+    .unwrap();
     let c = Coverage::of_config(&cfg);
     let d = c.row("gqa_attention.decode").unwrap();
     assert_eq!(d.status, Status::Missing);
