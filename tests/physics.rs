@@ -78,6 +78,9 @@ const NOT_YET: &[&str] = &[
     "sparse_mla",
     "gdn_gates",
     "gated_rmsnorm_silu",
+    // Kimi Linear's KDA gates and sigmoid-gated norm (issue #11 item 3).
+    "kda_gates",
+    "gated_rmsnorm_sigmoid",
     "short_conv",
     "zero_state",
     "delta_rule_recurrent",

@@ -218,6 +218,18 @@ pub fn all() -> Vec<Implementation> {
             summary: "Qwen3-Next gated output norm RMSNorm(o) w SiLU(z) per value head",
         },
         Implementation {
+            op: "kda_gates",
+            kind: ImplKind::Dsl,
+            meta: &crate::linear_attention::gates::kda_gates::META,
+            summary: "KDA gates: g = -exp(A_log[h]) softplus(f + dt_bias) per key channel, beta = sigmoid(b)",
+        },
+        Implementation {
+            op: "gated_rmsnorm_sigmoid",
+            kind: ImplKind::Dsl,
+            meta: &crate::linear_attention::gates::gated_rmsnorm_sigmoid::META,
+            summary: "Kimi Linear gated output norm RMSNorm(o) w sigmoid(z) per head",
+        },
+        Implementation {
             op: "short_conv",
             kind: ImplKind::Dsl,
             meta: &crate::linear_attention::conv::short_conv4::META,

@@ -383,8 +383,12 @@ mod conv {
 
 mod gates {
     use super::*;
-    use kernels::linear_attention::gates::{gated_rmsnorm_silu, gdn_gates};
-    use kernels::linear_attention::reference::{gated_rmsnorm, gdn_gates as gates_ref, OutputGate};
+    use kernels::linear_attention::gates::{
+        gated_rmsnorm_sigmoid, gated_rmsnorm_silu, gdn_gates, kda_gates,
+    };
+    use kernels::linear_attention::reference::{
+        gated_rmsnorm, gdn_gates as gates_ref, kda_gates as kda_ref, OutputGate,
+    };
 
     proptest! {
         #![proptest_config(ProptestConfig::with_cases(16))]
@@ -408,9 +412,36 @@ mod gates {
             prop_assert!(rel_error(&beta.to_vec().unwrap(), &wb) <= 1e-5);
         }
 
+        /// Any key head dim (not only tile sizes): the `BDK` tile covers it.
         #[test]
-        fn gated_norm_matches_reference(
-            rows in 1usize..70, heads in 1usize..4, dv in prop::sample::select(vec![16usize, 128]),
+        fn kda_gates_match_reference(
+            seq in 1usize..100, heads in 1usize..6, dk in 1usize..140, seed in any::<u64>(),
+        ) {
+            let mut rng = Rng::new(seed);
+            let f: Vec<f32> = rng.vec(seq * heads * dk, 4.0);
+            let b = rng.vec(seq * heads, 4.0);
+            let a_log = rng.vec(heads, 1.5);
+            let dt = rng.vec(heads * dk, 1.0);
+            let t = |v: &[f32], r: usize| Tensor::<f32>::from_f32(&[r, v.len() / r], v).unwrap();
+            let g = Tensor::<f32>::poisoned(&[seq, heads * dk]);
+            let beta = Tensor::<f32>::poisoned(&[seq, heads]);
+            let (tf, tb, tl, td) = (t(&f, seq), t(&b, seq), t(&a_log, 1), t(&dt, 1));
+            let cfg = kernels::tile_choice::cover(
+                &kda_gates::META,
+                &Config::new(),
+                &[("BDK", dk, "head_dim")],
+            )
+            .unwrap();
+            kda_gates::launch(&launcher(), &cfg, &tf, &tb, &tl, &td, &g, &beta).unwrap();
+            let (wg, wb) = kda_ref(&widen(&f), &widen(&b), &widen(&a_log), &widen(&dt)).unwrap();
+            prop_assert!(rel_error(&g.to_vec().unwrap(), &wg) <= 1e-5);
+            prop_assert!(rel_error(&beta.to_vec().unwrap(), &wb) <= 1e-5);
+        }
+
+        /// Both output gates (SiLU: Qwen3-Next, sigmoid: Kimi Linear) at any head width.
+        #[test]
+        fn gated_norms_match_reference(
+            rows in 1usize..70, heads in 1usize..4, dv in 1usize..200, sigmoid in any::<bool>(),
             seed in any::<u64>(),
         ) {
             let mut rng = Rng::new(seed);
@@ -418,18 +449,26 @@ mod gates {
             let w: Vec<f32> = rng.vec(dv, 0.5).iter().map(|x| x + 1.0).collect();
             let shape = [rows, heads * dv];
             let y = Tensor::<f32>::poisoned(&shape);
-            gated_rmsnorm_silu::launch(
-                &launcher(),
-                &Config::new(),
-                &Tensor::<f32>::from_f32(&shape, &o).unwrap(),
-                &Tensor::<f32>::from_f32(&shape, &z).unwrap(),
-                &Tensor::<f32>::from_f32(&[1, dv], &w).unwrap(),
-                &y,
-                1e-6,
-            )
+            let (to, tz) = (
+                Tensor::<f32>::from_f32(&shape, &o).unwrap(),
+                Tensor::<f32>::from_f32(&shape, &z).unwrap(),
+            );
+            let tw = Tensor::<f32>::from_f32(&[1, dv], &w).unwrap();
+            let (meta, gate) = if sigmoid {
+                (&gated_rmsnorm_sigmoid::META, OutputGate::Sigmoid)
+            } else {
+                (&gated_rmsnorm_silu::META, OutputGate::Silu)
+            };
+            let cfg =
+                kernels::tile_choice::cover(meta, &Config::new(), &[("BDV", dv, "head_dim")])
+                    .unwrap();
+            if sigmoid {
+                gated_rmsnorm_sigmoid::launch(&launcher(), &cfg, &to, &tz, &tw, &y, 1e-6)
+            } else {
+                gated_rmsnorm_silu::launch(&launcher(), &cfg, &to, &tz, &tw, &y, 1e-6)
+            }
             .unwrap();
-            let want =
-                gated_rmsnorm(&widen(&o), &widen(&z), &widen(&w), 1e-6, OutputGate::Silu).unwrap();
+            let want = gated_rmsnorm(&widen(&o), &widen(&z), &widen(&w), 1e-6, gate).unwrap();
             prop_assert!(rel_error(&y.to_vec().unwrap(), &want) <= 1e-5);
         }
     }

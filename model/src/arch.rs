@@ -14,7 +14,7 @@
 //!   `mlp_only_layers`, `num_experts > 0` and `(i + 1) % decoder_sparse_step == 0`.
 //! - **Kimi Linear**: `linear_attn_config.kda_layers` / `full_attn_layers` (1-based) when given,
 //!   else `layer_types`, else transformers' default; dense MLP for `i < first_k_dense_replace`
-//!   (default 1) unless `mlp_layer_types` says otherwise. Its MLA uses no RoPE when `mla_use_nope`.
+//!   (default 1) unless `mlp_layer_types` says otherwise. Its MLA uses no RoPE unless `mla_use_nope` is false (absent: none, as transformers).
 //!
 //! ## day0's hybrid schema (`"model_type": "day0_hybrid"`)
 //!
@@ -794,7 +794,9 @@ fn kimi_linear(o: &Obj, model_type: &str) -> Result<ModelConfig, ModelError> {
     if attention.contains(&AttentionKind::LinearAttention) && linear_attention.is_none() {
         return Err(o.missing_for("linear_attn_config", "the linear-attention (KDA) layers"));
     }
-    let use_nope = o.opt_bool("mla_use_nope")?.unwrap_or(false);
+    // transformers' KimiLinearAttention never applies RoPE (and does not read the field), and
+    // every published Kimi Linear config says `true`: absent means no positional encoding.
+    let use_nope = o.opt_bool("mla_use_nope")?.unwrap_or(true);
     let mla = if attention.contains(&AttentionKind::Mla) {
         Some(MlaDims {
             heads: o.req_dim("num_attention_heads")?,

@@ -383,7 +383,8 @@ pub fn rules(kind: &OpKind) -> Rule {
             "",
         ),
         OpKind::DeltaGates(Decay::PerChannel) => {
-            missing("f64 reference only (linear_attention::reference): no KDA gate kernel")
+            let m = &kernels::linear_attention::gates::kda_gates::META;
+            rule(Status::Dsl, vec![m], vec![covers(m, &[("BDK", "DK")])], "")
         }
         OpKind::DeltaRule(decay, p) => {
             let m: &'static KernelMeta = match (decay, p) {
@@ -399,17 +400,17 @@ pub fn rules(kind: &OpKind) -> Rule {
                 "",
             )
         }
-        OpKind::GatedRmsNorm(Decay::Scalar) => {
-            let m = &kernels::linear_attention::gates::gated_rmsnorm_silu::META;
+        OpKind::GatedRmsNorm(decay) => {
+            let m = match decay {
+                Decay::Scalar => &kernels::linear_attention::gates::gated_rmsnorm_silu::META,
+                Decay::PerChannel => &kernels::linear_attention::gates::gated_rmsnorm_sigmoid::META,
+            };
             rule(
                 Status::Dsl,
                 vec![m],
                 vec![covers(m, &[("BDV", "width")])],
                 "",
             )
-        }
-        OpKind::GatedRmsNorm(Decay::PerChannel) => {
-            missing("f64 reference only: no kernel for KDA's sigmoid-gated output norm")
         }
         OpKind::MoeRouter(RouterKind::SigmoidGroupTopk) => from_registry(
             "moe_router_sigmoid_group_topk",

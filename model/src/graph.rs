@@ -742,7 +742,7 @@ impl Builder<'_> {
             "linear_attn.gates",
             vec![opnd("a", &[t, g_width]), opnd("b", &[t, hv])],
             vec![opnd("g", &[t, g_width]), opnd("beta", &[t, hv])],
-            vec![("heads", hv)],
+            vec![("heads", hv), ("DK", dk)],
             None,
         );
         let phase = self.phase;

@@ -210,9 +210,15 @@ fn only_real_size_limits_make_an_operator_missing() {
         Status::Composite
     );
     assert!(c.row("moe_router.softmax_topk").is_some());
-    // Kimi Linear's KDA gates and sigmoid-gated output norm have no kernel yet.
+    // Kimi Linear: the KDA gates and the sigmoid-gated output norm have their kernels, at the
+    // released head dim (128).
     let k = inventory(&testdata("kimi_linear_config.json")).expect("inventory");
-    assert_eq!(k.missing(), ["delta_gates.kda", "gated_rmsnorm.kda"]);
+    assert!(k.missing().is_empty(), "{:?}", k.missing());
+    assert_eq!(row_kernels(&k, "delta_gates.kda"), ["kda_gates"]);
+    assert_eq!(
+        row_kernels(&k, "gated_rmsnorm.kda"),
+        ["gated_rmsnorm_sigmoid"]
+    );
 }
 
 #[test]

@@ -54,6 +54,8 @@ from transformers import (
 from transformers.models.deepseek_v3 import modeling_deepseek_v3 as ds3
 from transformers.models.deepseek_v32 import DeepseekV32Config, DeepseekV32ForCausalLM
 from transformers.models.deepseek_v32 import modeling_deepseek_v32 as ds32
+from transformers.models.kimi_linear import KimiLinearConfig, KimiLinearForCausalLM
+from transformers.models.kimi_linear import modeling_kimi_linear as kl
 from transformers.models.qwen3_next import modeling_qwen3_next as qn
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -146,6 +148,49 @@ PRESETS = {
             decoder_sparse_step=1,
             max_position_embeddings=256,
             rms_norm_eps=1e-6,
+        ),
+        {},
+    ),
+    # Kimi Linear: KDA (per-channel decay) layers and MLA without positional encoding, written as
+    # Moonshot's config.json writes them (`linear_attn_config`, 1-based layer lists).
+    "kimi_linear": (
+        KimiLinearForCausalLM,
+        KimiLinearConfig,
+        12,
+        dict(
+            vocab_size=256,
+            hidden_size=64,
+            intermediate_size=96,
+            num_hidden_layers=4,
+            first_k_dense_replace=1,
+            num_attention_heads=4,
+            num_key_value_heads=4,
+            q_lora_rank=None,
+            kv_lora_rank=32,
+            qk_nope_head_dim=16,
+            qk_rope_head_dim=16,
+            v_head_dim=16,
+            linear_attn_config=dict(
+                full_attn_layers=[3],
+                kda_layers=[1, 2, 4],
+                head_dim=16,
+                num_heads=4,
+                short_conv_kernel_size=4,
+            ),
+            num_experts=8,
+            num_experts_per_token=2,
+            num_expert_group=2,
+            topk_group=1,
+            moe_intermediate_size=32,
+            num_shared_experts=1,
+            routed_scaling_factor=2.446,
+            moe_renormalize=True,
+            # The defaults (163839, ...) are ids of the real vocabulary, outside this tiny one.
+            pad_token_id=0,
+            bos_token_id=1,
+            eos_token_id=2,
+            max_position_embeddings=256,
+            rms_norm_eps=1e-5,
         ),
         {},
     ),
@@ -265,18 +310,27 @@ def init_weights(model, gen):
         elif isinstance(m, qn.Qwen3NextRMSNorm):
             # y = norm(x) * (1 + w): w around 0.
             put(name, "weight", 0.1 * randn(*m.weight.shape))
-        elif isinstance(m, (ds3.DeepseekV3RMSNorm, ds32.DeepseekV32RMSNorm, qn.Qwen3NextRMSNormGated)):
+        elif isinstance(
+            m,
+            (
+                ds3.DeepseekV3RMSNorm,
+                ds32.DeepseekV32RMSNorm,
+                qn.Qwen3NextRMSNormGated,
+                kl.KimiLinearRMSNorm,
+                kl.KimiLinearRMSNormGated,
+            ),
+        ):
             put(name, "weight", near_one(m.weight.shape[0]))
         elif isinstance(m, torch.nn.LayerNorm):
             put(name, "weight", near_one(m.weight.shape[0]))
             put(name, "bias", 0.1 * randn(*m.bias.shape))
-        elif isinstance(m, (ds3.DeepseekV3TopkRouter, ds32.DeepseekV32TopkRouter)):
+        elif isinstance(m, (ds3.DeepseekV3TopkRouter, ds32.DeepseekV32TopkRouter, kl.KimiLinearTopkRouter)):
             put(name, "weight", randn(*m.weight.shape) / math.sqrt(m.weight.shape[1]))
             # Comparable to the spread of the sigmoid scores, so it changes some selections.
             put(name, "e_score_correction_bias", 0.1 * randn(*m.e_score_correction_bias.shape))
         elif isinstance(m, qn.Qwen3NextTopKRouter):
             put(name, "weight", randn(*m.weight.shape) / math.sqrt(m.weight.shape[1]))
-        elif isinstance(m, (ds3.DeepseekV3Experts, ds32.DeepseekV32Experts, qn.Qwen3NextExperts)):
+        elif isinstance(m, (ds3.DeepseekV3Experts, ds32.DeepseekV32Experts, qn.Qwen3NextExperts, kl.KimiLinearExperts)):
             e, two_i, hidden = m.gate_up_proj.shape
             put(name, "gate_up_proj", randn(e, two_i, hidden) / math.sqrt(hidden))
             put(name, "down_proj", randn(*m.down_proj.shape) / math.sqrt(two_i // 2))
@@ -285,6 +339,13 @@ def init_weights(model, gen):
             put(name, "dt_bias", 0.5 * randn(n))
             # A in [0.5, 4): decays exp(g) well inside (0, 1) for these inputs.
             put(name, "A_log", (0.5 + 3.5 * torch.rand(n, generator=gen)).log())
+        if isinstance(m, kl.KimiLinearForgetGate):
+            # One bias per key channel, one decay rate per head (A_log [1, 1, heads, 1]). A in
+            # [0.1, 1): per-token log-decays of a few units at most, so day0's chunked KDA form
+            # (valid while C · max|g| < 80) runs on the prompt; stronger decays run its recurrent
+            # form, which the decode steps already cover.
+            put(name, "dt_bias", 0.5 * randn(*m.dt_bias.shape))
+            put(name, "A_log", (0.1 + 0.9 * torch.rand(*m.A_log.shape, generator=gen)).log())
 
     saved = set(model.state_dict().keys())
     missing = sorted(saved - done)
@@ -324,7 +385,7 @@ class SelectionChecks:
         for name, m in model.named_modules():
             if isinstance(m, ds32.DeepseekV32Indexer):
                 self.handles.append(m.register_forward_hook(self._indexer(name), with_kwargs=True))
-            elif isinstance(m, (ds3.DeepseekV3TopkRouter, ds32.DeepseekV32TopkRouter)):
+            elif isinstance(m, (ds3.DeepseekV3TopkRouter, ds32.DeepseekV32TopkRouter, kl.KimiLinearTopkRouter)):
                 self.handles.append(m.register_forward_hook(self._deepseek_router(name)))
             elif isinstance(m, qn.Qwen3NextTopKRouter):
                 self.handles.append(m.register_forward_hook(self._qwen_router(name)))
@@ -576,6 +637,7 @@ FAMILIES = {
     "deepseek_v3": (DeepseekV3ForCausalLM, DeepseekV3Config),
     "deepseek_v32": (DeepseekV32ForCausalLM, DeepseekV32Config),
     "qwen3_next": (Qwen3NextForCausalLM, Qwen3NextConfig),
+    "kimi_linear": (KimiLinearForCausalLM, KimiLinearConfig),
 }
 
 # Pools. Hidden sizes: none a multiple of 16 (some not of 8). Vocab: none a multiple of 64.
@@ -965,6 +1027,29 @@ AWKWARD = {
             n_routed_experts=10, num_experts_per_tok=3, n_group=5, topk_group=2, moe_intermediate_size=20,
         ),
     ),
+    "awk_kimi_linear_long": dict(
+        family="kimi_linear",
+        seed=501,
+        doc="Kimi Linear at awkward dims with a prompt longer than 64 tokens: KDA heads and head "
+        "dim off 8, a 2- to 4-tap convolution, per-channel decays, the chunked KDA form over "
+        "several chunks; MLA without positional encoding (`mla_use_nope` written explicitly), "
+        "`q_lora_rank` null; 6 experts in 3 groups (keep 2), top 2",
+        prompt=LONG_PROMPT,
+        cfg=dict(
+            vocab_size=VOCAB, hidden_size=HIDDEN, intermediate_size=Pick(36, 60, 84), num_hidden_layers=3,
+            first_k_dense_replace=1, num_attention_heads=Pick(2, 3, 5), q_lora_rank=None,
+            kv_lora_rank=KV_LORA, qk_nope_head_dim=NOPE, qk_rope_head_dim=ROPE_SPAN, v_head_dim=V_HEAD,
+            linear_attn_config=dict(
+                full_attn_layers=[2], kda_layers=[1, 3], head_dim=Pick(12, 20, 24, 40),
+                num_heads=Pick(2, 3, 5), short_conv_kernel_size=Pick(2, 3, 4),
+            ),
+            num_experts=6, num_experts_per_token=2, num_expert_group=3, topk_group=2,
+            moe_intermediate_size=Pick(20, 28), num_shared_experts=1, routed_scaling_factor=2.446,
+            moe_renormalize=True, pad_token_id=0, bos_token_id=1, eos_token_id=2,
+            max_position_embeddings=256, rms_norm_eps=1e-5,
+        ),
+        post=dict(add=dict(mla_use_nope=True)),
+    ),
     "awk_fit_qn_odd_hidden": dict(
         family="qwen3_next",
         seed=408,
@@ -993,7 +1078,13 @@ def draw(value, rng):
 
 def awkward_ok(family, cfg, prompt_len):
     """None if the drawn dims are a model the architecture can take, else why not."""
-    if family.startswith("deepseek"):
+    if family == "kimi_linear":
+        e, g = cfg["num_experts"], cfg["num_expert_group"]
+        if e % g or e // g < 2:
+            return "experts per group"
+        if cfg["num_experts_per_token"] > cfg["topk_group"] * (e // g):
+            return "top-k larger than the allowed experts"
+    elif family.startswith("deepseek"):
         e, g = cfg["n_routed_experts"], cfg["n_group"]
         if e % g or e // g < 2:
             return "experts per group"
@@ -1035,7 +1126,7 @@ def awkward_dims(name):
     for _ in range(1000):
         prompt_len = draw(spec["prompt"], rng)
         cfg = draw(spec["cfg"], rng)
-        if spec["family"].startswith("deepseek"):
+        if spec["family"].startswith("deepseek") or spec["family"] == "kimi_linear":
             cfg["num_key_value_heads"] = cfg["num_attention_heads"]  # MLA: one kv head per head
         cfg.setdefault("tie_word_embeddings", False)
         if awkward_ok(spec["family"], cfg, prompt_len) is not None:
@@ -1085,6 +1176,8 @@ def check_reload(out_dir, family, config, written, prompt, logits):
     for k in sorted(set(want) | set(got)):
         if k in ("transformers_version", "_name_or_path"):
             continue
+        if k not in want and k in written:
+            continue  # a field transformers does not read (kept verbatim), added on purpose
         assert want.get(k) == got.get(k), f"{out_dir}: reloaded config.{k} = {got.get(k)!r}, built with {want.get(k)!r}"
     model = model_cls.from_pretrained(
         out_dir, config=reloaded, attn_implementation="eager", experts_implementation="eager"

@@ -14,10 +14,10 @@ use kernels::linear_attention::{chunked, conv, gates, recurrent};
 pub(crate) struct LinearState {
     /// Recurrent state `[Nv·dk, dv]`, ping-ponged with `spare` (a kernel reads one, writes the other).
     pub state: Tensor<f32>,
-    spare: Tensor<f32>,
+    pub spare: Tensor<f32>,
     /// Conv inputs of the last `K − 1` tokens `[K − 1, conv_dim]`, ping-ponged the same way.
     pub conv: Tensor<f32>,
-    conv_spare: Tensor<f32>,
+    pub conv_spare: Tensor<f32>,
 }
 
 impl LinearState {
@@ -34,6 +34,11 @@ impl LinearState {
             conv: zeros(conv_rows, conv_dim)?,
             conv_spare: act(conv_rows, conv_dim),
         })
+    }
+
+    /// After a delta-rule launch that read `state` and wrote `spare`: the new state is current.
+    pub fn swap_state(&mut self) {
+        std::mem::swap(&mut self.state, &mut self.spare);
     }
 }
 
@@ -162,7 +167,7 @@ pub(crate) fn forward(
         )
     };
     ops.book(op, launch)?;
-    std::mem::swap(&mut st.state, &mut st.spare);
+    st.swap_state();
 
     let normed = act(t, v_w);
     let launch = kernels::tile_choice::cover(

@@ -92,14 +92,21 @@ fn prepare(
             })
         }
     };
-    ops.rope_into("rope", &q, rope, nope + rd, nope, &q)?;
+    if m.use_rope {
+        ops.rope_into("rope", &q, rope, nope + rd, nope, &q)?;
+    }
     let ckv = ops.linear("mla.kv_a_proj_with_mqa", x, &w.kv_a)?;
     let c_new = view(cache.c_kv.row_range(pos0, t), "latent cache rows")?;
     let pe_new = view(cache.k_pe.row_range(pos0, t), "rope-key cache rows")?;
     let ckv_c = view(ckv.col_range(0, m.kv_lora_rank), "c_kv columns")?;
     let ckv_pe = view(ckv.col_range(m.kv_lora_rank, rd), "k_pe columns")?;
     ops.rmsnorm_into("mla.kv_a_layernorm", &ckv_c, &w.kv_a_norm, 1e-6, &c_new)?;
-    ops.rope_into("rope", &ckv_pe, rope, rd, 0, &pe_new)?;
+    if m.use_rope {
+        ops.rope_into("rope", &ckv_pe, rope, rd, 0, &pe_new)?;
+    } else {
+        // Kimi Linear's MLA has no positional encoding: the shared key part is cached as is.
+        ops.copy("mla.k_pe", &ckv_pe, &pe_new)?;
+    }
     Ok((q, q_resid))
 }
 

@@ -10,6 +10,7 @@
 
 mod ffn;
 mod gated_attention;
+mod kda;
 mod linear_attention;
 mod mla;
 pub mod ops;
@@ -409,6 +410,14 @@ impl Runner {
                         .as_ref()
                         .ok_or_else(|| internal("linear-attention dims"))?;
                     linear_attention::forward(&mut self.ops, la, w, &n, st, eps)?
+                }
+                (AttnWeights::Kda(w), LayerCache::Linear(st)) => {
+                    let la = self
+                        .cfg
+                        .linear_attention
+                        .as_ref()
+                        .ok_or_else(|| internal("linear-attention dims"))?;
+                    kda::forward(&mut self.ops, la, w, &n, st, eps)?
                 }
                 (AttnWeights::Mla(w), LayerCache::Latent(cache)) => {
                     let m = self

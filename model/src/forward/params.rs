@@ -147,6 +147,32 @@ pub(crate) struct LinearAttnWeights {
     pub out_proj: Tensor<f32>,
 }
 
+/// Kimi Linear KDA (`KimiLinearDeltaAttention`): separate q/k/v projections and convolutions,
+/// a low-rank forget gate per key channel and a low-rank sigmoid output gate.
+pub(crate) struct KdaWeights {
+    pub q_proj: Tensor<f32>,
+    pub k_proj: Tensor<f32>,
+    pub v_proj: Tensor<f32>,
+    /// `{q,k,v}_conv1d.weight [C, 1, K]` stacked (`[q | k | v]` channels) and transposed to
+    /// tap-major `[K, 2·H·dk + H·dv]`, so one convolution covers the three.
+    pub conv_taps: Tensor<f32>,
+    /// `f_a_proj [dk, H]`, `f_b_proj [H·dk, dk]`: the forget gate's low-rank projection.
+    pub f_a: Tensor<f32>,
+    pub f_b: Tensor<f32>,
+    /// `[1, heads·dk]`.
+    pub dt_bias: Tensor<f32>,
+    /// `A_log [1, 1, heads, 1]` as `[1, heads]`.
+    pub a_log: Tensor<f32>,
+    /// `b_proj [heads, H]` (β = σ(b)).
+    pub b_proj: Tensor<f32>,
+    /// `g_a_proj [dv, H]`, `g_b_proj [H·dv, dv]`: the output gate's low-rank projection.
+    pub g_a: Tensor<f32>,
+    pub g_b: Tensor<f32>,
+    /// `o_norm.weight` `[1, dv]` (plain weight).
+    pub o_norm: Tensor<f32>,
+    pub o_proj: Tensor<f32>,
+}
+
 /// The attention block of a layer.
 // One per layer, as above.
 #[allow(clippy::large_enum_variant)]
@@ -154,6 +180,7 @@ pub(crate) enum AttnWeights {
     Mla(MlaWeights),
     Gqa(GqaWeights),
     Linear(LinearAttnWeights),
+    Kda(KdaWeights),
 }
 
 /// One decoder layer.
@@ -330,16 +357,49 @@ fn gqa(
     })
 }
 
+fn kda(ld: &Loader, cfg: &ModelConfig, p: &str) -> Result<KdaWeights, ForwardError> {
+    let l = cfg
+        .linear_attention
+        .as_ref()
+        .ok_or_else(|| missing_dims(cfg, "linear-attention"))?;
+    let h = cfg.hidden_size;
+    let (heads, dk, dv) = (l.key_heads, l.key_head_dim, l.value_head_dim);
+    let (key, value) = (heads * dk, l.value_heads * dv);
+    let conv_dim = 2 * key + value;
+    let mut taps = Vec::with_capacity(conv_dim * l.conv_kernel);
+    for (part, width) in [("q", key), ("k", key), ("v", value)] {
+        taps.extend(ld.ckpt.f32(
+            &format!("{p}.{part}_conv1d.weight"),
+            &[width, 1, l.conv_kernel],
+        )?);
+    }
+    let a_log = ld.ckpt.f32(&format!("{p}.A_log"), &[1, 1, heads, 1])?;
+    Ok(KdaWeights {
+        q_proj: ld.get(&format!("{p}.q_proj.weight"), &[key, h])?,
+        k_proj: ld.get(&format!("{p}.k_proj.weight"), &[key, h])?,
+        v_proj: ld.get(&format!("{p}.v_proj.weight"), &[value, h])?,
+        conv_taps: device(
+            "conv taps",
+            &[l.conv_kernel, conv_dim],
+            &kernels::reference::transpose(&taps, conv_dim, l.conv_kernel),
+        )?,
+        f_a: ld.get(&format!("{p}.f_a_proj.weight"), &[dk, h])?,
+        f_b: ld.get(&format!("{p}.f_b_proj.weight"), &[key, dk])?,
+        dt_bias: ld.row(&format!("{p}.dt_bias"), key)?,
+        a_log: device(&format!("{p}.A_log"), &[1, heads], &a_log)?,
+        b_proj: ld.get(&format!("{p}.b_proj.weight"), &[heads, h])?,
+        g_a: ld.get(&format!("{p}.g_a_proj.weight"), &[dv, h])?,
+        g_b: ld.get(&format!("{p}.g_b_proj.weight"), &[value, dv])?,
+        o_norm: ld.row(&format!("{p}.o_norm.weight"), dv)?,
+        o_proj: ld.get(&format!("{p}.o_proj.weight"), &[h, value])?,
+    })
+}
+
 fn linear_attn(ld: &Loader, cfg: &ModelConfig, p: &str) -> Result<LinearAttnWeights, ForwardError> {
     let l = cfg
         .linear_attention
         .as_ref()
         .ok_or_else(|| missing_dims(cfg, "linear-attention"))?;
-    if l.decay != crate::config::Decay::Scalar {
-        return Err(ForwardError::Unsupported {
-            what: "per-channel (KDA) decay in the numeric forward".into(),
-        });
-    }
     let h = cfg.hidden_size;
     let (qk, v) = (
         l.key_heads * l.key_head_dim,
@@ -383,6 +443,8 @@ impl ModelWeights {
         let embed = ld.get("model.embed_tokens.weight", &[v, h])?;
         // Qwen3-Next stores its RMSNorm weights as offsets from 1.
         let one_plus = cfg.family == crate::config::Family::Qwen3Next;
+        // The FFN module's name (`mlp`, Kimi Linear's `block_sparse_moe`).
+        let (ffn_module, _) = crate::weights::names::ffn_names(cfg.family);
         let mut layers = Vec::with_capacity(cfg.layers.len());
         for (l, spec) in cfg.layers.iter().enumerate() {
             let p = format!("model.layers.{l}");
@@ -394,7 +456,14 @@ impl ModelWeights {
                     AttnWeights::Gqa(gqa(&ld, cfg, &format!("{p}.self_attn"), one_plus)?)
                 }
                 AttentionKind::LinearAttention => {
-                    AttnWeights::Linear(linear_attn(&ld, cfg, &format!("{p}.linear_attn"))?)
+                    match cfg.linear_attention.as_ref().map(|l| l.decay) {
+                        Some(crate::config::Decay::PerChannel) => {
+                            AttnWeights::Kda(kda(&ld, cfg, &format!("{p}.self_attn"))?)
+                        }
+                        _ => {
+                            AttnWeights::Linear(linear_attn(&ld, cfg, &format!("{p}.linear_attn"))?)
+                        }
+                    }
                 }
                 other => {
                     return Err(ForwardError::Unsupported {
@@ -409,9 +478,9 @@ impl ModelWeights {
                         .as_ref()
                         .ok_or_else(|| missing_dims(cfg, "dense MLP"))?
                         .intermediate_size;
-                    FfnWeights::Dense(mlp(&ld, &format!("{p}.mlp"), h, i)?)
+                    FfnWeights::Dense(mlp(&ld, &format!("{p}.{ffn_module}"), h, i)?)
                 }
-                FfnKind::Moe => FfnWeights::Moe(moe(&ld, cfg, l, &format!("{p}.mlp"))?),
+                FfnKind::Moe => FfnWeights::Moe(moe(&ld, cfg, l, &format!("{p}.{ffn_module}"))?),
                 FfnKind::Unknown(k) => {
                     return Err(ForwardError::Unsupported {
                         what: format!("layer {l}: feed-forward kind `{k}`"),

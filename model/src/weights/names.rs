@@ -127,7 +127,7 @@ pub(crate) enum Part {
 }
 
 /// The FFN module name and the per-expert projection names of a family.
-fn ffn_names(family: Family) -> (&'static str, [&'static str; 3]) {
+pub(crate) fn ffn_names(family: Family) -> (&'static str, [&'static str; 3]) {
     match family {
         Family::KimiLinear => ("block_sparse_moe", ["w1", "w3", "w2"]),
         _ => ("mlp", ["gate_proj", "up_proj", "down_proj"]),
