@@ -20,7 +20,7 @@ use crate::elem::{Elem, Float};
 use crate::tensor::Tensor;
 use crate::tile::Tile;
 use accel_sim::functional::{self as f, Binary, Reduce, Unary};
-use accel_sim::isa::{Op, Region, VectorClass};
+use accel_sim::isa::{self, Op, Region, VectorClass};
 use accel_sim::program::Instr;
 use accel_sim::DType;
 
@@ -256,7 +256,7 @@ fn mma_useful<const M: usize, const N: usize>(
         [acc.valid[0].max(vm), acc.valid[1].max(vn)]
     };
     acc.fill = false;
-    2 * (vm * vn * vk) as u64
+    isa::mma_flop(vm as u64, vn as u64, vk as u64)
 }
 
 /// `acc[M×N] += a[M×K] · b[K×N]` on the matrix unit (inputs `T`, accumulation f32).
@@ -808,7 +808,8 @@ pub fn mask_keys<T: Float, const R: usize, const C: usize>(
 /// byte (element `2j` in the low nibble of byte `j`, as gpt-oss checkpoints store them), `scales`
 /// one E8M0 byte per 32 elements of a row; element `(r, c)` = E2M1(nibble) · 2^(scale − 127),
 /// rounded to `U`. A NaN scale (0xFF) makes its 32 elements NaN. The packed tile sizes must be
-/// `C/2` and `C/32` columns (use `derived(CB = C / 2, CS = C / 32)`).
+/// `C/2` and `C/32` columns (use `derived(CB = C / 2, CS = C / 32)`). Costed as
+/// [`isa::mxfp4_dequant_elems`] vector element passes.
 ///
 /// Usage: `dequant_mxfp4::<bf16, R, C>(&blocks, &scales)`
 pub fn dequant_mxfp4<U: Float, const R: usize, const C: usize, const CB: usize, const CS: usize>(
@@ -843,10 +844,9 @@ pub fn dequant_mxfp4<U: Float, const R: usize, const C: usize, const CB: usize, 
         _ => None,
     };
     let out = ctx.new_tile::<U, R, C>(data);
-    // Two passes: table decode of the nibbles, then the scale multiply.
     vec_op(
         ctx,
-        2 * R * C,
+        isa::mxfp4_dequant_elems(R as u64, C as u64) as usize,
         U::DTYPE,
         VectorClass::Simple,
         &[blocks.buf, scales.buf],
@@ -1141,7 +1141,7 @@ fn topk_before(a: (f32, f32), b: (f32, f32)) -> std::cmp::Ordering {
 /// Merges `C` candidate scores (indices `base..base+C`) into a running top-`K` (`best`, best
 /// first; `best_idx` holds the indices). Repeated over a row's tiles it selects the row's top-`K`
 /// with a deterministic order (higher score first, ties by lower index, NaN last). Start from `full(-inf)` scores and `full(-1)`
-/// indices. Costed as a bitonic merge on the vector unit: `(K + C)·log2(K + C)` element passes.
+/// indices. Costed as a bitonic merge on the vector unit ([`isa::topk_merge_elems`]).
 pub fn topk_update<const K: usize, const C: usize>(
     ctx: &mut Ctx,
     best: &mut Tile<f32, 1, K>,
@@ -1162,8 +1162,7 @@ pub fn topk_update<const K: usize, const C: usize>(
             bi[k] = i;
         }
     }
-    let n = (K + C) as u64;
-    let passes = n * (64 - n.leading_zeros() as u64);
+    let passes = isa::topk_merge_elems(K as u64, C as u64);
     let op = Op::Vector {
         elems: passes,
         dtype: accel_sim::DType::F32,
@@ -1245,7 +1244,7 @@ pub fn gather_rows<const R: usize, const C: usize, T: Elem>(
         None
     };
     let tile = ctx.new_tile::<T, R, C>(data);
-    let bytes = T::DTYPE.bytes_for((rows * vc) as u64) + 8 * rows as u64;
+    let bytes = isa::gather_bytes(T::DTYPE.bytes_for((rows * vc) as u64), rows as u64);
     // Keyed by the index window: programs gathering the same selection hit in L2.
     let region = Region {
         tensor: pool.id(),
