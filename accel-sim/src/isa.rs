@@ -141,7 +141,7 @@ impl Op {
     /// for vector ops).
     pub fn issued_flop(&self) -> u64 {
         match self {
-            Op::Mma { m, n, k, .. } => 2 * m * n * k,
+            Op::Mma { m, n, k, .. } => mma_flop(*m, *n, *k),
             Op::Vector { elems, .. } => *elems,
             _ => 0,
         }
@@ -165,6 +165,31 @@ impl Op {
             Op::Barrier => "barrier",
         }
     }
+}
+
+/// FLOP of an `m×k · k×n` multiply-accumulate: one multiply and one add per term.
+pub const fn mma_flop(m: u64, n: u64, k: u64) -> u64 {
+    2 * m * n * k
+}
+
+/// Vector element passes of a top-k merge of `c` candidates into a running top-`k`: a bitonic
+/// merge of the `n = k + c` values, `n` elements per stage over `bit_length(n)` (⌊log2 n⌋ + 1)
+/// stages.
+pub const fn topk_merge_elems(k: u64, c: u64) -> u64 {
+    let n = k + c;
+    n * (64 - n.leading_zeros() as u64)
+}
+
+/// Vector element passes of dequantizing an MXFP4 tile of `rows×cols` values: two passes, a table
+/// decode of the nibbles and then the multiply by the block scale.
+pub const fn mxfp4_dequant_elems(rows: u64, cols: u64) -> u64 {
+    2 * rows * cols
+}
+
+/// Bytes a paged gather of `rows` rows moves besides the rows' own `data_bytes`: each row also
+/// reads its token index and its block-table entry (an i32 each).
+pub const fn gather_bytes(data_bytes: u64, rows: u64) -> u64 {
+    data_bytes + 8 * rows
 }
 
 /// Cycles of a matrix-unit instruction: the fragment-padded work at the dtype's rate plus overhead.
@@ -222,4 +247,21 @@ pub fn check(p: &DevicePreset, op: &Op, kernel: &str, line: u32) -> Result<(), S
         })?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The work formulas dsl-core records, pinned to the values they had when they were inline
+    /// there (moving them must not move any cycle count).
+    #[test]
+    fn work_formulas() {
+        assert_eq!(mma_flop(64, 32, 16), 65536);
+        // n = 8 + 64 = 72 has bit length 7.
+        assert_eq!(topk_merge_elems(8, 64), 72 * 7);
+        assert_eq!(topk_merge_elems(1, 1), 2 * 2);
+        assert_eq!(mxfp4_dequant_elems(16, 64), 2048);
+        assert_eq!(gather_bytes(1024, 16), 1024 + 128);
+    }
 }

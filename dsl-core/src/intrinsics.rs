@@ -4,13 +4,23 @@
 //! Every intrinsic does two things: computes its result (functional backend only, with the SIMD
 //! semantics in `accel_sim::functional`) and records one tile instruction for the timing model.
 //! Destination operands come first (`mma(&mut acc, &a, &b)`), as in an instruction set.
+//!
+//! This file is the one definition of every intrinsic: `#[kernel]` reads it (dsl-macros'
+//! `intrinsics.rs` parses it at compile time) and treats each `pub fn` here as an intrinsic. Adding
+//! one is adding its `pub fn`, with a doc comment; its generic parameters, in order, are what a
+//! kernel's turbofish gives (a `const` one is a tile shape, a type one an element type), and a first
+//! parameter `ctx: &mut Ctx` is inserted by the macro (pure scalar helpers like [`cdiv`] take none).
+//! A doc line `Usage: `...`` says how it is written in a kernel, for error messages. So keep every
+//! intrinsic a plain `pub fn` in this file (no macro-generated or re-exported ones: the macro would
+//! not see them, and refuses the file) and everything else private. Its cost formula belongs in
+//! `accel_sim::isa`, next to the instruction it records.
 
 use crate::ctx::Ctx;
 use crate::elem::{Elem, Float};
 use crate::tensor::Tensor;
 use crate::tile::Tile;
 use accel_sim::functional::{self as f, Binary, Reduce, Unary};
-use accel_sim::isa::{Op, Region, VectorClass};
+use accel_sim::isa::{self, Op, Region, VectorClass};
 use accel_sim::program::Instr;
 use accel_sim::DType;
 
@@ -98,6 +108,8 @@ fn load_impl<const R: usize, const C: usize, T: Elem>(
 
 /// Loads the `R×C` window at (`row`, `col`) of `t` into a new tile and waits for it.
 /// Elements outside the tensor read as 0 (ragged edges); only in-bounds bytes move.
+///
+/// Usage: `load::<R, C>(tensor, row, col)`
 pub fn load<const R: usize, const C: usize, T: Elem>(
     ctx: &mut Ctx,
     t: &Tensor<T>,
@@ -109,6 +121,8 @@ pub fn load<const R: usize, const C: usize, T: Elem>(
 
 /// Like [`load`] but does not wait: the program keeps issuing, and the tile's consumers wait for
 /// the data. Loading the next tile before consuming the current one double-buffers.
+///
+/// Usage: `load_async::<R, C>(tensor, row, col)`
 pub fn load_async<const R: usize, const C: usize, T: Elem>(
     ctx: &mut Ctx,
     t: &Tensor<T>,
@@ -119,6 +133,8 @@ pub fn load_async<const R: usize, const C: usize, T: Elem>(
 }
 
 /// [`load`] with elements outside the tensor set to `fill` (e.g. `f32::NEG_INFINITY` before a max).
+///
+/// Usage: `load_or::<R, C>(tensor, row, col, fill)`
 pub fn load_or<const R: usize, const C: usize, T: Elem>(
     ctx: &mut Ctx,
     t: &Tensor<T>,
@@ -130,6 +146,8 @@ pub fn load_or<const R: usize, const C: usize, T: Elem>(
 }
 
 /// [`load_async`] with elements outside the tensor set to `fill`.
+///
+/// Usage: `load_async_or::<R, C>(tensor, row, col, fill)`
 pub fn load_async_or<const R: usize, const C: usize, T: Elem>(
     ctx: &mut Ctx,
     t: &Tensor<T>,
@@ -201,6 +219,8 @@ fn vec_op_useful(
 }
 
 /// A new tile with every element `value` (rounded to `T`).
+///
+/// Usage: `full::<f32, R, C>(value)`
 pub fn full<T: Elem, const R: usize, const C: usize>(ctx: &mut Ctx, value: f32) -> Tile<T, R, C> {
     let data = ctx.functional.then(|| {
         let mut v = vec![value; R * C];
@@ -215,6 +235,8 @@ pub fn full<T: Elem, const R: usize, const C: usize>(ctx: &mut Ctx, value: f32) 
 }
 
 /// A new tile of zeros (typically an accumulator).
+///
+/// Usage: `zeros::<f32, R, C>()`
 pub fn zeros<T: Elem, const R: usize, const C: usize>(ctx: &mut Ctx) -> Tile<T, R, C> {
     full::<T, R, C>(ctx, 0.0)
 }
@@ -234,7 +256,7 @@ fn mma_useful<const M: usize, const N: usize>(
         [acc.valid[0].max(vm), acc.valid[1].max(vn)]
     };
     acc.fill = false;
-    2 * (vm * vn * vk) as u64
+    isa::mma_flop(vm as u64, vn as u64, vk as u64)
 }
 
 /// `acc[M×N] += a[M×K] · b[K×N]` on the matrix unit (inputs `T`, accumulation f32).
@@ -292,6 +314,8 @@ pub fn mma_bt<T: Float, const M: usize, const N: usize, const K: usize>(
 }
 
 /// Converts a tile to another element type (round-to-nearest-even).
+///
+/// Usage: `cast::<f32>(&tile)`
 pub fn cast<U: Elem, T: Elem, const R: usize, const C: usize>(
     ctx: &mut Ctx,
     t: &Tile<T, R, C>,
@@ -334,40 +358,100 @@ fn unary_op<T: Float, const R: usize, const C: usize>(
     out
 }
 
-macro_rules! unary_intrinsics {
-    ($($(#[$doc:meta])* $name:ident => $op:ident;)*) => {$(
-        $(#[$doc])*
-        pub fn $name<T: Float, const R: usize, const C: usize>(ctx: &mut Ctx, t: &Tile<T, R, C>) -> Tile<T, R, C> {
-            unary_op(ctx, t, Unary::$op)
-        }
-    )*};
+/// Element-wise eˣ.
+pub fn exp<T: Float, const R: usize, const C: usize>(
+    ctx: &mut Ctx,
+    t: &Tile<T, R, C>,
+) -> Tile<T, R, C> {
+    unary_op(ctx, t, Unary::Exp)
 }
 
-unary_intrinsics! {
-    /// Element-wise eˣ.
-    exp => Exp;
-    /// Element-wise natural logarithm.
-    ln => Ln;
-    /// Element-wise square root.
-    sqrt => Sqrt;
-    /// Element-wise 1/√x.
-    rsqrt => Rsqrt;
-    /// Element-wise 1/x.
-    recip => Recip;
-    /// Element-wise −x.
-    neg => Neg;
-    /// Element-wise |x|.
-    abs => Abs;
-    /// Element-wise x².
-    square => Square;
-    /// Element-wise max(x, 0).
-    relu => Relu;
-    /// Element-wise logistic sigmoid.
-    sigmoid => Sigmoid;
-    /// Element-wise x·σ(x) (SiLU / swish).
-    silu => Silu;
-    /// Element-wise ln(1 + eˣ).
-    softplus => Softplus;
+/// Element-wise natural logarithm.
+pub fn ln<T: Float, const R: usize, const C: usize>(
+    ctx: &mut Ctx,
+    t: &Tile<T, R, C>,
+) -> Tile<T, R, C> {
+    unary_op(ctx, t, Unary::Ln)
+}
+
+/// Element-wise square root.
+pub fn sqrt<T: Float, const R: usize, const C: usize>(
+    ctx: &mut Ctx,
+    t: &Tile<T, R, C>,
+) -> Tile<T, R, C> {
+    unary_op(ctx, t, Unary::Sqrt)
+}
+
+/// Element-wise 1/√x.
+pub fn rsqrt<T: Float, const R: usize, const C: usize>(
+    ctx: &mut Ctx,
+    t: &Tile<T, R, C>,
+) -> Tile<T, R, C> {
+    unary_op(ctx, t, Unary::Rsqrt)
+}
+
+/// Element-wise 1/x.
+pub fn recip<T: Float, const R: usize, const C: usize>(
+    ctx: &mut Ctx,
+    t: &Tile<T, R, C>,
+) -> Tile<T, R, C> {
+    unary_op(ctx, t, Unary::Recip)
+}
+
+/// Element-wise −x.
+pub fn neg<T: Float, const R: usize, const C: usize>(
+    ctx: &mut Ctx,
+    t: &Tile<T, R, C>,
+) -> Tile<T, R, C> {
+    unary_op(ctx, t, Unary::Neg)
+}
+
+/// Element-wise |x|.
+pub fn abs<T: Float, const R: usize, const C: usize>(
+    ctx: &mut Ctx,
+    t: &Tile<T, R, C>,
+) -> Tile<T, R, C> {
+    unary_op(ctx, t, Unary::Abs)
+}
+
+/// Element-wise x².
+pub fn square<T: Float, const R: usize, const C: usize>(
+    ctx: &mut Ctx,
+    t: &Tile<T, R, C>,
+) -> Tile<T, R, C> {
+    unary_op(ctx, t, Unary::Square)
+}
+
+/// Element-wise max(x, 0).
+pub fn relu<T: Float, const R: usize, const C: usize>(
+    ctx: &mut Ctx,
+    t: &Tile<T, R, C>,
+) -> Tile<T, R, C> {
+    unary_op(ctx, t, Unary::Relu)
+}
+
+/// Element-wise logistic sigmoid.
+pub fn sigmoid<T: Float, const R: usize, const C: usize>(
+    ctx: &mut Ctx,
+    t: &Tile<T, R, C>,
+) -> Tile<T, R, C> {
+    unary_op(ctx, t, Unary::Sigmoid)
+}
+
+/// Element-wise x·σ(x) (SiLU / swish).
+pub fn silu<T: Float, const R: usize, const C: usize>(
+    ctx: &mut Ctx,
+    t: &Tile<T, R, C>,
+) -> Tile<T, R, C> {
+    unary_op(ctx, t, Unary::Silu)
+}
+
+/// Element-wise ln(1 + eˣ).
+pub fn softplus<T: Float, const R: usize, const C: usize>(
+    ctx: &mut Ctx,
+    t: &Tile<T, R, C>,
+) -> Tile<T, R, C> {
+    unary_op(ctx, t, Unary::Softplus)
 }
 
 fn binary_op<T: Float, const R: usize, const C: usize>(
@@ -398,28 +482,58 @@ fn binary_op<T: Float, const R: usize, const C: usize>(
     out
 }
 
-macro_rules! binary_intrinsics {
-    ($($(#[$doc:meta])* $name:ident => $op:ident;)*) => {$(
-        $(#[$doc])*
-        pub fn $name<T: Float, const R: usize, const C: usize>(ctx: &mut Ctx, a: &Tile<T, R, C>, b: &Tile<T, R, C>) -> Tile<T, R, C> {
-            binary_op(ctx, a, b, Binary::$op)
-        }
-    )*};
+/// Element-wise a + b.
+pub fn add<T: Float, const R: usize, const C: usize>(
+    ctx: &mut Ctx,
+    a: &Tile<T, R, C>,
+    b: &Tile<T, R, C>,
+) -> Tile<T, R, C> {
+    binary_op(ctx, a, b, Binary::Add)
 }
 
-binary_intrinsics! {
-    /// Element-wise a + b.
-    add => Add;
-    /// Element-wise a − b.
-    sub => Sub;
-    /// Element-wise a · b.
-    mul => Mul;
-    /// Element-wise a / b.
-    div => Div;
-    /// Element-wise max(a, b) (NaN propagates).
-    maximum => Max;
-    /// Element-wise min(a, b) (NaN propagates).
-    minimum => Min;
+/// Element-wise a − b.
+pub fn sub<T: Float, const R: usize, const C: usize>(
+    ctx: &mut Ctx,
+    a: &Tile<T, R, C>,
+    b: &Tile<T, R, C>,
+) -> Tile<T, R, C> {
+    binary_op(ctx, a, b, Binary::Sub)
+}
+
+/// Element-wise a · b.
+pub fn mul<T: Float, const R: usize, const C: usize>(
+    ctx: &mut Ctx,
+    a: &Tile<T, R, C>,
+    b: &Tile<T, R, C>,
+) -> Tile<T, R, C> {
+    binary_op(ctx, a, b, Binary::Mul)
+}
+
+/// Element-wise a / b.
+pub fn div<T: Float, const R: usize, const C: usize>(
+    ctx: &mut Ctx,
+    a: &Tile<T, R, C>,
+    b: &Tile<T, R, C>,
+) -> Tile<T, R, C> {
+    binary_op(ctx, a, b, Binary::Div)
+}
+
+/// Element-wise max(a, b) (NaN propagates).
+pub fn maximum<T: Float, const R: usize, const C: usize>(
+    ctx: &mut Ctx,
+    a: &Tile<T, R, C>,
+    b: &Tile<T, R, C>,
+) -> Tile<T, R, C> {
+    binary_op(ctx, a, b, Binary::Max)
+}
+
+/// Element-wise min(a, b) (NaN propagates).
+pub fn minimum<T: Float, const R: usize, const C: usize>(
+    ctx: &mut Ctx,
+    a: &Tile<T, R, C>,
+    b: &Tile<T, R, C>,
+) -> Tile<T, R, C> {
+    binary_op(ctx, a, b, Binary::Min)
 }
 
 fn scalar_op<T: Float, const R: usize, const C: usize>(
@@ -512,32 +626,76 @@ fn row_bcast<T: Float, const R: usize, const C: usize>(
     out
 }
 
-macro_rules! bcast_intrinsics {
-    ($($(#[$doc:meta])* $name:ident => $f:ident, $op:ident, $vr:tt, $vc:tt;)*) => {$(
-        $(#[$doc])*
-        pub fn $name<T: Float, const R: usize, const C: usize>(ctx: &mut Ctx, a: &Tile<T, R, C>, v: &Tile<T, $vr, $vc>) -> Tile<T, R, C> {
-            $f(ctx, a, v, Binary::$op)
-        }
-    )*};
+/// `a[r][c] + v[r]`: adds a column vector to every column.
+pub fn add_col<T: Float, const R: usize, const C: usize>(
+    ctx: &mut Ctx,
+    a: &Tile<T, R, C>,
+    v: &Tile<T, R, 1>,
+) -> Tile<T, R, C> {
+    col_bcast(ctx, a, v, Binary::Add)
 }
 
-bcast_intrinsics! {
-    /// `a[r][c] + v[r]`: adds a column vector to every column.
-    add_col => col_bcast, Add, R, 1;
-    /// `a[r][c] − v[r]`.
-    sub_col => col_bcast, Sub, R, 1;
-    /// `a[r][c] · v[r]`.
-    mul_col => col_bcast, Mul, R, 1;
-    /// `a[r][c] / v[r]`.
-    div_col => col_bcast, Div, R, 1;
-    /// `a[r][c] + v[c]`: adds a row vector to every row.
-    add_row => row_bcast, Add, 1, C;
-    /// `a[r][c] − v[c]`.
-    sub_row => row_bcast, Sub, 1, C;
-    /// `a[r][c] · v[c]`.
-    mul_row => row_bcast, Mul, 1, C;
-    /// `a[r][c] / v[c]`.
-    div_row => row_bcast, Div, 1, C;
+/// `a[r][c] − v[r]`.
+pub fn sub_col<T: Float, const R: usize, const C: usize>(
+    ctx: &mut Ctx,
+    a: &Tile<T, R, C>,
+    v: &Tile<T, R, 1>,
+) -> Tile<T, R, C> {
+    col_bcast(ctx, a, v, Binary::Sub)
+}
+
+/// `a[r][c] · v[r]`.
+pub fn mul_col<T: Float, const R: usize, const C: usize>(
+    ctx: &mut Ctx,
+    a: &Tile<T, R, C>,
+    v: &Tile<T, R, 1>,
+) -> Tile<T, R, C> {
+    col_bcast(ctx, a, v, Binary::Mul)
+}
+
+/// `a[r][c] / v[r]`.
+pub fn div_col<T: Float, const R: usize, const C: usize>(
+    ctx: &mut Ctx,
+    a: &Tile<T, R, C>,
+    v: &Tile<T, R, 1>,
+) -> Tile<T, R, C> {
+    col_bcast(ctx, a, v, Binary::Div)
+}
+
+/// `a[r][c] + v[c]`: adds a row vector to every row.
+pub fn add_row<T: Float, const R: usize, const C: usize>(
+    ctx: &mut Ctx,
+    a: &Tile<T, R, C>,
+    v: &Tile<T, 1, C>,
+) -> Tile<T, R, C> {
+    row_bcast(ctx, a, v, Binary::Add)
+}
+
+/// `a[r][c] − v[c]`.
+pub fn sub_row<T: Float, const R: usize, const C: usize>(
+    ctx: &mut Ctx,
+    a: &Tile<T, R, C>,
+    v: &Tile<T, 1, C>,
+) -> Tile<T, R, C> {
+    row_bcast(ctx, a, v, Binary::Sub)
+}
+
+/// `a[r][c] · v[c]`.
+pub fn mul_row<T: Float, const R: usize, const C: usize>(
+    ctx: &mut Ctx,
+    a: &Tile<T, R, C>,
+    v: &Tile<T, 1, C>,
+) -> Tile<T, R, C> {
+    row_bcast(ctx, a, v, Binary::Mul)
+}
+
+/// `a[r][c] / v[c]`.
+pub fn div_row<T: Float, const R: usize, const C: usize>(
+    ctx: &mut Ctx,
+    a: &Tile<T, R, C>,
+    v: &Tile<T, 1, C>,
+) -> Tile<T, R, C> {
+    row_bcast(ctx, a, v, Binary::Div)
 }
 
 fn reduce_rows_op<T: Float, const R: usize, const C: usize>(
@@ -645,11 +803,15 @@ pub fn mask_keys<T: Float, const R: usize, const C: usize>(
     vec_op(ctx, R * C, T::DTYPE, VectorClass::Simple, &[s.buf], out.buf);
     out
 }
+
 /// Dequantizes an MXFP4 tile on chip (vector unit): `blocks` holds `R×C` E2M1 values packed two per
 /// byte (element `2j` in the low nibble of byte `j`, as gpt-oss checkpoints store them), `scales`
 /// one E8M0 byte per 32 elements of a row; element `(r, c)` = E2M1(nibble) · 2^(scale − 127),
 /// rounded to `U`. A NaN scale (0xFF) makes its 32 elements NaN. The packed tile sizes must be
-/// `C/2` and `C/32` columns (use `derived(CB = C / 2, CS = C / 32)`).
+/// `C/2` and `C/32` columns (use `derived(CB = C / 2, CS = C / 32)`). Costed as
+/// [`isa::mxfp4_dequant_elems`] vector element passes.
+///
+/// Usage: `dequant_mxfp4::<bf16, R, C>(&blocks, &scales)`
 pub fn dequant_mxfp4<U: Float, const R: usize, const C: usize, const CB: usize, const CS: usize>(
     ctx: &mut Ctx,
     blocks: &Tile<u8, R, CB>,
@@ -682,10 +844,9 @@ pub fn dequant_mxfp4<U: Float, const R: usize, const C: usize, const CB: usize, 
         _ => None,
     };
     let out = ctx.new_tile::<U, R, C>(data);
-    // Two passes: table decode of the nibbles, then the scale multiply.
     vec_op(
         ctx,
-        2 * R * C,
+        isa::mxfp4_dequant_elems(R as u64, C as u64) as usize,
         U::DTYPE,
         VectorClass::Simple,
         &[blocks.buf, scales.buf],
@@ -825,6 +986,8 @@ pub fn transpose<T: Elem, const R: usize, const C: usize>(
 }
 
 /// A `1×1` tile's value repeated over `R×C` (a per-head scalar such as a decay, applied to a tile).
+///
+/// Usage: `broadcast::<_, R, C>(&scalar_tile)`
 pub fn broadcast<T: Elem, const R: usize, const C: usize>(
     ctx: &mut Ctx,
     s: &Tile<T, 1, 1>,
@@ -859,6 +1022,8 @@ pub fn tril<T: Elem, const R: usize, const C: usize>(
 }
 
 /// The `N×N` identity.
+///
+/// Usage: `eye::<f32, N>()`
 pub fn eye<T: Elem, const N: usize>(ctx: &mut Ctx) -> Tile<T, N, N> {
     let data = ctx.functional.then(|| {
         let mut v = vec![0.0f32; N * N];
@@ -976,7 +1141,7 @@ fn topk_before(a: (f32, f32), b: (f32, f32)) -> std::cmp::Ordering {
 /// Merges `C` candidate scores (indices `base..base+C`) into a running top-`K` (`best`, best
 /// first; `best_idx` holds the indices). Repeated over a row's tiles it selects the row's top-`K`
 /// with a deterministic order (higher score first, ties by lower index, NaN last). Start from `full(-inf)` scores and `full(-1)`
-/// indices. Costed as a bitonic merge on the vector unit: `(K + C)·log2(K + C)` element passes.
+/// indices. Costed as a bitonic merge on the vector unit ([`isa::topk_merge_elems`]).
 pub fn topk_update<const K: usize, const C: usize>(
     ctx: &mut Ctx,
     best: &mut Tile<f32, 1, K>,
@@ -997,8 +1162,7 @@ pub fn topk_update<const K: usize, const C: usize>(
             bi[k] = i;
         }
     }
-    let n = (K + C) as u64;
-    let passes = n * (64 - n.leading_zeros() as u64);
+    let passes = isa::topk_merge_elems(K as u64, C as u64);
     let op = Op::Vector {
         elems: passes,
         dtype: accel_sim::DType::F32,
@@ -1080,7 +1244,7 @@ pub fn gather_rows<const R: usize, const C: usize, T: Elem>(
         None
     };
     let tile = ctx.new_tile::<T, R, C>(data);
-    let bytes = T::DTYPE.bytes_for((rows * vc) as u64) + 8 * rows as u64;
+    let bytes = isa::gather_bytes(T::DTYPE.bytes_for((rows * vc) as u64), rows as u64);
     // Keyed by the index window: programs gathering the same selection hit in L2.
     let region = Region {
         tensor: pool.id(),

@@ -1,157 +1,188 @@
 //! The DSL's vocabulary: which calls a kernel may make and how their generic arguments work.
+//!
+//! The intrinsics are not listed here: they are read from dsl-core's own source, so that an
+//! intrinsic is defined once, as a `pub fn` in `dsl-core/src/intrinsics.rs`, and the macro (call
+//! rewriting, shape checks, error text) follows. `include_str!` makes cargo rebuild this crate when
+//! that file changes. What the table takes from each `pub fn`:
+//!
+//! - its generic parameters in order (lifetimes aside): a `const` one is a tile shape (must be a
+//!   compile-time constant), a type one an element type (a tile size written there is a mistake);
+//! - whether its first parameter is the context (`&mut Ctx`); pure scalar helpers like `cdiv` take
+//!   none and are called as written;
+//! - how it is written in a kernel, for messages: the doc line `Usage: `...`` if it has one, else a
+//!   form built from the signature.
+
+use std::sync::OnceLock;
+use syn::{FnArg, GenericParam, Item, ItemFn, Pat, Type, Visibility};
+
+/// The single source of the intrinsics (path relative to this file).
+const SOURCE: &str = include_str!("../../dsl-core/src/intrinsics.rs");
+
+/// The file named in messages about [`SOURCE`].
+const SOURCE_NAME: &str = "dsl-core/src/intrinsics.rs";
 
 /// An intrinsic the macro rewrites to `::dsl_core::intrinsics::NAME(ctx, ...)`.
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Intrinsic {
     /// Name as written in kernels.
-    pub name: &'static str,
-    /// Total generic parameters of the dsl-core function.
+    pub name: String,
+    /// Generic parameters of the dsl-core function (types and consts; the turbofish is completed
+    /// with `_` up to this many).
     pub generics: usize,
-    /// Indices (among the user-written generic arguments) that are tile shapes and must be constant.
-    pub shape_args: &'static [usize],
-    /// Indices (among the user-written generic arguments) that are element types: a tile size
-    /// written there is a mistake worth its own message.
-    pub type_args: &'static [usize],
+    /// Indices (among the generic arguments, in the function's order) that are tile shapes and must
+    /// be constant.
+    pub shape_args: Vec<usize>,
+    /// Indices (among the generic arguments) that are element types: a tile size written there is a
+    /// mistake worth its own message.
+    pub type_args: Vec<usize>,
     /// How the call is written, for messages.
-    pub usage: &'static str,
+    pub usage: String,
     /// Whether the intrinsic takes the context (false for pure scalar helpers like `cdiv`).
     pub takes_ctx: bool,
 }
 
-const fn i(name: &'static str, generics: usize, shape_args: &'static [usize]) -> Intrinsic {
-    Intrinsic {
-        name,
-        generics,
-        shape_args,
-        type_args: &[],
-        usage: "",
-        takes_ctx: true,
-    }
+/// All intrinsics, in the order of dsl-core's source (derived once per compiler process).
+pub fn all() -> &'static [Intrinsic] {
+    static TABLE: OnceLock<Vec<Intrinsic>> = OnceLock::new();
+    TABLE.get_or_init(|| derive(SOURCE).unwrap_or_else(|e| panic!("#[kernel]: {e}")))
 }
-
-/// An intrinsic whose generic arguments authors write: shapes and element types are checked.
-const fn typed(
-    name: &'static str,
-    generics: usize,
-    shape_args: &'static [usize],
-    type_args: &'static [usize],
-    usage: &'static str,
-) -> Intrinsic {
-    Intrinsic {
-        name,
-        generics,
-        shape_args,
-        type_args,
-        usage,
-        takes_ctx: true,
-    }
-}
-
-/// All intrinsics.
-pub const INTRINSICS: &[Intrinsic] = &[
-    i("program_id", 0, &[]),
-    i("require", 0, &[]),
-    i("num_programs", 0, &[]),
-    Intrinsic {
-        name: "cdiv",
-        generics: 0,
-        shape_args: &[],
-        type_args: &[],
-        usage: "",
-        takes_ctx: false,
-    },
-    typed("load", 3, &[0, 1], &[2], "load::<R, C>(tensor, row, col)"),
-    typed(
-        "load_async",
-        3,
-        &[0, 1],
-        &[2],
-        "load_async::<R, C>(tensor, row, col)",
-    ),
-    typed(
-        "load_or",
-        3,
-        &[0, 1],
-        &[2],
-        "load_or::<R, C>(tensor, row, col, fill)",
-    ),
-    typed(
-        "load_async_or",
-        3,
-        &[0, 1],
-        &[2],
-        "load_async_or::<R, C>(tensor, row, col, fill)",
-    ),
-    i("store", 3, &[]),
-    typed("full", 3, &[1, 2], &[0], "full::<f32, R, C>(value)"),
-    typed("zeros", 3, &[1, 2], &[0], "zeros::<f32, R, C>()"),
-    i("mma", 4, &[]),
-    i("mma_bt", 4, &[]),
-    typed("cast", 4, &[], &[0, 1], "cast::<f32>(&tile)"),
-    i("exp", 3, &[]),
-    i("ln", 3, &[]),
-    i("sqrt", 3, &[]),
-    i("rsqrt", 3, &[]),
-    i("recip", 3, &[]),
-    i("neg", 3, &[]),
-    i("abs", 3, &[]),
-    i("square", 3, &[]),
-    i("relu", 3, &[]),
-    i("sigmoid", 3, &[]),
-    i("silu", 3, &[]),
-    i("softplus", 3, &[]),
-    i("add", 3, &[]),
-    i("sub", 3, &[]),
-    i("mul", 3, &[]),
-    i("div", 3, &[]),
-    i("maximum", 3, &[]),
-    i("minimum", 3, &[]),
-    i("scale", 3, &[]),
-    i("add_scalar", 3, &[]),
-    i("add_col", 3, &[]),
-    i("sub_col", 3, &[]),
-    i("mul_col", 3, &[]),
-    i("div_col", 3, &[]),
-    i("add_row", 3, &[]),
-    i("sub_row", 3, &[]),
-    i("mul_row", 3, &[]),
-    i("div_row", 3, &[]),
-    i("mask_keys", 3, &[]),
-    i("mma_at", 4, &[]),
-    i("transpose", 3, &[]),
-    i("deinterleave", 4, &[]),
-    i("interleave", 4, &[]),
-    typed(
-        "broadcast",
-        3,
-        &[1, 2],
-        &[0],
-        "broadcast::<_, R, C>(&scalar_tile)",
-    ),
-    i("tril", 3, &[]),
-    typed("eye", 2, &[1], &[0], "eye::<f32, N>()"),
-    i("load_index", 0, &[]),
-    i("index_at", 2, &[]),
-    i("topk_update", 2, &[]),
-    i("gather_rows", 3, &[0, 1]),
-    typed(
-        "dequant_mxfp4",
-        5,
-        &[1, 2],
-        &[0],
-        "dequant_mxfp4::<bf16, R, C>(&blocks, &scales)",
-    ),
-    i("row_sum", 3, &[]),
-    i("row_max", 3, &[]),
-    i("col_sum", 3, &[]),
-    i("col_max", 3, &[]),
-];
 
 /// Looks an intrinsic up by name.
 pub fn find(name: &str) -> Option<&'static Intrinsic> {
-    INTRINSICS.iter().find(|i| i.name == name)
+    all().iter().find(|i| i.name == name)
+}
+
+/// Every intrinsic's name, for error messages (complete by construction).
+pub fn summary() -> String {
+    all()
+        .iter()
+        .map(|i| i.name.as_str())
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// The intrinsics declared in `src` (the text of dsl-core's intrinsics module): one per `pub fn`.
+///
+/// An item-level macro call or a `pub use` there could declare intrinsics this reading cannot see,
+/// so either is refused rather than silently missed.
+pub fn derive(src: &str) -> Result<Vec<Intrinsic>, String> {
+    let file = syn::parse_file(src).map_err(|e| format!("cannot parse {SOURCE_NAME}: {e}"))?;
+    let mut out = Vec::new();
+    for item in &file.items {
+        match item {
+            Item::Fn(f) if matches!(f.vis, Visibility::Public(_)) => out.push(from_fn(f)),
+            Item::Macro(m) if m.ident.is_none() => {
+                let path = &m.mac.path;
+                return Err(format!(
+                    "{SOURCE_NAME} invokes `{}!` at item level; intrinsics are read from its plain `pub fn`s, so write each one out",
+                    quote::quote!(#path)
+                ));
+            }
+            Item::Use(u) if !matches!(u.vis, Visibility::Inherited) => {
+                return Err(format!(
+                    "{SOURCE_NAME} re-exports with `pub use`; intrinsics are read from its plain `pub fn`s, so define them there"
+                ));
+            }
+            _ => {}
+        }
+    }
+    Ok(out)
+}
+
+fn from_fn(f: &ItemFn) -> Intrinsic {
+    let sig = &f.sig;
+    let name = sig.ident.to_string();
+    let (mut shape_args, mut type_args, mut gen_names) = (Vec::new(), Vec::new(), Vec::new());
+    for g in &sig.generics.params {
+        let idx = gen_names.len();
+        match g {
+            GenericParam::Const(c) => {
+                shape_args.push(idx);
+                gen_names.push(c.ident.to_string());
+            }
+            GenericParam::Type(t) => {
+                type_args.push(idx);
+                gen_names.push(t.ident.to_string());
+            }
+            // Lifetimes are never written in a kernel's turbofish.
+            GenericParam::Lifetime(_) => {}
+        }
+    }
+    let takes_ctx = sig.inputs.first().is_some_and(is_ctx);
+    let usage = doc_usage(f).unwrap_or_else(|| {
+        let params: Vec<String> = sig
+            .inputs
+            .iter()
+            .skip(takes_ctx as usize)
+            .map(param_form)
+            .collect();
+        let turbofish = if gen_names.is_empty() {
+            String::new()
+        } else {
+            format!("::<{}>", gen_names.join(", "))
+        };
+        format!("{name}{turbofish}({})", params.join(", "))
+    });
+    Intrinsic {
+        name,
+        generics: gen_names.len(),
+        shape_args,
+        type_args,
+        usage,
+        takes_ctx,
+    }
+}
+
+/// Whether a parameter is the execution context, `&mut Ctx`.
+fn is_ctx(arg: &FnArg) -> bool {
+    let FnArg::Typed(pt) = arg else { return false };
+    let Type::Reference(r) = &*pt.ty else {
+        return false;
+    };
+    r.mutability.is_some()
+        && matches!(&*r.elem, Type::Path(tp) if tp.path.segments.last().is_some_and(|s| s.ident == "Ctx"))
+}
+
+/// A parameter as an argument in a call: its name, behind `&`/`&mut ` when passed by reference.
+fn param_form(arg: &FnArg) -> String {
+    let FnArg::Typed(pt) = arg else {
+        return "self".into();
+    };
+    let name = match &*pt.pat {
+        Pat::Ident(pi) => pi.ident.to_string(),
+        _ => "_".into(),
+    };
+    match &*pt.ty {
+        Type::Reference(r) if r.mutability.is_some() => format!("&mut {name}"),
+        Type::Reference(_) => format!("&{name}"),
+        _ => name,
+    }
+}
+
+/// The form in a doc line `Usage: `...``, if the function has one.
+fn doc_usage(f: &ItemFn) -> Option<String> {
+    f.attrs
+        .iter()
+        .filter(|a| a.path().is_ident("doc"))
+        .filter_map(|a| match &a.meta {
+            syn::Meta::NameValue(nv) => match &nv.value {
+                syn::Expr::Lit(syn::ExprLit {
+                    lit: syn::Lit::Str(s),
+                    ..
+                }) => Some(s.value()),
+                _ => None,
+            },
+            _ => None,
+        })
+        .find_map(|line| {
+            let rest = line.trim().strip_prefix("Usage:")?.trim();
+            let inner = rest.strip_prefix('`')?;
+            Some(inner[..inner.find('`')?].to_string())
+        })
 }
 
 /// Methods kernels may call on scalars and tensors (no data-dependent behaviour, no allocation).
+/// These are Rust methods, not intrinsics, so they are listed here.
 pub const METHODS: &[&str] = &[
     "at",
     "rows_clipped",
@@ -181,10 +212,88 @@ pub const METHODS: &[&str] = &[
 /// `usize::min(a, b)`).
 pub const PRIMITIVES: &[&str] = &["f32", "f64", "usize", "u32", "u64", "i32", "i64", "isize"];
 
-/// A short list for error messages.
-pub fn summary() -> String {
-    "program_id, num_programs, require, cdiv, load, load_async, load_or, store, zeros, full, mma, mma_bt, cast, \
-     exp/ln/sqrt/rsqrt/recip/neg/abs/square/relu/sigmoid/silu/softplus, add/sub/mul/div/maximum/minimum, \
-     scale, add_scalar, {add,sub,mul,div}_{col,row}, row_sum/row_max/col_sum/col_max"
-        .to_string()
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn get(name: &str) -> &'static Intrinsic {
+        find(name).unwrap_or_else(|| panic!("`{name}` missing from the derived table"))
+    }
+
+    /// Every `pub fn` of the source, found by a plain text scan (independent of the syn reading).
+    fn pub_fns_by_text() -> Vec<String> {
+        SOURCE
+            .lines()
+            .filter_map(|l| {
+                let l = l.trim_start();
+                let rest = l
+                    .strip_prefix("pub fn ")
+                    .or_else(|| l.strip_prefix("pub const fn "))?;
+                let end = rest.find(|c: char| !(c.is_alphanumeric() || c == '_'))?;
+                Some(rest[..end].to_string())
+            })
+            .collect()
+    }
+
+    #[test]
+    fn every_pub_fn_is_an_intrinsic_and_in_the_summary() {
+        let names = pub_fns_by_text();
+        assert!(names.len() >= 55, "only {} pub fns found", names.len());
+        let summary = summary();
+        let listed: Vec<&str> = summary.split(", ").collect();
+        for n in &names {
+            get(n);
+            assert!(listed.contains(&n.as_str()), "`{n}` missing from summary");
+        }
+        assert_eq!(all().len(), names.len(), "table and source disagree");
+    }
+
+    #[test]
+    fn generic_arguments_are_classified() {
+        let load = get("load");
+        assert_eq!(
+            (load.generics, &load.shape_args[..], &load.type_args[..]),
+            (3, &[0, 1][..], &[2][..])
+        );
+        assert!(load.takes_ctx);
+        let zeros = get("zeros");
+        assert_eq!(
+            (zeros.generics, &zeros.shape_args[..], &zeros.type_args[..]),
+            (3, &[1, 2][..], &[0][..])
+        );
+        let dq = get("dequant_mxfp4");
+        assert_eq!(
+            (dq.generics, &dq.shape_args[..], &dq.type_args[..]),
+            (5, &[1, 2, 3, 4][..], &[0][..])
+        );
+        let cast = get("cast");
+        assert_eq!(
+            (&cast.shape_args[..], &cast.type_args[..]),
+            (&[2, 3][..], &[0, 1][..])
+        );
+        let cdiv = get("cdiv");
+        assert!(!cdiv.takes_ctx);
+        assert_eq!(cdiv.generics, 0);
+        assert!(get("program_id").takes_ctx);
+    }
+
+    #[test]
+    fn usage_comes_from_the_doc_or_the_signature() {
+        assert_eq!(get("load").usage, "load::<R, C>(tensor, row, col)");
+        assert_eq!(get("zeros").usage, "zeros::<f32, R, C>()");
+        // No `Usage:` line: built from the signature, context left out.
+        assert_eq!(get("mma").usage, "mma::<T, M, N, K>(&mut acc, &a, &b)");
+        assert_eq!(get("cdiv").usage, "cdiv(a, b)");
+    }
+
+    #[test]
+    fn hidden_declarations_are_refused() {
+        assert!(derive("unary_intrinsics! { exp => Exp; }").is_err());
+        assert!(derive("pub use other::load;").is_err());
+        // Private helpers and macro definitions are not intrinsics.
+        let t = derive("fn helper() {} macro_rules! m { () => {} } pub fn x(ctx: &mut Ctx) {}")
+            .unwrap();
+        assert_eq!(t.len(), 1);
+        assert_eq!(t[0].name, "x");
+    }
 }

@@ -5,6 +5,8 @@
 //!
 //! - `parse/`: the attribute (`grid = ...`, `tunable(NAME = [..])`, `helper`, `helpers(..)`) and the
 //!   body validation (the DSL subset, with spanned errors that say what is allowed);
+//! - `intrinsics`: the intrinsic table, read from dsl-core's `src/intrinsics.rs` (each `pub fn`
+//!   there is an intrinsic), so adding one to dsl-core is the whole change;
 //! - `generate/`: the rewritten function (execution context threaded, source lines recorded) and the
 //!   companion module with the kernel's metadata and its `launch` function.
 

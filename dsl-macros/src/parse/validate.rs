@@ -99,7 +99,7 @@ impl Validator<'_> {
     }
 
     fn check_shape_args(&mut self, seg: &syn::PathSegment, intr: &intrinsics::Intrinsic) {
-        let shape_args = intr.shape_args;
+        let shape_args = &intr.shape_args;
         let PathArguments::AngleBracketed(ab) = &seg.arguments else {
             return;
         };
@@ -128,6 +128,8 @@ impl Validator<'_> {
                 continue;
             }
             let ok = match arg {
+                // Left to inference, which only ever finds a constant.
+                GenericArgument::Type(Type::Infer(_)) => true,
                 GenericArgument::Const(Expr::Lit(syn::ExprLit {
                     lit: syn::Lit::Int(_),
                     ..
