@@ -9,13 +9,18 @@
 //! `h` (not from its `T`-rounded copy in `h_out`), then cast to `T`.
 //!
 //! The kernel requires `BH ≥ H`: with a narrower tile it would normalise only the first `BH`
-//! columns and leave the rest unwritten. [`run_rmsnorm_residual`] picks the smallest declared `BH`
-//! that fits and refuses (with a `SimError::Launch`) shapes wider than the largest one; direct
-//! callers of `rmsnorm_residual::launch` must do the same (see [`bh_for`]).
+//! columns and leave the rest unwritten. Rows wider than the largest `BH` run
+//! [`rmsnorm_residual_looped()`] instead: two passes over `BH`-wide column tiles (sum of squares,
+//! then normalise, recomputing `h` in f32 so both kernels give the same numbers), one more read of
+//! `x` and `residual` than the one-tile form. [`launch_rmsnorm_residual`] and
+//! [`run_rmsnorm_residual`] pick between them; direct callers of `rmsnorm_residual::launch` must
+//! keep `BH ≥ H` (see [`bh_for`]).
 //!
 //! Two unfused norms follow the same one-row-per-tile rule (`BH ≥ H`), with host wrappers that
 //! check the shapes and pick `BH` and `BR`:
-//! - [`rmsnorm()`] / [`run_rmsnorm`]: `y = x · rsqrt(mean(x²) + eps) · weight`. A per-head norm
+//! - [`rmsnorm()`] / [`run_rmsnorm`]: `y = x · rsqrt(mean(x²) + eps) · weight` (rows wider than
+//!   the largest `BH`: [`rmsnorm_looped()`], the same two-pass loop).
+//!   ([`layernorm_looped()`] is LayerNorm's: three passes, mean, variance, normalise.) A per-head norm
 //!   (Qwen3-Next's `q_norm`/`k_norm` over `head_dim`) is this on the `[T·H, D]` reshaped view of
 //!   the `[T, H·D]` activations. Qwen3-Next's `(1 + w)` norms take `1 + w` as the weight.
 //! - [`layernorm()`] / [`run_layernorm`]: `y = (x − mean) · rsqrt(var + eps) · weight + bias`,
@@ -50,6 +55,82 @@ pub fn rmsnorm_residual<T: Float>(
     let w = cast::<f32>(&load::<1, BH>(weight, 0, 0));
     let yn = mul_row(&mul_col(&h, &inv), &w);
     store(y, r, 0, &cast::<T>(&yn));
+}
+
+/// Fused residual add + RMSNorm for rows of any width: one program per `BR` rows, looping twice
+/// over `BH`-wide column tiles (the ragged last tile loads zeros and stores only its columns).
+#[kernel(
+    grid = (cdiv(x.rows(), BR),),
+    tunable(BH = [4096, 1024, 2048, 8192], BR = [1, 2, 4])
+)]
+pub fn rmsnorm_residual_looped<T: Float>(
+    x: &Tensor<T>,
+    residual: &Tensor<T>,
+    weight: &Tensor<T>,
+    h_out: &Tensor<T>,
+    y: &Tensor<T>,
+    eps: f32,
+) {
+    let r = program_id(0) * BR;
+    let width = x.cols();
+    let mut ss = zeros::<f32, BR, 1>();
+    for c in (0..width).step_by(BH) {
+        let h = add(
+            &cast::<f32>(&load::<BR, BH>(x, r, c)),
+            &cast::<f32>(&load::<BR, BH>(residual, r, c)),
+        );
+        store(h_out, r, c, &cast::<T>(&h));
+        ss = add(&ss, &row_sum(&square(&h)));
+    }
+    let inv = rsqrt(&add_scalar(
+        &scale(&ss, (1.0f64 / width as f64) as f32),
+        eps,
+    ));
+    for c in (0..width).step_by(BH) {
+        let h = add(
+            &cast::<f32>(&load::<BR, BH>(x, r, c)),
+            &cast::<f32>(&load::<BR, BH>(residual, r, c)),
+        );
+        let w = cast::<f32>(&load::<1, BH>(weight, 0, c));
+        store(y, r, c, &cast::<T>(&mul_row(&mul_col(&h, &inv), &w)));
+    }
+}
+
+/// Launches the fused residual add + RMSNorm on `x [rows, H]`: one row tile
+/// ([`rmsnorm_residual()`], the smallest `BH ≥ H`, one row per program) when `H` fits the largest
+/// `BH`, the column-tile loop ([`rmsnorm_residual_looped()`]) above.
+#[allow(clippy::too_many_arguments)]
+pub fn launch_rmsnorm_residual<T: Float>(
+    launcher: &Launcher,
+    x: &Tensor<T>,
+    residual: &Tensor<T>,
+    weight: &Tensor<T>,
+    h_out: &Tensor<T>,
+    y: &Tensor<T>,
+    eps: f32,
+) -> Result<Launch, SimError> {
+    match bh_for(x.cols()) {
+        Ok(bh) => rmsnorm_residual::launch(
+            launcher,
+            &Config::new().with("BH", bh).with("BR", 1),
+            x,
+            residual,
+            weight,
+            h_out,
+            y,
+            eps,
+        ),
+        Err(_) => rmsnorm_residual_looped::launch(
+            launcher,
+            &Config::new().with("BR", 1),
+            x,
+            residual,
+            weight,
+            h_out,
+            y,
+            eps,
+        ),
+    }
 }
 
 /// The smallest declared `BH` that holds a row of `h` elements, or a `SimError::Launch` naming `h`
@@ -136,15 +217,24 @@ fn run_typed<T: Float>(launcher: &Launcher, case: &RmsNormCase) -> Result<RmsNor
             )))
         }
         Some(_) => case.config.clone(),
-        None => case.config.clone().with("BH", bh_for(hid)?),
+        None => match bh_for(hid) {
+            Ok(bh) => case.config.clone().with("BH", bh),
+            // Wider than any row tile: the column-tile loop (its own BH choices).
+            Err(_) => case.config.clone(),
+        },
     };
+    let looped = config.get("BH").is_none();
     let shape = [rows, hid];
     let mut t = crate::testdata::CaseTensors::new(launcher, case.seed, name);
     let x = t.input::<T>(&shape, 0.0, 1.0)?;
     let res = t.input::<T>(&shape, 0.0, 1.0)?;
     let w = t.input::<T>(&[hid], 1.0, 0.5)?;
     let (h, y) = (t.output::<T>(&shape), t.output::<T>(&shape));
-    let mut launch = rmsnorm_residual::launch(launcher, &config, &x, &res, &w, &h, &y, case.eps)?;
+    let mut launch = if looped {
+        rmsnorm_residual_looped::launch(launcher, &config, &x, &res, &w, &h, &y, case.eps)?
+    } else {
+        rmsnorm_residual::launch(launcher, &config, &x, &res, &w, &h, &y, case.eps)?
+    };
     let (hv, yv) = (h.to_vec(), y.to_vec());
     let (mut h_rel_error, mut y_rel_error) = (None, None);
     if let (Some(ho), Some(yo), Some(xv), Some(rv), Some(wv)) =
@@ -183,6 +273,33 @@ pub fn rmsnorm<T: Float>(x: &Tensor<T>, weight: &Tensor<T>, y: &Tensor<T>, eps: 
     store(y, r, 0, &cast::<T>(&mul_row(&mul_col(&xt, &inv), &w)));
 }
 
+/// RMSNorm for rows of any width: one program per `BR` rows, two passes over `BH`-wide column
+/// tiles (sum of squares, then normalise).
+#[kernel(
+    grid = (cdiv(x.rows(), BR),),
+    tunable(BH = [4096, 1024, 2048, 8192], BR = [1, 2, 4])
+)]
+pub fn rmsnorm_looped<T: Float>(x: &Tensor<T>, weight: &Tensor<T>, y: &Tensor<T>, eps: f32) {
+    let r = program_id(0) * BR;
+    let width = x.cols();
+    let mut ss = zeros::<f32, BR, 1>();
+    for c in (0..width).step_by(BH) {
+        ss = add(
+            &ss,
+            &row_sum(&square(&cast::<f32>(&load::<BR, BH>(x, r, c)))),
+        );
+    }
+    let inv = rsqrt(&add_scalar(
+        &scale(&ss, (1.0f64 / width as f64) as f32),
+        eps,
+    ));
+    for c in (0..width).step_by(BH) {
+        let xt = cast::<f32>(&load::<BR, BH>(x, r, c));
+        let w = cast::<f32>(&load::<1, BH>(weight, 0, c));
+        store(y, r, c, &cast::<T>(&mul_row(&mul_col(&xt, &inv), &w)));
+    }
+}
+
 /// LayerNorm (biased variance, affine): one program per `BR` rows, the whole row (`H ≤ BH`) in one
 /// tile, statistics over the true width `H`.
 #[kernel(
@@ -217,6 +334,51 @@ pub fn layernorm<T: Float>(
     );
 }
 
+/// LayerNorm for rows of any width: one program per `BR` rows, three passes over `BH`-wide column
+/// tiles (mean; variance of the centred values, padding columns masked out; normalise).
+#[kernel(
+    grid = (cdiv(x.rows(), BR),),
+    tunable(BH = [4096, 1024, 2048, 8192], BR = [1, 2, 4])
+)]
+pub fn layernorm_looped<T: Float>(
+    x: &Tensor<T>,
+    weight: &Tensor<T>,
+    bias: &Tensor<T>,
+    y: &Tensor<T>,
+    eps: f32,
+) {
+    let r = program_id(0) * BR;
+    let width = x.cols();
+    let inv_h = (1.0f64 / width as f64) as f32;
+    let mut sum = zeros::<f32, BR, 1>();
+    for c in (0..width).step_by(BH) {
+        sum = add(&sum, &row_sum(&cast::<f32>(&load::<BR, BH>(x, r, c))));
+    }
+    let mean = scale(&sum, inv_h);
+    let mut ss = zeros::<f32, BR, 1>();
+    for c in (0..width).step_by(BH) {
+        // Columns past the row's end would be 0 − mean after centring: the 0/1 mask drops them.
+        let valid = exp(&mask_keys(&zeros::<f32, 1, BH>(), 0, c, width, false));
+        let xc = mul_row(
+            &sub_col(&cast::<f32>(&load::<BR, BH>(x, r, c)), &mean),
+            &valid,
+        );
+        ss = add(&ss, &row_sum(&square(&xc)));
+    }
+    let inv = rsqrt(&add_scalar(&scale(&ss, inv_h), eps));
+    for c in (0..width).step_by(BH) {
+        let xc = sub_col(&cast::<f32>(&load::<BR, BH>(x, r, c)), &mean);
+        let w = cast::<f32>(&load::<1, BH>(weight, 0, c));
+        let b = cast::<f32>(&load::<1, BH>(bias, 0, c));
+        store(
+            y,
+            r,
+            c,
+            &cast::<T>(&add_row(&mul_row(&mul_col(&xc, &inv), &w), &b)),
+        );
+    }
+}
+
 /// Most elements of a norm's `BR×BH` f32 row tile the wrappers allow (32 KiB): wide rows get fewer
 /// rows per program, so the tiles fit on chip.
 const ROW_TILE_ELEMS: usize = 8192;
@@ -230,6 +392,22 @@ fn norm_config<T: Elem>(
     params: &[(&str, &Tensor<T>)],
     y: &Tensor<T>,
 ) -> Result<Config, SimError> {
+    let (rows, h) = (x.rows(), x.cols());
+    check_wide_shapes(meta, x, params, y)?;
+    let bh = row_tile_for(meta, h)?;
+    let cap = (ROW_TILE_ELEMS / bh as usize).max(1) as i64;
+    let br = crate::tile_choice::covering(meta, "BR", rows, cap).unwrap_or(1);
+    Ok(Config::new().with("BH", bh).with("BR", br))
+}
+
+/// Checks that each of `params` (weight, bias) holds `x`'s row width and `y` has `x`'s shape, as a
+/// `SimError::Launch` of `meta` naming the tensor.
+fn check_wide_shapes<T: Elem>(
+    meta: &KernelMeta,
+    x: &Tensor<T>,
+    params: &[(&str, &Tensor<T>)],
+    y: &Tensor<T>,
+) -> Result<(), SimError> {
     let (rows, h) = (x.rows(), x.cols());
     let bad = |message: String| SimError::Launch {
         kernel: meta.name.to_string(),
@@ -245,14 +423,12 @@ fn norm_config<T: Elem>(
     if y.rows() != rows || y.cols() != h {
         return Err(bad(format!("y is {y:?} but must have x's shape {x:?}")));
     }
-    let bh = row_tile_for(meta, h)?;
-    let cap = (ROW_TILE_ELEMS / bh as usize).max(1) as i64;
-    let br = crate::tile_choice::covering(meta, "BR", rows, cap).unwrap_or(1);
-    Ok(Config::new().with("BH", bh).with("BR", br))
+    Ok(())
 }
 
 /// Runs [`rmsnorm()`] on `x [rows, H]` with `weight [H]` into `y [rows, H]`, picking `BH` and
-/// `BR`. Mismatched shapes and `H` wider than the largest `BH` are a `SimError::Launch`.
+/// `BR`; `H` wider than the largest `BH` runs [`rmsnorm_looped()`]. Mismatched shapes are a
+/// `SimError::Launch`.
 pub fn run_rmsnorm<T: Float>(
     launcher: &Launcher,
     x: &Tensor<T>,
@@ -260,12 +436,17 @@ pub fn run_rmsnorm<T: Float>(
     y: &Tensor<T>,
     eps: f32,
 ) -> Result<Launch, SimError> {
+    if row_tile_for(&rmsnorm::META, x.cols()).is_err() {
+        check_wide_shapes(&rmsnorm_looped::META, x, &[("weight", weight)], y)?;
+        return rmsnorm_looped::launch(launcher, &Config::new().with("BR", 1), x, weight, y, eps);
+    }
     let config = norm_config(&rmsnorm::META, x, &[("weight", weight)], y)?;
     rmsnorm::launch(launcher, &config, x, weight, y, eps)
 }
 
 /// Runs [`layernorm()`] on `x [rows, H]` with `weight`, `bias [H]` into `y [rows, H]`, picking
-/// `BH` and `BR`. Mismatched shapes and `H` wider than the largest `BH` are a `SimError::Launch`.
+/// `BH` and `BR`; `H` wider than the largest `BH` runs [`layernorm_looped()`]. Mismatched shapes
+/// are a `SimError::Launch`.
 pub fn run_layernorm<T: Float>(
     launcher: &Launcher,
     x: &Tensor<T>,
@@ -274,6 +455,23 @@ pub fn run_layernorm<T: Float>(
     y: &Tensor<T>,
     eps: f32,
 ) -> Result<Launch, SimError> {
+    if row_tile_for(&layernorm::META, x.cols()).is_err() {
+        check_wide_shapes(
+            &layernorm_looped::META,
+            x,
+            &[("weight", weight), ("bias", bias)],
+            y,
+        )?;
+        return layernorm_looped::launch(
+            launcher,
+            &Config::new().with("BR", 1),
+            x,
+            weight,
+            bias,
+            y,
+            eps,
+        );
+    }
     let config = norm_config(
         &layernorm::META,
         x,

@@ -69,16 +69,34 @@ pub fn all() -> Vec<Implementation> {
             summary: "residual add + RMSNorm, whole row in one tile (BH >= H), stores h and y",
         },
         Implementation {
+            op: "rmsnorm_residual",
+            kind: ImplKind::Dsl,
+            meta: &crate::norm::rmsnorm_residual_looped::META,
+            summary: "residual add + RMSNorm for rows of any width: two passes over BH-wide column tiles",
+        },
+        Implementation {
             op: "rmsnorm",
             kind: ImplKind::Dsl,
             meta: &crate::norm::rmsnorm::META,
             summary: "RMSNorm without residual, whole row in one tile (BH >= H); per-head on a [T*H, D] view",
         },
         Implementation {
+            op: "rmsnorm",
+            kind: ImplKind::Dsl,
+            meta: &crate::norm::rmsnorm_looped::META,
+            summary: "RMSNorm for rows of any width: two passes over BH-wide column tiles",
+        },
+        Implementation {
             op: "layernorm",
             kind: ImplKind::Dsl,
             meta: &crate::norm::layernorm::META,
             summary: "LayerNorm (biased variance, weight and bias), whole row in one tile (BH >= H)",
+        },
+        Implementation {
+            op: "layernorm",
+            kind: ImplKind::Dsl,
+            meta: &crate::norm::layernorm_looped::META,
+            summary: "LayerNorm for rows of any width: three passes over BH-wide column tiles",
         },
         Implementation {
             op: "linear",
