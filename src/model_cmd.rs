@@ -11,10 +11,24 @@ use std::path::{Path, PathBuf};
 pub struct ForwardArgs {
     /// Checkpoint directory: config.json + model.safetensors (or model.safetensors.index.json and
     /// its shards), as `save_pretrained` writes it.
+    #[arg(long, required_unless_present = "config", conflicts_with = "config")]
+    model_dir: Option<PathBuf>,
+    /// A config.json alone (no weights): with `--cost-only`, the same forward code on shape-only
+    /// weights at the model's real sizes.
     #[arg(long)]
-    model_dir: PathBuf,
-    /// Prompt token ids, comma-separated.
-    #[arg(long, value_delimiter = ',', required = true)]
+    config: Option<PathBuf>,
+    /// Cost-only: shape-only tensors, simulated cycles without numbers (needs no weights).
+    #[arg(long)]
+    cost_only: bool,
+    /// Cost-only runs: prompt tokens of the one sequence (the prefill, up to the first token).
+    #[arg(long, default_value_t = 1024)]
+    prompt_len: usize,
+    /// Cost-only runs: output tokens (the first comes from the prefill, each other from one
+    /// decode step).
+    #[arg(long, default_value_t = 16)]
+    output_len: usize,
+    /// Prompt token ids, comma-separated (numeric runs of a checkpoint).
+    #[arg(long, value_delimiter = ',')]
     tokens: Vec<i64>,
     /// Greedy-generate this many tokens after the prompt.
     #[arg(long, default_value_t = 0)]
@@ -68,13 +82,134 @@ fn top_ops(stats: &OpStats, n: usize) -> Vec<(String, u64, u64)> {
     v
 }
 
+/// `day0 forward --cost-only`: one sequence's prefill and decode on shape-only weights.
+fn forward_cost_only(args: &ForwardArgs, config: &Path) -> Result<(), String> {
+    if args.prompt_len == 0 {
+        return Err("--prompt-len must be at least 1".into());
+    }
+    if args.output_len == 0 {
+        return Err(
+            "--output-len must be at least 1 (the first token comes from the prefill)".into(),
+        );
+    }
+    let cfg = model::config::load_config(config).map_err(|e| e.to_string())?;
+    let context = args.prompt_len + args.output_len - 1;
+    if let Some(max) = cfg.max_position_embeddings {
+        if context > max {
+            return Err(format!(
+                "--prompt-len {} + --output-len {} needs {context} positions, beyond the config's max_position_embeddings {max}",
+                args.prompt_len, args.output_len
+            ));
+        }
+    }
+    let launcher = Launcher::for_device(&args.device).map_err(|e| e.to_string())?;
+    let clock_ghz = launcher.preset.clock_ghz;
+    let mut r = Runner::cost_only(cfg, launcher, context).map_err(|e| e.to_string())?;
+    let run = r
+        .cost_run(args.prompt_len, args.output_len)
+        .map_err(|e| e.to_string())?;
+    let us = |c: u64| c as f64 / (clock_ghz * 1e3);
+    let ttft = us(run.prefill.total_cycles());
+    let tpot =
+        (run.decode_steps > 0).then(|| us(run.decode.total_cycles()) / run.decode_steps as f64);
+    let ops_json = |s: &OpStats| {
+        let total = s.total_cycles().max(1) as f64;
+        s.per_op
+            .iter()
+            .map(|(k, (l, c))| {
+                (
+                    k.clone(),
+                    serde_json::json!({"launches": l, "cycles": c, "share": *c as f64 / total}),
+                )
+            })
+            .collect::<serde_json::Map<_, _>>()
+    };
+    if args.json {
+        let j = serde_json::json!({
+            "model": r.config().model_type,
+            "device": args.device,
+            "cost_only": true,
+            "prompt_len": args.prompt_len,
+            "output_len": args.output_len,
+            "ttft_us": ttft,
+            "tpot_us": tpot,
+            "prefill_tokens_per_s": args.prompt_len as f64 / (ttft * 1e-6),
+            "decode_tokens_per_s": tpot.map(|t| 1e6 / t),
+            "prefill_cycles": run.prefill.total_cycles(),
+            "decode_cycles": run.decode.total_cycles(),
+            "prefill_ops": ops_json(&run.prefill),
+            "decode_ops": ops_json(&run.decode),
+        });
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&j).map_err(|e| e.to_string())?
+        );
+        return Ok(());
+    }
+    let cfg = r.config();
+    println!(
+        "{} ({}), {} layers [{}], cost-only on {}: one sequence, prompt {} tokens, {} output tokens",
+        cfg.model_type,
+        config.display(),
+        cfg.num_layers(),
+        cfg.layer_summary(),
+        args.device,
+        args.prompt_len,
+        args.output_len
+    );
+    println!(
+        "TTFT {ttft:.1} us ({} launches, {} cycles; {:.0} prefill tokens/s)",
+        run.prefill.launches(),
+        run.prefill.total_cycles(),
+        args.prompt_len as f64 / (ttft * 1e-6)
+    );
+    if let Some(t) = tpot {
+        println!(
+            "TPOT {t:.1} us per token over {} decode steps ({:.0} decode tokens/s for this one sequence)",
+            run.decode_steps,
+            1e6 / t
+        );
+    }
+    for (what, stats) in [("prefill", &run.prefill), ("decode", &run.decode)] {
+        if stats.launches() == 0 {
+            continue;
+        }
+        println!(
+            "  {what:<8} {:<32} {:>8} {:>14} {:>6}",
+            "operator", "launches", "cycles", "share"
+        );
+        let total = stats.total_cycles().max(1);
+        for (op, l, c) in top_ops(stats, 10) {
+            println!(
+                "           {op:<32} {l:>8} {c:>14} {:>5.1}%",
+                100.0 * c as f64 / total as f64
+            );
+        }
+    }
+    Ok(())
+}
+
 /// `day0 forward`.
 pub fn forward(args: ForwardArgs) -> Result<(), String> {
-    let mut r = runner(
-        &args.model_dir,
-        &args.device,
-        args.tokens.len() + args.generate,
-    )?;
+    if let Some(config) = &args.config {
+        if !args.cost_only {
+            return Err(format!(
+                "--config {}: a config alone has no weights; add --cost-only, or give --model-dir for a numeric run",
+                config.display()
+            ));
+        }
+        return forward_cost_only(&args, config);
+    }
+    let Some(model_dir) = args.model_dir.clone() else {
+        return Err("give --model-dir (a checkpoint) or --config with --cost-only".into());
+    };
+    if args.cost_only {
+        return forward_cost_only(&args, &model_dir.join("config.json"));
+    }
+    if args.tokens.is_empty() {
+        return Err("--tokens: give the prompt's token ids (comma-separated)".into());
+    }
+    let mut r = runner(&model_dir, &args.device, args.tokens.len() + args.generate)?;
     let clock_ghz = r.device().clock_ghz;
     let gen = r
         .generate(&args.tokens, args.generate)
@@ -114,7 +249,7 @@ pub fn forward(args: ForwardArgs) -> Result<(), String> {
     println!(
         "{} ({}), {} layers [{}], on {}",
         cfg.model_type,
-        args.model_dir.display(),
+        model_dir.display(),
         cfg.num_layers(),
         cfg.layer_summary(),
         args.device

@@ -35,13 +35,13 @@ pub(crate) fn moe(
         m.intermediate_size,
     );
     let logits = ops.linear("moe.router_logits", x, &w.router)?;
-    let idx = Tensor::<i32>::poisoned(&[t, k]);
-    let weights = Tensor::<f32>::poisoned(&[t, k]);
+    let idx = ops.mem.poisoned::<i32>(&[t, k]);
+    let weights = ops.mem.poisoned::<f32>(&[t, k]);
     match &m.router {
         RouterKind::SigmoidGroupTopk => {
             let bias = match &w.bias {
                 Some(b) => b.clone(),
-                None => view(Tensor::from_f32(&[1, e], &vec![0.0; e]), "zero router bias")?,
+                None => ops.mem.zeros(&[1, e], "zero router bias")?,
             };
             ops.router_sigmoid_group_topk(&logits, &bias, &idx, &weights, m)?;
         }
@@ -52,13 +52,14 @@ pub(crate) fn moe(
             })
         }
     }
-    // The routing plan is index bookkeeping on the host, as the expert-parallel runtime does.
-    let sel: Vec<i32> = idx
-        .to_vec()
-        .unwrap_or_default()
-        .iter()
-        .map(|v| *v as i32)
-        .collect();
+    // The routing plan is index bookkeeping on the host, as the expert-parallel runtime does. A
+    // cost-only run has no router output: it routes uniformly (token t's j-th choice is expert
+    // (t·k + j) mod E, so every expert gets t·k/E tokens, rounded) — balanced load, the usual
+    // assumption of serving estimates. Skewed or replayed routing is issue #13 item 4.
+    let sel: Vec<i32> = match idx.to_vec() {
+        Some(v) => v.iter().map(|v| *v as i32).collect(),
+        None => (0..t * k).map(|i| (i % e) as i32).collect(),
+    };
     let layer = ops.layer;
     let plan_err = |source| ForwardError::Kernel {
         op: "moe.routing_plan".into(),
@@ -90,10 +91,7 @@ pub(crate) fn moe(
                 None => y,
             }
         }
-        None => view(
-            Tensor::from_f32(&[t, x.cols()], &vec![0.0; t * x.cols()]),
-            "zero base",
-        )?,
+        None => ops.mem.zeros(&[t, x.cols()], "zero base")?,
     };
     ops.moe_combine(&ye, &slot_of, &weights, &base)
 }

@@ -3,7 +3,7 @@
 //! query followed by its gate (`[q(D) | gate(D)]`); the cache holds keys (normed and rotated) and
 //! values per token.
 
-use super::ops::{act, view, Ops, RopeTables};
+use super::ops::{view, Mem, Ops, RopeTables};
 use super::params::GqaWeights;
 use super::ForwardError;
 use crate::config::GqaDims;
@@ -19,10 +19,10 @@ pub(crate) struct KvCache {
 
 impl KvCache {
     /// An empty (poisoned) cache for `capacity` tokens.
-    pub fn new(g: &GqaDims, capacity: usize) -> KvCache {
+    pub fn new(g: &GqaDims, capacity: usize, mem: Mem) -> KvCache {
         KvCache {
-            k: act(capacity, g.kv_heads * g.head_dim),
-            v: act(capacity, g.kv_heads * g.head_dim),
+            k: mem.act(capacity, g.kv_heads * g.head_dim),
+            v: mem.act(capacity, g.kv_heads * g.head_dim),
         }
     }
 }
@@ -43,7 +43,7 @@ pub(crate) fn forward(
     let ctx = pos0 + t;
     let qg = ops.linear("attn.q_proj", x, &w.q_proj)?;
     let (q, gate) = if g.output_gate {
-        let (q, gate) = (act(t, hq * d), act(t, hq * d));
+        let (q, gate) = (ops.mem.act(t, hq * d), ops.mem.act(t, hq * d));
         for h in 0..hq {
             let src = h * 2 * d;
             ops.copy(

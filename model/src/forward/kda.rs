@@ -6,7 +6,7 @@
 //! ([`LinearState`]).
 
 use super::linear_attention::LinearState;
-use super::ops::{act, view, Ops};
+use super::ops::{view, Ops};
 use super::params::KdaWeights;
 use super::ForwardError;
 use crate::config::LinearAttnDims;
@@ -49,7 +49,7 @@ pub(crate) fn forward(
     let t = x.rows();
     let (heads, dk, dv) = (l.key_heads, l.key_head_dim, l.value_head_dim);
     let (key, value) = (heads * dk, l.value_heads * dv);
-    let mixed = act(t, 2 * key + value);
+    let mixed = ops.mem.act(t, 2 * key + value);
     for (op, proj, col, width) in [
         ("kda.q_proj", &w.q_proj, 0, key),
         ("kda.k_proj", &w.k_proj, key, key),
@@ -57,7 +57,7 @@ pub(crate) fn forward(
     ] {
         ops.linear_into(op, x, proj, &view(mixed.col_range(col, width), "q/k/v")?)?;
     }
-    let y = act(t, 2 * key + value);
+    let y = ops.mem.act(t, 2 * key + value);
     let launch = conv::launch_short_conv(
         &ops.launcher,
         &mixed,
@@ -72,7 +72,7 @@ pub(crate) fn forward(
     let f = ops.linear("kda.f_a_proj", x, &w.f_a)?;
     let f = ops.linear("kda.f_b_proj", &f, &w.f_b)?;
     let b = ops.linear("kda.b_proj", x, &w.b_proj)?;
-    let (g, beta) = (act(t, key), act(t, heads));
+    let (g, beta) = (ops.mem.act(t, key), ops.mem.act(t, heads));
     let launch = kernels::tile_choice::cover(
         &gates::kda_gates::META,
         &Config::new().with("BR", 16),
@@ -83,7 +83,7 @@ pub(crate) fn forward(
     });
     ops.book("kda.gates", launch)?;
 
-    let o = act(t, value);
+    let o = ops.mem.act(t, value);
     let (op, mode, config) = match (t, chunk_for(&g)) {
         (1, _) => ("kda.delta_recurrent", DeltaMode::Recurrent, Config::new()),
         (_, Some(c)) => (
@@ -109,7 +109,7 @@ pub(crate) fn forward(
 
     let gate = ops.linear("kda.g_a_proj", x, &w.g_a)?;
     let gate = ops.linear("kda.g_b_proj", &gate, &w.g_b)?;
-    let normed = act(t, value);
+    let normed = ops.mem.act(t, value);
     let launch = kernels::tile_choice::cover(
         &gates::gated_rmsnorm_sigmoid::META,
         &Config::new().with("BR", 16),

@@ -3,7 +3,7 @@
 //! the gates, the delta rule (chunked for prompts, recurrent for single tokens) carrying the
 //! per-head `dk × dv` state, the gated RMSNorm and the output projection.
 
-use super::ops::{act, view, Ops};
+use super::ops::{view, Mem, Ops};
 use super::params::LinearAttnWeights;
 use super::ForwardError;
 use crate::config::LinearAttnDims;
@@ -22,17 +22,16 @@ pub(crate) struct LinearState {
 
 impl LinearState {
     /// Zero state (a new sequence).
-    pub fn new(l: &LinearAttnDims) -> Result<LinearState, ForwardError> {
+    pub fn new(l: &LinearAttnDims, mem: Mem) -> Result<LinearState, ForwardError> {
         let conv_dim = 2 * l.key_heads * l.key_head_dim + l.value_heads * l.value_head_dim;
         // The inputs of the last `K − 1` tokens (one row kept for a 1-tap convolution).
         let conv_rows = l.conv_kernel.saturating_sub(1).max(1);
-        let zeros =
-            |r: usize, c: usize| view(Tensor::from_f32(&[r, c], &vec![0.0; r * c]), "zero state");
+        let zeros = |r: usize, c: usize| mem.zeros(&[r, c], "zero state");
         Ok(LinearState {
             state: zeros(l.value_heads * l.key_head_dim, l.value_head_dim)?,
-            spare: act(l.value_heads * l.key_head_dim, l.value_head_dim),
+            spare: mem.act(l.value_heads * l.key_head_dim, l.value_head_dim),
             conv: zeros(conv_rows, conv_dim)?,
-            conv_spare: act(conv_rows, conv_dim),
+            conv_spare: mem.act(conv_rows, conv_dim),
         })
     }
 
@@ -59,9 +58,9 @@ pub(crate) fn forward(
     let p = ops.linear("linear_attn.in_proj_qkvz", x, &w.in_proj_qkvz)?;
     let ba = ops.linear("linear_attn.in_proj_ba", x, &w.in_proj_ba)?;
     // Regroup from per-key-head groups [q | k | v(r heads) | z(r heads)] to [q | k | v] and z.
-    let mixed = act(t, conv_dim);
-    let z = act(t, v_w);
-    let (a, b) = (act(t, nv), act(t, nv));
+    let mixed = ops.mem.act(t, conv_dim);
+    let z = ops.mem.act(t, v_w);
+    let (a, b) = (ops.mem.act(t, nv), ops.mem.act(t, nv));
     let group = 2 * dk + 2 * r * dv;
     for gi in 0..nk {
         let s = gi * group;
@@ -90,7 +89,7 @@ pub(crate) fn forward(
         )?;
     }
 
-    let y = act(t, conv_dim);
+    let y = ops.mem.act(t, conv_dim);
     let launch = conv::launch_short_conv(
         &ops.launcher,
         &mixed,
@@ -102,7 +101,7 @@ pub(crate) fn forward(
     ops.book("linear_attn.conv", launch)?;
     std::mem::swap(&mut st.conv, &mut st.conv_spare);
 
-    let (g, beta) = (act(t, nv), act(t, nv));
+    let (g, beta) = (ops.mem.act(t, nv), ops.mem.act(t, nv));
     let launch = gates::gdn_gates::launch(
         &ops.launcher,
         &Config::new().with("BR", 16).with("BH", 8),
@@ -118,7 +117,7 @@ pub(crate) fn forward(
     let q = view(y.col_range(0, qk_w), "conv q")?;
     let k = view(y.col_range(qk_w, qk_w), "conv k")?;
     let v = view(y.col_range(2 * qk_w, v_w), "conv v")?;
-    let o = act(t, v_w);
+    let o = ops.mem.act(t, v_w);
     use kernels::linear_attention::reference::Decay;
     use kernels::linear_attention::runner::{delta_config, DeltaMode};
     let mode = if t == 1 {
@@ -169,7 +168,7 @@ pub(crate) fn forward(
     ops.book(op, launch)?;
     st.swap_state();
 
-    let normed = act(t, v_w);
+    let normed = ops.mem.act(t, v_w);
     let launch = kernels::tile_choice::cover(
         &gates::gated_rmsnorm_silu::META,
         &Config::new().with("BR", 16),

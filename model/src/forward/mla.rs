@@ -12,7 +12,7 @@
 //!   through its value rows) runs on those only. Absorbed and naive forms are the same math
 //!   (`kernels::attention::reference` proves it); transformers masks the naive form instead.
 
-use super::ops::{act, view, Ops, RopeTables};
+use super::ops::{view, Mem, Ops, RopeTables};
 use super::params::MlaWeights;
 use super::ForwardError;
 use crate::config::{IndexerDims, MlaDims};
@@ -42,10 +42,11 @@ impl LatentCache {
         m: &MlaDims,
         index_head_dim: Option<usize>,
         capacity: usize,
+        mem: Mem,
     ) -> Result<LatentCache, ForwardError> {
         let pages = capacity.div_ceil(PAGE).max(1);
         let rows = pages * PAGE;
-        let latent = act(rows, m.kv_lora_rank + m.qk_rope_head_dim);
+        let latent = mem.act(rows, m.kv_lora_rank + m.qk_rope_head_dim);
         let ids: Vec<i32> = (0..pages as i32).collect();
         Ok(LatentCache {
             c_kv: view(latent.col_range(0, m.kv_lora_rank), "c_kv columns")?,
@@ -54,7 +55,7 @@ impl LatentCache {
                 "k_pe columns",
             )?,
             latent,
-            index_keys: index_head_dim.map(|d| act(rows, d)),
+            index_keys: index_head_dim.map(|d| mem.act(rows, d)),
             block_table: view(Tensor::from_indices(&[pages], &ids), "block table")?,
         })
     }
@@ -137,8 +138,8 @@ pub(crate) fn forward(
     let c_all = view(cache.c_kv.row_range(0, ctx), "latent cache")?;
     let pe_all = view(cache.k_pe.row_range(0, ctx), "rope-key cache")?;
     let kv = ops.linear("mla.kv_b_proj", &c_all, &w.kv_b)?;
-    let k = act(ctx, heads * qk);
-    let v = act(ctx, heads * vd);
+    let k = ops.mem.act(ctx, heads * qk);
+    let v = ops.mem.act(ctx, heads * vd);
     for h in 0..heads {
         let src = h * (nope + vd);
         ops.copy(
@@ -217,7 +218,7 @@ pub(crate) fn forward_sparse(
     let selected = ops.topk_select(&scores, ctx, ix.topk)?;
 
     // Absorbed queries [T, H, R + rd]: q_nope·W_UK[h] (kv_b_proj's key rows of head h) | q_pe.
-    let q_abs = act(t, heads * d);
+    let q_abs = ops.mem.act(t, heads * d);
     for h in 0..heads {
         let w_uk = view(w.kv_b.row_range(h * (nope + vd), nope), "W_UK rows")?;
         ops.matmul_into(
@@ -247,7 +248,7 @@ pub(crate) fn forward_sparse(
     let o_lat = view(o_lat.reshaped(&[t, heads * r]), "latent outputs")?;
 
     // Back to value space: o[h] = o_lat[h] · W_UV[h]ᵀ (kv_b_proj's value rows of head h).
-    let o = act(t, heads * vd);
+    let o = ops.mem.act(t, heads * vd);
     for h in 0..heads {
         let w_uv = view(w.kv_b.row_range(h * (nope + vd) + nope, vd), "W_UV rows")?;
         ops.linear_into(

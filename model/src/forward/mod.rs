@@ -19,7 +19,7 @@ pub mod validate;
 
 pub use ops::OpStats;
 
-use crate::config::{load_config, AttentionKind, ModelConfig, ModelError, RopeScaling};
+use crate::config::{load_config, AttentionKind, FfnKind, ModelConfig, ModelError, RopeScaling};
 use crate::weights::{Checkpoint, WeightError};
 use dsl_core::{Launcher, SimError};
 use ops::{Ops, RopeTables};
@@ -154,6 +154,17 @@ pub struct Generation {
     pub decode: OpStats,
 }
 
+/// The simulated cost of one sequence's prefill and decode ([`Runner::cost_run`]).
+#[derive(Debug, Clone)]
+pub struct CostRun {
+    /// The prompt, up to the first output token (time to first token).
+    pub prefill: OpStats,
+    /// Every decode step after it.
+    pub decode: OpStats,
+    /// How many decode steps `decode` holds.
+    pub decode_steps: usize,
+}
+
 /// Index of the largest value; the first one on ties (as `torch.argmax`).
 pub fn argmax(v: &[f32]) -> usize {
     let mut best = 0;
@@ -191,6 +202,7 @@ pub struct Runner {
     attention_factor: f64,
     interleaved: bool,
     capture: bool,
+    memoise: bool,
 }
 
 fn rope_params(cfg: &ModelConfig) -> Result<kernels::rope::RopeScalingParams, ForwardError> {
@@ -241,7 +253,31 @@ impl Runner {
         launcher: Launcher,
         capacity: usize,
     ) -> Result<Runner, ForwardError> {
-        let weights = ModelWeights::load(&cfg, ckpt)?;
+        let weights = ModelWeights::load(&cfg, Some(ckpt))?;
+        Runner::with_weights(cfg, weights, launcher, capacity)
+    }
+
+    /// A cost-only runner from the configuration alone: shape-only weights and caches, every
+    /// launch cost-only — the same forward code at sizes that could not be materialised (a
+    /// trillion-parameter model on one simulated device). Logits and hidden states come back
+    /// empty; token ids are only counted.
+    pub fn cost_only(
+        cfg: ModelConfig,
+        launcher: Launcher,
+        capacity: usize,
+    ) -> Result<Runner, ForwardError> {
+        let launcher = launcher.with_backend(dsl_core::Backend::CostOnly);
+        let weights = ModelWeights::load(&cfg, None)?;
+        Runner::with_weights(cfg, weights, launcher, capacity)
+    }
+
+    fn with_weights(
+        cfg: ModelConfig,
+        weights: ModelWeights,
+        launcher: Launcher,
+        capacity: usize,
+    ) -> Result<Runner, ForwardError> {
+        let mem = ops::Mem::for_launcher(&launcher);
         let mut caches = Vec::new();
         for spec in &cfg.layers {
             match &spec.attention {
@@ -259,14 +295,16 @@ impl Runner {
                         _ => None,
                     };
                     caches.push(LayerCache::Latent(mla::LatentCache::new(
-                        m, index_dim, capacity,
+                        m, index_dim, capacity, mem,
                     )?));
                 }
                 AttentionKind::Gqa => {
                     let g = cfg.gqa.as_ref().ok_or_else(|| ForwardError::Unsupported {
                         what: "attention layers without attention dimensions".into(),
                     })?;
-                    caches.push(LayerCache::Kv(gated_attention::KvCache::new(g, capacity)));
+                    caches.push(LayerCache::Kv(gated_attention::KvCache::new(
+                        g, capacity, mem,
+                    )));
                 }
                 AttentionKind::LinearAttention => {
                     let l =
@@ -275,7 +313,9 @@ impl Runner {
                             .ok_or_else(|| ForwardError::Unsupported {
                                 what: "linear-attention layers without their dimensions".into(),
                             })?;
-                    caches.push(LayerCache::Linear(linear_attention::LinearState::new(l)?));
+                    caches.push(LayerCache::Linear(linear_attention::LinearState::new(
+                        l, mem,
+                    )?));
                 }
                 AttentionKind::Unknown(k) => {
                     return Err(ForwardError::Unsupported {
@@ -309,6 +349,7 @@ impl Runner {
                 launcher,
                 stats: OpStats::default(),
                 layer: None,
+                mem,
             },
             caches,
             capacity,
@@ -317,6 +358,7 @@ impl Runner {
             attention_factor,
             interleaved,
             capture: false,
+            memoise: true,
         })
     }
 
@@ -338,6 +380,12 @@ impl Runner {
     /// Tokens in the caches.
     pub fn position(&self) -> usize {
         self.len
+    }
+
+    /// Whether a cost-only runner times one layer of each kind per step and books its cost for the
+    /// others (on by default; the totals are the same, which a test checks).
+    pub fn memoise_layers(&mut self, on: bool) {
+        self.memoise = on;
     }
 
     /// Whether [`Runner::forward`] returns the per-layer hidden states.
@@ -389,8 +437,23 @@ impl Runner {
         if self.capture {
             hidden_states.push(h.to_vec().unwrap_or_default());
         }
+        // Cost-only memo: layers of the same kinds launch the same kernels on the same shapes, so
+        // one is timed and the others book its cost (a shape-only run carries no data that could
+        // tell them apart).
+        let mut memo: std::collections::BTreeMap<(AttentionKind, FfnKind), OpStats> =
+            Default::default();
+        let memoise = self.ops.mem.shape_only && self.memoise;
         for (l, lw) in self.weights.layers.iter().enumerate() {
             self.ops.layer = Some(l);
+            let spec = &self.cfg.layers[l];
+            let kinds = (spec.attention.clone(), spec.ffn.clone());
+            if memoise {
+                if let Some(cost) = memo.get(&kinds) {
+                    self.ops.stats.add(cost);
+                    continue;
+                }
+            }
+            let layer_start = memoise.then(|| self.ops.stats.clone());
             let n = self
                 .ops
                 .rmsnorm("input_layernorm", &h, &lw.input_norm, eps)?;
@@ -477,11 +540,21 @@ impl Runner {
             if self.capture {
                 hidden_states.push(h.to_vec().unwrap_or_default());
             }
+            if let Some(start) = layer_start {
+                memo.insert(kinds, self.ops.stats.since(&start));
+            }
         }
         self.ops.layer = None;
         let n = self
             .ops
             .rmsnorm("final_norm", &h, &self.weights.final_norm, eps)?;
+        // A cost-only run prices what serving computes: the next token's logits only (the goldens
+        // of functional runs need every row).
+        let n = if self.ops.mem.shape_only {
+            ops::view(n.row_range(t - 1, 1), "last row")?
+        } else {
+            n
+        };
         let logits = self.ops.linear("lm_head", &n, &self.weights.lm_head)?;
         self.len += t;
         let logits = logits.to_vec().unwrap_or_default();
@@ -490,6 +563,35 @@ impl Runner {
             tokens: t,
             vocab,
             hidden_states,
+        })
+    }
+
+    /// The simulated cost of serving one sequence on a cost-only runner ([`Runner::cost_only`]): a
+    /// prompt of `prompt_len` tokens (the prefill, up to the first output token), then
+    /// `output_len − 1` decode steps, each one token at the next position. Token ids do not change
+    /// the cost of a shape-only run; they are all 0.
+    pub fn cost_run(
+        &mut self,
+        prompt_len: usize,
+        output_len: usize,
+    ) -> Result<CostRun, ForwardError> {
+        if !self.ops.mem.shape_only {
+            return Err(ForwardError::Unsupported {
+                what: "a cost run on a runner that holds weights (use Runner::cost_only)".into(),
+            });
+        }
+        let before = self.ops.stats.clone();
+        self.forward(&vec![0; prompt_len])?;
+        let prefill = self.ops.stats.since(&before);
+        let after_prefill = self.ops.stats.clone();
+        let steps = output_len.saturating_sub(1);
+        for _ in 0..steps {
+            self.forward(&[0])?;
+        }
+        Ok(CostRun {
+            prefill,
+            decode: self.ops.stats.since(&after_prefill),
+            decode_steps: steps,
         })
     }
 

@@ -31,6 +31,15 @@ impl OpStats {
         self.per_op.values().map(|(n, _)| n).sum()
     }
 
+    /// Adds `other`'s launches and cycles, operator by operator.
+    pub fn add(&mut self, other: &OpStats) {
+        for (k, (n, c)) in &other.per_op {
+            let e = self.per_op.entry(k.clone()).or_insert((0, 0));
+            e.0 += n;
+            e.1 += c;
+        }
+    }
+
     /// `self − earlier`, operator by operator (the cost of one step).
     pub fn since(&self, earlier: &OpStats) -> OpStats {
         let mut per_op = BTreeMap::new();
@@ -49,11 +58,50 @@ pub(crate) struct Ops {
     pub launcher: Launcher,
     pub stats: OpStats,
     pub layer: Option<usize>,
+    pub mem: Mem,
 }
 
-/// A fresh NaN-filled `[rows, cols]` activation.
-pub(crate) fn act(rows: usize, cols: usize) -> Tensor<f32> {
-    Tensor::poisoned(&[rows, cols])
+/// How the forward allocates device tensors: with data (functional runs: poisoned with NaN, so an
+/// element a kernel forgets to write shows up in the logits) or as shapes only (cost-only runs of
+/// production sizes, where nothing is materialised). The same layer code runs either way.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Mem {
+    /// Shapes only, no data.
+    pub shape_only: bool,
+}
+
+impl Mem {
+    /// For a launcher: shape-only exactly when its launches are cost-only.
+    pub fn for_launcher(l: &Launcher) -> Mem {
+        Mem {
+            shape_only: l.backend == dsl_core::Backend::CostOnly,
+        }
+    }
+
+    /// A fresh `[rows, cols]` activation (NaN-poisoned, or shape only).
+    pub fn act(self, rows: usize, cols: usize) -> Tensor<f32> {
+        self.poisoned(&[rows, cols])
+    }
+
+    /// A fresh tensor of any element type and shape (NaN-poisoned, or shape only).
+    pub fn poisoned<T: Elem>(self, shape: &[usize]) -> Tensor<T> {
+        if self.shape_only {
+            Tensor::shape_only(shape)
+        } else {
+            Tensor::poisoned(shape)
+        }
+    }
+
+    /// A zero tensor (a new sequence's state, an absent bias), or its shape.
+    pub fn zeros(self, shape: &[usize], what: &str) -> Result<Tensor<f32>, ForwardError> {
+        if self.shape_only {
+            return Ok(Tensor::shape_only(shape));
+        }
+        view(
+            Tensor::from_f32(shape, &vec![0.0; shape.iter().product()]),
+            what,
+        )
+    }
 }
 
 /// A view error (a programming error in the layer code, reported, not panicked).
@@ -95,7 +143,7 @@ impl Ops {
         x: &Tensor<f32>,
         w: &Tensor<f32>,
     ) -> Result<Tensor<f32>, ForwardError> {
-        let y = act(x.rows(), w.rows());
+        let y = self.mem.act(x.rows(), w.rows());
         self.linear_into(op, x, w, &y)?;
         Ok(y)
     }
@@ -133,7 +181,7 @@ impl Ops {
         w: &Tensor<f32>,
         eps: f64,
     ) -> Result<Tensor<f32>, ForwardError> {
-        let y = act(x.rows(), x.cols());
+        let y = self.mem.act(x.rows(), x.cols());
         self.rmsnorm_into(op, x, w, eps, &y)?;
         Ok(y)
     }
@@ -147,7 +195,7 @@ impl Ops {
         b: &Tensor<f32>,
         eps: f64,
     ) -> Result<Tensor<f32>, ForwardError> {
-        let y = act(x.rows(), x.cols());
+        let y = self.mem.act(x.rows(), x.cols());
         let r = kernels::norm::run_layernorm(&self.launcher, x, w, b, &y, eps as f32);
         self.book(op, r)?;
         Ok(y)
@@ -162,20 +210,19 @@ impl Ops {
         w: &Tensor<f32>,
         eps: f64,
     ) -> Result<(Tensor<f32>, Tensor<f32>), ForwardError> {
-        let (h, y) = (act(x.rows(), x.cols()), act(x.rows(), x.cols()));
-        let r = kernels::norm::bh_for(x.cols()).and_then(|bh| {
-            let cfg = Config::new().with("BH", bh).with("BR", 1);
-            kernels::norm::rmsnorm_residual::launch(
-                &self.launcher,
-                &cfg,
-                x,
-                residual,
-                w,
-                &h,
-                &y,
-                eps as f32,
-            )
-        });
+        let (h, y) = (
+            self.mem.act(x.rows(), x.cols()),
+            self.mem.act(x.rows(), x.cols()),
+        );
+        let r = kernels::norm::launch_rmsnorm_residual(
+            &self.launcher,
+            x,
+            residual,
+            w,
+            &h,
+            &y,
+            eps as f32,
+        );
         self.book(op, r)?;
         Ok((h, y))
     }
@@ -189,7 +236,7 @@ impl Ops {
         like: &Tensor<f32>,
         run: impl Fn(&Launcher, &Tensor<f32>, &Tensor<f32>, &Tensor<f32>) -> Result<Launch, SimError>,
     ) -> Result<Tensor<f32>, ForwardError> {
-        let out = act(like.rows(), like.cols());
+        let out = self.mem.act(like.rows(), like.cols());
         let r = run(&self.launcher, a, b, &out);
         self.book(op, r)?;
         Ok(out)
@@ -289,7 +336,7 @@ impl Ops {
         scale: f64,
     ) -> Result<Tensor<f32>, ForwardError> {
         let heads = q.cols() / head_dim;
-        let o = act(q.rows(), heads * v_head_dim);
+        let o = self.mem.act(q.rows(), heads * v_head_dim);
         let tile = |n: usize| {
             if n <= 16 {
                 16
@@ -371,7 +418,7 @@ impl Ops {
         x: &Tensor<f32>,
         rows: &Tensor<i32>,
     ) -> Result<Tensor<f32>, ForwardError> {
-        let xe = act(rows.rows(), x.cols());
+        let xe = self.mem.act(rows.rows(), x.cols());
         let r = kernels::moe::dispatch::run_moe_dispatch(&self.launcher, x, rows, &xe);
         self.book_report("moe.dispatch", r)?;
         Ok(xe)
@@ -386,7 +433,7 @@ impl Ops {
         offsets: &Tensor<i32>,
     ) -> Result<Tensor<f32>, ForwardError> {
         let out_dim = w.shape().get(1).copied().unwrap_or(0);
-        let y = act(x.rows(), out_dim);
+        let y = self.mem.act(x.rows(), out_dim);
         let r = kernels::moe::grouped::run_grouped_linear(&self.launcher, x, w, offsets, &y);
         self.book_report(op, r)?;
         Ok(y)
@@ -400,7 +447,7 @@ impl Ops {
         weights: &Tensor<f32>,
         base: &Tensor<f32>,
     ) -> Result<Tensor<f32>, ForwardError> {
-        let out = act(base.rows(), base.cols());
+        let out = self.mem.act(base.rows(), base.cols());
         let r = kernels::moe::dispatch::run_moe_combine(
             &self.launcher,
             ye,
@@ -419,7 +466,7 @@ impl Ops {
         ids: &[i32],
         table: &Tensor<f32>,
     ) -> Result<Tensor<f32>, ForwardError> {
-        let out = act(ids.len(), table.cols());
+        let out = self.mem.act(ids.len(), table.cols());
         let r = kernels::embedding::run_embedding(&self.launcher, ids, table, &out);
         self.book("embedding", r)?;
         Ok(out)
@@ -453,7 +500,7 @@ impl Ops {
         ix: &IndexerDims,
     ) -> Result<Tensor<f32>, ForwardError> {
         let page = key_pool.shape().get(1).copied().unwrap_or(1);
-        let scores = act(q_idx.rows(), ctx.div_ceil(page) * page);
+        let scores = self.mem.act(q_idx.rows(), ctx.div_ceil(page) * page);
         let r = kernels::tile_choice::cover(
             &sparse::indexer_prefill::META,
             &Config::new().with("BQ", 16).with(
@@ -500,7 +547,7 @@ impl Ops {
                 layer: self.layer,
                 source,
             })?;
-        let selected = Tensor::<i32>::poisoned(&[scores.rows(), k as usize]);
+        let selected = self.mem.poisoned::<i32>(&[scores.rows(), k as usize]);
         let cfg = Config::new().with("K", k).with("C", 256);
         let r = sparse::topk_select::launch(&self.launcher, &cfg, scores, &selected, ctx);
         self.book("indexer.topk", r)?;
@@ -522,7 +569,7 @@ impl Ops {
         scale: f64,
     ) -> Result<Tensor<f32>, ForwardError> {
         let (t, heads, d) = (q.shape()[0], q.shape()[1], q.shape()[2]);
-        let o = Tensor::<f32>::poisoned(&[t, heads, latent_dim]);
+        let o = self.mem.poisoned::<f32>(&[t, heads, latent_dim]);
         let r = kernels::tile_choice::cover(
             &sparse::sparse_mla::META,
             &Config::new().with("BH", 16).with("BK", 32),

@@ -9,9 +9,11 @@ use crate::config::{AttentionKind, FfnKind, ModelConfig};
 use crate::weights::Checkpoint;
 use dsl_core::Tensor;
 
-/// Loads tensors by name with the expected shape, as f32 device tensors.
+/// Loads tensors by name with the expected shape, as f32 device tensors; without a checkpoint
+/// (a cost-only run from config.json alone) every tensor is shape-only, of the shape the config
+/// implies.
 pub(crate) struct Loader<'a> {
-    pub ckpt: &'a Checkpoint,
+    pub ckpt: Option<&'a Checkpoint>,
 }
 
 /// A device tensor from host data; `what` names it in the (internal) error.
@@ -23,22 +25,43 @@ fn device(what: &str, shape: &[usize], data: &[f32]) -> Result<Tensor<f32>, Forw
 }
 
 impl Loader<'_> {
+    /// A device tensor of `shape` from host values made by `make` (a checkpoint's tensors
+    /// rearranged), or shape-only without a checkpoint (`make` is then not called).
+    pub fn derived(
+        &self,
+        what: &str,
+        shape: &[usize],
+        make: impl FnOnce(&Checkpoint) -> Result<Vec<f32>, ForwardError>,
+    ) -> Result<Tensor<f32>, ForwardError> {
+        match self.ckpt {
+            Some(c) => device(what, shape, &make(c)?),
+            None => Ok(Tensor::shape_only(shape)),
+        }
+    }
+
     /// The tensor `name`, which must have exactly `shape`.
     pub fn get(&self, name: &str, shape: &[usize]) -> Result<Tensor<f32>, ForwardError> {
-        device(name, shape, &self.ckpt.f32(name, shape)?)
+        self.derived(name, shape, |c| Ok(c.f32(name, shape)?))
     }
 
     /// The tensor times a constant folded in at load time (the indexer's `index_n_heads^-1/2`,
     /// which transformers applies to the projection's output: the same product).
     pub fn scaled(&self, name: &str, shape: &[usize], s: f32) -> Result<Tensor<f32>, ForwardError> {
-        let mut data = self.ckpt.f32(name, shape)?;
-        data.iter_mut().for_each(|w| *w *= s);
-        device(name, shape, &data)
+        self.derived(name, shape, |c| {
+            let mut data = c.f32(name, shape)?;
+            data.iter_mut().for_each(|w| *w *= s);
+            Ok(data)
+        })
+    }
+
+    /// Whether the checkpoint holds `name` (without one: assumed, the config says it is needed).
+    pub fn has(&self, name: &str) -> bool {
+        self.ckpt.is_none_or(|c| c.contains(name))
     }
 
     /// Like [`Loader::get`] when the tensor exists, `None` when it does not.
     pub fn opt(&self, name: &str, shape: &[usize]) -> Result<Option<Tensor<f32>>, ForwardError> {
-        if self.ckpt.contains(name) {
+        if self.has(name) {
             self.get(name, shape).map(Some)
         } else {
             Ok(None)
@@ -59,11 +82,13 @@ impl Loader<'_> {
         len: usize,
         one_plus: bool,
     ) -> Result<Tensor<f32>, ForwardError> {
-        let mut data = self.ckpt.f32(name, &[len])?;
-        if one_plus {
-            data.iter_mut().for_each(|w| *w += 1.0);
-        }
-        device(name, &[1, len], &data)
+        self.derived(name, &[1, len], |c| {
+            let mut data = c.f32(name, &[len])?;
+            if one_plus {
+                data.iter_mut().for_each(|w| *w += 1.0);
+            }
+            Ok(data)
+        })
     }
 }
 
@@ -283,19 +308,26 @@ fn moe(ld: &Loader, cfg: &ModelConfig, layer: usize, p: &str) -> Result<MoeWeigh
         })?;
     // Whatever the checkpoint's layout (per expert, fused, MXFP4), as [E, 2I, H]: per expert the
     // gate rows then the up rows, so one grouped GEMM produces both halves.
-    let ew = bank.load_f32(ld.ckpt)?;
-    let mut gu = Vec::with_capacity(2 * e * i * h);
-    for x in 0..e {
-        gu.extend_from_slice(&ew.gate[x * i * h..(x + 1) * i * h]);
-        gu.extend_from_slice(&ew.up[x * i * h..(x + 1) * i * h]);
-    }
     let what = format!("layer {layer} experts");
-    let gate_up = device(&what, &[e, 2 * i, h], &gu)?;
-    let down = device(&what, &[e, h, i], &ew.down)?;
-    let shared_prefix = if ld
-        .ckpt
-        .contains(&format!("{p}.shared_experts.gate_proj.weight"))
-    {
+    let (gate_up, down) = match ld.ckpt {
+        Some(c) => {
+            let ew = bank.load_f32(c)?;
+            let mut gu = Vec::with_capacity(2 * e * i * h);
+            for x in 0..e {
+                gu.extend_from_slice(&ew.gate[x * i * h..(x + 1) * i * h]);
+                gu.extend_from_slice(&ew.up[x * i * h..(x + 1) * i * h]);
+            }
+            (
+                device(&what, &[e, 2 * i, h], &gu)?,
+                device(&what, &[e, h, i], &ew.down)?,
+            )
+        }
+        None => (
+            Tensor::shape_only(&[e, 2 * i, h]),
+            Tensor::shape_only(&[e, h, i]),
+        ),
+    };
+    let shared_prefix = if ld.has(&format!("{p}.shared_experts.gate_proj.weight")) {
         format!("{p}.shared_experts")
     } else {
         format!("{p}.shared_expert")
@@ -366,27 +398,33 @@ fn kda(ld: &Loader, cfg: &ModelConfig, p: &str) -> Result<KdaWeights, ForwardErr
     let (heads, dk, dv) = (l.key_heads, l.key_head_dim, l.value_head_dim);
     let (key, value) = (heads * dk, l.value_heads * dv);
     let conv_dim = 2 * key + value;
-    let mut taps = Vec::with_capacity(conv_dim * l.conv_kernel);
-    for (part, width) in [("q", key), ("k", key), ("v", value)] {
-        taps.extend(ld.ckpt.f32(
-            &format!("{p}.{part}_conv1d.weight"),
-            &[width, 1, l.conv_kernel],
-        )?);
-    }
-    let a_log = ld.ckpt.f32(&format!("{p}.A_log"), &[1, 1, heads, 1])?;
+    let conv_taps = ld.derived("conv taps", &[l.conv_kernel, conv_dim], |c| {
+        let mut taps = Vec::with_capacity(conv_dim * l.conv_kernel);
+        for (part, width) in [("q", key), ("k", key), ("v", value)] {
+            taps.extend(c.f32(
+                &format!("{p}.{part}_conv1d.weight"),
+                &[width, 1, l.conv_kernel],
+            )?);
+        }
+        Ok(kernels::reference::transpose(
+            &taps,
+            conv_dim,
+            l.conv_kernel,
+        ))
+    })?;
+    let a_log_name = format!("{p}.A_log");
+    let a_log = ld.derived(&a_log_name, &[1, heads], |c| {
+        Ok(c.f32(&a_log_name, &[1, 1, heads, 1])?)
+    })?;
     Ok(KdaWeights {
         q_proj: ld.get(&format!("{p}.q_proj.weight"), &[key, h])?,
         k_proj: ld.get(&format!("{p}.k_proj.weight"), &[key, h])?,
         v_proj: ld.get(&format!("{p}.v_proj.weight"), &[value, h])?,
-        conv_taps: device(
-            "conv taps",
-            &[l.conv_kernel, conv_dim],
-            &kernels::reference::transpose(&taps, conv_dim, l.conv_kernel),
-        )?,
+        conv_taps,
         f_a: ld.get(&format!("{p}.f_a_proj.weight"), &[dk, h])?,
         f_b: ld.get(&format!("{p}.f_b_proj.weight"), &[key, dk])?,
         dt_bias: ld.row(&format!("{p}.dt_bias"), key)?,
-        a_log: device(&format!("{p}.A_log"), &[1, heads], &a_log)?,
+        a_log,
         b_proj: ld.get(&format!("{p}.b_proj.weight"), &[heads, h])?,
         g_a: ld.get(&format!("{p}.g_a_proj.weight"), &[dv, h])?,
         g_b: ld.get(&format!("{p}.g_b_proj.weight"), &[value, dv])?,
@@ -406,18 +444,20 @@ fn linear_attn(ld: &Loader, cfg: &ModelConfig, p: &str) -> Result<LinearAttnWeig
         l.value_heads * l.value_head_dim,
     );
     let conv_dim = 2 * qk + v;
-    let taps = ld
-        .ckpt
-        .f32(&format!("{p}.conv1d.weight"), &[conv_dim, 1, l.conv_kernel])?;
+    let conv_name = format!("{p}.conv1d.weight");
+    let conv_taps = ld.derived("conv taps", &[l.conv_kernel, conv_dim], |c| {
+        let taps = c.f32(&conv_name, &[conv_dim, 1, l.conv_kernel])?;
+        Ok(kernels::reference::transpose(
+            &taps,
+            conv_dim,
+            l.conv_kernel,
+        ))
+    })?;
     let row = |name: &str, n: usize| ld.row(&format!("{p}.{name}"), n);
     Ok(LinearAttnWeights {
         in_proj_qkvz: ld.get(&format!("{p}.in_proj_qkvz.weight"), &[2 * qk + 2 * v, h])?,
         in_proj_ba: ld.get(&format!("{p}.in_proj_ba.weight"), &[2 * l.value_heads, h])?,
-        conv_taps: device(
-            "conv taps",
-            &[l.conv_kernel, conv_dim],
-            &kernels::reference::transpose(&taps, conv_dim, l.conv_kernel),
-        )?,
+        conv_taps,
         a_log: row("A_log", l.value_heads)?,
         dt_bias: row("dt_bias", l.value_heads)?,
         norm: row("norm.weight", l.value_head_dim)?,
@@ -437,7 +477,11 @@ fn missing_dims(cfg: &ModelConfig, what: &str) -> ForwardError {
 impl ModelWeights {
     /// Binds every tensor the config's layers need; the first missing or misshapen tensor is an
     /// error naming it and the shape expected.
-    pub fn load(cfg: &ModelConfig, ckpt: &Checkpoint) -> Result<ModelWeights, ForwardError> {
+    /// Without a checkpoint (`None`) every tensor is shape-only (cost-only runs).
+    pub fn load(
+        cfg: &ModelConfig,
+        ckpt: Option<&Checkpoint>,
+    ) -> Result<ModelWeights, ForwardError> {
         let ld = Loader { ckpt };
         let (h, v) = (cfg.hidden_size, cfg.vocab_size);
         let embed = ld.get("model.embed_tokens.weight", &[v, h])?;

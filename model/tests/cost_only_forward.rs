@@ -1,0 +1,104 @@
+//! The forward pass run cost-only from config.json alone (issue #13 item 3, first part): the same
+//! layer code on shape-only weights and caches. Checks that every committed configuration runs,
+//! that timing one layer per kind (the memo) books exactly what timing every layer books, and that
+//! a cost-only run prices the same kernels a functional run of the checkpoint launches.
+
+use dsl_core::Launcher;
+use model::config::load_config;
+use model::forward::Runner;
+use std::path::PathBuf;
+
+fn testdata(rel: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("testdata")
+        .join(rel)
+}
+
+fn launcher() -> Launcher {
+    Launcher::for_device("npu-910b").unwrap()
+}
+
+fn cost_runner(rel: &str, capacity: usize) -> Runner {
+    let cfg = load_config(&testdata(rel)).expect("config parses");
+    Runner::cost_only(cfg, launcher(), capacity).expect("cost-only runner")
+}
+
+/// Every tiny checkpoint's config and the production configs (Kimi-K2 at a trillion parameters
+/// included: nothing is materialised) run a prefill and decode steps cost-only.
+#[test]
+fn every_committed_config_runs_cost_only() {
+    let mut configs = vec![
+        "kimi_k2_config.json".to_string(),
+        "deepseek_v32_config.json".to_string(),
+        "qwen3_next_config.json".to_string(),
+        "kimi_linear_config.json".to_string(),
+    ];
+    for e in std::fs::read_dir(testdata("tiny")).unwrap() {
+        let e = e.unwrap();
+        if e.path().join("config.json").exists() {
+            configs.push(format!(
+                "tiny/{}/config.json",
+                e.file_name().to_string_lossy()
+            ));
+        }
+    }
+    configs.sort();
+    for c in &configs {
+        let mut r = cost_runner(c, 40);
+        let run = r.cost_run(37, 3).unwrap_or_else(|e| panic!("{c}: {e}"));
+        assert!(run.prefill.total_cycles() > 0, "{c}");
+        assert_eq!(run.decode_steps, 2, "{c}");
+        let layers = r.config().num_layers() as u64;
+        // One input norm per layer per step (and nothing materialised: no logits come back).
+        let norms = run.decode.per_op["input_layernorm"].0;
+        assert_eq!(norms, 2 * layers, "{c}: input_layernorm launches");
+    }
+}
+
+/// The memo (one layer of each kind timed per step) books the same launches and cycles, operator
+/// by operator, as timing every layer.
+#[test]
+fn memoised_layers_book_what_every_layer_books() {
+    for c in [
+        "tiny/deepseek_v32/config.json",
+        "tiny/qwen3_next/config.json",
+        "tiny/kimi_linear/config.json",
+        "kimi_linear_config.json",
+    ] {
+        let mut memo = cost_runner(c, 24);
+        let mut every = cost_runner(c, 24);
+        every.memoise_layers(false);
+        let a = memo.cost_run(20, 4).unwrap();
+        let b = every.cost_run(20, 4).unwrap();
+        assert_eq!(a.prefill, b.prefill, "{c}: prefill");
+        assert_eq!(a.decode, b.decode, "{c}: decode");
+    }
+}
+
+/// A cost-only run launches the operators a functional run of the checkpoint launches, as often,
+/// and for data-independent operators at the same cycles (routing, top-k selection and what they
+/// gather are data-dependent; cost-only runs route uniformly).
+#[test]
+fn cost_only_prices_the_functional_launches() {
+    let dir = testdata("tiny/qwen3_next");
+    let mut f = Runner::load(&dir, launcher(), 24).unwrap();
+    let prompt: Vec<i64> = (0..20).map(|i| (i * 7 % 200) as i64).collect();
+    f.forward(&prompt).unwrap();
+    let functional = f.stats().clone();
+    let mut c = cost_runner("tiny/qwen3_next/config.json", 24);
+    c.forward(&vec![0; 20]).unwrap();
+    let cost = c.stats().clone();
+    let launches = |s: &model::forward::OpStats| -> Vec<(String, u64)> {
+        s.per_op.iter().map(|(k, (n, _))| (k.clone(), *n)).collect()
+    };
+    assert_eq!(launches(&functional), launches(&cost));
+    for op in [
+        "input_layernorm",
+        "linear_attn.in_proj_qkvz",
+        "linear_attn.conv",
+        "linear_attn.delta_chunked",
+        "attn.q_proj",
+    ] {
+        assert_eq!(functional.per_op[op], cost.per_op[op], "{op}");
+    }
+}
