@@ -7,13 +7,30 @@
 //! (`kernels/tests/cost_only.rs`), and production shapes could not be materialised anyway.
 
 use accel_sim::{DevicePreset, Report, SimError};
-use dsl_core::{Backend, Config, Launcher, Tensor};
-use kernels::attention::decode::{run_decode, DecodeCase};
+use dsl_core::{bf16, fp8e4m3, Backend, Config, Launcher, Tensor};
+use kernels::attention::decode::{
+    combine_config, decode_combine, decode_config, paged_decode_split, run_decode, DecodeCase,
+};
+use kernels::attention::fp8_kv::paged_decode_split_fp8;
+use kernels::attention::kv_append::run_kv_cache_append;
+use kernels::attention::prefill::{run_prefill, PrefillCase};
+use kernels::attention::sparse::{run_dsa_decode, run_dsa_prefill, DsaCase};
+use kernels::embedding::run_embedding;
 use kernels::gemm::{run_gemm, GemmCase, GemmDtype, GemmVariant};
+use kernels::layout::run_copy;
+use kernels::linear_attention::conv::{launch_short_conv, zero_state};
+use kernels::linear_attention::gates;
 use kernels::linear_attention::reference::Decay;
 use kernels::linear_attention::runner::{run_delta, DeltaCase, DeltaMode};
+use kernels::moe::dispatch::{run_moe_combine, run_moe_dispatch, RoutingPlan};
+use kernels::moe::expert_gemm::{expert_matmul, prepare_weight, swiglu, WeightPath};
+use kernels::moe::grouped::run_grouped_linear;
+use kernels::moe::router::{run_router_sigmoid_group_topk, run_router_softmax_topk};
 use kernels::norm::{run_layernorm, run_rmsnorm, run_rmsnorm_residual, RmsNormCase};
+use kernels::rope::run_rope;
 use kernels::softmax::{run_softmax, SoftmaxCase};
+use kernels::testdata::Rng;
+use kernels::tile_choice::{cover, divides};
 use proptest::prelude::*;
 use std::collections::BTreeSet;
 
@@ -43,7 +60,8 @@ fn shape<T: dsl_core::Elem>(s: &[usize]) -> Tensor<T> {
 }
 
 /// The operators this file runs; `every_registered_operator_is_checked` compares it with the
-/// registry so a new operator cannot skip these checks silently.
+/// registry so a new operator cannot skip these checks silently, and
+/// `every_checked_operator_has_a_runner` with the runners below.
 const CHECKED: &[&str] = &[
     "gemm",
     "softmax",
@@ -54,10 +72,6 @@ const CHECKED: &[&str] = &[
     "add",
     "sigmoid_mul",
     "sigmoid_mul_col",
-];
-
-/// Operators of the registry not checked here yet, with the reason (see the report of issue #12).
-const NOT_YET: &[&str] = &[
     "embedding",
     "rope",
     "kv_cache_append",
@@ -66,8 +80,6 @@ const NOT_YET: &[&str] = &[
     "moe_dispatch",
     "moe_combine",
     "moe_grouped_linear",
-    // Registered in the run-time-dims change: the suite and the issue shapes below run decode
-    // attention and the chunked GDN, but none of these is drawn on random shapes yet.
     "attention_prefill",
     "attention_decode",
     "attention_decode_combine",
@@ -78,7 +90,6 @@ const NOT_YET: &[&str] = &[
     "sparse_mla",
     "gdn_gates",
     "gated_rmsnorm_silu",
-    // Kimi Linear's KDA gates and sigmoid-gated norm (issue #11 item 3).
     "kda_gates",
     "gated_rmsnorm_sigmoid",
     "short_conv",
@@ -95,6 +106,10 @@ const NOT_YET: &[&str] = &[
     "swiglu",
 ];
 
+/// Operators of the registry not checked here yet, each with the reason (see the report of issue
+/// #12). None left: every registered operator has a runner below.
+const NOT_YET: &[&str] = &[];
+
 #[test]
 fn every_registered_operator_is_checked() {
     let ops: BTreeSet<&str> = kernels::registry::all().iter().map(|i| i.op).collect();
@@ -103,6 +118,24 @@ fn every_registered_operator_is_checked() {
     assert!(
         missing.is_empty(),
         "operators without a physics check: {missing:?}"
+    );
+}
+
+#[test]
+fn every_checked_operator_has_a_runner() {
+    let ran: BTreeSet<&str> = RUNNERS
+        .iter()
+        .map(|op| if op.starts_with("gemm") { "gemm" } else { op })
+        .chain(
+            MODEL_RUNNERS
+                .iter()
+                .flat_map(|(_, ops)| ops.iter().copied()),
+        )
+        .collect();
+    let idle: Vec<_> = CHECKED.iter().filter(|op| !ran.contains(*op)).collect();
+    assert!(
+        idle.is_empty(),
+        "checked operators no runner launches: {idle:?}"
     );
 }
 
@@ -210,6 +243,606 @@ const RUNNERS: &[&str] = &[
     "sigmoid_mul_col",
 ];
 
+/// A value in `lo..=hi` from the raw draw `x`: a power of two in the range one time in four, any
+/// value (ragged, awkward) otherwise.
+fn dim(x: usize, lo: usize, hi: usize) -> usize {
+    let pows: Vec<usize> = (0..usize::BITS)
+        .map(|i| 1usize << i)
+        .filter(|p| (lo..=hi).contains(p))
+        .collect();
+    if divides(4, x) && !pows.is_empty() {
+        pows[(x / 4) % pows.len()]
+    } else {
+        pick(x / 4, lo, hi)
+    }
+}
+
+/// Any value in `lo..=hi` from the raw draw `x`.
+fn pick(x: usize, lo: usize, hi: usize) -> usize {
+    lo + x % (hi - lo + 1)
+}
+
+/// The first `keep` entries of a random permutation of `0..pool`: a sequence's pages as an
+/// allocator leaves them (scattered over a pool with spare pages).
+fn scrambled_pages(seed: u64, pool: usize, keep: usize) -> Vec<usize> {
+    let mut rng = Rng::new(seed);
+    let mut t: Vec<usize> = (0..pool).collect();
+    for i in (1..t.len()).rev() {
+        t.swap(i, (rng.next_u64() % (i as u64 + 1)) as usize);
+    }
+    t.truncate(keep);
+    t
+}
+
+fn indices(v: &[usize]) -> Tensor<i32> {
+    let idx: Vec<i32> = v.iter().map(|p| *p as i32).collect();
+    Tensor::from_indices(&[idx.len()], &idx).expect("index tensor")
+}
+
+/// A skewed routing of `tokens` tokens to `top_k` distinct experts each out of `experts` (low
+/// experts are hot, some experts get no token), as a dispatch plan.
+fn routing(seed: u64, tokens: usize, experts: usize, top_k: usize) -> RoutingPlan {
+    let mut rng = Rng::new(seed);
+    let mut idx = Vec::with_capacity(tokens * top_k);
+    let mut pool: Vec<usize> = (0..experts).collect();
+    for _ in 0..tokens {
+        // A partial Fisher-Yates draw, biased to the front by squaring a uniform.
+        for j in 0..top_k {
+            let u = (rng.next_u64() >> 11) as f64 / (1u64 << 53) as f64;
+            let pos = j + ((u * u) * (experts - j) as f64) as usize;
+            pool.swap(j, pos.min(experts - 1));
+            idx.push(pool[j] as i32);
+        }
+    }
+    RoutingPlan::from_topk(&idx, tokens, top_k, experts).expect("a valid routing")
+}
+
+type Labelled = Vec<(String, Result<Report, SimError>)>;
+
+fn one(what: String, r: Result<Report, SimError>) -> Labelled {
+    vec![(what, r)]
+}
+
+/// Every report of a multi-launch runner, or its refusal.
+fn parts(what: String, r: Result<Vec<Report>, SimError>) -> Labelled {
+    match r {
+        Ok(v) => v
+            .into_iter()
+            .map(|r| (format!("{what} [{}]", r.kernel), Ok(r)))
+            .collect(),
+        Err(e) => vec![(what, Err(e))],
+    }
+}
+
+/// Paged split-KV decode, the split kernel (bf16 or FP8 cache) and the combine checked apart.
+#[allow(clippy::too_many_arguments)]
+fn decode(
+    l: &Launcher,
+    kv_heads: usize,
+    group: usize,
+    hd: usize,
+    vhd: usize,
+    shared: bool,
+    ctx: usize,
+    page: usize,
+    splits: usize,
+    fp8: bool,
+    seed: u64,
+) -> Result<Vec<Report>, SimError> {
+    let meta = if fp8 {
+        &paged_decode_split_fp8::META
+    } else {
+        &paged_decode_split::META
+    };
+    // Wide latent rows (MLA: 576/512) take 16 query rows per program, as `dsa_tiles` does.
+    let base = if hd > 256 {
+        Config::new().with("BH", 16)
+    } else {
+        Config::new()
+    };
+    let cfg = decode_config(meta, &base, hd, vhd, page, group)?;
+    let n_pages = ctx.div_ceil(page);
+    let splits = splits.clamp(1, n_pages);
+    let pool_pages = n_pages + 3;
+    let table = indices(&scrambled_pages(seed, pool_pages, n_pages));
+    let q = shape::<bf16>(&[kv_heads, group, hd]);
+    let o_part = shape::<f32>(&[splits, kv_heads, group, vhd]);
+    let lse_part = shape::<f32>(&[splits, kv_heads, group, 1]);
+    let o = shape::<bf16>(&[kv_heads * group, vhd]);
+    let sm = 1.0 / (hd as f32).sqrt();
+    let (krow, vrow) = (kv_heads * hd, kv_heads * vhd);
+    let split = if fp8 {
+        let k = shape::<fp8e4m3>(&[pool_pages, page, krow]);
+        let ks = shape::<f32>(&[pool_pages, kv_heads, page]);
+        let (v, vs) = if shared {
+            (k.clone(), ks.clone())
+        } else {
+            (
+                shape::<fp8e4m3>(&[pool_pages, page, vrow]),
+                shape::<f32>(&[pool_pages, kv_heads, page]),
+            )
+        };
+        paged_decode_split_fp8::launch(
+            l, &cfg, &q, &k, &v, &ks, &vs, &table, &o_part, &lse_part, ctx, sm,
+        )?
+    } else {
+        let k = shape::<bf16>(&[pool_pages, page, krow]);
+        let v = if shared {
+            k.clone()
+        } else {
+            shape::<bf16>(&[pool_pages, page, vrow])
+        };
+        paged_decode_split::launch(l, &cfg, &q, &k, &v, &table, &o_part, &lse_part, ctx, sm)?
+    };
+    let combine = decode_combine::launch(l, &combine_config(vhd)?, &o_part, &lse_part, &o)?.report;
+    Ok(vec![split.report, combine])
+}
+
+/// The registered operators beyond [`run_op`]'s, each with its own dims drawn from `x` (raw
+/// values, mapped onto heads, head dims, lengths, page sizes, experts...). Returns every launch's
+/// report (or refusal) with a label that reproduces it.
+fn run_model_op(device: &str, op: &str, x: &[usize; 8]) -> Labelled {
+    let l = launcher(device);
+    let seed = x[7] as u64;
+    match op {
+        "embedding" => {
+            let (t, vocab, h) = (dim(x[0], 1, 700), dim(x[1], 1, 50000), dim(x[2], 1, 4096));
+            let mut rng = Rng::new(seed);
+            let ids: Vec<i32> = (0..t)
+                .map(|_| (rng.next_u64() % vocab as u64) as i32)
+                .collect();
+            one(
+                format!("{op} tokens {t} vocab {vocab} hidden {h}"),
+                run_embedding(&l, &ids, &shape::<bf16>(&[vocab, h]), &shape(&[t, h]))
+                    .map(|r| r.report),
+            )
+        }
+        "rope" => {
+            let (t, heads, hd) = (dim(x[0], 1, 700), dim(x[1], 1, 64), dim(x[2], 2, 300));
+            let rot = 2 * dim(x[3], 1, hd / 2);
+            let off = pick(x[4], 0, hd - rot);
+            let inter = x[5] % 2 == 1;
+            let (a, out) = (shape(&[t, heads * hd]), shape(&[t, heads * hd]));
+            let (cos, sin) = (shape(&[t, rot / 2]), shape(&[t, rot / 2]));
+            one(
+                format!(
+                    "{op} tokens {t} heads {heads} head_dim {hd} rot {off}+{rot} interleaved {inter}"
+                ),
+                run_rope(&l, &a, &cos, &sin, &out, hd, off, rot, inter).map(|r| r.report),
+            )
+        }
+        "kv_cache_append" => {
+            let (n, start, w, page) = (
+                dim(x[0], 1, 700),
+                pick(x[1], 0, 8192),
+                dim(x[2], 1, 4096),
+                dim(x[3], 1, 300),
+            );
+            let needed = (start + n).div_ceil(page);
+            let pool_pages = needed + pick(x[4], 0, 8);
+            let table = scrambled_pages(seed, pool_pages, needed);
+            one(
+                format!("{op} rows {n} at {start} width {w} page {page} pool {pool_pages}"),
+                run_kv_cache_append(
+                    &l,
+                    &shape::<bf16>(&[n, w]),
+                    &table,
+                    &shape(&[pool_pages * page, w]),
+                    start,
+                    page,
+                )
+                .map(|r| r.report),
+            )
+        }
+        "moe_router_sigmoid_group_topk" => {
+            let (t, groups, gs) = (dim(x[0], 1, 512), dim(x[1], 1, 32), dim(x[2], 2, 64));
+            let kept = pick(x[3], 1, groups);
+            let k = pick(x[4], 1, (kept * gs).min(64));
+            let e = groups * gs;
+            let norm = divides(2, x[5]);
+            one(
+                format!("{op} tokens {t} experts {e} groups {groups} kept {kept} top_k {k}"),
+                run_router_sigmoid_group_topk(
+                    &l,
+                    &shape(&[t, e]),
+                    &shape(&[1, e]),
+                    &shape(&[t, k]),
+                    &shape(&[t, k]),
+                    groups,
+                    kept,
+                    norm,
+                    2.5,
+                ),
+            )
+        }
+        "moe_router_softmax_topk" => {
+            let (t, e) = (dim(x[0], 1, 512), dim(x[1], 1, 512));
+            let k = pick(x[4], 1, e.min(64));
+            one(
+                format!("{op} tokens {t} experts {e} top_k {k}"),
+                run_router_softmax_topk(
+                    &l,
+                    &shape(&[t, e]),
+                    &shape(&[t, k]),
+                    &shape(&[t, k]),
+                    divides(2, x[5]),
+                ),
+            )
+        }
+        "moe_dispatch" | "moe_combine" | "moe_grouped_linear" => {
+            let (t, e) = (dim(x[0], 1, 512), dim(x[1], 1, 128));
+            let k = pick(x[4], 1, e.min(16));
+            let plan = routing(seed, t, e, k);
+            let n = t * k;
+            let what = format!("{op} tokens {t} experts {e} top_k {k} (skewed, seed {seed})");
+            match op {
+                "moe_dispatch" => {
+                    let h = dim(x[2], 1, 7168);
+                    let rows = plan.rows_tensor().expect("rows");
+                    one(
+                        format!("{what} hidden {h}"),
+                        run_moe_dispatch(&l, &shape::<bf16>(&[t, h]), &rows, &shape(&[n, h])),
+                    )
+                }
+                "moe_combine" => {
+                    let h = dim(x[2], 1, 7168);
+                    let slots = plan.slot_of_tensor(k).expect("slots");
+                    let out = shape(&[t, h]);
+                    one(
+                        format!("{what} hidden {h}"),
+                        run_moe_combine(
+                            &l,
+                            &shape(&[n, h]),
+                            &slots,
+                            &shape(&[t, k]),
+                            &shape(&[t, h]),
+                            &out,
+                        ),
+                    )
+                }
+                _ => {
+                    let (kd, nout) = (dim(x[2], 1, 2048), dim(x[3], 1, 2048));
+                    let offsets = plan.offsets_tensor().expect("offsets");
+                    one(
+                        format!("{what} in {kd} out {nout}"),
+                        run_grouped_linear(
+                            &l,
+                            &shape::<bf16>(&[n, kd]),
+                            &shape(&[e, nout, kd]),
+                            &offsets,
+                            &shape(&[n, nout]),
+                        ),
+                    )
+                }
+            }
+        }
+        "attention_prefill" => {
+            let (kv, group) = (dim(x[1], 1, 8), dim(x[5], 1, 8));
+            let (hd, vhd) = (dim(x[2], 1, 300), dim(x[3], 1, 300));
+            let sq = dim(x[0], 1, 300);
+            let skv = sq + pick(x[4], 0, 1000);
+            let case = PrefillCase {
+                heads: kv * group,
+                kv_heads: kv,
+                head_dim: hd,
+                v_head_dim: vhd,
+                sq,
+                skv,
+                dtype: GemmDtype::Bf16,
+                config: Config::new(),
+                seed,
+            };
+            one(
+                format!("{op} {case:?}"),
+                run_prefill(&l, &case).map(|r| r.launch.report),
+            )
+        }
+        "attention_decode" | "attention_decode_fp8" | "attention_decode_mla" => {
+            let mla = op == "attention_decode_mla";
+            let (kv, group, hd, vhd) = if mla {
+                let hd = dim(x[2], 1, 576);
+                (1, dim(x[5], 1, 128), hd, dim(x[3], 1, hd.min(512)))
+            } else {
+                (
+                    dim(x[1], 1, 8),
+                    dim(x[5], 1, 16),
+                    dim(x[2], 1, 300),
+                    dim(x[3], 1, 300),
+                )
+            };
+            let (ctx, page, splits) = (dim(x[0], 1, 8192), dim(x[4], 1, 300), dim(x[6], 1, 16));
+            let fp8 = op == "attention_decode_fp8" || (mla && x[6] % 2 == 1);
+            parts(
+                format!(
+                    "{op} kv_heads {kv} group {group} head_dim {hd} v_head_dim {vhd} ctx {ctx} \
+                     page {page} splits {splits} fp8 {fp8}"
+                ),
+                decode(&l, kv, group, hd, vhd, mla, ctx, page, splits, fp8, seed),
+            )
+        }
+        "dsa_decode" | "dsa_prefill" => {
+            let prefill = op == "dsa_prefill";
+            let ctx = dim(x[0], 1, if prefill { 1024 } else { 8192 });
+            // Half the draws up to DeepSeek's 576-wide latent rows, half up to 256.
+            let hd = dim(x[2], 1, if divides(3, x[2]) { 576 } else { 256 });
+            let case = DsaCase {
+                seq: if prefill {
+                    dim(x[6], 1, ctx.min(256))
+                } else {
+                    1
+                },
+                heads: dim(x[1], 1, 128),
+                ctx,
+                topk: dim(x[3], 1, 2048),
+                index_heads: dim(x[5], 1, if prefill { 32 } else { 64 }),
+                index_dim: dim(x[6] / 7, 1, 256),
+                head_dim: hd,
+                v_head_dim: dim(x[7], 1, hd.min(512)),
+                page_size: dim(x[4], 1, 128),
+                seed,
+            };
+            let r = if prefill {
+                run_dsa_prefill(&l, &case)
+            } else {
+                run_dsa_decode(&l, &case)
+            };
+            parts(
+                format!("{op} {case:?}"),
+                r.map(|r| vec![r.indexer, r.topk, r.attention]),
+            )
+        }
+        "gdn_gates" => {
+            let (t, h) = (dim(x[0], 1, 4096), dim(x[1], 1, 128));
+            let row = || shape::<f32>(&[t, h]);
+            let (a, b, g, beta) = (row(), row(), row(), row());
+            let (a_log, dt_bias) = (shape(&[1, h]), shape(&[1, h]));
+            one(
+                format!("{op} tokens {t} heads {h}"),
+                gates::gdn_gates::launch(&l, &Config::new(), &a, &b, &a_log, &dt_bias, &g, &beta)
+                    .map(|r| r.report),
+            )
+        }
+        "kda_gates" => {
+            let (t, h, dk) = (dim(x[0], 1, 4096), dim(x[1], 1, 64), dim(x[2], 1, 256));
+            let (f, g) = (shape(&[t, h * dk]), shape(&[t, h * dk]));
+            let (b, beta) = (shape(&[t, h]), shape(&[t, h]));
+            one(
+                format!("{op} tokens {t} heads {h} dk {dk}"),
+                cover(
+                    &gates::kda_gates::META,
+                    &Config::new(),
+                    &[("BDK", dk, "dk")],
+                )
+                .and_then(|cfg| {
+                    gates::kda_gates::launch(
+                        &l,
+                        &cfg,
+                        &f,
+                        &b,
+                        &shape(&[1, h]),
+                        &shape(&[1, h * dk]),
+                        &g,
+                        &beta,
+                    )
+                    .map(|r| r.report)
+                }),
+            )
+        }
+        "gated_rmsnorm_silu" | "gated_rmsnorm_sigmoid" => {
+            let (t, h, dv) = (dim(x[0], 1, 4096), dim(x[1], 1, 64), dim(x[2], 1, 512));
+            let act = || shape::<bf16>(&[t, h * dv]);
+            let (o, z, y) = (act(), act(), act());
+            let w = shape(&[1, dv]);
+            let silu = op == "gated_rmsnorm_silu";
+            let meta = if silu {
+                &gates::gated_rmsnorm_silu::META
+            } else {
+                &gates::gated_rmsnorm_sigmoid::META
+            };
+            one(
+                format!("{op} tokens {t} heads {h} dv {dv}"),
+                cover(meta, &Config::new(), &[("BDV", dv, "dv")]).and_then(|cfg| {
+                    if silu {
+                        gates::gated_rmsnorm_silu::launch(&l, &cfg, &o, &z, &w, &y, 1e-6)
+                    } else {
+                        gates::gated_rmsnorm_sigmoid::launch(&l, &cfg, &o, &z, &w, &y, 1e-6)
+                    }
+                    .map(|r| r.report)
+                }),
+            )
+        }
+        "short_conv" => {
+            let (t, ch) = (dim(x[0], 1, 700), dim(x[2], 1, 8192));
+            let taps = if divides(3, x[3]) {
+                4
+            } else {
+                pick(x[4], 1, 8)
+            };
+            let state = || shape::<f32>(&[(taps - 1).max(1), ch]);
+            let (a, y) = (shape::<bf16>(&[t, ch]), shape::<bf16>(&[t, ch]));
+            one(
+                format!("{op} tokens {t} channels {ch} taps {taps}"),
+                launch_short_conv(&l, &a, &shape(&[taps, ch]), &state(), &state(), &y)
+                    .map(|r| r.report),
+            )
+        }
+        "zero_state" => {
+            let (r, c) = (dim(x[0], 1, 4096), dim(x[2], 1, 4096));
+            let extra = pick(x[3], 0, 300);
+            let t = shape::<f32>(&[r, c + extra])
+                .col_range(extra / 2, c)
+                .expect("view");
+            one(
+                format!("{op} {r}x{c} in a row of {}", c + extra),
+                zero_state::launch(&l, &Config::new(), &t).map(|r| r.report),
+            )
+        }
+        "delta_rule_recurrent"
+        | "delta_rule_recurrent_kda"
+        | "delta_rule_chunked"
+        | "delta_rule_chunked_kda" => {
+            let chunked = op.starts_with("delta_rule_chunked");
+            let k_heads = dim(x[1], 1, 16);
+            // Head dims up to 256 one time in three (the largest tiles), else up to 128.
+            let wide = if divides(3, x[6]) { 256 } else { 128 };
+            let (dk, dv) = (dim(x[2], 1, wide), dim(x[3], 1, wide));
+            // Head dims above 128 take 256-wide tiles: only the smallest chunk fits next to them.
+            let c = if dk.max(dv) > 128 {
+                16
+            } else {
+                [16, 32, 64][x[4] % 3]
+            };
+            let case = DeltaCase {
+                decay: if op.ends_with("kda") {
+                    Decay::PerChannel
+                } else {
+                    Decay::Scalar
+                },
+                mode: if chunked {
+                    DeltaMode::Chunked
+                } else {
+                    DeltaMode::Recurrent
+                },
+                seq: if chunked {
+                    dim(x[0], 1, 1024)
+                } else {
+                    dim(x[0], 1, 64)
+                },
+                k_heads,
+                v_heads: k_heads * dim(x[5], 1, 4),
+                dk,
+                dv,
+                dtype: GemmDtype::Bf16,
+                config: Config::new().with("C", c),
+                seed,
+            };
+            one(
+                format!("{op} {case:?}"),
+                run_delta(&l, &case).map(|r| r.launch.report),
+            )
+        }
+        "copy" => {
+            let (r, c) = (dim(x[0], 1, 4096), dim(x[2], 1, 4096));
+            let extra = pick(x[3], 0, 300);
+            let src = shape::<f32>(&[r, c + extra])
+                .col_range(extra / 3, c)
+                .expect("view");
+            let what = format!("{op} {r}x{c} from a row of {}", c + extra);
+            let res = match x[5] % 3 {
+                0 => run_copy(&l, &src, &shape::<bf16>(&[r, c])),
+                1 => run_copy(&l, &src, &shape::<f32>(&[r, c])),
+                _ => run_copy(&l, &shape::<bf16>(&[r, c]), &src),
+            };
+            one(what, res.map(|r| r.report))
+        }
+        "expert_gemm" | "expert_gemm_mxfp4" | "expert_gemm_fp8" | "dequant_mxfp4" => {
+            let path = match op {
+                "expert_gemm" => WeightPath::Bf16,
+                "expert_gemm_mxfp4" => WeightPath::Mxfp4Online,
+                "expert_gemm_fp8" => WeightPath::Fp8Block,
+                _ => WeightPath::Mxfp4Offline,
+            };
+            let (e, t, n) = (dim(x[1], 1, 32), dim(x[0], 1, 256), dim(x[3], 1, 2048));
+            let mut k = dim(x[2], 1, 2048);
+            if matches!(path, WeightPath::Mxfp4Online | WeightPath::Mxfp4Offline) {
+                // MXFP4 packs K in 32-element blocks.
+                k = k.div_ceil(32) * 32;
+            }
+            // The runner's default token tile for a prefill batch (BM = 128) overflows h200's
+            // shared memory next to the FP8 path's f32 partial product: take 64 there.
+            let config = if path == WeightPath::Fp8Block && t > 64 {
+                Config::new().with("BM", 64)
+            } else {
+                Config::new()
+            };
+            let mut rng = Rng::new(seed);
+            let r = prepare_weight(&l, path, [e, n, k], &mut rng, "w").and_then(|w| {
+                let ws = shape::<bf16>(&[e * n * k]);
+                expert_matmul(
+                    &l,
+                    path,
+                    &config,
+                    &shape(&[e, t, k]),
+                    &w,
+                    Some(&ws),
+                    &shape(&[e, t, n]),
+                )
+            });
+            parts(
+                format!("{op} experts {e} tokens {t} K {k} N {n} ({path:?})"),
+                r,
+            )
+        }
+        "swiglu" => {
+            let (r, c) = (dim(x[0], 1, 4096), dim(x[2], 1, 4096));
+            let (g, u) = (shape::<f32>(&[r, c]), shape::<f32>(&[r, c]));
+            one(
+                format!("{op} {r}x{c}"),
+                swiglu::launch(&l, &Config::new(), &g, &u, &shape::<bf16>(&[r, c]))
+                    .map(|r| r.report),
+            )
+        }
+        other => panic!("no runner for {other}"),
+    }
+}
+
+/// [`run_model_op`]'s runners, each with the registered operators it launches.
+const MODEL_RUNNERS: &[(&str, &[&str])] = &[
+    ("embedding", &["embedding"]),
+    ("rope", &["rope"]),
+    ("kv_cache_append", &["kv_cache_append"]),
+    (
+        "moe_router_sigmoid_group_topk",
+        &["moe_router_sigmoid_group_topk"],
+    ),
+    ("moe_router_softmax_topk", &["moe_router_softmax_topk"]),
+    ("moe_dispatch", &["moe_dispatch"]),
+    ("moe_combine", &["moe_combine"]),
+    ("moe_grouped_linear", &["moe_grouped_linear"]),
+    ("attention_prefill", &["attention_prefill"]),
+    (
+        "attention_decode",
+        &["attention_decode", "attention_decode_combine"],
+    ),
+    (
+        "attention_decode_fp8",
+        &["attention_decode_fp8", "attention_decode_combine"],
+    ),
+    // MLA's absorbed decode: one latent head shared by keys and values (bf16 or FP8).
+    (
+        "attention_decode_mla",
+        &[
+            "attention_decode",
+            "attention_decode_fp8",
+            "attention_decode_combine",
+        ],
+    ),
+    (
+        "dsa_decode",
+        &["dsa_indexer_decode", "dsa_topk", "sparse_mla"],
+    ),
+    (
+        "dsa_prefill",
+        &["dsa_indexer_prefill", "dsa_topk", "sparse_mla"],
+    ),
+    ("gdn_gates", &["gdn_gates"]),
+    ("kda_gates", &["kda_gates"]),
+    ("gated_rmsnorm_silu", &["gated_rmsnorm_silu"]),
+    ("gated_rmsnorm_sigmoid", &["gated_rmsnorm_sigmoid"]),
+    ("short_conv", &["short_conv"]),
+    ("zero_state", &["zero_state"]),
+    ("delta_rule_recurrent", &["delta_rule_recurrent"]),
+    ("delta_rule_recurrent_kda", &["delta_rule_recurrent_kda"]),
+    ("delta_rule_chunked", &["delta_rule_chunked"]),
+    ("delta_rule_chunked_kda", &["delta_rule_chunked_kda"]),
+    ("copy", &["copy"]),
+    ("expert_gemm", &["expert_gemm"]),
+    ("expert_gemm_mxfp4", &["expert_gemm_mxfp4"]),
+    ("expert_gemm_fp8", &["expert_gemm_fp8"]),
+    ("dequant_mxfp4", &["dequant_mxfp4", "expert_gemm"]),
+    ("swiglu", &["swiglu"]),
+];
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(12))]
 
@@ -221,6 +854,26 @@ proptest! {
         for device in DevicePreset::builtin_names() {
             for op in RUNNERS {
                 check(device, &format!("{op} {m}x{n}x{k}"), run_op(device, op, m, n, k));
+            }
+        }
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(32))]
+
+    /// Random shapes for every other registered operator, on every preset: the raw draws become
+    /// each operator's own dims (heads, head dims, lengths, page sizes, experts, top-k, vocab...),
+    /// a power of two one time in four and any value otherwise.
+    #[test]
+    fn random_shapes_keep_the_invariants_of_model_operators(
+        x in prop::array::uniform8(0usize..1 << 24),
+    ) {
+        for device in DevicePreset::builtin_names() {
+            for (op, _) in MODEL_RUNNERS {
+                for (what, r) in run_model_op(device, op, &x) {
+                    check(device, &what, r);
+                }
             }
         }
     }
