@@ -192,9 +192,11 @@ fn cost_only_cycles_equal_functional() {
 
 #[test]
 fn registered() {
+    // Each: the one-row-tile kernel and the column-tile loop for wider rows.
     for op in ["rmsnorm", "layernorm"] {
         let imps = kernels::registry::implementations(op);
-        assert_eq!(imps.len(), 1, "{op}");
-        assert!(imps[0].meta.params.contains(&"eps"));
+        let names: Vec<&str> = imps.iter().map(|i| i.meta.name).collect();
+        assert_eq!(names, [op.to_string(), format!("{op}_looped")], "{op}");
+        assert!(imps.iter().all(|i| i.meta.params.contains(&"eps")));
     }
 }
