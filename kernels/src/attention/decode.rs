@@ -116,11 +116,18 @@ pub fn paged_decode_split<T: Float>(
     let mut acc = zeros::<f32, BH, BDV>();
     for p in p0..p1 {
         let page = load_index(block_table, p, p);
-        // Keys past the page (a tile wider than it) or past the context score −∞.
+        // Keys past the page (a tile wider than it) or past the context score −∞; rows of the
+        // last page past the context are never read (a cache holds garbage there, and a value
+        // of NaN times a zero probability would still poison the output).
         let limit = usize::min(ctx_len, (p + 1) * page_size);
-        for kb in (0..page_size).step_by(BK) {
-            let tk = load_async::<BK, BD>(&kh.at(page), kb, 0);
-            let tv = load_async::<BK, BDV>(&vh.at(page), kb, 0);
+        let valid = limit - p * page_size;
+        let (kp, vp) = (
+            kh.at(page).rows_clipped(0, valid),
+            vh.at(page).rows_clipped(0, valid),
+        );
+        for kb in (0..valid).step_by(BK) {
+            let tk = load_async::<BK, BD>(&kp, kb, 0);
+            let tv = load_async::<BK, BDV>(&vp, kb, 0);
             let mut s = zeros::<f32, BH, BK>();
             mma_bt(&mut s, &tq, &tk);
             let s = mask_keys(&scale(&s, sm_scale), 0, p * page_size + kb, limit, false);

@@ -207,11 +207,22 @@ pub fn paged_decode_split_fp8<T: Float>(
     for p in p0..p1 {
         let page = load_index(block_table, p, p);
         let limit = usize::min(ctx_len, (p + 1) * page_size);
-        for kb in (0..page_size).step_by(BK) {
-            let tk = load_async::<BK, BD>(&kh.at(page), kb, 0);
-            let tv = load_async::<BK, BDV>(&vh.at(page), kb, 0);
-            let ks = load_async::<1, BK>(&k_scale.at(page), kvh, kb);
-            let vs = load_async::<1, BK>(&v_scale.at(page), kvh, kb);
+        // Rows (and scales) of the last page past the context are never read: see
+        // `paged_decode_split`.
+        let valid = limit - p * page_size;
+        let (kp, vp) = (
+            kh.at(page).rows_clipped(0, valid),
+            vh.at(page).rows_clipped(0, valid),
+        );
+        let (ksp, vsp) = (
+            k_scale.at(page).cols_clipped(0, valid),
+            v_scale.at(page).cols_clipped(0, valid),
+        );
+        for kb in (0..valid).step_by(BK) {
+            let tk = load_async::<BK, BD>(&kp, kb, 0);
+            let tv = load_async::<BK, BDV>(&vp, kb, 0);
+            let ks = load_async::<1, BK>(&ksp, kvh, kb);
+            let vs = load_async::<1, BK>(&vsp, kvh, kb);
             let mut s = zeros::<f32, BH, BK>();
             mma_bt(&mut s, &tq, &cast::<T>(&tk));
             let s = mask_keys(

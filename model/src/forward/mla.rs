@@ -112,7 +112,9 @@ fn prepare(
 }
 
 /// Dense MLA over `x [T, H]` (already normed) whose tokens sit at positions `pos0 .. pos0 + T`;
-/// appends their latents to `cache` and returns the `o_proj` output `[T, H]`.
+/// appends their latents to `cache` and returns the `o_proj` output `[T, H]`. A prompt expands
+/// the context's keys and values and runs flash attention; one token (decode) attends over the
+/// latent cache with absorbed queries (paged split-KV decode with one latent head).
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn forward(
     ops: &mut Ops,
@@ -133,8 +135,24 @@ pub(crate) fn forward(
     );
     let qk = nope + rd;
     let (q, _) = prepare(ops, m, w, x, pos0, cache, rope)?;
+    if x.rows() == 1 {
+        // Decode: attention over the latent cache itself (absorbed queries, one latent kv head,
+        // values = the first kv_lora_rank columns of each latent row), as serving engines run
+        // MLA decode — nothing is expanded per step.
+        let (r, d) = (m.kv_lora_rank, m.kv_lora_rank + rd);
+        let q_abs = absorb_queries(ops, m, w, &q)?;
+        let q3 = view(q_abs.reshaped(&[1, heads, d]), "absorbed query")?;
+        let pool = view(
+            cache.latent.reshaped(&[cache.pages(), PAGE, d]),
+            "latent pool",
+        )?;
+        let o_lat = ops.latent_decode(&q3, &pool, &cache.block_table, ctx, r, scale)?;
+        let o_lat = view(o_lat.reshaped(&[1, heads * r]), "latent outputs")?;
+        let o = values_from_latent(ops, m, w, &o_lat)?;
+        return ops.linear("mla.o_proj", &o, &w.o_proj);
+    }
 
-    // Expand the whole context: kv [ctx, H·(nope+v)], then per-head keys and values.
+    // Prefill: expand the whole context: kv [ctx, H·(nope+v)], then per-head keys and values.
     let c_all = view(cache.c_kv.row_range(0, ctx), "latent cache")?;
     let pe_all = view(cache.k_pe.row_range(0, ctx), "rope-key cache")?;
     let kv = ops.linear("mla.kv_b_proj", &c_all, &w.kv_b)?;
@@ -180,14 +198,8 @@ pub(crate) fn forward_sparse(
 ) -> Result<Tensor<f32>, ForwardError> {
     let t = x.rows();
     let ctx = pos0 + t;
-    let (nope, rd, vd, heads, r) = (
-        m.qk_nope_head_dim,
-        m.qk_rope_head_dim,
-        m.v_head_dim,
-        m.heads,
-        m.kv_lora_rank,
-    );
-    let (qk, d) = (nope + rd, r + rd);
+    let (heads, r) = (m.heads, m.kv_lora_rank);
+    let d = r + m.qk_rope_head_dim;
     let (Some(iw), Some(keys)) = (&w.indexer, &cache.index_keys) else {
         return Err(ForwardError::Internal {
             what: "sparse MLA".into(),
@@ -217,22 +229,7 @@ pub(crate) fn forward_sparse(
     let scores = ops.indexer_scores(&q_idx, &head_w, &key_pool, &cache.block_table, ctx, ix)?;
     let selected = ops.topk_select(&scores, ctx, ix.topk)?;
 
-    // Absorbed queries [T, H, R + rd]: q_nope·W_UK[h] (kv_b_proj's key rows of head h) | q_pe.
-    let q_abs = ops.mem.act(t, heads * d);
-    for h in 0..heads {
-        let w_uk = view(w.kv_b.row_range(h * (nope + vd), nope), "W_UK rows")?;
-        ops.matmul_into(
-            "mla.absorb_q",
-            &view(q.col_range(h * qk, nope), "q_nope")?,
-            &w_uk,
-            &view(q_abs.col_range(h * d, r), "absorbed query")?,
-        )?;
-        ops.copy(
-            "mla.absorb_q",
-            &view(q.col_range(h * qk + nope, rd), "q_pe")?,
-            &view(q_abs.col_range(h * d + r, rd), "absorbed query rope part")?,
-        )?;
-    }
+    let q_abs = absorb_queries(ops, m, w, &q)?;
     let q3 = view(q_abs.reshaped(&[t, heads, d]), "absorbed queries")?;
     let pool = view(cache.latent.reshaped(&[pages, PAGE, d]), "latent pool")?;
     let o_lat = ops.sparse_mla(
@@ -247,8 +244,54 @@ pub(crate) fn forward_sparse(
     )?;
     let o_lat = view(o_lat.reshaped(&[t, heads * r]), "latent outputs")?;
 
-    // Back to value space: o[h] = o_lat[h] · W_UV[h]ᵀ (kv_b_proj's value rows of head h).
-    let o = ops.mem.act(t, heads * vd);
+    let o = values_from_latent(ops, m, w, &o_lat)?;
+    ops.linear("mla.o_proj", &o, &w.o_proj)
+}
+
+/// Absorbed queries `[T, H·(R + rd)]`: per head `q_nope · W_UK[h]` (kv_b_proj's key rows of head
+/// `h`) then `q_pe`, so attention runs over the latent cache without expanding it.
+fn absorb_queries(
+    ops: &mut Ops,
+    m: &MlaDims,
+    w: &MlaWeights,
+    q: &Tensor<f32>,
+) -> Result<Tensor<f32>, ForwardError> {
+    let (nope, rd, vd, heads, r) = (
+        m.qk_nope_head_dim,
+        m.qk_rope_head_dim,
+        m.v_head_dim,
+        m.heads,
+        m.kv_lora_rank,
+    );
+    let (qk, d) = (nope + rd, r + rd);
+    let q_abs = ops.mem.act(q.rows(), heads * d);
+    for h in 0..heads {
+        let w_uk = view(w.kv_b.row_range(h * (nope + vd), nope), "W_UK rows")?;
+        ops.matmul_into(
+            "mla.absorb_q",
+            &view(q.col_range(h * qk, nope), "q_nope")?,
+            &w_uk,
+            &view(q_abs.col_range(h * d, r), "absorbed query")?,
+        )?;
+        ops.copy(
+            "mla.absorb_q",
+            &view(q.col_range(h * qk + nope, rd), "q_pe")?,
+            &view(q_abs.col_range(h * d + r, rd), "absorbed query rope part")?,
+        )?;
+    }
+    Ok(q_abs)
+}
+
+/// Back to value space: `o[h] = o_lat[h] · W_UV[h]ᵀ` (kv_b_proj's value rows of head `h`), from
+/// latent outputs `[T, H·R]` to `[T, H·v_head_dim]`.
+fn values_from_latent(
+    ops: &mut Ops,
+    m: &MlaDims,
+    w: &MlaWeights,
+    o_lat: &Tensor<f32>,
+) -> Result<Tensor<f32>, ForwardError> {
+    let (nope, vd, heads, r) = (m.qk_nope_head_dim, m.v_head_dim, m.heads, m.kv_lora_rank);
+    let o = ops.mem.act(o_lat.rows(), heads * vd);
     for h in 0..heads {
         let w_uv = view(w.kv_b.row_range(h * (nope + vd) + nope, vd), "W_UV rows")?;
         ops.linear_into(
@@ -258,5 +301,5 @@ pub(crate) fn forward_sparse(
             &view(o.col_range(h * vd, vd), "output head")?,
         )?;
     }
-    ops.linear("mla.o_proj", &o, &w.o_proj)
+    Ok(o)
 }

@@ -322,6 +322,57 @@ impl Ops {
         self.book(op, r)
     }
 
+    /// One decode token's attention over a paged latent pool (MLA absorbed): `q [1, H, D]`
+    /// against `pool [pages, page, D]` through `block_table` for `ctx` tokens, values the first
+    /// `v_dim` columns of each latent row. Split-KV over up to 8 page ranges, then the combine.
+    /// Returns `[H, v_dim]`.
+    #[allow(clippy::too_many_arguments)]
+    pub fn latent_decode(
+        &mut self,
+        q: &Tensor<f32>,
+        pool: &Tensor<f32>,
+        block_table: &Tensor<i32>,
+        ctx: usize,
+        v_dim: usize,
+        scale: f64,
+    ) -> Result<Tensor<f32>, ForwardError> {
+        use kernels::attention::decode::{
+            combine_config, decode_combine, decode_config, paged_decode_split,
+        };
+        let (heads, d, page) = (q.shape()[1], q.shape()[2], pool.shape()[1]);
+        let splits = ctx.div_ceil(page).clamp(1, 8);
+        let o_part = self.mem.poisoned::<f32>(&[splits, 1, heads, v_dim]);
+        let lse_part = self.mem.poisoned::<f32>(&[splits, 1, heads, 1]);
+        let o = self.mem.act(heads, v_dim);
+        let r = decode_config(
+            &paged_decode_split::META,
+            &Config::new(),
+            d,
+            v_dim,
+            page,
+            heads,
+        )
+        .and_then(|cfg| {
+            paged_decode_split::launch(
+                &self.launcher,
+                &cfg,
+                q,
+                pool,
+                pool,
+                block_table,
+                &o_part,
+                &lse_part,
+                ctx,
+                scale as f32,
+            )
+        });
+        self.book("mla.decode_split", r)?;
+        let r = combine_config(v_dim)
+            .and_then(|cfg| decode_combine::launch(&self.launcher, &cfg, &o_part, &lse_part, &o));
+        self.book("mla.decode_combine", r)?;
+        Ok(o)
+    }
+
     /// Causal attention of `q [Sq, H·D]` over `k [Skv, Hkv·D]`, `v [Skv, Hkv·DV]`: the queries are
     /// the last `Sq` of the `Skv` positions.
     #[allow(clippy::too_many_arguments)]
