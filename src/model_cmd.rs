@@ -93,7 +93,10 @@ fn forward_cost_only(args: &ForwardArgs, config: &Path) -> Result<(), String> {
         );
     }
     let cfg = model::config::load_config(config).map_err(|e| e.to_string())?;
-    let context = args.prompt_len + args.output_len - 1;
+    let context = args
+        .prompt_len
+        .checked_add(args.output_len - 1)
+        .ok_or("--prompt-len + --output-len overflows")?;
     if let Some(max) = cfg.max_position_embeddings {
         if context > max {
             return Err(format!(

@@ -265,3 +265,60 @@ fn forward_on_a_broken_checkpoint_is_an_error() {
         "{err}"
     );
 }
+
+/// `forward --config --cost-only` from config.json alone: the JSON fields, and bad workloads as
+/// errors naming the flag (never a panic).
+#[test]
+fn cost_only_forward_from_a_config() {
+    let cfg = format!("{}/config.json", tiny("kimi_linear"));
+    let out = day0(&[
+        "forward",
+        "--config",
+        &cfg,
+        "--cost-only",
+        "--prompt-len",
+        "70",
+        "--output-len",
+        "3",
+        "--json",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let j: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    for k in [
+        "ttft_us",
+        "tpot_us",
+        "prefill_tokens_per_s",
+        "decode_tokens_per_s",
+    ] {
+        assert!(j[k].as_f64().is_some_and(|v| v > 0.0), "{k}: {j}");
+    }
+    assert!(j["prefill_ops"]["kda.delta_chunked"]["launches"].as_u64() == Some(3));
+    let bad: [(&[&str], &str); 4] = [
+        (&["--config", &cfg], "--cost-only"),
+        (
+            &["--config", &cfg, "--cost-only", "--prompt-len", "0"],
+            "--prompt-len",
+        ),
+        (
+            &["--config", &cfg, "--cost-only", "--output-len", "0"],
+            "--output-len",
+        ),
+        (
+            &["--config", &cfg, "--cost-only", "--prompt-len", "256"],
+            "max_position_embeddings",
+        ),
+    ];
+    for (args, needle) in bad {
+        let mut a = vec!["forward"];
+        a.extend_from_slice(args);
+        let out = day0(&a);
+        let err = String::from_utf8_lossy(&out.stderr).to_string();
+        assert!(!out.status.success(), "{args:?}");
+        assert!(!err.contains("panicked"), "{err}");
+        assert!(err.contains(needle), "{args:?}: {err}");
+    }
+}
