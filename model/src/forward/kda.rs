@@ -11,9 +11,9 @@ use super::params::KdaWeights;
 use super::ForwardError;
 use crate::config::LinearAttnDims;
 use dsl_core::prelude::*;
+use kernels::linear_attention::gates;
 use kernels::linear_attention::reference::Decay;
 use kernels::linear_attention::runner::{launch_delta, DeltaMode, DeltaTensors};
-use kernels::linear_attention::{conv, gates};
 
 /// The chunk sizes the chunked KDA kernel declares, largest first.
 const CHUNKS: [usize; 3] = [64, 32, 16];
@@ -57,17 +57,7 @@ pub(crate) fn forward(
     ] {
         ops.linear_into(op, x, proj, &view(mixed.col_range(col, width), "q/k/v")?)?;
     }
-    let y = ops.mem.act(t, 2 * key + value);
-    let launch = conv::launch_short_conv(
-        &ops.launcher,
-        &mixed,
-        &w.conv_taps,
-        &st.conv,
-        &st.conv_spare,
-        &y,
-    );
-    ops.book("kda.conv", launch)?;
-    std::mem::swap(&mut st.conv, &mut st.conv_spare);
+    let y = st.short_conv(ops, "kda.conv", &mixed, &w.conv_taps)?;
 
     let f = ops.linear("kda.f_a_proj", x, &w.f_a)?;
     let f = ops.linear("kda.f_b_proj", &f, &w.f_b)?;

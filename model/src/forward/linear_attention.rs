@@ -35,6 +35,23 @@ impl LinearState {
         })
     }
 
+    /// The short causal convolution (with SiLU) of `mixed [T, conv_dim]` continuing from the
+    /// rolling conv state, which it advances; booked as `op`. GDN and KDA both run it.
+    pub fn short_conv(
+        &mut self,
+        ops: &mut Ops,
+        op: &str,
+        mixed: &Tensor<f32>,
+        taps: &Tensor<f32>,
+    ) -> Result<Tensor<f32>, ForwardError> {
+        let y = ops.mem.act(mixed.rows(), mixed.cols());
+        let launch =
+            conv::launch_short_conv(&ops.launcher, mixed, taps, &self.conv, &self.conv_spare, &y);
+        ops.book(op, launch)?;
+        std::mem::swap(&mut self.conv, &mut self.conv_spare);
+        Ok(y)
+    }
+
     /// After a delta-rule launch that read `state` and wrote `spare`: the new state is current.
     pub fn swap_state(&mut self) {
         std::mem::swap(&mut self.state, &mut self.spare);
@@ -89,17 +106,7 @@ pub(crate) fn forward(
         )?;
     }
 
-    let y = ops.mem.act(t, conv_dim);
-    let launch = conv::launch_short_conv(
-        &ops.launcher,
-        &mixed,
-        &w.conv_taps,
-        &st.conv,
-        &st.conv_spare,
-        &y,
-    );
-    ops.book("linear_attn.conv", launch)?;
-    std::mem::swap(&mut st.conv, &mut st.conv_spare);
+    let y = st.short_conv(ops, "linear_attn.conv", &mixed, &w.conv_taps)?;
 
     let (g, beta) = (ops.mem.act(t, nv), ops.mem.act(t, nv));
     let launch = gates::gdn_gates::launch(
