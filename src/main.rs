@@ -6,6 +6,7 @@ use dsl_core::{Backend, Config, Launcher};
 use kernels::gemm::{run_gemm, GemmCase, GemmDtype, GemmVariant};
 use std::process::ExitCode;
 
+mod deploy_cmd;
 mod model_cmd;
 
 #[derive(Parser)]
@@ -21,8 +22,25 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
+    /// The release-day pipeline: a model on a cluster — coverage, numeric checks, auto-planning,
+    /// simulated prefill and decode, and the report (TTFT, TPOT, tokens/s, memory per card).
+    Run(deploy_cmd::RunArgs),
+    /// List the built-in models with their total and active parameters.
+    Models {
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// List the built-in cluster presets.
+    Clusters {
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Decode throughput and scaling efficiency of a model over several card counts.
+    Scale(deploy_cmd::ScaleArgs),
     /// Run the built-in kernel suite on a device and print one report line per kernel.
-    Run {
+    Suite {
         /// Device preset name or path to a preset .toml file.
         #[arg(long, default_value = "npu-910b")]
         device: String,
@@ -338,7 +356,11 @@ fn main() -> ExitCode {
 
 fn run(cli: Cli) -> Result<(), String> {
     match cli.command {
-        Command::Run { device, json } => run_suite(&device, json),
+        Command::Run(args) => deploy_cmd::run(args),
+        Command::Models { json } => deploy_cmd::models(json),
+        Command::Clusters { json } => deploy_cmd::clusters(json),
+        Command::Scale(args) => deploy_cmd::scale(args),
+        Command::Suite { device, json } => run_suite(&device, json),
         Command::Devices => {
             for name in accel_sim::DevicePreset::builtin_names() {
                 let p = accel_sim::DevicePreset::load(name).map_err(|e| e.to_string())?;

@@ -11,6 +11,9 @@ use kernels::softmax::{run_softmax, SoftmaxCase};
 pub struct SuiteEntry {
     /// Display name (kernel and shape).
     pub name: String,
+    /// Largest max relative error against the f64 reference that passes (bf16 inputs and
+    /// outputs round at 2^-8; f32 runs differ from f64 only by accumulation order).
+    pub tolerance: f64,
     /// Runs the entry on a launcher.
     pub run: RunEntry,
 }
@@ -30,6 +33,7 @@ fn gemm_entry(variant: GemmVariant, dtype: GemmDtype, m: usize, n: usize, k: usi
     );
     SuiteEntry {
         name,
+        tolerance: tolerance(dtype),
         run: Box::new(move |l| {
             let case = GemmCase {
                 m,
@@ -61,6 +65,7 @@ pub fn entries() -> Vec<SuiteEntry> {
         gemm_entry(GemmVariant::DoubleBuffered, GemmDtype::F32, 1000, 500, 300),
         SuiteEntry {
             name: "softmax[f32] 512x4000".into(),
+            tolerance: tolerance(GemmDtype::F32),
             run: Box::new(|l| {
                 let case = SoftmaxCase {
                     rows: 512,
@@ -74,6 +79,7 @@ pub fn entries() -> Vec<SuiteEntry> {
         },
         SuiteEntry {
             name: "rmsnorm_residual[bf16] 256x7168".into(),
+            tolerance: tolerance(GemmDtype::Bf16),
             run: Box::new(|l| {
                 let case = RmsNormCase {
                     rows: 256,
@@ -87,4 +93,37 @@ pub fn entries() -> Vec<SuiteEntry> {
             }),
         },
     ]
+}
+
+/// The suite's tolerance for a dtype.
+fn tolerance(dtype: GemmDtype) -> f64 {
+    match dtype {
+        GemmDtype::Bf16 => 1e-2,
+        _ => 1e-4,
+    }
+}
+
+/// Runs every entry functionally and checks its error against its tolerance: the number that
+/// passed, and one line per failure (a launch error, a missing error figure, or an error over
+/// the tolerance).
+pub fn check_all(launcher: &Launcher) -> (usize, Vec<String>) {
+    let mut passed = 0;
+    let mut failures = Vec::new();
+    for e in entries() {
+        match (e.run)(launcher) {
+            Ok(r) => match r.max_rel_error {
+                Some(err) if err <= e.tolerance => passed += 1,
+                Some(err) => failures.push(format!(
+                    "{}: max rel err {err:.3e} over the tolerance {:.0e}",
+                    e.name, e.tolerance
+                )),
+                None => failures.push(format!(
+                    "{}: no error figure (was it run cost-only?)",
+                    e.name
+                )),
+            },
+            Err(err) => failures.push(format!("{}: {err}", e.name)),
+        }
+    }
+    (passed, failures)
 }

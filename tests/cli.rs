@@ -322,3 +322,171 @@ fn cost_only_forward_from_a_config() {
         assert!(err.contains(needle), "{args:?}: {err}");
     }
 }
+
+fn stderr(o: &std::process::Output) -> String {
+    String::from_utf8_lossy(&o.stderr).to_string()
+}
+
+#[test]
+fn models_and_clusters_list_the_presets() {
+    let out = day0(&["models", "--json"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    let rows = v.as_array().expect("a list");
+    let k2 = rows
+        .iter()
+        .find(|r| r["name"] == "kimi-k2")
+        .expect("kimi-k2");
+    let total = k2["total_params"].as_u64().unwrap() as f64;
+    assert!((total / 1.03e12 - 1.0).abs() < 0.01, "{total}");
+    assert!(rows.iter().any(|r| r["name"] == "hybrid-3t"));
+    let out = day0(&["clusters", "--json"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    for name in ["h200-node", "h800", "npu-910b"] {
+        assert!(
+            v.as_array().unwrap().iter().any(|r| r["name"] == name),
+            "{name}"
+        );
+    }
+}
+
+/// A fixed plan on a small prompt: the report's fields, the decode step at least as long as its
+/// HBM bytes allow, memory per card.
+#[test]
+fn run_with_a_plan_reports_prefill_decode_and_memory() {
+    let out = day0(&[
+        "run",
+        "--model",
+        "deepseek-v3",
+        "--cluster",
+        "h800",
+        "--cards",
+        "32",
+        "--plan",
+        "tp=8,dp=4,ep=32",
+        "--prompt-len",
+        "256",
+        "--output-len",
+        "32",
+        "--batch",
+        "64",
+        "--no-check",
+        "--json",
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    for f in [
+        "ttft_ms",
+        "tokens_per_s",
+        "tokens_per_s_per_card",
+        "mfu",
+        "comm_exposed_share",
+        "breakdown",
+    ] {
+        assert!(!v["prefill"][f].is_null(), "prefill.{f}");
+    }
+    for f in [
+        "tpot_ms",
+        "tokens_per_s",
+        "batch_per_card",
+        "hbm_utilization",
+        "comm_exposed_share",
+    ] {
+        assert!(!v["decode"][f].is_null(), "decode.{f}");
+    }
+    for f in [
+        "weights_gb",
+        "kv_gb",
+        "activations_gb",
+        "workspace_gb",
+        "reserve_gb",
+        "capacity_gb",
+        "kv_tokens_capacity",
+    ] {
+        assert!(!v["memory"][f].is_null(), "memory.{f}");
+    }
+    assert_eq!(v["decode"]["plan"], "tp=8,dp=4,pp=1,ep=32");
+    assert_eq!(v["decode"]["batch_per_replica"], 16);
+    let util = v["decode"]["hbm_utilization"].as_f64().unwrap();
+    assert!(util > 0.0 && util <= 1.0, "{util}");
+}
+
+#[test]
+fn impossible_deployments_and_bad_plans_name_the_problem() {
+    // 2.9T parameters do not fit 8 cards: the memory plan's error, not a panic.
+    let out = day0(&["run", "--model", "hybrid-3t", "--cards", "8", "--no-check"]);
+    assert!(!out.status.success());
+    let err = stderr(&out);
+    assert!(
+        err.contains("weights need") && !err.contains("panicked"),
+        "{err}"
+    );
+    let cases: [(&[&str], &str); 5] = [
+        (
+            &[
+                "run",
+                "--model",
+                "kimi-k2",
+                "--cards",
+                "24",
+                "--plan",
+                "tp=3",
+                "--no-check",
+            ],
+            "tp",
+        ),
+        (
+            &[
+                "run",
+                "--model",
+                "deepseek-v3",
+                "--cards",
+                "512",
+                "--plan",
+                "tp=1,ep=512",
+                "--no-check",
+            ],
+            "ep",
+        ),
+        (
+            &[
+                "run",
+                "--model",
+                "deepseek-v3",
+                "--cluster",
+                "h800",
+                "--cards",
+                "16",
+                "--plan",
+                "tp=8,dp=4",
+                "--no-check",
+            ],
+            "--plan",
+        ),
+        (
+            &[
+                "run",
+                "--model",
+                "deepseek-v3",
+                "--routing",
+                "zipf",
+                "--no-check",
+            ],
+            "--routing",
+        ),
+        (
+            &["run", "--model", "no-such-model", "--no-check"],
+            "--model",
+        ),
+    ];
+    for (args, flag) in cases {
+        let out = day0(args);
+        let err = stderr(&out);
+        assert!(!out.status.success(), "{args:?} should fail");
+        assert!(
+            err.contains(flag) && !err.contains("panicked"),
+            "{args:?}: {err}"
+        );
+    }
+}

@@ -43,6 +43,23 @@ pub enum SimError {
         /// What is wrong.
         message: String,
     },
+    /// A cluster preset could not be read or is invalid.
+    Cluster {
+        /// Cluster preset name or file path.
+        source: String,
+        /// The offending field (dotted path), if known.
+        field: Option<String>,
+        /// What is wrong and how to fix it.
+        message: String,
+    },
+    /// A collective was asked for something the cluster or its arguments do not allow (a group
+    /// that does not fit, a volume matrix of the wrong shape, an algorithm the collective lacks).
+    Collective {
+        /// The collective (`all_reduce`, `all_to_all`...).
+        op: String,
+        /// What is wrong and how to fix it.
+        message: String,
+    },
 }
 
 impl fmt::Display for SimError {
@@ -63,6 +80,13 @@ impl fmt::Display for SimError {
             SimError::Kernel { kernel, line, message } => {
                 write!(f, "kernel `{kernel}` line {line}: {message}")
             }
+            SimError::Cluster { source, field: Some(field), message } => {
+                write!(f, "cluster preset `{source}`: field `{field}`: {message}")
+            }
+            SimError::Cluster { source, field: None, message } => {
+                write!(f, "cluster preset `{source}`: {message}")
+            }
+            SimError::Collective { op, message } => write!(f, "collective `{op}`: {message}"),
         }
     }
 }

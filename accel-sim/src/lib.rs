@@ -12,9 +12,14 @@
 //! - [`schedule`]: programs onto cores in waves, producing a [`report::Report`];
 //! - [`trace`]: Chrome/Perfetto trace output;
 //! - [`systolic`]: systolic-array dataflows (OS/WS/IS) timed exactly as SCALE-Sim times them;
-//! - [`calibration`]: published measurements of real chips, error statistics and factor fitting.
+//! - [`calibration`]: published measurements of real chips, error statistics and factor fitting;
+//! - [`cluster`]: multi-card clusters as data (nodes, cards per node, intra/inter links, topology);
+//! - [`collective`]: α–β costs of collectives (ring/tree/hierarchical all-reduce, all-gather,
+//!   reduce-scatter, all-to-all, send/recv) on a cluster, and compute/comm overlap.
 
 pub mod calibration;
+pub mod cluster;
+pub mod collective;
 pub mod dtype;
 pub mod error;
 pub mod formats;
@@ -29,6 +34,7 @@ pub mod systolic;
 pub mod timing;
 pub mod trace;
 
+pub use cluster::ClusterPreset;
 pub use dtype::DType;
 pub use error::SimError;
 pub use preset::DevicePreset;

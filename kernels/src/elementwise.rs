@@ -48,14 +48,21 @@ pub fn sigmoid_mul_col(gate: &Tensor<f32>, x: &Tensor<f32>, out: &Tensor<f32>) {
     store(out, r, c, &mul_col(&tx, &sigmoid(&tg)));
 }
 
-/// The tiles the `run_*` wrappers use for a `[rows, cols]` output: the smallest declared `BR` and
-/// `BC` covering it, at most 64 rows by 512 columns (larger shapes get several programs).
-pub fn tiles_for(rows: usize, cols: usize) -> Config {
+/// The tiles the `run_*` wrappers use for a `[rows, cols]` output on a core of `sram_bytes`: the
+/// smallest declared `BR` and `BC` covering it, at most 512 columns and at most 64 rows, fewer
+/// when three f32 tiles (two operands and the result) would not fit the core's on-chip memory
+/// (an H100-class SM's 228 KB holds 3 × 16 × 512 × 4 bytes, not 3 × 64 × 512 × 4).
+pub fn tiles_for(rows: usize, cols: usize, sram_bytes: u64) -> Config {
     // The three kernels declare the same tiles.
+    let bc = crate::tile_choice::covering(&add::META, "BC", cols, 512).unwrap_or(512);
+    let mut cap = 64;
+    while cap > 1 && 3 * cap as u64 * bc as u64 * 4 > sram_bytes {
+        cap /= 4;
+    }
     crate::tile_choice::covering_config(
         &add::META,
         Config::new(),
-        &[("BR", rows, 64), ("BC", cols, 512)],
+        &[("BR", rows, cap), ("BC", cols, 512)],
     )
 }
 
@@ -94,7 +101,13 @@ pub fn run_add(
     let shape = [out.rows(), out.cols()];
     check_shape(add::META.name, "a", a, shape)?;
     check_shape(add::META.name, "b", b, shape)?;
-    add::launch(launcher, &tiles_for(shape[0], shape[1]), a, b, out)
+    add::launch(
+        launcher,
+        &tiles_for(shape[0], shape[1], launcher.preset.sram.bytes_per_core),
+        a,
+        b,
+        out,
+    )
 }
 
 /// Runs [`sigmoid_mul()`]: `out = x · σ(gate)`, all three `[T, N]` (checked).
@@ -107,7 +120,13 @@ pub fn run_sigmoid_mul(
     let shape = [out.rows(), out.cols()];
     check_shape(sigmoid_mul::META.name, "gate", gate, shape)?;
     check_shape(sigmoid_mul::META.name, "x", x, shape)?;
-    sigmoid_mul::launch(launcher, &tiles_for(shape[0], shape[1]), gate, x, out)
+    sigmoid_mul::launch(
+        launcher,
+        &tiles_for(shape[0], shape[1], launcher.preset.sram.bytes_per_core),
+        gate,
+        x,
+        out,
+    )
 }
 
 /// Runs [`sigmoid_mul_col()`]: `out = x · σ(gate)` per row, `gate [T, 1]`, `x`, `out [T, N]`
@@ -121,5 +140,11 @@ pub fn run_sigmoid_mul_col(
     let (rows, cols) = (out.rows(), out.cols());
     check_shape(sigmoid_mul_col::META.name, "gate", gate, [rows, 1])?;
     check_shape(sigmoid_mul_col::META.name, "x", x, [rows, cols])?;
-    sigmoid_mul_col::launch(launcher, &tiles_for(rows, cols), gate, x, out)
+    sigmoid_mul_col::launch(
+        launcher,
+        &tiles_for(rows, cols, launcher.preset.sram.bytes_per_core),
+        gate,
+        x,
+        out,
+    )
 }

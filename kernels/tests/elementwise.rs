@@ -68,13 +68,26 @@ proptest! {
 }
 
 #[test]
-fn tiles_cover_small_shapes() {
-    let c = tiles_for(1, 64);
+fn tiles_cover_small_shapes_and_fit_the_core() {
+    const NPU: u64 = 512 * 1024;
+    let c = tiles_for(1, 64, NPU);
     assert_eq!((c.get("BR"), c.get("BC")), (Some(1), Some(64)));
-    let c = tiles_for(5, 96);
+    let c = tiles_for(5, 96, NPU);
     assert_eq!((c.get("BR"), c.get("BC")), (Some(16), Some(128)));
-    let c = tiles_for(1000, 7168);
+    let c = tiles_for(1000, 7168, NPU);
     assert_eq!((c.get("BR"), c.get("BC")), (Some(64), Some(512)));
+    // An H100-class SM (228 KB) cannot hold three 64×512 f32 tiles: 16 rows.
+    let c = tiles_for(1000, 7168, 233_472);
+    assert_eq!((c.get("BR"), c.get("BC")), (Some(16), Some(512)));
+    for p in accel_sim::DevicePreset::builtin_names() {
+        let sram = accel_sim::DevicePreset::load(p)
+            .unwrap()
+            .sram
+            .bytes_per_core;
+        let c = tiles_for(4096, 7168, sram);
+        let bytes = 3 * c.get("BR").unwrap() as u64 * c.get("BC").unwrap() as u64 * 4;
+        assert!(bytes <= sram, "{p}: {bytes} > {sram}");
+    }
 }
 
 #[test]

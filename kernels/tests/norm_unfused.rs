@@ -7,7 +7,7 @@
 
 use dsl_core::prelude::*;
 use dsl_core::SimError;
-use kernels::norm::{layernorm, rmsnorm, run_layernorm, run_rmsnorm};
+use kernels::norm::{layernorm, run_layernorm, run_rmsnorm};
 use kernels::reference::{self, rel_error};
 use kernels::testdata::Rng;
 use proptest::prelude::*;

@@ -1141,7 +1141,7 @@ fn hybrid(o: &Obj, model_type: &str) -> Result<ModelConfig, ModelError> {
         dense_mlp,
         moe,
         layers,
-        weight_format: WeightFormat::Float,
+        weight_format: weight_format(o)?,
         warnings: w,
     })
 }

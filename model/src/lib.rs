@@ -20,5 +20,6 @@ pub mod coverage;
 pub mod forward;
 pub mod graph;
 pub mod kv_cache;
+pub mod plan;
 pub mod state_slots;
 pub mod weights;

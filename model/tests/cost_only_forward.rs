@@ -86,7 +86,7 @@ fn cost_only_prices_the_functional_launches() {
     f.forward(&prompt).unwrap();
     let functional = f.stats().clone();
     let mut c = cost_runner("tiny/qwen3_next/config.json", 24);
-    c.forward(&vec![0; 20]).unwrap();
+    c.forward(&[0; 20]).unwrap();
     let cost = c.stats().clone();
     let launches = |s: &model::forward::OpStats| -> Vec<(String, u64)> {
         s.per_op.iter().map(|(k, (n, _))| (k.clone(), *n)).collect()

@@ -129,7 +129,22 @@ pub fn run_grouped_linear<T: Float>(
         .into_iter()
         .find(|b| *b as usize >= per_expert)
         .unwrap_or(128);
-    let config = Config::new().with("BM", bm);
+    // The deepest K tile whose double-buffered operands (and the accumulator, where it lives in
+    // on-chip memory rather than registers) fit a core: BK = 128 on a 512 KB NPU core, 64 on an
+    // H100-class SM's 228 KB.
+    let elem = std::mem::size_of::<T>() as u64;
+    let (bm_u, bn) = (bm as u64, 128u64);
+    let acc = if launcher.preset.accumulators.is_some() {
+        0
+    } else {
+        bm_u * bn * 4
+    };
+    let sram = launcher.preset.sram.bytes_per_core;
+    let bk = [128i64, 64]
+        .into_iter()
+        .find(|bk| 2 * (bm_u + bn) * *bk as u64 * elem + acc <= sram)
+        .unwrap_or(64);
+    let config = Config::new().with("BM", bm).with("BK", bk);
     Ok(grouped_linear::launch(launcher, &config, x, w, offsets, y)?.report)
 }
 

@@ -35,6 +35,21 @@ pub(crate) fn moe(
         m.intermediate_size,
     );
     let logits = ops.linear("moe.router_logits", x, &w.router)?;
+    let shared = |ops: &mut Ops| -> Result<Tensor<f32>, ForwardError> {
+        match &w.shared {
+            Some(s) => {
+                let y = mlp(ops, "moe.shared_expert", s, x)?;
+                match &w.shared_gate {
+                    Some(g) => {
+                        let gate = ops.linear("moe.shared_expert_gate", x, g)?;
+                        ops.sigmoid_mul_col("moe.shared_expert_gate", &gate, &y)
+                    }
+                    None => Ok(y),
+                }
+            }
+            None => ops.mem.zeros(&[t, x.cols()], "zero base"),
+        }
+    };
     let idx = ops.mem.poisoned::<i32>(&[t, k]);
     let weights = ops.mem.poisoned::<f32>(&[t, k]);
     match &m.router {
@@ -51,6 +66,11 @@ pub(crate) fn moe(
                 what: format!("router `{r}`"),
             })
         }
+    }
+    if ops.skip_routed {
+        // A planning run prices the routed experts at the rows expert parallelism sends to the
+        // card, in a run of its own; this one keeps the router and the shared experts.
+        return shared(ops);
     }
     // The routing plan is index bookkeeping on the host, as the expert-parallel runtime does. A
     // cost-only run has no router output: it routes uniformly (token t's j-th choice is expert
@@ -80,18 +100,6 @@ pub(crate) fn moe(
     )?;
     let ye = ops.grouped_linear("moe.experts.down_proj", &act, &w.down, &offsets)?;
 
-    let base = match &w.shared {
-        Some(s) => {
-            let y = mlp(ops, "moe.shared_expert", s, x)?;
-            match &w.shared_gate {
-                Some(g) => {
-                    let gate = ops.linear("moe.shared_expert_gate", x, g)?;
-                    ops.sigmoid_mul_col("moe.shared_expert_gate", &gate, &y)?
-                }
-                None => y,
-            }
-        }
-        None => ops.mem.zeros(&[t, x.cols()], "zero base")?,
-    };
+    let base = shared(ops)?;
     ops.moe_combine(&ye, &slot_of, &weights, &base)
 }

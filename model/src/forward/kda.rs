@@ -94,7 +94,7 @@ pub(crate) fn forward(
         o: o.clone(),
     };
     let launch = launch_delta(&ops.launcher, Decay::PerChannel, mode, &config, &tensors);
-    ops.book(op, launch)?;
+    ops.book_sequence(op, launch)?;
     st.swap_state();
 
     let gate = ops.linear("kda.g_a_proj", x, &w.g_a)?;

@@ -47,7 +47,7 @@ impl LinearState {
         let y = ops.mem.act(mixed.rows(), mixed.cols());
         let launch =
             conv::launch_short_conv(&ops.launcher, mixed, taps, &self.conv, &self.conv_spare, &y);
-        ops.book(op, launch)?;
+        ops.book_sequence(op, launch)?;
         std::mem::swap(&mut self.conv, &mut self.conv_spare);
         Ok(y)
     }
@@ -132,47 +132,68 @@ pub(crate) fn forward(
     } else {
         DeltaMode::Chunked
     };
-    let cfg = delta_config(mode, Decay::Scalar, &Config::new().with("C", 64), dk, dv).map_err(
-        |source| ForwardError::Kernel {
-            op: "linear_attn.delta".into(),
-            layer: ops.layer,
-            source,
-        },
-    )?;
-    let (op, launch) = if t == 1 {
-        (
-            "linear_attn.delta_recurrent",
-            recurrent::recurrent_delta::launch(
-                &ops.launcher,
-                &cfg,
-                &q,
-                &k,
-                &v,
-                &g,
-                &beta,
-                &st.state,
-                &st.spare,
-                &o,
-            ),
-        )
+    // The largest chunk whose tiles fit the card's on-chip memory: C = 64 on most cards; a
+    // smaller SRAM (an H800's 228 KB) takes C = 32. The chunked form's result does not depend on
+    // C beyond rounding, and a retry rewrites every output: the kernel reads `state` and writes
+    // only `spare` and `o`.
+    let chunks: Vec<i64> = if t == 1 {
+        vec![64]
     } else {
-        (
-            "linear_attn.delta_chunked",
-            chunked::chunked_delta::launch(
-                &ops.launcher,
-                &cfg,
-                &q,
-                &k,
-                &v,
-                &g,
-                &beta,
-                &st.state,
-                &st.spare,
-                &o,
-            ),
-        )
+        let mut c = kernels::tile_choice::declared(&chunked::chunked_delta::META, "C");
+        c.retain(|v| *v <= 64);
+        c.sort_unstable_by(|a, b| b.cmp(a));
+        c
     };
-    ops.book(op, launch)?;
+    let mut attempt = None;
+    for (i, &c) in chunks.iter().enumerate() {
+        let cfg = delta_config(mode, Decay::Scalar, &Config::new().with("C", c), dk, dv).map_err(
+            |source| ForwardError::Kernel {
+                op: "linear_attn.delta".into(),
+                layer: ops.layer,
+                source,
+            },
+        )?;
+        let (op, launch) = if t == 1 {
+            (
+                "linear_attn.delta_recurrent",
+                recurrent::recurrent_delta::launch(
+                    &ops.launcher,
+                    &cfg,
+                    &q,
+                    &k,
+                    &v,
+                    &g,
+                    &beta,
+                    &st.state,
+                    &st.spare,
+                    &o,
+                ),
+            )
+        } else {
+            (
+                "linear_attn.delta_chunked",
+                chunked::chunked_delta::launch(
+                    &ops.launcher,
+                    &cfg,
+                    &q,
+                    &k,
+                    &v,
+                    &g,
+                    &beta,
+                    &st.state,
+                    &st.spare,
+                    &o,
+                ),
+            )
+        };
+        let overflow = matches!(launch, Err(dsl_core::SimError::SramOverflow { .. }));
+        attempt = Some((op, launch));
+        if !overflow || i + 1 == chunks.len() {
+            break;
+        }
+    }
+    let (op, launch) = attempt.ok_or_else(internal_no_chunk)?;
+    ops.book_sequence(op, launch)?;
     st.swap_state();
 
     let normed = ops.mem.act(t, v_w);
@@ -186,4 +207,11 @@ pub(crate) fn forward(
     });
     ops.book("linear_attn.gated_norm", launch)?;
     ops.linear("linear_attn.out_proj", &normed, &w.out_proj)
+}
+
+fn internal_no_chunk() -> ForwardError {
+    ForwardError::Internal {
+        what: "linear_attn.delta".into(),
+        message: "the chunked delta-rule kernel declares no chunk size C <= 64".into(),
+    }
 }

@@ -19,7 +19,7 @@ use crate::config::{IndexerDims, MlaDims};
 use dsl_core::Tensor;
 
 /// Tokens per page of the latent and indexer-key caches (a declared page size of the DSA kernels).
-pub(crate) const PAGE: usize = 16;
+pub(crate) const PAGE: usize = 64;
 
 /// Per-sequence latent cache of one MLA layer: `capacity` rows in whole pages, allocated
 /// contiguously (page `i` of the sequence is pool page `i`; the block table is the identity).
@@ -155,6 +155,8 @@ pub(crate) fn forward(
     // Prefill: expand the whole context: kv [ctx, H·(nope+v)], then per-head keys and values.
     let c_all = view(cache.c_kv.row_range(0, ctx), "latent cache")?;
     let pe_all = view(cache.k_pe.row_range(0, ctx), "rope-key cache")?;
+    // The expansion reads this sequence's whole context: per-sequence work.
+    ops.sequence_scope = true;
     let kv = ops.linear("mla.kv_b_proj", &c_all, &w.kv_b)?;
     let k = ops.mem.act(ctx, heads * qk);
     let v = ops.mem.act(ctx, heads * vd);
@@ -176,6 +178,7 @@ pub(crate) fn forward(
             &view(v.col_range(h * vd, vd), "value head")?,
         )?;
     }
+    ops.sequence_scope = false;
     let o = ops.attention("mla.attention", &q, &k, &v, qk, vd, scale)?;
     ops.linear("mla.o_proj", &o, &w.o_proj)
 }

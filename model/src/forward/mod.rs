@@ -17,7 +17,7 @@ pub mod ops;
 mod params;
 pub mod validate;
 
-pub use ops::OpStats;
+pub use ops::{OpStats, Traffic};
 
 use crate::config::{load_config, AttentionKind, FfnKind, ModelConfig, ModelError, RopeScaling};
 use crate::weights::{Checkpoint, WeightError};
@@ -203,6 +203,40 @@ pub struct Runner {
     interleaved: bool,
     capture: bool,
     memoise: bool,
+    blocks: Blocks,
+    last_layers: Vec<LayerCost>,
+}
+
+/// Which blocks of each decoder layer a cost-only step runs. The cluster planner prices attention
+/// and routed experts at different token counts (a card's own batch, and the tokens expert
+/// parallelism routes to it), so it runs each block alone.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Blocks {
+    /// The input norm and the attention block.
+    pub attention: bool,
+    /// The post-attention norm, the feed-forward block and the residual adds.
+    pub ffn: bool,
+    /// Within a MoE block, the routed experts (dispatch, expert GEMMs, combine); without them the
+    /// block runs its router and shared experts only.
+    pub routed_experts: bool,
+}
+
+impl Blocks {
+    /// Every block (every functional run).
+    pub const ALL: Blocks = Blocks {
+        attention: true,
+        ffn: true,
+        routed_experts: true,
+    };
+}
+
+/// The cost of one decoder layer in the last step, by block.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct LayerCost {
+    /// The input norm and the attention block.
+    pub attention: OpStats,
+    /// The post-attention norm, the feed-forward block and the residual adds.
+    pub ffn: OpStats,
 }
 
 fn rope_params(cfg: &ModelConfig) -> Result<kernels::rope::RopeScalingParams, ForwardError> {
@@ -350,6 +384,8 @@ impl Runner {
                 stats: OpStats::default(),
                 layer: None,
                 mem,
+                sequence_scope: false,
+                skip_routed: false,
             },
             caches,
             capacity,
@@ -359,6 +395,8 @@ impl Runner {
             interleaved,
             capture: false,
             memoise: true,
+            blocks: Blocks::ALL,
+            last_layers: Vec::new(),
         })
     }
 
@@ -386,6 +424,42 @@ impl Runner {
     /// others (on by default; the totals are the same, which a test checks).
     pub fn memoise_layers(&mut self, on: bool) {
         self.memoise = on;
+    }
+
+    /// Cost-only runners: the next step's tokens sit at `position` (a chunk of a longer prompt,
+    /// or a decode step deep in a context) without running the tokens before it. A shape-only
+    /// cache holds nothing a step could read, so its cost is that of the real step.
+    pub fn seek(&mut self, position: usize) -> Result<(), ForwardError> {
+        if !self.ops.mem.shape_only {
+            return Err(ForwardError::Unsupported {
+                what: "seeking a runner that holds data (only cost-only runners can skip tokens)"
+                    .into(),
+            });
+        }
+        if position > self.capacity {
+            return Err(ForwardError::Capacity {
+                needed: position,
+                capacity: self.capacity,
+            });
+        }
+        self.len = position;
+        Ok(())
+    }
+
+    /// Cost-only runners: run only some blocks of each layer (see [`Blocks`]).
+    pub fn run_blocks(&mut self, blocks: Blocks) -> Result<(), ForwardError> {
+        if !self.ops.mem.shape_only && blocks != Blocks::ALL {
+            return Err(ForwardError::Unsupported {
+                what: "skipping blocks on a runner that holds data".into(),
+            });
+        }
+        self.blocks = blocks;
+        Ok(())
+    }
+
+    /// Per decoder layer, the cost of the last step by block.
+    pub fn last_layers(&self) -> &[LayerCost] {
+        &self.last_layers
     }
 
     /// Whether [`Runner::forward`] returns the per-layer hidden states.
@@ -440,24 +514,34 @@ impl Runner {
         // Cost-only memo: layers of the same kinds launch the same kernels on the same shapes, so
         // one is timed and the others book its cost (a shape-only run carries no data that could
         // tell them apart).
-        let mut memo: std::collections::BTreeMap<(AttentionKind, FfnKind), OpStats> =
+        let mut memo: std::collections::BTreeMap<(AttentionKind, FfnKind), LayerCost> =
             Default::default();
         let memoise = self.ops.mem.shape_only && self.memoise;
+        let blocks = self.blocks;
+        self.ops.sequence_scope = false;
+        self.ops.skip_routed = !blocks.routed_experts;
+        self.last_layers.clear();
         for (l, lw) in self.weights.layers.iter().enumerate() {
             self.ops.layer = Some(l);
             let spec = &self.cfg.layers[l];
             let kinds = (spec.attention.clone(), spec.ffn.clone());
             if memoise {
                 if let Some(cost) = memo.get(&kinds) {
-                    self.ops.stats.add(cost);
+                    self.ops.stats.add(&cost.attention);
+                    self.ops.stats.add(&cost.ffn);
+                    self.last_layers.push(cost.clone());
                     continue;
                 }
             }
-            let layer_start = memoise.then(|| self.ops.stats.clone());
-            let n = self
-                .ops
-                .rmsnorm("input_layernorm", &h, &lw.input_norm, eps)?;
+            let layer_start = self.ops.stats.clone();
+            let n = if blocks.attention {
+                self.ops
+                    .rmsnorm("input_layernorm", &h, &lw.input_norm, eps)?
+            } else {
+                h.clone()
+            };
             let a = match (&lw.attn, &mut self.caches[l]) {
+                _ if !blocks.attention => n,
                 (AttnWeights::Gqa(w), LayerCache::Kv(cache)) => {
                     let g = self
                         .cfg
@@ -515,6 +599,17 @@ impl Runner {
                 }
                 _ => return Err(internal("a layer's weights and cache of different kinds")),
             };
+            let attention_done = self.ops.stats.clone();
+            if !blocks.ffn {
+                self.last_layers.push(LayerCost {
+                    attention: attention_done.since(&layer_start),
+                    ffn: OpStats::default(),
+                });
+                if memoise {
+                    memo.insert(kinds, self.last_layers[l].clone());
+                }
+                continue;
+            }
             let (h1, n2) = self.ops.add_rmsnorm(
                 "post_attention_layernorm",
                 &a,
@@ -540,9 +635,14 @@ impl Runner {
             if self.capture {
                 hidden_states.push(h.to_vec().unwrap_or_default());
             }
-            if let Some(start) = layer_start {
-                memo.insert(kinds, self.ops.stats.since(&start));
+            let cost = LayerCost {
+                attention: attention_done.since(&layer_start),
+                ffn: self.ops.stats.since(&attention_done),
+            };
+            if memoise {
+                memo.insert(kinds, cost.clone());
             }
+            self.last_layers.push(cost);
         }
         self.ops.layer = None;
         let n = self

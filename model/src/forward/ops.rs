@@ -11,13 +11,29 @@ use dsl_core::prelude::*;
 use dsl_core::{Report, SimError};
 use kernels::attention::prefill::flash_prefill;
 use kernels::attention::sparse;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 /// Cycles and launches booked per operator name over a run.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct OpStats {
     /// Operator name → (launches, simulated cycles).
     pub per_op: BTreeMap<String, (u64, u64)>,
+    /// The operators that work on one sequence's own cache or state (attention over the context,
+    /// the linear-attention recurrence): a batch of sequences runs them once per sequence, while
+    /// the others (projections, norms, experts) run once on all the batch's rows. The cluster
+    /// planner prices a decode batch from this split.
+    pub per_sequence: BTreeSet<String>,
+    /// Operator name → HBM bytes moved and useful FLOP, summed over its launches.
+    pub traffic: BTreeMap<String, Traffic>,
+}
+
+/// HBM bytes and useful FLOP of an operator's launches.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Traffic {
+    /// Bytes read from and written to HBM.
+    pub hbm_bytes: u64,
+    /// The problem's useful floating-point operations.
+    pub flop: u64,
 }
 
 impl OpStats {
@@ -38,6 +54,31 @@ impl OpStats {
             e.0 += n;
             e.1 += c;
         }
+        self.per_sequence.extend(other.per_sequence.iter().cloned());
+        for (k, t) in &other.traffic {
+            let e = self.traffic.entry(k.clone()).or_default();
+            e.hbm_bytes += t.hbm_bytes;
+            e.flop += t.flop;
+        }
+    }
+
+    /// HBM bytes and FLOP of every launch booked.
+    pub fn total_traffic(&self) -> Traffic {
+        self.traffic
+            .values()
+            .fold(Traffic::default(), |a, t| Traffic {
+                hbm_bytes: a.hbm_bytes + t.hbm_bytes,
+                flop: a.flop + t.flop,
+            })
+    }
+
+    /// Cycles of the per-sequence operators ([`OpStats::per_sequence`]).
+    pub fn sequence_cycles(&self) -> u64 {
+        self.per_op
+            .iter()
+            .filter(|(k, _)| self.per_sequence.contains(*k))
+            .map(|(_, (_, c))| c)
+            .sum()
     }
 
     /// `self − earlier`, operator by operator (the cost of one step).
@@ -49,7 +90,30 @@ impl OpStats {
                 per_op.insert(k.clone(), (n - n0, c - c0));
             }
         }
-        OpStats { per_op }
+        let per_sequence = self
+            .per_sequence
+            .iter()
+            .filter(|k| per_op.contains_key(*k))
+            .cloned()
+            .collect();
+        let traffic = self
+            .traffic
+            .iter()
+            .filter(|(k, _)| per_op.contains_key(*k))
+            .map(|(k, t)| {
+                let t0 = earlier.traffic.get(k).copied().unwrap_or_default();
+                let d = Traffic {
+                    hbm_bytes: t.hbm_bytes - t0.hbm_bytes,
+                    flop: t.flop - t0.flop,
+                };
+                (k.clone(), d)
+            })
+            .collect();
+        OpStats {
+            per_op,
+            per_sequence,
+            traffic,
+        }
     }
 }
 
@@ -59,6 +123,10 @@ pub(crate) struct Ops {
     pub stats: OpStats,
     pub layer: Option<usize>,
     pub mem: Mem,
+    /// While set, launches book as per-sequence operators ([`OpStats::per_sequence`]).
+    pub sequence_scope: bool,
+    /// Cost-only planning runs: MoE blocks skip their routed experts (see `forward::Blocks`).
+    pub skip_routed: bool,
 }
 
 /// How the forward allocates device tensors: with data (functional runs: poisoned with NaN, so an
@@ -119,6 +187,18 @@ impl Ops {
         self.book_report(op, r.map(|l| l.report))
     }
 
+    /// Books a launch over one sequence's own cache or state ([`OpStats::per_sequence`]).
+    pub fn book_sequence(
+        &mut self,
+        op: &str,
+        r: Result<Launch, SimError>,
+    ) -> Result<(), ForwardError> {
+        let outer = std::mem::replace(&mut self.sequence_scope, true);
+        let booked = self.book(op, r);
+        self.sequence_scope = outer;
+        booked
+    }
+
     /// Books a launch that returns only its report (the MoE runners).
     fn book_report(&mut self, op: &str, r: Result<Report, SimError>) -> Result<(), ForwardError> {
         match r {
@@ -126,6 +206,12 @@ impl Ops {
                 let e = self.stats.per_op.entry(op.to_string()).or_default();
                 e.0 += 1;
                 e.1 += report.cycles;
+                let t = self.stats.traffic.entry(op.to_string()).or_default();
+                t.hbm_bytes += report.hbm_bytes;
+                t.flop += report.flop;
+                if self.sequence_scope {
+                    self.stats.per_sequence.insert(op.to_string());
+                }
                 Ok(())
             }
             Err(source) => Err(ForwardError::Kernel {
@@ -344,32 +430,52 @@ impl Ops {
         let o_part = self.mem.poisoned::<f32>(&[splits, 1, heads, v_dim]);
         let lse_part = self.mem.poisoned::<f32>(&[splits, 1, heads, 1]);
         let o = self.mem.act(heads, v_dim);
-        let r = decode_config(
-            &paged_decode_split::META,
-            &Config::new(),
-            d,
-            v_dim,
-            page,
-            heads,
-        )
-        .and_then(|cfg| {
-            paged_decode_split::launch(
-                &self.launcher,
-                &cfg,
-                q,
-                pool,
-                pool,
-                block_table,
-                &o_part,
-                &lse_part,
-                ctx,
-                scale as f32,
-            )
+        // The largest key tile up to the page that fits the core: a 64-row page of 576-wide
+        // latent rows fits a 512 KB NPU core in one tile, an H100-class SM's 228 KB in 16-row
+        // tiles. The launch reads `q` and the pool and writes only the partials, so a retry after
+        // an overflow is safe.
+        let mut bks: Vec<i64> = kernels::tile_choice::declared(&paged_decode_split::META, "BK")
+            .into_iter()
+            .filter(|b| *b as usize <= page)
+            .collect();
+        bks.sort_unstable_by(|a, b| b.cmp(a));
+        if bks.is_empty() {
+            bks.push(0);
+        }
+        let mut r = Err(SimError::Launch {
+            kernel: paged_decode_split::META.name.to_string(),
+            message: "no key tile".into(),
         });
-        self.book("mla.decode_split", r)?;
+        for (i, bk) in bks.iter().enumerate() {
+            let base = if *bk > 0 {
+                Config::new().with("BK", *bk)
+            } else {
+                Config::new()
+            };
+            r = decode_config(&paged_decode_split::META, &base, d, v_dim, page, heads).and_then(
+                |cfg| {
+                    paged_decode_split::launch(
+                        &self.launcher,
+                        &cfg,
+                        q,
+                        pool,
+                        pool,
+                        block_table,
+                        &o_part,
+                        &lse_part,
+                        ctx,
+                        scale as f32,
+                    )
+                },
+            );
+            if !matches!(r, Err(SimError::SramOverflow { .. })) || i + 1 == bks.len() {
+                break;
+            }
+        }
+        self.book_sequence("mla.decode_split", r)?;
         let r = combine_config(v_dim)
             .and_then(|cfg| decode_combine::launch(&self.launcher, &cfg, &o_part, &lse_part, &o));
-        self.book("mla.decode_combine", r)?;
+        self.book_sequence("mla.decode_combine", r)?;
         Ok(o)
     }
 
@@ -416,7 +522,7 @@ impl Ops {
                 )
             },
         );
-        self.book(op, r)?;
+        self.book_sequence(op, r)?;
         Ok(o)
     }
 }
@@ -579,7 +685,7 @@ impl Ops {
                 (ix.head_dim as f32).powf(-0.5),
             )
         });
-        self.book("indexer.scores", r)?;
+        self.book_sequence("indexer.scores", r)?;
         Ok(scores)
     }
 
@@ -601,7 +707,7 @@ impl Ops {
         let selected = self.mem.poisoned::<i32>(&[scores.rows(), k as usize]);
         let cfg = Config::new().with("K", k).with("C", 256);
         let r = sparse::topk_select::launch(&self.launcher, &cfg, scores, &selected, ctx);
-        self.book("indexer.topk", r)?;
+        self.book_sequence("indexer.topk", r)?;
         Ok(selected)
     }
 
@@ -643,7 +749,7 @@ impl Ops {
                 scale as f32,
             )
         });
-        self.book("mla.sparse_attention", r)?;
+        self.book_sequence("mla.sparse_attention", r)?;
         Ok(o)
     }
 }

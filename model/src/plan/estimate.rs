@@ -1,0 +1,566 @@
+//! Step times of a parallel plan: each card role runs the cost-only forward at its own shard of
+//! the model and its own token counts, and the collectives between them are costed on the
+//! cluster's links.
+//!
+//! One step of one pipeline stage, per micro-batch of `mb` tokens on each attention replica:
+//! - **attention and dense parts** run at `mb` tokens on the tp shard: projections, norms, router,
+//!   shared experts and dense MLPs once on all rows; the per-sequence operators (attention over
+//!   the context, the linear-attention recurrence) once per sequence, priced from a one-token run
+//!   at the same context;
+//! - **routed experts** run on the rows expert parallelism sends to the card: `mb·k/tp` rows per
+//!   card whatever `ep` is (the stage's `dp·mb` tokens, `k` experts each, over its `tp·dp` cards),
+//!   times the hottest rank's share under the routing model — the slowest EP rank sets the step;
+//! - **collectives**: an all-reduce over tp after attention and after the dense part, the
+//!   dispatch (FP8) and combine (bf16) all-to-alls over ep, overlapped with compute by two
+//!   micro-batches as DeepSeek-V3 does, and a send/recv between pipeline stages.
+//!
+//! The forward runs are cached by (shard, tokens, position, blocks): plans that share a shard
+//! share its runs, so a plan search simulates each distinct launch shape once.
+
+use super::parallel::{Plan, PlanError};
+use crate::config::ModelConfig;
+use crate::forward::{Blocks, ForwardError, LayerCost, OpStats, Runner, Traffic};
+use accel_sim::cluster::ClusterPreset;
+use accel_sim::collective::{self, Algorithm, Group};
+use accel_sim::{DevicePreset, SimError};
+use dsl_core::Launcher;
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::fmt;
+use std::rc::Rc;
+
+/// Why a plan could not be estimated.
+#[derive(Debug)]
+pub enum EstimateError {
+    /// The plan or workload does not fit the model or cluster.
+    Plan(PlanError),
+    /// A card role's cost-only forward failed.
+    Forward(ForwardError),
+    /// A collective could not be costed (a group that does not fit the cluster).
+    Comm(SimError),
+}
+
+impl fmt::Display for EstimateError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            EstimateError::Plan(e) => write!(f, "{e}"),
+            EstimateError::Forward(e) => write!(f, "cost-only forward of a card role: {e}"),
+            EstimateError::Comm(e) => write!(f, "collective: {e}"),
+        }
+    }
+}
+
+impl std::error::Error for EstimateError {}
+
+impl From<PlanError> for EstimateError {
+    fn from(e: PlanError) -> Self {
+        EstimateError::Plan(e)
+    }
+}
+impl From<ForwardError> for EstimateError {
+    fn from(e: ForwardError) -> Self {
+        EstimateError::Forward(e)
+    }
+}
+impl From<SimError> for EstimateError {
+    fn from(e: SimError) -> Self {
+        EstimateError::Comm(e)
+    }
+}
+
+/// How tokens pick experts in a cost-only run (a shape-only run has no router scores).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Routing {
+    /// Every expert receives the same number of rows.
+    Uniform,
+    /// Expert `e` (in popularity order) receives a share ∝ `1/(e+1)^s`; experts are placed on
+    /// ranks round-robin, so rank loads differ and the hottest rank sets the step time.
+    Zipf(f64),
+}
+
+impl Routing {
+    /// Parses `uniform` or `zipf:S`.
+    pub fn parse(s: &str) -> Result<Routing, PlanError> {
+        let bad = || PlanError {
+            flag: "--routing".into(),
+            message: format!("`{s}` is not `uniform` or `zipf:S` (S ≥ 0, e.g. zipf:1.0)"),
+        };
+        match s.split_once(':') {
+            None if s == "uniform" => Ok(Routing::Uniform),
+            Some(("zipf", v)) => v
+                .parse::<f64>()
+                .ok()
+                .filter(|x| x.is_finite() && *x >= 0.0)
+                .map(Routing::Zipf)
+                .ok_or_else(bad),
+            _ => Err(bad()),
+        }
+    }
+
+    /// Each EP rank's share of the routed rows (sums to 1).
+    pub fn rank_shares(&self, experts: usize, ep: usize) -> Vec<f64> {
+        let mut shares = vec![0.0; ep];
+        let weight = |e: usize| match self {
+            Routing::Uniform => 1.0,
+            Routing::Zipf(s) => 1.0 / ((e + 1) as f64).powf(*s),
+        };
+        let total: f64 = (0..experts).map(weight).sum();
+        for e in 0..experts {
+            shares[e % ep] += weight(e) / total;
+        }
+        shares
+    }
+}
+
+/// Which phase a step belongs to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Phase {
+    /// The prompt, up to the first token.
+    Prefill,
+    /// One generated token per sequence.
+    Decode,
+}
+
+/// Where a step's time goes, per card (seconds, summed over the slowest stage's layers and the
+/// pipeline).
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Breakdown {
+    /// Attention blocks (projections and attention over the context).
+    pub attention_s: f64,
+    /// Dense MLPs, shared experts, routers, norms and residuals.
+    pub dense_ffn_s: f64,
+    /// Routed experts on the hottest EP rank.
+    pub experts_s: f64,
+    /// Embedding and `lm_head`.
+    pub head_s: f64,
+    /// Tensor-parallel all-reduces (not overlapped).
+    pub tp_comm_s: f64,
+    /// Expert-parallel dispatch and combine, before overlap.
+    pub ep_comm_s: f64,
+    /// Pipeline send/recv.
+    pub pp_comm_s: f64,
+}
+
+/// The estimate of one phase under one plan.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StepEstimate {
+    /// The plan.
+    pub plan: Plan,
+    /// Prefill or decode.
+    pub phase: Phase,
+    /// Sequences each attention replica serves at once (decode), or 1 (prefill).
+    pub batch_per_replica: usize,
+    /// Prompt length (prefill) or context (decode).
+    pub context: usize,
+    /// TTFT (prefill) or TPOT (decode), seconds.
+    pub step_s: f64,
+    /// Tokens per second over the whole deployment (prompt tokens for prefill).
+    pub tokens_per_s: f64,
+    /// `tokens_per_s` per card.
+    pub tokens_per_s_per_card: f64,
+    /// Model FLOP utilisation of a card: useful FLOP over the step time at the card's peak.
+    pub mfu: f64,
+    /// HBM bytes one card moves per step over the step time at the card's peak bandwidth.
+    pub hbm_utilization: f64,
+    /// HBM bytes one card moves per step.
+    pub hbm_bytes_per_card: f64,
+    /// Share of the step spent in communication that compute did not hide.
+    pub comm_exposed_share: f64,
+    /// Where the time goes.
+    pub breakdown: Breakdown,
+}
+
+/// The cost of one cached cost-only forward: per-layer costs and the whole step.
+#[derive(Debug)]
+struct RunCost {
+    layers: Vec<LayerCost>,
+    total: OpStats,
+}
+
+impl RunCost {
+    /// Cycles and traffic outside the decoder layers (embedding, final norm, `lm_head`).
+    fn head(&self) -> (u64, Traffic) {
+        let mut cycles = self.total.total_cycles();
+        let mut t = self.total.total_traffic();
+        for l in &self.layers {
+            for s in [&l.attention, &l.ffn] {
+                cycles -= s.total_cycles();
+                let lt = s.total_traffic();
+                t.hbm_bytes -= lt.hbm_bytes;
+                t.flop -= lt.flop;
+            }
+        }
+        (cycles, t)
+    }
+}
+
+/// Cycles and traffic of a part of a step.
+#[derive(Debug, Clone, Copy, Default)]
+struct Work {
+    cycles: f64,
+    hbm_bytes: f64,
+    flop: f64,
+}
+
+impl Work {
+    fn of(s: &OpStats, keep: impl Fn(&str) -> bool, times: f64) -> Work {
+        let mut w = Work::default();
+        for (op, (_, c)) in &s.per_op {
+            if keep(op) {
+                let t = s.traffic.get(op).copied().unwrap_or_default();
+                w.cycles += *c as f64 * times;
+                w.hbm_bytes += t.hbm_bytes as f64 * times;
+                w.flop += t.flop as f64 * times;
+            }
+        }
+        w
+    }
+
+    fn add(&mut self, o: Work) {
+        self.cycles += o.cycles;
+        self.hbm_bytes += o.hbm_bytes;
+        self.flop += o.flop;
+    }
+}
+
+/// Whether an operator works on the rows expert parallelism routes (the expert GEMMs and the
+/// permutations around them) rather than on the card's own tokens.
+pub fn is_routed_expert_op(op: &str) -> bool {
+    op.starts_with("moe.experts") || op == "moe.dispatch" || op == "moe.combine"
+}
+
+type RunKey = (usize, usize, usize, usize, Blocks);
+
+/// Estimates plans of one model on one cluster, caching the card roles' cost-only runs.
+pub struct Estimator {
+    cfg: ModelConfig,
+    cluster: ClusterPreset,
+    device: DevicePreset,
+    launcher: Launcher,
+    routing: Routing,
+    cache: RefCell<HashMap<RunKey, Rc<RunCost>>>,
+}
+
+impl Estimator {
+    /// An estimator for `cfg` on `cluster`'s cards.
+    pub fn new(
+        cfg: ModelConfig,
+        cluster: ClusterPreset,
+        routing: Routing,
+    ) -> Result<Estimator, EstimateError> {
+        let device = cluster.device_preset()?;
+        let launcher = Launcher::new(device.clone()).with_backend(dsl_core::Backend::CostOnly);
+        Ok(Estimator {
+            cfg,
+            cluster,
+            device,
+            launcher,
+            routing,
+            cache: RefCell::new(HashMap::new()),
+        })
+    }
+
+    /// The model.
+    pub fn config(&self) -> &ModelConfig {
+        &self.cfg
+    }
+
+    /// The cluster.
+    pub fn cluster(&self) -> &ClusterPreset {
+        &self.cluster
+    }
+
+    /// The card.
+    pub fn device(&self) -> &DevicePreset {
+        &self.device
+    }
+
+    /// Distinct cost-only forwards run so far.
+    pub fn runs(&self) -> usize {
+        self.cache.borrow().len()
+    }
+
+    /// One card role's cost-only forward: the `(tp, ep)` shard, `tokens` tokens at `position`.
+    fn run(
+        &self,
+        plan: &Plan,
+        tokens: usize,
+        position: usize,
+        blocks: Blocks,
+    ) -> Result<Rc<RunCost>, EstimateError> {
+        let key = (plan.tp, plan.ep, tokens, position, blocks);
+        if let Some(r) = self.cache.borrow().get(&key) {
+            return Ok(r.clone());
+        }
+        let shard = plan.shard(&self.cfg);
+        let mut runner = Runner::cost_only(shard, self.launcher.clone(), position + tokens)?;
+        runner.run_blocks(blocks)?;
+        runner.seek(position)?;
+        runner.forward(&vec![0; tokens])?;
+        let cost = Rc::new(RunCost {
+            layers: runner.last_layers().to_vec(),
+            total: runner.stats().clone(),
+        });
+        self.cache.borrow_mut().insert(key, cost.clone());
+        Ok(cost)
+    }
+
+    /// Estimates one phase: a prefill of `context` prompt tokens per replica, or a decode step of
+    /// `batch_per_replica` sequences at `context` tokens each.
+    pub fn estimate(
+        &self,
+        plan: &Plan,
+        phase: Phase,
+        batch_per_replica: usize,
+        context: usize,
+    ) -> Result<StepEstimate, EstimateError> {
+        plan.validate(&self.cfg, "--plan")?;
+        if plan.cards() > self.cluster.cards() {
+            return Err(PlanError {
+                flag: "--cards".into(),
+                message: format!(
+                    "the plan needs {} cards but cluster `{}` holds {} ({} nodes × {}); add nodes",
+                    plan.cards(),
+                    self.cluster.name,
+                    self.cluster.cards(),
+                    self.cluster.nodes,
+                    self.cluster.cards_per_node
+                ),
+            }
+            .into());
+        }
+        let (tokens, position, batch) = match phase {
+            Phase::Prefill => (context, 0, 1),
+            Phase::Decode => (batch_per_replica.max(1), context, batch_per_replica.max(1)),
+        };
+        // Micro-batches: pipeline stages keep one each in flight; a stage splits its own into two
+        // for the compute/all-to-all overlap when it has rows to split.
+        let mb = match phase {
+            Phase::Prefill => tokens,
+            Phase::Decode => tokens.div_ceil(plan.pp),
+        };
+        let main = self.run(
+            plan,
+            mb,
+            position,
+            Blocks {
+                routed_experts: false,
+                ..Blocks::ALL
+            },
+        )?;
+        let per_seq = match phase {
+            Phase::Decode => Some(self.run(
+                plan,
+                1,
+                position,
+                Blocks {
+                    attention: true,
+                    ffn: false,
+                    routed_experts: false,
+                },
+            )?),
+            Phase::Prefill => None,
+        };
+        // Routed rows on the hottest EP rank.
+        let moe = self.cfg.moe.as_ref();
+        let shares = moe
+            .map(|m| self.routing.rank_shares(m.experts, plan.ep))
+            .unwrap_or_else(|| vec![1.0]);
+        let hot = shares.iter().cloned().fold(0.0, f64::max) * plan.ep as f64;
+        let experts_run = match moe {
+            Some(m) => {
+                let local_k = m.experts_per_token.min(m.experts / plan.ep).max(1);
+                let rows = (mb * m.experts_per_token) as f64 / plan.tp as f64 * hot;
+                let t_moe = ((rows / local_k as f64).ceil() as usize).max(1);
+                Some(self.run(
+                    plan,
+                    t_moe,
+                    0,
+                    Blocks {
+                        attention: false,
+                        ffn: true,
+                        routed_experts: true,
+                    },
+                )?)
+            }
+            None => None,
+        };
+
+        let clock = self.device.clock_ghz * 1e9;
+        let h = self.cfg.hidden_size as f64;
+        let tp_group = Group::packed(&self.cluster, plan.tp);
+        let tp_allreduce = collective::all_reduce(
+            &self.cluster,
+            &tp_group,
+            mb as f64 * h * 2.0,
+            Algorithm::Auto,
+        )?
+        .seconds;
+        let (dispatch, combine) = if plan.ep > 1 && moe.is_some() {
+            let k = moe.map(|m| m.experts_per_token).unwrap_or(1) as f64;
+            let origin = mb as f64 / plan.tp as f64;
+            let group = Group::packed(&self.cluster, plan.ep);
+            let volumes = |bytes: f64| -> Vec<Vec<f64>> {
+                (0..plan.ep)
+                    .map(|src| {
+                        (0..plan.ep)
+                            .map(|dst| {
+                                if src == dst {
+                                    0.0
+                                } else {
+                                    origin * k * h * bytes * shares[dst]
+                                }
+                            })
+                            .collect()
+                    })
+                    .collect()
+            };
+            (
+                collective::all_to_all(&self.cluster, &group, &volumes(1.0))?.seconds,
+                collective::all_to_all(&self.cluster, &group, &volumes(2.0))?.seconds,
+            )
+        } else {
+            (0.0, 0.0)
+        };
+        let p2p = if plan.pp > 1 {
+            let same_node = plan.tp * plan.dp < self.cluster.cards_per_node;
+            collective::send_recv(&self.cluster, mb as f64 * h * 2.0, same_node)?.seconds
+        } else {
+            0.0
+        };
+
+        let (head_cycles, head_traffic) = main.head();
+        let mut stage_times = Vec::with_capacity(plan.pp);
+        let mut bd = Breakdown::default();
+        let mut work = Work::default();
+        let mut exposed_total = 0.0;
+        for s in 0..plan.pp {
+            let (mut att, mut dense, mut exp) = (Work::default(), Work::default(), Work::default());
+            let (mut tp_s, mut ep_s) = (0.0, 0.0);
+            for l in plan.stage_layers(self.cfg.num_layers(), s) {
+                let lc = &main.layers[l];
+                match &per_seq {
+                    Some(ps) => {
+                        let seq = &lc.attention.per_sequence;
+                        att.add(Work::of(&lc.attention, |op| !seq.contains(op), 1.0));
+                        let one = &ps.layers[l].attention;
+                        att.add(Work::of(one, |op| one.per_sequence.contains(op), mb as f64));
+                    }
+                    None => att.add(Work::of(&lc.attention, |_| true, 1.0)),
+                }
+                dense.add(Work::of(&lc.ffn, |op| !is_routed_expert_op(op), 1.0));
+                if let Some(er) = &experts_run {
+                    exp.add(Work::of(&er.layers[l].ffn, is_routed_expert_op, 1.0));
+                }
+                if plan.tp > 1 {
+                    tp_s += 2.0 * tp_allreduce;
+                }
+                if self.cfg.layers[l].ffn == crate::config::FfnKind::Moe {
+                    ep_s += dispatch + combine;
+                }
+            }
+            let mut head = Work::default();
+            if s == 0 || s + 1 == plan.pp {
+                // Embedding on the first stage, lm_head on the last: split evenly for the bound.
+                let share = if plan.pp == 1 { 1.0 } else { 0.5 };
+                head.cycles = head_cycles as f64 * share;
+                head.hbm_bytes = head_traffic.hbm_bytes as f64 * share;
+                head.flop = head_traffic.flop as f64 * share;
+            }
+            let compute = (att.cycles + dense.cycles + exp.cycles + head.cycles) / clock;
+            let split = if mb >= 2 { 2 } else { 1 };
+            let (step, exposed) = collective::overlap(compute, ep_s, split);
+            let stage = step + tp_s;
+            let slowest_so_far = stage_times.iter().all(|t: &f64| stage > *t);
+            if phase == Phase::Prefill {
+                // A prompt crosses every stage: its breakdown is the sum over stages.
+                bd.attention_s += att.cycles / clock;
+                bd.dense_ffn_s += dense.cycles / clock;
+                bd.experts_s += exp.cycles / clock;
+                bd.head_s += head.cycles / clock;
+                bd.tp_comm_s += tp_s;
+                bd.ep_comm_s += ep_s;
+                exposed_total += exposed + tp_s;
+            }
+            if slowest_so_far {
+                if phase == Phase::Prefill {
+                    work = Work::default();
+                    for w in [att, dense, exp, head] {
+                        work.add(w);
+                    }
+                    stage_times.push(stage);
+                    continue;
+                }
+                bd = Breakdown {
+                    attention_s: att.cycles / clock,
+                    dense_ffn_s: dense.cycles / clock,
+                    experts_s: exp.cycles / clock,
+                    head_s: head.cycles / clock,
+                    tp_comm_s: tp_s,
+                    ep_comm_s: ep_s,
+                    pp_comm_s: 0.0,
+                };
+                exposed_total = exposed + tp_s;
+                work = Work::default();
+                for w in [att, dense, exp, head] {
+                    work.add(w);
+                }
+            }
+            stage_times.push(stage);
+        }
+        let slowest = stage_times.iter().cloned().fold(0.0, f64::max);
+        let pp_comm = (plan.pp - 1) as f64 * p2p;
+        // Per-card work per step: the slowest stage's, for every micro-batch it runs.
+        let rounds = match phase {
+            Phase::Prefill => 1.0,
+            Phase::Decode => plan.pp.min(batch) as f64,
+        };
+        for t in [
+            &mut bd.attention_s,
+            &mut bd.dense_ffn_s,
+            &mut bd.experts_s,
+            &mut bd.head_s,
+            &mut bd.tp_comm_s,
+            &mut bd.ep_comm_s,
+        ] {
+            *t *= rounds;
+        }
+        bd.pp_comm_s = pp_comm;
+        let (step_s, busy_s, tokens_per_s) = match phase {
+            Phase::Prefill => {
+                let ttft: f64 = stage_times.iter().sum::<f64>() + pp_comm;
+                (ttft, slowest, (plan.dp * context) as f64 / slowest)
+            }
+            Phase::Decode => {
+                let tpot = rounds * slowest + pp_comm;
+                (tpot, tpot, (plan.dp * batch) as f64 / tpot)
+            }
+        };
+        // The cost-only forward runs f32 GEMMs today (native precision is issue #13's item 1), so
+        // utilisation is measured against the rate those launches ran at.
+        let per_core = self
+            .device
+            .matrix
+            .flop_per_cycle
+            .get("f32")
+            .or_else(|| self.device.matrix.flop_per_cycle.get("bf16"))
+            .copied()
+            .unwrap_or(1.0);
+        let peak_flops = per_core * self.device.cores as f64 * clock;
+        let peak_bw = self.device.hbm.bandwidth_gbps * 1e9;
+        Ok(StepEstimate {
+            plan: *plan,
+            phase,
+            batch_per_replica: batch,
+            context,
+            step_s,
+            tokens_per_s,
+            tokens_per_s_per_card: tokens_per_s / plan.cards() as f64,
+            mfu: work.flop * rounds / (busy_s * peak_flops),
+            hbm_utilization: work.hbm_bytes * rounds / (busy_s * peak_bw),
+            hbm_bytes_per_card: work.hbm_bytes * rounds,
+            comm_exposed_share: ((exposed_total * rounds + pp_comm) / step_s).min(1.0),
+            breakdown: bd,
+        })
+    }
+}

@@ -1,0 +1,220 @@
+//! The deployment planner: parameter counts against published totals and against the tensors a
+//! checkpoint stores, plans that the model or cluster cannot take, memory plans that overflow,
+//! and a decode estimate checked against its closed form.
+
+use accel_sim::cluster::ClusterPreset;
+use model::config::load_config;
+use model::plan::estimate::{Estimator, Phase, Routing};
+use model::plan::memory::{bytes_per_param, plan_memory, MemoryOptions};
+use model::plan::parallel::Plan;
+use model::plan::params::count;
+use model::plan::presets::{load_model, MODEL_PRESETS};
+use model::weights::checkpoint::Checkpoint;
+use std::path::Path;
+
+fn within(got: f64, want: f64, tol: f64) -> bool {
+    ((got - want) / want).abs() <= tol
+}
+
+/// Acceptance of issue #14: the totals the configs imply (main model, no MTP head).
+#[test]
+fn parameter_counts_match_the_published_totals() {
+    let k2 = count(&load_model("kimi-k2").unwrap());
+    assert!(
+        within(k2.total() as f64, 1.03e12, 0.01),
+        "kimi-k2 total {}",
+        k2.total()
+    );
+    assert!(
+        within(k2.active() as f64, 32.7e9, 0.03),
+        "kimi-k2 active {}",
+        k2.active()
+    );
+    let v3 = count(&load_model("deepseek-v3").unwrap());
+    assert!(
+        within(v3.total() as f64, 671e9, 0.01),
+        "deepseek-v3 total {}",
+        v3.total()
+    );
+    assert!(
+        within(v3.active() as f64, 37.4e9, 0.03),
+        "deepseek-v3 active {}",
+        v3.active()
+    );
+    // V3.2 adds the indexer (about 0.9B over 61 layers) to the same 671B.
+    let v32 = count(&load_model("deepseek-v3.2").unwrap());
+    assert!(v32.total() > v3.total() && within(v32.total() as f64, 671e9, 0.01));
+    let qn = count(&load_model("qwen3-next-80b").unwrap());
+    assert!(
+        within(qn.total() as f64, 80e9, 0.01),
+        "qwen3-next total {}",
+        qn.total()
+    );
+    let h = count(&load_model("hybrid-3t").unwrap());
+    assert!(
+        (2.5e12..3.5e12).contains(&(h.total() as f64)),
+        "hybrid-3t is about 3T: {}",
+        h.total()
+    );
+    for p in MODEL_PRESETS {
+        let c = count(&load_model(p.name).unwrap());
+        assert!(
+            c.active() < c.total() && c.routed_experts() > 0,
+            "{}",
+            p.name
+        );
+    }
+}
+
+/// The formulas count exactly the tensors a released checkpoint stores (minus the MTP layer,
+/// which is not part of the main model), for every architecture with a tiny checkpoint.
+#[test]
+fn parameter_counts_equal_the_checkpoint_tensors() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("testdata/tiny");
+    for name in ["deepseek_v3", "deepseek_v32", "qwen3_next", "kimi_linear"] {
+        let dir = root.join(name);
+        let cfg = load_config(&dir.join("config.json")).unwrap();
+        let ckpt = Checkpoint::open(&dir).unwrap();
+        let layers = cfg.num_layers();
+        let stored: u64 = ckpt
+            .names()
+            .iter()
+            .filter(|n| {
+                // MTP layers sit past the last decoder layer.
+                match n.strip_prefix("model.layers.") {
+                    Some(rest) => rest
+                        .split('.')
+                        .next()
+                        .and_then(|i| i.parse::<usize>().ok())
+                        .is_some_and(|i| i < layers),
+                    None => true,
+                }
+            })
+            .map(|n| ckpt.shape(n).unwrap().iter().product::<usize>() as u64)
+            .sum();
+        assert_eq!(count(&cfg).total(), stored, "{name}");
+    }
+}
+
+#[test]
+fn bad_plans_name_the_flag() {
+    let cfg = load_model("kimi-k2").unwrap();
+    let e = Plan::parse("tp=3", Some(24), "--plan").and_then(|p| p.validate(&cfg, "--plan"));
+    let e = e.unwrap_err();
+    assert!(e.flag.contains("tp") && e.message.contains("64"), "{e}");
+    let e = Plan::parse("tp=1,dp=512,ep=512", None, "--plan")
+        .unwrap()
+        .validate(&cfg, "--plan")
+        .unwrap_err();
+    assert!(e.flag.contains("ep") && e.message.contains("384"), "{e}");
+    assert!(Plan::parse("tp=2,qq=3", Some(8), "--plan")
+        .unwrap_err()
+        .message
+        .contains("qq"));
+    assert!(Plan::parse("tp=0", Some(8), "--plan").is_err());
+    assert!(Plan::parse("tp=8,dp=2", Some(8), "--plan")
+        .unwrap_err()
+        .message
+        .contains("16"));
+    // More cards than the cluster holds.
+    let est = Estimator::new(cfg, ClusterPreset::load("h800").unwrap(), Routing::Uniform).unwrap();
+    let too_many = Plan::parse("tp=8,dp=8", None, "--plan").unwrap();
+    let e = est.estimate(&too_many, Phase::Decode, 1, 128).unwrap_err();
+    assert!(e.to_string().contains("--cards"), "{e}");
+}
+
+#[test]
+fn a_model_too_big_for_its_cards_names_the_overflowing_term() {
+    let cfg = load_model("hybrid-3t").unwrap();
+    let plan = Plan::parse("tp=8", Some(8), "--plan").unwrap();
+    let m = plan_memory(&cfg, &plan, 80e9, 1, 8192, &MemoryOptions::default());
+    let total = plan_memory(
+        &cfg,
+        &Plan {
+            tp: 1,
+            dp: 1,
+            pp: 1,
+            ep: 1,
+        },
+        80e9,
+        1,
+        1,
+        &MemoryOptions::default(),
+    )
+    .weights
+    .total();
+    let e = m.check(1, 8192, &plan, total).unwrap_err();
+    assert!(
+        e.message.contains("weights need") && e.message.contains("cards"),
+        "{e}"
+    );
+}
+
+#[test]
+fn memory_plan_counts_native_formats_and_cache_kinds() {
+    // MXFP4 is 4.25 bits per value; FP8 block-scaled one byte plus a scale per 128×128 block.
+    assert_eq!(
+        bytes_per_param(&model::config::WeightFormat::Mxfp4),
+        4.25 / 8.0
+    );
+    let v3 = load_model("deepseek-v3").unwrap();
+    let plan = Plan::parse("tp=1,dp=32,ep=32", Some(32), "--plan").unwrap();
+    let m = plan_memory(&v3, &plan, 80e9, 16, 4096, &MemoryOptions::default());
+    // 61 MLA layers × one 576-wide bf16 latent row per token.
+    assert_eq!(m.kv_per_token, 61.0 * 576.0 * 2.0);
+    assert_eq!(m.state_per_sequence, 0.0);
+    // 8 routed experts of 256 per card.
+    let per_expert = 3.0 * 7168.0 * 2048.0 * bytes_per_param(&v3.weight_format);
+    assert!(within(m.weights.experts, 58.0 * 8.0 * per_expert, 1e-9));
+    assert!(m.kv_tokens_capacity() > 0 && m.max_batch(4096) > 0);
+    // Linear-attention state is constant in the context.
+    let qn = load_model("qwen3-next-80b").unwrap();
+    let m = plan_memory(
+        &qn,
+        &Plan::parse("tp=2", Some(2), "--plan").unwrap(),
+        80e9,
+        1,
+        1000,
+        &MemoryOptions::default(),
+    );
+    assert!(m.state_per_sequence > 0.0);
+}
+
+#[test]
+fn zipf_routing_loads_one_rank_more_than_uniform() {
+    let u = Routing::Uniform.rank_shares(256, 32);
+    assert!(u.iter().all(|s| within(*s, 1.0 / 32.0, 1e-12)));
+    let z = Routing::Zipf(1.0).rank_shares(256, 32);
+    assert!(within(z.iter().sum::<f64>(), 1.0, 1e-12));
+    assert!(z.iter().cloned().fold(0.0, f64::max) > 1.5 / 32.0);
+    assert!(Routing::parse("zipf:x").is_err() && Routing::parse("uniform").is_ok());
+}
+
+/// A memory-bound decode step: the simulated time is at least the bytes the card moves over its
+/// HBM bandwidth, those bytes cover what the closed form says a step must read (the card's
+/// weights in use and the KV cache), and utilisation never exceeds 1.
+#[test]
+fn decode_step_agrees_with_the_memory_bound_closed_form() {
+    let cfg = load_model("deepseek-v3").unwrap();
+    let cluster = ClusterPreset::load("h800").unwrap();
+    let est = Estimator::new(cfg.clone(), cluster, Routing::Uniform).unwrap();
+    let plan = Plan::parse("tp=8,dp=4,ep=32", Some(32), "--plan").unwrap();
+    let (batch, ctx) = (8, 2048);
+    let e = est.estimate(&plan, Phase::Decode, batch, ctx).unwrap();
+    let bw = est.device().hbm.bandwidth_gbps * 1e9;
+    assert!(e.hbm_utilization <= 1.0 && e.hbm_utilization > 0.3, "{e:?}");
+    assert!(e.step_s >= e.hbm_bytes_per_card / bw, "{e:?}");
+    let m = plan_memory(&cfg, &plan, 80e9, batch, ctx, &MemoryOptions::default());
+    // The dense weights of the card and one KV read per sequence: a lower bound of the bytes.
+    let closed = m.weights.dense + batch as f64 * ctx as f64 * m.kv_per_token;
+    assert!(
+        e.hbm_bytes_per_card >= closed,
+        "{} < {closed}",
+        e.hbm_bytes_per_card
+    );
+    // Memoised runs: the same estimate again costs no new forward.
+    let runs = est.runs();
+    let again = est.estimate(&plan, Phase::Decode, batch, ctx).unwrap();
+    assert_eq!(again, e);
+    assert_eq!(est.runs(), runs);
+}

@@ -1,0 +1,577 @@
+//! `day0 run` (the release-day pipeline), `day0 models`, `day0 clusters` and `day0 scale`: a model
+//! on a cluster, planned and costed from the same kernels that compute the numbers.
+
+use accel_sim::cluster::ClusterPreset;
+use clap::Args;
+use model::plan::estimate::{Estimator, Phase, Routing, StepEstimate};
+use model::plan::memory::{MemoryOptions, MemoryPlan};
+use model::plan::parallel::Plan;
+use model::plan::params::count;
+use model::plan::presets::{load_model, MODEL_PRESETS};
+use model::plan::search::{plan_phase, Candidate, PhaseChoice, Workload, FINALISTS};
+use serde_json::{json, Value};
+use std::time::Instant;
+
+/// Options shared by `run` and `scale`: the model, the cluster and the workload.
+#[derive(Args, Debug, Clone)]
+pub struct DeployArgs {
+    /// Model preset (`day0 models`) or a config.json path.
+    #[arg(long, default_value = "hybrid-3t")]
+    pub model: String,
+    /// Cluster preset (`day0 clusters`) or a cluster .toml path.
+    #[arg(long, default_value = "h800")]
+    pub cluster: String,
+    /// Prompt tokens per request.
+    #[arg(long, default_value_t = 8192)]
+    pub prompt_len: usize,
+    /// Generated tokens per request.
+    #[arg(long, default_value_t = 1024)]
+    pub output_len: usize,
+    /// Concurrent decoding sequences over the decode deployment (default: the largest batch that
+    /// fits memory, up to 256 per attention replica, and meets --tpot-ms).
+    #[arg(long)]
+    pub batch: Option<usize>,
+    /// Context a decode step attends to (default: prompt + output/2).
+    #[arg(long)]
+    pub context: Option<usize>,
+    /// Slowest acceptable decode step in milliseconds.
+    #[arg(long)]
+    pub tpot_ms: Option<f64>,
+    /// MoE routing in the cost-only runs: `uniform` or `zipf:S`.
+    #[arg(long, default_value = "uniform")]
+    pub routing: String,
+    /// KV cache element type: bf16 or fp8.
+    #[arg(long, default_value = "bf16")]
+    pub kv_dtype: String,
+    /// Share of each card's memory kept free for the runtime.
+    #[arg(long, default_value_t = 0.15)]
+    pub reserve: f64,
+}
+
+/// `day0 run`.
+#[derive(Args, Debug)]
+pub struct RunArgs {
+    #[command(flatten)]
+    pub deploy: DeployArgs,
+    /// Cards to deploy on, for each of prefill and decode (default: the whole cluster; the
+    /// cluster grows to hold them).
+    #[arg(long)]
+    pub cards: Option<usize>,
+    /// One plan for both phases, e.g. `tp=1,ep=32,dp=32` (skips the search).
+    #[arg(long)]
+    pub plan: Option<String>,
+    /// The prefill plan (skips the prefill search).
+    #[arg(long)]
+    pub prefill_plan: Option<String>,
+    /// The decode plan (skips the decode search).
+    #[arg(long)]
+    pub decode_plan: Option<String>,
+    /// Plans simulated in full after the closed-form screen, per phase.
+    #[arg(long, default_value_t = model::plan::search::FINALISTS)]
+    pub finalists: usize,
+    /// Skip the kernel suite step (numeric checks of the operators against their f64 references).
+    #[arg(long)]
+    pub no_check: bool,
+    /// Print the report as JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `day0 scale`.
+#[derive(Args, Debug)]
+pub struct ScaleArgs {
+    #[command(flatten)]
+    pub deploy: DeployArgs,
+    /// Card counts, comma-separated.
+    #[arg(long, default_value = "16,32,64,128,256")]
+    pub cards: String,
+    /// Print JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+fn gb(b: f64) -> f64 {
+    b / 1e9
+}
+
+/// `day0 models`: name, total and active parameters of each built-in model.
+pub fn models(json_out: bool) -> Result<(), String> {
+    let mut rows = Vec::new();
+    for p in MODEL_PRESETS {
+        let cfg = load_model(p.name).map_err(|e| e.to_string())?;
+        let c = count(&cfg);
+        rows.push(json!({
+            "name": p.name,
+            "total_params": c.total(),
+            "active_params": c.active(),
+            "layers": cfg.num_layers(),
+            "description": p.description,
+            "config": p.file,
+        }));
+    }
+    if json_out {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&rows).map_err(|e| e.to_string())?
+        );
+        return Ok(());
+    }
+    println!(
+        "{:<16} {:>10} {:>10} {:>7}  description",
+        "name", "total", "active", "layers"
+    );
+    for r in &rows {
+        println!(
+            "{:<16} {:>9.1}B {:>9.2}B {:>7}  {}",
+            r["name"].as_str().unwrap_or(""),
+            r["total_params"].as_u64().unwrap_or(0) as f64 / 1e9,
+            r["active_params"].as_u64().unwrap_or(0) as f64 / 1e9,
+            r["layers"].as_u64().unwrap_or(0),
+            r["description"].as_str().unwrap_or("")
+        );
+    }
+    Ok(())
+}
+
+/// `day0 clusters`: the built-in cluster presets.
+pub fn clusters(json_out: bool) -> Result<(), String> {
+    let mut rows = Vec::new();
+    for name in ClusterPreset::names() {
+        let c = ClusterPreset::load(name).map_err(|e| e.to_string())?;
+        rows.push(json!({
+            "name": c.name,
+            "device": c.device,
+            "nodes": c.nodes,
+            "cards_per_node": c.cards_per_node,
+            "intra_topology": c.intra.topology.name(),
+            "intra_gbps": c.intra.bandwidth_gbps,
+            "inter_gbps": c.inter.bandwidth_gbps,
+            "description": c.description,
+        }));
+    }
+    if json_out {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&rows).map_err(|e| e.to_string())?
+        );
+        return Ok(());
+    }
+    for r in &rows {
+        println!(
+            "{:<10} {:>2} x {} x {:<9} intra {:>5} GB/s {:<9} inter {:>4} GB/s  {}",
+            r["name"].as_str().unwrap_or(""),
+            r["nodes"],
+            r["cards_per_node"],
+            r["device"].as_str().unwrap_or(""),
+            r["intra_gbps"],
+            r["intra_topology"].as_str().unwrap_or(""),
+            r["inter_gbps"],
+            r["description"].as_str().unwrap_or("")
+        );
+    }
+    Ok(())
+}
+
+/// The model, cluster (grown to `cards`), estimator, workload and memory options of a command.
+struct Setup {
+    est: Estimator,
+    cards: usize,
+    workload: Workload,
+    mem: MemoryOptions,
+}
+
+fn setup(a: &DeployArgs, cards: Option<usize>) -> Result<Setup, String> {
+    let cfg = load_model(&a.model).map_err(|e| format!("--model: {e}"))?;
+    let mut cluster = ClusterPreset::load(&a.cluster).map_err(|e| format!("--cluster: {e}"))?;
+    let cards = match cards {
+        Some(0) => return Err("--cards: must be at least 1".into()),
+        Some(n) => {
+            let nodes = n.div_ceil(cluster.cards_per_node);
+            if nodes > cluster.nodes {
+                cluster = cluster
+                    .with_nodes(nodes)
+                    .map_err(|e| format!("--cards: {e}"))?;
+            }
+            n
+        }
+        None => cluster.cards(),
+    };
+    let routing = Routing::parse(&a.routing).map_err(|e| e.to_string())?;
+    let kv_bytes = match a.kv_dtype.as_str() {
+        "bf16" => 2.0,
+        "fp8" => 1.0,
+        other => return Err(format!("--kv-dtype: `{other}` is not bf16 or fp8")),
+    };
+    if !(0.0..0.9).contains(&a.reserve) {
+        return Err(format!(
+            "--reserve: {} is not a share in [0, 0.9)",
+            a.reserve
+        ));
+    }
+    if a.prompt_len == 0 || a.output_len == 0 {
+        return Err("--prompt-len and --output-len must be at least 1".into());
+    }
+    if a.batch == Some(0) {
+        return Err("--batch: must be at least 1".into());
+    }
+    let workload = Workload {
+        prompt_len: a.prompt_len,
+        output_len: a.output_len,
+        batch: a.batch,
+        context: a.context,
+        tpot_target_s: a.tpot_ms.map(|t| t / 1e3),
+    };
+    let max_pos = cfg.max_position_embeddings;
+    let need = workload.decode_context().max(a.prompt_len + a.output_len);
+    if let Some(m) = max_pos {
+        if need > m {
+            return Err(format!(
+                "--prompt-len/--output-len/--context: {need} tokens exceed the model's max_position_embeddings {m}"
+            ));
+        }
+    }
+    let est = Estimator::new(cfg, cluster, routing).map_err(|e| e.to_string())?;
+    Ok(Setup {
+        est,
+        cards,
+        workload,
+        mem: MemoryOptions {
+            kv_bytes,
+            reserve: a.reserve,
+        },
+    })
+}
+
+fn estimate_json(e: &StepEstimate) -> Value {
+    let b = &e.breakdown;
+    json!({
+        "plan": e.plan.to_string(),
+        "cards": e.plan.cards(),
+        "step_ms": e.step_s * 1e3,
+        "tokens_per_s": e.tokens_per_s,
+        "tokens_per_s_per_card": e.tokens_per_s_per_card,
+        "mfu": e.mfu,
+        "hbm_utilization": e.hbm_utilization,
+        "comm_exposed_share": e.comm_exposed_share,
+        "breakdown": {
+            "attention_ms": b.attention_s * 1e3,
+            "dense_ffn_ms": b.dense_ffn_s * 1e3,
+            "experts_ms": b.experts_s * 1e3,
+            "head_ms": b.head_s * 1e3,
+            "tp_comm_ms": b.tp_comm_s * 1e3,
+            "ep_comm_ms": b.ep_comm_s * 1e3,
+            "pp_comm_ms": b.pp_comm_s * 1e3,
+        },
+    })
+}
+
+fn memory_json(m: &MemoryPlan) -> Value {
+    json!({
+        "capacity_gb": gb(m.capacity),
+        "weights_gb": gb(m.weights.total()),
+        "weights_dense_gb": gb(m.weights.dense),
+        "weights_experts_gb": gb(m.weights.experts),
+        "weights_other_gb": gb(m.weights.other),
+        "kv_gb": gb(m.free_for_cache().max(0.0)),
+        "kv_bytes_per_token": m.kv_per_token,
+        "state_bytes_per_sequence": m.state_per_sequence,
+        "activations_gb": gb(m.activations),
+        "workspace_gb": gb(m.workspace),
+        "reserve_gb": gb(m.reserve),
+        "kv_tokens_capacity": m.kv_tokens_capacity(),
+    })
+}
+
+fn phase_json(c: &PhaseChoice, phase: Phase) -> Value {
+    let mut v = estimate_json(&c.best.estimate);
+    let e = &c.best.estimate;
+    match phase {
+        Phase::Prefill => {
+            v["ttft_ms"] = json!(e.step_s * 1e3);
+            v["prompt_len"] = json!(e.context);
+        }
+        Phase::Decode => {
+            v["tpot_ms"] = json!(e.step_s * 1e3);
+            v["context"] = json!(e.context);
+            v["batch_per_replica"] = json!(e.batch_per_replica);
+            v["batch_per_card"] =
+                json!((e.batch_per_replica * e.plan.dp) as f64 / e.plan.cards() as f64);
+        }
+    }
+    v["why"] = json!(c.why);
+    v["memory"] = memory_json(&c.best.memory);
+    v["alternatives"] = json!(c
+        .alternatives
+        .iter()
+        .take(4)
+        .map(|a| json!({"plan": a.estimate.plan.to_string(), "step_ms": a.estimate.step_s * 1e3, "tokens_per_s": a.estimate.tokens_per_s}))
+        .collect::<Vec<_>>());
+    v["rejected"] = json!(c
+        .rejected
+        .iter()
+        .map(|(p, why)| json!({"plan": p.to_string(), "why": why}))
+        .collect::<Vec<_>>());
+    v
+}
+
+fn fixed_plan(spec: Option<&String>, cards: usize, flag: &str) -> Result<Option<Plan>, String> {
+    spec.map(|s| Plan::parse(s, Some(cards), flag).map_err(|e| e.to_string()))
+        .transpose()
+}
+
+/// `day0 run`: coverage, numeric checks, planning, simulated prefill and decode, report.
+pub fn run(a: RunArgs) -> Result<(), String> {
+    let t0 = Instant::now();
+    let s = setup(&a.deploy, a.cards)?;
+    let cfg = s.est.config().clone();
+    let say = |msg: String| {
+        if !a.json {
+            println!("{msg}");
+        }
+    };
+    let c = count(&cfg);
+    say(format!(
+        "day0 run — {} ({:.1}B parameters, {:.1}B active, {} layers) on {} cards of {} ({})",
+        a.deploy.model,
+        c.total() as f64 / 1e9,
+        c.active() as f64 / 1e9,
+        cfg.num_layers(),
+        s.cards,
+        s.est.cluster().name,
+        s.est.device().name
+    ));
+    // 1. Coverage.
+    let cov = model::coverage::Coverage::of_config(&cfg);
+    say(format!(
+        "[1/5] coverage: {} operator(s), {} missing{}",
+        cov.rows.len(),
+        cov.missing().len(),
+        if cov.is_complete() {
+            String::new()
+        } else {
+            format!(" ({})", cov.missing().join(", "))
+        }
+    ));
+    if !cov.is_complete() {
+        return Err(format!(
+            "the model needs operators day0 lacks: {} (prototype them in the DSL, then rerun)",
+            cov.missing().join(", ")
+        ));
+    }
+    // 2. Numeric checks of the operators on the card.
+    let checks = if a.no_check {
+        say("[2/5] numeric checks: skipped (--no-check)".into());
+        json!({"skipped": true})
+    } else {
+        let launcher = dsl_core::Launcher::new(s.est.device().clone());
+        let (passed, failures) = day0::suite::check_all(&launcher);
+        say(format!(
+            "[2/5] numeric checks: {passed} kernel(s) match their f64 references on {}{}",
+            s.est.device().name,
+            if failures.is_empty() {
+                String::new()
+            } else {
+                format!("; FAILED: {}", failures.join("; "))
+            }
+        ));
+        if !failures.is_empty() {
+            return Err(format!("numeric checks failed: {}", failures.join("; ")));
+        }
+        json!({"skipped": false, "passed": passed, "failed": failures})
+    };
+    // 3-4. Plans and simulated phases.
+    let shared = fixed_plan(a.plan.as_ref(), s.cards, "--plan")?;
+    let prefill_fixed = fixed_plan(a.prefill_plan.as_ref(), s.cards, "--prefill-plan")?.or(shared);
+    let decode_fixed = fixed_plan(a.decode_plan.as_ref(), s.cards, "--decode-plan")?.or(shared);
+    let prefill = plan_phase(
+        &s.est,
+        Phase::Prefill,
+        s.cards,
+        &s.workload,
+        &s.mem,
+        prefill_fixed,
+        a.finalists,
+    )
+    .map_err(|e| format!("prefill: {e}"))?;
+    let decode = plan_phase(
+        &s.est,
+        Phase::Decode,
+        s.cards,
+        &s.workload,
+        &s.mem,
+        decode_fixed,
+        a.finalists,
+    )
+    .map_err(|e| format!("decode: {e}"))?;
+    say(format!(
+        "[3/5] planned: prefill {} ({} plans considered), decode {} ({} considered); {} distinct card-role forwards simulated",
+        prefill.best.estimate.plan,
+        1 + prefill.alternatives.len() + prefill.rejected.len(),
+        decode.best.estimate.plan,
+        1 + decode.alternatives.len() + decode.rejected.len(),
+        s.est.runs()
+    ));
+    say(format!(
+        "[4/5] simulated: prefill of {} tokens, decode at context {}",
+        s.workload.prompt_len,
+        s.workload.decode_context()
+    ));
+    let wall = t0.elapsed().as_secs_f64();
+    if a.json {
+        let report = json!({
+            "model": a.deploy.model,
+            "cluster": s.est.cluster().name,
+            "device": s.est.device().name,
+            "cards": s.cards,
+            "total_params": c.total(),
+            "active_params": c.active(),
+            "coverage": {"operators": cov.rows.len(), "missing": cov.missing()},
+            "checks": checks,
+            "prefill": phase_json(&prefill, Phase::Prefill),
+            "decode": phase_json(&decode, Phase::Decode),
+            "memory": memory_json(&decode.best.memory),
+            "wall_s": wall,
+        });
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&report).map_err(|e| e.to_string())?
+        );
+        return Ok(());
+    }
+    println!("[5/5] report");
+    print_phase("prefill", &prefill, Phase::Prefill);
+    print_phase("decode", &decode, Phase::Decode);
+    print_memory(&decode.best);
+    println!("  ({wall:.1} s wall)");
+    Ok(())
+}
+
+fn print_phase(name: &str, c: &PhaseChoice, phase: Phase) {
+    let e = &c.best.estimate;
+    let b = &e.breakdown;
+    let head = match phase {
+        Phase::Prefill => format!("TTFT {:.1} ms for {} tokens", e.step_s * 1e3, e.context),
+        Phase::Decode => format!(
+            "TPOT {:.2} ms at batch {} per replica, context {}",
+            e.step_s * 1e3,
+            e.batch_per_replica,
+            e.context
+        ),
+    };
+    println!(
+        "  {name:<7} {}: {head}; {:.0} tokens/s ({:.1} per card); MFU {:.1}%, HBM {:.0}%, exposed comm {:.0}%",
+        e.plan,
+        e.tokens_per_s,
+        e.tokens_per_s_per_card,
+        e.mfu * 100.0,
+        e.hbm_utilization * 100.0,
+        e.comm_exposed_share * 100.0
+    );
+    println!(
+        "          breakdown (ms): attention {:.2}, dense ffn {:.2}, experts {:.2}, head {:.2}, tp comm {:.2}, ep comm {:.2} (before overlap), pp comm {:.2}",
+        b.attention_s * 1e3,
+        b.dense_ffn_s * 1e3,
+        b.experts_s * 1e3,
+        b.head_s * 1e3,
+        b.tp_comm_s * 1e3,
+        b.ep_comm_s * 1e3,
+        b.pp_comm_s * 1e3
+    );
+    println!("          why: {}", c.why);
+    for alt in c.alternatives.iter().take(3) {
+        println!(
+            "          alternative {}: {:.2} ms, {:.0} tokens/s",
+            alt.estimate.plan,
+            alt.estimate.step_s * 1e3,
+            alt.estimate.tokens_per_s
+        );
+    }
+}
+
+fn print_memory(c: &Candidate) {
+    let m = &c.memory;
+    println!(
+        "  memory per card (decode plan): weights {:.1} GB (dense {:.1}, experts {:.1}, other {:.1}), activations {:.2} GB, workspace {:.2} GB, reserve {:.1} GB, KV/state {:.1} GB free of {:.1} GB → {} KV tokens",
+        gb(m.weights.total()),
+        gb(m.weights.dense),
+        gb(m.weights.experts),
+        gb(m.weights.other),
+        gb(m.activations),
+        gb(m.workspace),
+        gb(m.reserve),
+        gb(m.free_for_cache().max(0.0)),
+        gb(m.capacity),
+        m.kv_tokens_capacity()
+    );
+}
+
+/// `day0 scale`: the best decode plan and its throughput at each card count.
+pub fn scale(a: ScaleArgs) -> Result<(), String> {
+    let counts: Vec<usize> = a
+        .cards
+        .split(',')
+        .map(|s| s.trim().parse::<usize>().ok().filter(|n| *n > 0))
+        .collect::<Option<Vec<_>>>()
+        .ok_or_else(|| {
+            format!(
+                "--cards: `{}` is not a comma-separated list of card counts",
+                a.cards
+            )
+        })?;
+    let mut rows = Vec::new();
+    let mut base: Option<(usize, f64)> = None;
+    for n in counts {
+        let s = setup(&a.deploy, Some(n))?;
+        let row = match plan_phase(
+            &s.est,
+            Phase::Decode,
+            n,
+            &s.workload,
+            &s.mem,
+            None,
+            FINALISTS,
+        ) {
+            Ok(c) => {
+                let e = &c.best.estimate;
+                let per_card = e.tokens_per_s_per_card;
+                let (n0, pc0) = *base.get_or_insert((n, per_card));
+                json!({"cards": n, "plan": e.plan.to_string(), "tpot_ms": e.step_s * 1e3,
+                       "tokens_per_s": e.tokens_per_s, "tokens_per_s_per_card": per_card,
+                       "scaling_efficiency": per_card / pc0, "relative_to_cards": n0})
+            }
+            Err(e) => json!({"cards": n, "error": e.to_string()}),
+        };
+        rows.push(row);
+    }
+    if a.json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&rows).map_err(|e| e.to_string())?
+        );
+        return Ok(());
+    }
+    println!(
+        "{:>6}  {:<28} {:>10} {:>12} {:>10} {:>8}",
+        "cards", "decode plan", "TPOT ms", "tokens/s", "per card", "scaling"
+    );
+    for r in &rows {
+        if let Some(err) = r.get("error") {
+            println!(
+                "{:>6}  does not fit: {}",
+                r["cards"],
+                err.as_str().unwrap_or("")
+            );
+            continue;
+        }
+        println!(
+            "{:>6}  {:<28} {:>10.2} {:>12.0} {:>10.1} {:>7.0}%",
+            r["cards"],
+            r["plan"].as_str().unwrap_or(""),
+            r["tpot_ms"].as_f64().unwrap_or(0.0),
+            r["tokens_per_s"].as_f64().unwrap_or(0.0),
+            r["tokens_per_s_per_card"].as_f64().unwrap_or(0.0),
+            r["scaling_efficiency"].as_f64().unwrap_or(0.0) * 100.0
+        );
+    }
+    Ok(())
+}
