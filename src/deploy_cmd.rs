@@ -383,6 +383,12 @@ pub fn run(a: RunArgs) -> Result<(), String> {
     let shared = fixed_plan(a.plan.as_ref(), s.cards, "--plan")?;
     let prefill_fixed = fixed_plan(a.prefill_plan.as_ref(), s.cards, "--prefill-plan")?.or(shared);
     let decode_fixed = fixed_plan(a.decode_plan.as_ref(), s.cards, "--decode-plan")?.or(shared);
+    let progress = |msg: &str| {
+        if !a.json {
+            eprintln!("      … {msg} ({:.1} s)", t0.elapsed().as_secs_f64());
+        }
+    };
+    progress("planning prefill: screening plans, simulating the finalists");
     let prefill = plan_phase(
         &s.est,
         Phase::Prefill,
@@ -393,6 +399,7 @@ pub fn run(a: RunArgs) -> Result<(), String> {
         a.finalists,
     )
     .map_err(|e| format!("prefill: {e}"))?;
+    progress("planning decode");
     let decode = plan_phase(
         &s.est,
         Phase::Decode,
@@ -520,8 +527,10 @@ pub fn scale(a: ScaleArgs) -> Result<(), String> {
         })?;
     let mut rows = Vec::new();
     let mut base: Option<(usize, f64)> = None;
+    // One estimator on a cluster grown to the largest count: card counts that share a shard
+    // share its simulated runs.
+    let s = setup(&a.deploy, counts.iter().copied().max())?;
     for n in counts {
-        let s = setup(&a.deploy, Some(n))?;
         let row = match plan_phase(
             &s.est,
             Phase::Decode,
@@ -558,14 +567,14 @@ pub fn scale(a: ScaleArgs) -> Result<(), String> {
         if let Some(err) = r.get("error") {
             println!(
                 "{:>6}  does not fit: {}",
-                r["cards"],
+                r["cards"].as_u64().unwrap_or(0),
                 err.as_str().unwrap_or("")
             );
             continue;
         }
         println!(
             "{:>6}  {:<28} {:>10.2} {:>12.0} {:>10.1} {:>7.0}%",
-            r["cards"],
+            r["cards"].as_u64().unwrap_or(0),
             r["plan"].as_str().unwrap_or(""),
             r["tpot_ms"].as_f64().unwrap_or(0.0),
             r["tokens_per_s"].as_f64().unwrap_or(0.0),

@@ -446,12 +446,22 @@ impl Ops {
             kernel: paged_decode_split::META.name.to_string(),
             message: "no key tile".into(),
         });
-        for (i, bk) in bks.iter().enumerate() {
-            let base = if *bk > 0 {
+        // Then the same key tiles with 16-head query tiles (64 heads' accumulators do not fit an
+        // SM next to a 576-wide key tile).
+        let tries: Vec<(i64, Option<i64>)> = bks
+            .iter()
+            .map(|b| (*b, None))
+            .chain(bks.iter().map(|b| (*b, Some(16))))
+            .collect();
+        for (i, (bk, bh)) in tries.iter().enumerate() {
+            let mut base = if *bk > 0 {
                 Config::new().with("BK", *bk)
             } else {
                 Config::new()
             };
+            if let Some(bh) = bh {
+                base = base.with("BH", *bh);
+            }
             r = decode_config(&paged_decode_split::META, &base, d, v_dim, page, heads).and_then(
                 |cfg| {
                     paged_decode_split::launch(
@@ -468,7 +478,7 @@ impl Ops {
                     )
                 },
             );
-            if !matches!(r, Err(SimError::SramOverflow { .. })) || i + 1 == bks.len() {
+            if !matches!(r, Err(SimError::SramOverflow { .. })) || i + 1 == tries.len() {
                 break;
             }
         }
