@@ -3,7 +3,7 @@
 //! the gates, the delta rule (chunked for prompts, recurrent for single tokens) carrying the
 //! per-head `dk × dv` state, the gated RMSNorm and the output projection.
 
-use super::ops::{view, Mem, Ops};
+use super::ops::{first_fitting, view, Mem, Ops};
 use super::params::LinearAttnWeights;
 use super::ForwardError;
 use crate::config::LinearAttnDims;
@@ -144,55 +144,41 @@ pub(crate) fn forward(
         c.sort_unstable_by(|a, b| b.cmp(a));
         c
     };
-    let mut attempt = None;
-    for (i, &c) in chunks.iter().enumerate() {
-        let cfg = delta_config(mode, Decay::Scalar, &Config::new().with("C", c), dk, dv).map_err(
-            |source| ForwardError::Kernel {
-                op: "linear_attn.delta".into(),
-                layer: ops.layer,
-                source,
-            },
-        )?;
-        let (op, launch) = if t == 1 {
-            (
-                "linear_attn.delta_recurrent",
-                recurrent::recurrent_delta::launch(
-                    &ops.launcher,
-                    &cfg,
-                    &q,
-                    &k,
-                    &v,
-                    &g,
-                    &beta,
-                    &st.state,
-                    &st.spare,
-                    &o,
-                ),
+    let op = if t == 1 {
+        "linear_attn.delta_recurrent"
+    } else {
+        "linear_attn.delta_chunked"
+    };
+    let launch = first_fitting(chunks, |c| {
+        let cfg = delta_config(mode, Decay::Scalar, &Config::new().with("C", c), dk, dv)?;
+        if t == 1 {
+            recurrent::recurrent_delta::launch(
+                &ops.launcher,
+                &cfg,
+                &q,
+                &k,
+                &v,
+                &g,
+                &beta,
+                &st.state,
+                &st.spare,
+                &o,
             )
         } else {
-            (
-                "linear_attn.delta_chunked",
-                chunked::chunked_delta::launch(
-                    &ops.launcher,
-                    &cfg,
-                    &q,
-                    &k,
-                    &v,
-                    &g,
-                    &beta,
-                    &st.state,
-                    &st.spare,
-                    &o,
-                ),
+            chunked::chunked_delta::launch(
+                &ops.launcher,
+                &cfg,
+                &q,
+                &k,
+                &v,
+                &g,
+                &beta,
+                &st.state,
+                &st.spare,
+                &o,
             )
-        };
-        let overflow = matches!(launch, Err(dsl_core::SimError::SramOverflow { .. }));
-        attempt = Some((op, launch));
-        if !overflow || i + 1 == chunks.len() {
-            break;
         }
-    }
-    let (op, launch) = attempt.ok_or_else(internal_no_chunk)?;
+    });
     ops.book_sequence(op, launch)?;
     st.swap_state();
 
@@ -207,11 +193,4 @@ pub(crate) fn forward(
     });
     ops.book("linear_attn.gated_norm", launch)?;
     ops.linear("linear_attn.out_proj", &normed, &w.out_proj)
-}
-
-fn internal_no_chunk() -> ForwardError {
-    ForwardError::Internal {
-        what: "linear_attn.delta".into(),
-        message: "the chunked delta-rule kernel declares no chunk size C <= 64".into(),
-    }
 }

@@ -180,6 +180,28 @@ pub(crate) fn view<T>(r: Result<T, String>, what: &str) -> Result<T, ForwardErro
     })
 }
 
+/// Launches with the first of `tiles` whose tiles fit the core: an on-chip overflow moves on to
+/// the next choice, any other result (success or error) is returned. Tile choices are listed
+/// largest first, so a 512 KB NPU core keeps its big tiles and an H100-class SM's 228 KB gets the
+/// next ones that fit. Only for launches that may be repeated: they must not read what they
+/// write (the overflow is found while the programs run).
+pub(crate) fn first_fitting<C, T>(
+    tiles: impl IntoIterator<Item = C>,
+    mut launch: impl FnMut(C) -> Result<T, SimError>,
+) -> Result<T, SimError> {
+    let mut last = None;
+    for c in tiles {
+        match launch(c) {
+            Err(e @ SimError::SramOverflow { .. }) => last = Some(e),
+            other => return other,
+        }
+    }
+    Err(last.unwrap_or_else(|| SimError::Launch {
+        kernel: "(no tile choice)".into(),
+        message: "no tile configuration was offered".into(),
+    }))
+}
+
 impl Ops {
     /// Books a launch's cycles under `op`, or turns its failure into an error naming `op` and the
     /// layer.
@@ -442,10 +464,6 @@ impl Ops {
         if bks.is_empty() {
             bks.push(0);
         }
-        let mut r = Err(SimError::Launch {
-            kernel: paged_decode_split::META.name.to_string(),
-            message: "no key tile".into(),
-        });
         // Then the same key tiles with 16-head query tiles (64 heads' accumulators do not fit an
         // SM next to a 576-wide key tile).
         let tries: Vec<(i64, Option<i64>)> = bks
@@ -453,35 +471,30 @@ impl Ops {
             .map(|b| (*b, None))
             .chain(bks.iter().map(|b| (*b, Some(16))))
             .collect();
-        for (i, (bk, bh)) in tries.iter().enumerate() {
-            let mut base = if *bk > 0 {
-                Config::new().with("BK", *bk)
+        let r = first_fitting(tries, |(bk, bh)| {
+            let mut base = if bk > 0 {
+                Config::new().with("BK", bk)
             } else {
                 Config::new()
             };
             if let Some(bh) = bh {
-                base = base.with("BH", *bh);
+                base = base.with("BH", bh);
             }
-            r = decode_config(&paged_decode_split::META, &base, d, v_dim, page, heads).and_then(
-                |cfg| {
-                    paged_decode_split::launch(
-                        &self.launcher,
-                        &cfg,
-                        q,
-                        pool,
-                        pool,
-                        block_table,
-                        &o_part,
-                        &lse_part,
-                        ctx,
-                        scale as f32,
-                    )
-                },
-            );
-            if !matches!(r, Err(SimError::SramOverflow { .. })) || i + 1 == tries.len() {
-                break;
-            }
-        }
+            decode_config(&paged_decode_split::META, &base, d, v_dim, page, heads).and_then(|cfg| {
+                paged_decode_split::launch(
+                    &self.launcher,
+                    &cfg,
+                    q,
+                    pool,
+                    pool,
+                    block_table,
+                    &o_part,
+                    &lse_part,
+                    ctx,
+                    scale as f32,
+                )
+            })
+        });
         self.book_sequence("mla.decode_split", r)?;
         let r = combine_config(v_dim)
             .and_then(|cfg| decode_combine::launch(&self.launcher, &cfg, &o_part, &lse_part, &o));
@@ -513,25 +526,34 @@ impl Ops {
                 64
             }
         };
-        let base = Config::new()
-            .with("BQ", tile(q.rows()))
-            .with("BK", tile(k.rows()));
-        let r = kernels::attention::prefill::prefill_config(&base, head_dim, v_head_dim).and_then(
-            |cfg| {
-                flash_prefill::launch(
-                    &self.launcher,
-                    &cfg,
-                    q,
-                    k,
-                    v,
-                    &o,
-                    head_dim,
-                    v_head_dim,
-                    scale as f32,
-                    true,
-                )
-            },
-        );
+        // Wide heads (Qwen3-Next's 256) overflow an H100-class SM at 64-row tiles: halve the key
+        // tile, then the query tile.
+        let (bq, bk) = (tile(q.rows()), tile(k.rows()));
+        let tiles = [
+            (bq, bk),
+            (bq, 32.min(bk)),
+            (32.min(bq), 32.min(bk)),
+            (16, 16),
+        ];
+        let r = first_fitting(tiles, |(bq, bk)| {
+            let base = Config::new().with("BQ", bq).with("BK", bk);
+            kernels::attention::prefill::prefill_config(&base, head_dim, v_head_dim).and_then(
+                |cfg| {
+                    flash_prefill::launch(
+                        &self.launcher,
+                        &cfg,
+                        q,
+                        k,
+                        v,
+                        &o,
+                        head_dim,
+                        v_head_dim,
+                        scale as f32,
+                        true,
+                    )
+                },
+            )
+        });
         self.book_sequence(op, r)?;
         Ok(o)
     }
