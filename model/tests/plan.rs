@@ -218,3 +218,41 @@ fn decode_step_agrees_with_the_memory_bound_closed_form() {
     assert_eq!(again, e);
     assert_eq!(est.runs(), runs);
 }
+
+/// A batched cost-only decode reads every sequence's own latent cache (b times one sequence's
+/// bytes) in one launch per layer, not one chunk over a single cache.
+#[test]
+fn a_batched_decode_reads_each_sequences_cache_in_one_launch() {
+    use dsl_core::{Backend, Launcher};
+    use model::forward::Runner;
+    let cfg = load_model("deepseek-v3").unwrap();
+    let launcher = || {
+        Launcher::new(accel_sim::DevicePreset::load("h800").unwrap())
+            .with_backend(Backend::CostOnly)
+    };
+    let (b, ctx) = (8, 1000);
+    let decode = |tokens: usize, batched: bool| {
+        let mut r = Runner::cost_only(cfg.clone(), launcher(), ctx + tokens).unwrap();
+        r.batch_decode(batched).unwrap();
+        r.seek(ctx).unwrap();
+        r.forward(&vec![0; tokens]).unwrap();
+        r.stats().clone()
+    };
+    let one = decode(1, false);
+    let batch = decode(b, true);
+    let split = "mla.decode_split";
+    assert_eq!(batch.per_op[split].0, cfg.num_layers() as u64);
+    assert!(!batch.per_sequence.contains(split) && one.per_sequence.contains(split));
+    let bytes = |s: &model::forward::OpStats| s.traffic[split].hbm_bytes as f64;
+    assert!(
+        bytes(&batch) >= 0.9 * b as f64 * bytes(&one),
+        "{} vs {} × {}",
+        bytes(&batch),
+        b,
+        bytes(&one)
+    );
+    // A runner that holds data refuses it.
+    let tiny = Path::new(env!("CARGO_MANIFEST_DIR")).join("testdata/tiny/deepseek_v3");
+    let mut r = Runner::load(&tiny, launcher().with_backend(Backend::Functional), 16).unwrap();
+    assert!(r.batch_decode(true).is_err());
+}

@@ -144,43 +144,69 @@ pub(crate) fn forward(
         c.sort_unstable_by(|a, b| b.cmp(a));
         c
     };
-    let op = if t == 1 {
-        "linear_attn.delta_recurrent"
-    } else {
-        "linear_attn.delta_chunked"
-    };
-    let launch = first_fitting(chunks, |c| {
-        let cfg = delta_config(mode, Decay::Scalar, &Config::new().with("C", c), dk, dv)?;
-        if t == 1 {
+    if ops.batched_decode && t > 1 {
+        // A batched cost-only decode: the t sequences' recurrences in one launch over t·Nv
+        // heads, each sequence with its own state (shape only: nothing is stored).
+        let cfg = delta_config(DeltaMode::Recurrent, Decay::Scalar, &Config::new(), dk, dv);
+        let shape = |c: usize| ops.mem.poisoned::<f32>(&[1, t * c]);
+        let (qb, kb, vb) = (shape(qk_w), shape(qk_w), shape(v_w));
+        let (gb, betab, ob) = (shape(nv), shape(nv), shape(v_w));
+        let states: Tensor<f32> = ops.mem.poisoned(&[t * nv * dk, dv]);
+        let spare: Tensor<f32> = ops.mem.poisoned(&[t * nv * dk, dv]);
+        let launch = cfg.and_then(|cfg| {
             recurrent::recurrent_delta::launch(
                 &ops.launcher,
                 &cfg,
-                &q,
-                &k,
-                &v,
-                &g,
-                &beta,
-                &st.state,
-                &st.spare,
-                &o,
+                &qb,
+                &kb,
+                &vb,
+                &gb,
+                &betab,
+                &states,
+                &spare,
+                &ob,
             )
+        });
+        ops.book("linear_attn.delta_recurrent", launch)?;
+    } else {
+        let op = if t == 1 {
+            "linear_attn.delta_recurrent"
         } else {
-            chunked::chunked_delta::launch(
-                &ops.launcher,
-                &cfg,
-                &q,
-                &k,
-                &v,
-                &g,
-                &beta,
-                &st.state,
-                &st.spare,
-                &o,
-            )
-        }
-    });
-    ops.book_sequence(op, launch)?;
-    st.swap_state();
+            "linear_attn.delta_chunked"
+        };
+        let launch = first_fitting(chunks, |c| {
+            let cfg = delta_config(mode, Decay::Scalar, &Config::new().with("C", c), dk, dv)?;
+            if t == 1 {
+                recurrent::recurrent_delta::launch(
+                    &ops.launcher,
+                    &cfg,
+                    &q,
+                    &k,
+                    &v,
+                    &g,
+                    &beta,
+                    &st.state,
+                    &st.spare,
+                    &o,
+                )
+            } else {
+                chunked::chunked_delta::launch(
+                    &ops.launcher,
+                    &cfg,
+                    &q,
+                    &k,
+                    &v,
+                    &g,
+                    &beta,
+                    &st.state,
+                    &st.spare,
+                    &o,
+                )
+            }
+        });
+        ops.book_sequence(op, launch)?;
+        st.swap_state();
+    }
 
     let normed = ops.mem.act(t, v_w);
     let launch = kernels::tile_choice::cover(

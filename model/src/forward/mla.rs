@@ -135,19 +135,25 @@ pub(crate) fn forward(
     );
     let qk = nope + rd;
     let (q, _) = prepare(ops, m, w, x, pos0, cache, rope)?;
-    if x.rows() == 1 {
+    if x.rows() == 1 || ops.batched_decode {
         // Decode: attention over the latent cache itself (absorbed queries, one latent kv head,
         // values = the first kv_lora_rank columns of each latent row), as serving engines run
-        // MLA decode — nothing is expanded per step.
+        // MLA decode — nothing is expanded per step. A batched cost-only decode runs its `b`
+        // sequences in one launch, each its own latent head over its own column block of a
+        // `[pages, page, b·D]` pool (shape only: nothing is stored).
+        let b = x.rows();
         let (r, d) = (m.kv_lora_rank, m.kv_lora_rank + rd);
         let q_abs = absorb_queries(ops, m, w, &q)?;
-        let q3 = view(q_abs.reshaped(&[1, heads, d]), "absorbed query")?;
-        let pool = view(
-            cache.latent.reshaped(&[cache.pages(), PAGE, d]),
-            "latent pool",
-        )?;
+        let q3 = view(q_abs.reshaped(&[b, heads, d]), "absorbed query")?;
+        let (pool, ctx) = if b == 1 {
+            let pool = cache.latent.reshaped(&[cache.pages(), PAGE, d]);
+            (view(pool, "latent pool")?, ctx)
+        } else {
+            let pages = (pos0 + 1).div_ceil(PAGE);
+            (ops.mem.poisoned(&[pages, PAGE, b * d]), pos0 + 1)
+        };
         let o_lat = ops.latent_decode(&q3, &pool, &cache.block_table, ctx, r, scale)?;
-        let o_lat = view(o_lat.reshaped(&[1, heads * r]), "latent outputs")?;
+        let o_lat = view(o_lat.reshaped(&[b, heads * r]), "latent outputs")?;
         let o = values_from_latent(ops, m, w, &o_lat)?;
         return ops.linear("mla.o_proj", &o, &w.o_proj);
     }

@@ -386,6 +386,7 @@ impl Runner {
                 mem,
                 sequence_scope: false,
                 skip_routed: false,
+                batched_decode: false,
             },
             caches,
             capacity,
@@ -454,6 +455,24 @@ impl Runner {
             });
         }
         self.blocks = blocks;
+        Ok(())
+    }
+
+    /// Cost-only runners: each later step of `t` tokens is `t` sequences decoding one token each
+    /// at the runner's position (a decode batch of equal contexts), not a `t`-token chunk of one
+    /// sequence. MLA attention and the Gated DeltaNet recurrence then run the whole batch in one
+    /// launch (each sequence's latent cache and state in its own column block, as a batched
+    /// kernel lays them out); the other per-sequence operators still run as one chunk and are
+    /// booked per-sequence ([`OpStats::per_sequence`]), for the planner to price once per
+    /// sequence.
+    pub fn batch_decode(&mut self, on: bool) -> Result<(), ForwardError> {
+        if on && !self.ops.mem.shape_only {
+            return Err(ForwardError::Unsupported {
+                what: "a batched decode on a runner that holds data (cost-only runners only)"
+                    .into(),
+            });
+        }
+        self.ops.batched_decode = on;
         Ok(())
     }
 

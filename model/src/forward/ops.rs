@@ -127,6 +127,9 @@ pub(crate) struct Ops {
     pub sequence_scope: bool,
     /// Cost-only planning runs: MoE blocks skip their routed experts (see `forward::Blocks`).
     pub skip_routed: bool,
+    /// Cost-only planning runs: a step of `t` tokens is `t` sequences decoding one token each
+    /// (see `Runner::batch_decode`).
+    pub batched_decode: bool,
 }
 
 /// How the forward allocates device tensors: with data (functional runs: poisoned with NaN, so an
@@ -430,10 +433,10 @@ impl Ops {
         self.book(op, r)
     }
 
-    /// One decode token's attention over a paged latent pool (MLA absorbed): `q [1, H, D]`
-    /// against `pool [pages, page, D]` through `block_table` for `ctx` tokens, values the first
-    /// `v_dim` columns of each latent row. Split-KV over up to 8 page ranges, then the combine.
-    /// Returns `[H, v_dim]`.
+    /// One decode token's attention over a paged latent pool (MLA absorbed): `q [S, H, D]`
+    /// against `pool [pages, page, S·D]` through `block_table` for `ctx` tokens, values the first
+    /// `v_dim` columns of each latent row; `S` is 1, or the sequences of a batched cost-only
+    /// decode. Split-KV over up to 8 page ranges, then the combine. Returns `[S·H, v_dim]`.
     #[allow(clippy::too_many_arguments)]
     pub fn latent_decode(
         &mut self,
@@ -447,11 +450,13 @@ impl Ops {
         use kernels::attention::decode::{
             combine_config, decode_combine, decode_config, paged_decode_split,
         };
-        let (heads, d, page) = (q.shape()[1], q.shape()[2], pool.shape()[1]);
+        // `q [S, H, D]`: S latent heads (one per sequence of a batched decode, each reading its
+        // own column block of the pool), H query heads each.
+        let (seqs, heads, d, page) = (q.shape()[0], q.shape()[1], q.shape()[2], pool.shape()[1]);
         let splits = ctx.div_ceil(page).clamp(1, 8);
-        let o_part = self.mem.poisoned::<f32>(&[splits, 1, heads, v_dim]);
-        let lse_part = self.mem.poisoned::<f32>(&[splits, 1, heads, 1]);
-        let o = self.mem.act(heads, v_dim);
+        let o_part = self.mem.poisoned::<f32>(&[splits, seqs, heads, v_dim]);
+        let lse_part = self.mem.poisoned::<f32>(&[splits, seqs, heads, 1]);
+        let o = self.mem.act(seqs * heads, v_dim);
         // The largest key tile up to the page that fits the core: a 64-row page of 576-wide
         // latent rows fits a 512 KB NPU core in one tile, an H100-class SM's 228 KB in 16-row
         // tiles. The launch reads `q` and the pool and writes only the partials, so a retry after
@@ -495,10 +500,19 @@ impl Ops {
                 )
             })
         });
-        self.book_sequence("mla.decode_split", r)?;
+        // One sequence's launch is per-sequence work; a batched launch already covers the batch.
+        let batched = seqs > 1;
+        let book = |ops: &mut Ops, op: &str, r| {
+            if batched {
+                ops.book(op, r)
+            } else {
+                ops.book_sequence(op, r)
+            }
+        };
+        book(self, "mla.decode_split", r)?;
         let r = combine_config(v_dim)
             .and_then(|cfg| decode_combine::launch(&self.launcher, &cfg, &o_part, &lse_part, &o));
-        self.book_sequence("mla.decode_combine", r)?;
+        book(self, "mla.decode_combine", r)?;
         Ok(o)
     }
 

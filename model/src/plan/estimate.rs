@@ -4,9 +4,10 @@
 //!
 //! One step of one pipeline stage, per micro-batch of `mb` tokens on each attention replica:
 //! - **attention and dense parts** run at `mb` tokens on the tp shard: projections, norms, router,
-//!   shared experts and dense MLPs once on all rows; the per-sequence operators (attention over
-//!   the context, the linear-attention recurrence) once per sequence, priced from a one-token run
-//!   at the same context;
+//!   shared experts and dense MLPs once on all rows; MLA attention and the Gated DeltaNet
+//!   recurrence over the whole decode batch in one launch (`Runner::batch_decode`); the other
+//!   per-sequence operators (DSA indexer and sparse attention, GQA attention, short
+//!   convolutions, KDA) once per sequence, priced from a one-token run at the same context;
 //! - **routed experts** run on the rows expert parallelism sends to the card: `mb·k/tp` rows per
 //!   card whatever `ep` is (the stage's `dp·mb` tokens, `k` experts each, over its `tp·dp` cards),
 //!   times the hottest rank's share under the routing model — the slowest EP rank sets the step;
@@ -229,7 +230,7 @@ pub fn is_routed_expert_op(op: &str) -> bool {
     op.starts_with("moe.experts") || op == "moe.dispatch" || op == "moe.combine"
 }
 
-type RunKey = (usize, usize, usize, usize, Blocks);
+type RunKey = (usize, usize, usize, usize, Blocks, bool);
 
 /// Estimates plans of one model on one cluster, caching the card roles' cost-only runs.
 pub struct Estimator {
@@ -287,14 +288,16 @@ impl Estimator {
         tokens: usize,
         position: usize,
         blocks: Blocks,
+        batched_decode: bool,
     ) -> Result<Rc<RunCost>, EstimateError> {
-        let key = (plan.tp, plan.ep, tokens, position, blocks);
+        let key = (plan.tp, plan.ep, tokens, position, blocks, batched_decode);
         if let Some(r) = self.cache.borrow().get(&key) {
             return Ok(r.clone());
         }
         let shard = plan.shard(&self.cfg);
         let mut runner = Runner::cost_only(shard, self.launcher.clone(), position + tokens)?;
         runner.run_blocks(blocks)?;
+        runner.batch_decode(batched_decode)?;
         runner.seek(position)?;
         runner.forward(&vec![0; tokens])?;
         let cost = Rc::new(RunCost {
@@ -339,6 +342,8 @@ impl Estimator {
             Phase::Prefill => tokens,
             Phase::Decode => tokens.div_ceil(plan.pp),
         };
+        // Decode: the micro-batch's sequences as one batched step (MLA attention and the
+        // Gated DeltaNet recurrence in one launch each; see `Runner::batch_decode`).
         let main = self.run(
             plan,
             mb,
@@ -347,6 +352,7 @@ impl Estimator {
                 routed_experts: false,
                 ..Blocks::ALL
             },
+            phase == Phase::Decode,
         )?;
         let per_seq = match phase {
             Phase::Decode => Some(self.run(
@@ -358,6 +364,7 @@ impl Estimator {
                     ffn: false,
                     routed_experts: false,
                 },
+                false,
             )?),
             Phase::Prefill => None,
         };
@@ -381,6 +388,7 @@ impl Estimator {
                         ffn: true,
                         routed_experts: true,
                     },
+                    false,
                 )?)
             }
             None => None,
@@ -443,8 +451,14 @@ impl Estimator {
                     Some(ps) => {
                         let seq = &lc.attention.per_sequence;
                         att.add(Work::of(&lc.attention, |op| !seq.contains(op), 1.0));
+                        // Only what the batched step still ran per sequence: MLA attention and
+                        // the GDN recurrence already covered the whole batch there.
                         let one = &ps.layers[l].attention;
-                        att.add(Work::of(one, |op| one.per_sequence.contains(op), mb as f64));
+                        att.add(Work::of(
+                            one,
+                            |op| one.per_sequence.contains(op) && seq.contains(op),
+                            mb as f64,
+                        ));
                     }
                     None => att.add(Work::of(&lc.attention, |_| true, 1.0)),
                 }
