@@ -27,6 +27,15 @@ pub struct ForwardArgs {
     /// decode step).
     #[arg(long, default_value_t = 16)]
     output_len: usize,
+    /// Cost-only runs: one decode step of this many sequences at once (with `--context`), priced
+    /// as `day0 run` prices a card: batched MLA and Gated DeltaNet decode, the other per-sequence
+    /// operators once per sequence.
+    #[arg(long)]
+    batch: Option<usize>,
+    /// Cost-only runs: the context each sequence of the `--batch` decode step attends to
+    /// (default: --prompt-len).
+    #[arg(long)]
+    context: Option<usize>,
     /// Prompt token ids, comma-separated (numeric runs of a checkpoint).
     #[arg(long, value_delimiter = ',')]
     tokens: Vec<i64>,
@@ -82,8 +91,98 @@ fn top_ops(stats: &OpStats, n: usize) -> Vec<(String, u64, u64)> {
     v
 }
 
+/// `day0 forward --cost-only --batch B --context C`: one decode step of `B` sequences at context
+/// `C` on one card, with the memory-bound closed form beside it.
+fn decode_step(args: &ForwardArgs, config: &Path) -> Result<(), String> {
+    use model::plan::estimate::{Estimator, Phase, Routing};
+    use model::plan::parallel::Plan;
+    let batch = args.batch.unwrap_or(1);
+    if batch == 0 {
+        return Err("--batch: must be at least 1".into());
+    }
+    let context = args.context.unwrap_or(args.prompt_len);
+    if context == 0 {
+        return Err("--context: must be at least 1".into());
+    }
+    let cfg = model::config::load_config(config).map_err(|e| e.to_string())?;
+    if let Some(max) = cfg.max_position_embeddings {
+        if context >= max {
+            return Err(format!(
+                "--context {context}: a decode step at that context needs {} positions, beyond the config's max_position_embeddings {max}",
+                context + 1
+            ));
+        }
+    }
+    let cluster = accel_sim::cluster::ClusterPreset::single_card(&args.device)
+        .map_err(|e| format!("--device: {e}"))?;
+    let est = Estimator::new(cfg, cluster, Routing::Uniform).map_err(|e| e.to_string())?;
+    let one = Plan {
+        tp: 1,
+        dp: 1,
+        pp: 1,
+        ep: 1,
+    };
+    let e = est
+        .estimate(&one, Phase::Decode, batch, context)
+        .map_err(|e| e.to_string())?;
+    let bw = est.device().hbm.bandwidth_gbps * 1e9;
+    let floor_ms = e.hbm_bytes_per_card / bw * 1e3;
+    let b = &e.breakdown;
+    if args.json {
+        let v = serde_json::json!({
+            "model": config.display().to_string(),
+            "device": est.device().name,
+            "cost_only": true,
+            "batch": batch,
+            "context": context,
+            "tpot_ms": e.step_s * 1e3,
+            "tokens_per_s": e.tokens_per_s,
+            "hbm_bytes": e.hbm_bytes_per_card,
+            "hbm_floor_ms": floor_ms,
+            "hbm_utilization": e.hbm_utilization,
+            "mfu": e.mfu,
+            "breakdown": {
+                "attention_ms": b.attention_s * 1e3,
+                "dense_ffn_ms": b.dense_ffn_s * 1e3,
+                "experts_ms": b.experts_s * 1e3,
+                "head_ms": b.head_s * 1e3,
+            },
+        });
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&v).map_err(|e| e.to_string())?
+        );
+        return Ok(());
+    }
+    println!(
+        "{} cost-only on {}: one decode step of {batch} sequence(s) at context {context}",
+        config.display(),
+        est.device().name
+    );
+    println!(
+        "TPOT {:.3} ms ({:.0} tokens/s); HBM {:.2} GB moved, {:.3} ms at peak bandwidth ({:.0}% utilised); MFU {:.1}%",
+        e.step_s * 1e3,
+        e.tokens_per_s,
+        e.hbm_bytes_per_card / 1e9,
+        floor_ms,
+        e.hbm_utilization * 100.0,
+        e.mfu * 100.0
+    );
+    println!(
+        "  attention {:.3} ms, dense ffn {:.3} ms, routed experts {:.3} ms, embedding/lm_head {:.3} ms",
+        b.attention_s * 1e3,
+        b.dense_ffn_s * 1e3,
+        b.experts_s * 1e3,
+        b.head_s * 1e3
+    );
+    Ok(())
+}
+
 /// `day0 forward --cost-only`: one sequence's prefill and decode on shape-only weights.
 fn forward_cost_only(args: &ForwardArgs, config: &Path) -> Result<(), String> {
+    if args.batch.is_some() || args.context.is_some() {
+        return decode_step(args, config);
+    }
     if args.prompt_len == 0 {
         return Err("--prompt-len must be at least 1".into());
     }

@@ -490,3 +490,46 @@ fn impossible_deployments_and_bad_plans_name_the_problem() {
         );
     }
 }
+
+/// Issue #13's workload flags: one batched decode step from config.json alone, memory-bound, at
+/// least its HBM bytes over the peak bandwidth and within 2× of that.
+#[test]
+fn cost_only_decode_step_of_a_batch_is_memory_bound() {
+    let out = day0(&[
+        "forward",
+        "--config",
+        "model/testdata/kimi_k2_config.json",
+        "--cost-only",
+        "--batch",
+        "64",
+        "--context",
+        "4096",
+        "--json",
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    let tpot = v["tpot_ms"].as_f64().unwrap();
+    let floor = v["hbm_floor_ms"].as_f64().unwrap();
+    assert!(
+        tpot >= floor && tpot <= 2.0 * floor,
+        "TPOT {tpot} ms vs HBM floor {floor} ms"
+    );
+    for (args, flag) in [
+        (vec!["--batch", "0"], "--batch"),
+        (vec!["--batch", "4", "--context", "100000000"], "--context"),
+    ] {
+        let mut a = vec![
+            "forward",
+            "--config",
+            "model/testdata/kimi_k2_config.json",
+            "--cost-only",
+        ];
+        a.extend(args.iter());
+        let out = day0(&a);
+        let err = stderr(&out);
+        assert!(
+            !out.status.success() && err.contains(flag) && !err.contains("panicked"),
+            "{err}"
+        );
+    }
+}

@@ -231,6 +231,24 @@ impl ClusterPreset {
         Ok(())
     }
 
+    /// One card of `device` (a preset name or `.toml` path) and nothing to talk to: what a
+    /// single-device cost-only run is planned on. Its links are never used (every group has one
+    /// rank) and carry the device preset's own link figures.
+    pub fn single_card(device: &str) -> Result<ClusterPreset, SimError> {
+        let d = DevicePreset::load(device)?;
+        let link = |gbps: f64, us: f64| {
+            format!("bandwidth_gbps = {gbps}\nlatency_us = {us}\nefficiency = 1.0\n")
+        };
+        let text = format!(
+            "name = \"single-{name}\"\ndescription = \"one {name} card\"\ndevice = \"{device}\"\nnodes = 1\ncards_per_node = 1\n[intra]\ntopology = \"switch\"\n{intra}[inter]\n{inter}",
+            name = d.name,
+            device = device,
+            intra = link(d.link.bandwidth_gbps, d.link.latency_us),
+            inter = link(d.link.bandwidth_gbps, d.link.latency_us),
+        );
+        Self::from_toml(&format!("single card of {device}"), &text)
+    }
+
     /// This cluster with `nodes` nodes (any count ≥ 1); an error for 0.
     pub fn with_nodes(&self, nodes: usize) -> Result<ClusterPreset, SimError> {
         if nodes == 0 {
