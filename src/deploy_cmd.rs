@@ -75,6 +75,9 @@ pub struct RunArgs {
     /// Print the report as JSON.
     #[arg(long)]
     pub json: bool,
+    /// Write SVG charts into this directory: `breakdown.svg` (where each phase's step goes).
+    #[arg(long)]
+    pub plot: Option<std::path::PathBuf>,
 }
 
 /// `day0 scale`.
@@ -88,6 +91,10 @@ pub struct ScaleArgs {
     /// Print JSON.
     #[arg(long)]
     pub json: bool,
+    /// Write `scaling.svg` (decode tokens/s against cards, with the scaling efficiency) into this
+    /// directory.
+    #[arg(long)]
+    pub plot: Option<std::path::PathBuf>,
 }
 
 fn gb(b: f64) -> f64 {
@@ -314,6 +321,33 @@ fn phase_json(c: &PhaseChoice, phase: Phase) -> Value {
     v
 }
 
+/// Writes `name` into the `--plot` directory (created if needed).
+fn write_chart(dir: &std::path::Path, name: &str, svg: &str) -> Result<std::path::PathBuf, String> {
+    std::fs::create_dir_all(dir).map_err(|e| format!("--plot {}: {e}", dir.display()))?;
+    let path = dir.join(name);
+    std::fs::write(&path, svg).map_err(|e| format!("--plot {}: {e}", path.display()))?;
+    Ok(path)
+}
+
+fn breakdown_parts(e: &StepEstimate) -> Vec<(String, f64)> {
+    let b = &e.breakdown;
+    // Exposed EP communication: what the overlap left on the critical path.
+    let compute = b.attention_s + b.dense_ffn_s + b.experts_s + b.head_s;
+    let ep_exposed = (e.step_s - compute - b.tp_comm_s - b.pp_comm_s).max(0.0);
+    [
+        ("attention", b.attention_s),
+        ("dense FFN", b.dense_ffn_s),
+        ("routed experts", b.experts_s),
+        ("embedding/lm_head", b.head_s),
+        ("tp all-reduce", b.tp_comm_s),
+        ("ep all-to-all (exposed)", ep_exposed),
+        ("pp send/recv", b.pp_comm_s),
+    ]
+    .iter()
+    .map(|(n, s)| (n.to_string(), s * 1e3))
+    .collect()
+}
+
 fn fixed_plan(spec: Option<&String>, cards: usize, flag: &str) -> Result<Option<Plan>, String> {
     spec.map(|s| Plan::parse(s, Some(cards), flag).map_err(|e| e.to_string()))
         .transpose()
@@ -423,6 +457,30 @@ pub fn run(a: RunArgs) -> Result<(), String> {
         s.workload.prompt_len,
         s.workload.decode_context()
     ));
+    if let Some(dir) = &a.plot {
+        let rows = vec![
+            (
+                format!("prefill {}", prefill.best.estimate.plan),
+                breakdown_parts(&prefill.best.estimate),
+            ),
+            (
+                format!("decode {}", decode.best.estimate.plan),
+                breakdown_parts(&decode.best.estimate),
+            ),
+        ];
+        let title = format!(
+            "{} on {} x {}: where a step goes",
+            a.deploy.model,
+            s.cards,
+            s.est.device().name
+        );
+        let path = write_chart(
+            dir,
+            "breakdown.svg",
+            &day0::charts::breakdown(&title, &rows),
+        )?;
+        say(format!("      chart: {}", path.display()));
+    }
     let wall = t0.elapsed().as_secs_f64();
     if a.json {
         let report = json!({
@@ -551,6 +609,31 @@ pub fn scale(a: ScaleArgs) -> Result<(), String> {
             Err(e) => json!({"cards": n, "error": e.to_string()}),
         };
         rows.push(row);
+    }
+    if let Some(dir) = &a.plot {
+        let points: Vec<(f64, f64, String)> = rows
+            .iter()
+            .filter(|r| r.get("error").is_none())
+            .map(|r| {
+                (
+                    r["cards"].as_u64().unwrap_or(0) as f64,
+                    r["tokens_per_s"].as_f64().unwrap_or(0.0),
+                    format!(
+                        "{:.0}%",
+                        r["scaling_efficiency"].as_f64().unwrap_or(0.0) * 100.0
+                    ),
+                )
+            })
+            .collect();
+        let title = format!(
+            "{}: decode throughput and scaling efficiency",
+            a.deploy.model
+        );
+        let svg = day0::charts::line(&title, "cards", "tokens/s", &points);
+        let path = write_chart(dir, "scaling.svg", &svg)?;
+        if !a.json {
+            println!("chart: {}", path.display());
+        }
     }
     if a.json {
         println!(

@@ -6,7 +6,8 @@
 //! - [`kernels`]: the operator library and its registry;
 //! - [`model`]: model configs and forward passes;
 //! - [`calibrate`]: `day0 calibrate`, predictions against published measurements of real chips;
-//! - [`suite`]: the built-in kernel suite that `day0 run` executes;
+//! - [`charts`]: the SVG charts of `day0 run --plot` and `day0 scale --plot`;
+//! - [`suite`]: the built-in kernel suite (`day0 suite`, and step 2 of `day0 run`);
 //! - [`tune`]: tile-shape sweeps over a kernel's tunable space.
 
 pub use accel_sim;
@@ -15,5 +16,6 @@ pub use kernels;
 pub use model;
 
 pub mod calibrate;
+pub mod charts;
 pub mod suite;
 pub mod tune;

@@ -395,6 +395,17 @@ fn run_suite(device: &str, json: bool) -> Result<(), String> {
                 if !json {
                     println!("{:<34} {}", entry.name, r.summary_line());
                 }
+                // A number over its tolerance fails the run, as a launch error does.
+                match r.max_rel_error {
+                    Some(err) if err <= entry.tolerance => {}
+                    other => {
+                        failed += 1;
+                        eprintln!(
+                            "{:<34} FAILED: max rel err {other:?} against the tolerance {:.0e}",
+                            entry.name, entry.tolerance
+                        );
+                    }
+                }
                 reports.push(r);
             }
             Err(e) => {

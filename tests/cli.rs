@@ -355,8 +355,12 @@ fn models_and_clusters_list_the_presets() {
 /// HBM bytes allow, memory per card.
 #[test]
 fn run_with_a_plan_reports_prefill_decode_and_memory() {
+    let plots = tempfile::tempdir().expect("a temporary directory");
+    let plot_dir = plots.path().join("charts");
     let out = day0(&[
         "run",
+        "--plot",
+        plot_dir.to_str().unwrap(),
         "--model",
         "deepseek-v3",
         "--cluster",
@@ -408,6 +412,9 @@ fn run_with_a_plan_reports_prefill_decode_and_memory() {
     }
     assert_eq!(v["decode"]["plan"], "tp=8,dp=4,pp=1,ep=32");
     assert_eq!(v["decode"]["batch_per_replica"], 16);
+    let svg =
+        std::fs::read_to_string(plot_dir.join("breakdown.svg")).expect("--plot wrote the chart");
+    assert!(svg.starts_with("<svg") && svg.contains("decode tp=8,dp=4,pp=1,ep=32"));
     let util = v["decode"]["hbm_utilization"].as_f64().unwrap();
     assert!(util > 0.0 && util <= 1.0, "{util}");
 }
