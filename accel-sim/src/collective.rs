@@ -272,16 +272,10 @@ pub fn all_reduce(
     algorithm: Algorithm,
 ) -> Result<CommCost, SimError> {
     const OP: &str = "all_reduce";
-    group.validate(cluster, OP)?;
-    check_bytes(OP, "bytes", bytes)?;
-    let n = group.size;
-    if n == 1 || bytes == 0.0 {
-        return Ok(CommCost::zero(if n == 1 {
-            "none"
-        } else {
-            name(algorithm)
-        }));
+    if let Some(free) = trivial(cluster, group, bytes, algorithm, OP)? {
+        return Ok(free);
     }
+    let n = group.size;
     let s = bytes;
     let nf = n as f64;
     let ring = || {
@@ -364,6 +358,23 @@ fn name(a: Algorithm) -> &'static str {
     }
 }
 
+/// Checks a collective's group and size; a group of one rank, or nothing to move, costs nothing
+/// (`Some(zero)`), otherwise `None` and the collective computes its cost.
+fn trivial(
+    cluster: &ClusterPreset,
+    group: &Group,
+    bytes: f64,
+    algorithm: Algorithm,
+    op: &str,
+) -> Result<Option<CommCost>, SimError> {
+    group.validate(cluster, op)?;
+    check_bytes(op, "bytes", bytes)?;
+    if group.size == 1 {
+        return Ok(Some(CommCost::zero("none")));
+    }
+    Ok((bytes == 0.0).then(|| CommCost::zero(name(algorithm))))
+}
+
 /// Shared body of all-gather and reduce-scatter: the two move the same bytes in mirror order.
 fn gather_or_scatter(
     op: &str,
@@ -372,16 +383,10 @@ fn gather_or_scatter(
     bytes: f64,
     algorithm: Algorithm,
 ) -> Result<CommCost, SimError> {
-    group.validate(cluster, op)?;
-    check_bytes(op, "bytes", bytes)?;
-    let n = group.size;
-    if n == 1 || bytes == 0.0 {
-        return Ok(CommCost::zero(if n == 1 {
-            "none"
-        } else {
-            name(algorithm)
-        }));
+    if let Some(free) = trivial(cluster, group, bytes, algorithm, op)? {
+        return Ok(free);
     }
+    let n = group.size;
     let s = bytes;
     let nf = n as f64;
     let ring = || {
@@ -526,16 +531,10 @@ pub fn broadcast(
     algorithm: Algorithm,
 ) -> Result<CommCost, SimError> {
     const OP: &str = "broadcast";
-    group.validate(cluster, OP)?;
-    check_bytes(OP, "bytes", bytes)?;
-    let n = group.size;
-    if n == 1 || bytes == 0.0 {
-        return Ok(CommCost::zero(if n == 1 {
-            "none"
-        } else {
-            name(algorithm)
-        }));
+    if let Some(free) = trivial(cluster, group, bytes, algorithm, OP)? {
+        return Ok(free);
     }
+    let n = group.size;
     let (b, alpha, level) = flat_link(cluster, group);
     let ring = CommCost {
         seconds: bytes / b + (n as f64 - 1.0) * alpha,
