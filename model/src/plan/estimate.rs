@@ -224,6 +224,17 @@ impl Work {
     }
 }
 
+/// The communicator of `size` consecutive cards: as many per node as evenly divides both the
+/// group and a node (12 ranks on 8-card nodes sit 4 per node on 3 nodes), so every card count a
+/// plan allows has a group the collectives can cost.
+pub fn group_of(cluster: &ClusterPreset, size: usize) -> Group {
+    let per_node = (1..=cluster.cards_per_node.min(size).max(1))
+        .rev()
+        .find(|p| size.is_multiple_of(*p))
+        .unwrap_or(1);
+    Group { size, per_node }
+}
+
 /// Whether an operator works on the rows expert parallelism routes (the expert GEMMs and the
 /// permutations around them) rather than on the card's own tokens.
 pub fn is_routed_expert_op(op: &str) -> bool {
@@ -376,7 +387,7 @@ impl Estimator {
         let hot = shares.iter().cloned().fold(0.0, f64::max) * plan.ep as f64;
         let experts_run = match moe {
             Some(m) => {
-                let local_k = m.experts_per_token.min(m.experts / plan.ep).max(1);
+                let local_k = m.experts_per_token.min(m.experts.div_ceil(plan.ep)).max(1);
                 let rows = (mb * m.experts_per_token) as f64 / plan.tp as f64 * hot;
                 let t_moe = ((rows / local_k as f64).ceil() as usize).max(1);
                 Some(self.run(
@@ -396,7 +407,7 @@ impl Estimator {
 
         let clock = self.device.clock_ghz * 1e9;
         let h = self.cfg.hidden_size as f64;
-        let tp_group = Group::packed(&self.cluster, plan.tp);
+        let tp_group = group_of(&self.cluster, plan.tp);
         let tp_allreduce = collective::all_reduce(
             &self.cluster,
             &tp_group,
@@ -407,7 +418,7 @@ impl Estimator {
         let (dispatch, combine) = if plan.ep > 1 && moe.is_some() {
             let k = moe.map(|m| m.experts_per_token).unwrap_or(1) as f64;
             let origin = mb as f64 / plan.tp as f64;
-            let group = Group::packed(&self.cluster, plan.ep);
+            let group = group_of(&self.cluster, plan.ep);
             let volumes = |bytes: f64| -> Vec<Vec<f64>> {
                 (0..plan.ep)
                     .map(|src| {

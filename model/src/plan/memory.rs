@@ -171,7 +171,8 @@ pub fn plan_memory(
         for l in layers.clone() {
             let lp: &LayerParams = &p.layers[l];
             w.dense += (lp.attention + lp.dense_mlp + lp.shared_experts) as f64 / tp * dense_b;
-            w.experts += (lp.per_expert * lp.experts) as f64 / plan.ep as f64 * expert_b;
+            // Round-robin placement: the most loaded card holds ⌈E / ep⌉ experts.
+            w.experts += (lp.per_expert * lp.experts.div_ceil(plan.ep as u64)) as f64 * expert_b;
             w.other += (lp.norms + lp.router) as f64 * 2.0;
             let (k, st) = cache_per_layer(cfg, &cfg.layers[l].attention, plan.tp, opts.kv_bytes);
             kv += k;

@@ -8,8 +8,9 @@
 //!   sequences;
 //! - **pp** (pipeline parallel) splits the layers into consecutive stages;
 //! - **ep** (expert parallel) splits the routed experts of each stage over `ep` of its `tp·dp`
-//!   cards; tokens reach their experts through a dispatch all-to-all and return through a
-//!   combine all-to-all. `ep` divides `tp·dp` (default: all of them).
+//!   cards, round-robin (a card holds ⌈E / ep⌉ when ep does not divide E); tokens reach their
+//!   experts through a dispatch all-to-all and return through a combine all-to-all. `ep` divides
+//!   `tp·dp` (default: all of them) and is at most the expert count.
 
 use crate::config::{AttentionKind, FfnKind, ModelConfig};
 use std::fmt;
@@ -173,11 +174,11 @@ impl Plan {
                     m.shared_intermediate_size,
                 )?;
             }
-            if self.ep > m.experts || m.experts % self.ep != 0 {
+            if self.ep > m.experts {
                 return Err(err(
                     &format!("{flag} ep"),
                     format!(
-                        "ep={} does not divide the {} routed experts evenly; use an ep that divides {}",
+                        "ep={} is more ranks than the {} routed experts; use ep ≤ {}",
                         self.ep, m.experts, m.experts
                     ),
                 ));
@@ -214,7 +215,8 @@ impl Plan {
     }
 
     /// The configuration one card of this plan runs: heads, intermediate columns and shared
-    /// experts divided by `tp`, routed experts by `ep` (routed with group limits off: a card
+    /// experts divided by `tp`, routed experts by `ep` (the most loaded card's ⌈E / ep⌉; routed
+    /// with group limits off: a card
     /// sees only its own experts, which the planner feeds at the routed token count).
     pub fn shard(&self, cfg: &ModelConfig) -> ModelConfig {
         let tp = self.tp;
@@ -238,7 +240,8 @@ impl Plan {
         }
         if let Some(m) = &mut c.moe {
             m.shared_intermediate_size /= tp;
-            m.experts /= self.ep;
+            // Experts are placed round-robin: the most loaded card holds ⌈E / ep⌉.
+            m.experts = m.experts.div_ceil(self.ep);
             m.experts_per_token = m.experts_per_token.min(m.experts);
             m.n_group = 1;
             m.topk_group = 1;

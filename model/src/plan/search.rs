@@ -56,7 +56,7 @@ pub struct PhaseChoice {
 }
 
 /// Every plan of `cards` cards worth trying: tp within a node, pp over the layers, dp filling the
-/// rest, ep the largest degree that divides both the stage's cards and the experts.
+/// rest, ep the largest degree that divides the stage's cards and is at most the expert count.
 pub fn candidate_plans(est: &Estimator, cards: usize) -> Vec<Plan> {
     let cfg = est.config();
     let per_node = est.cluster().cards_per_node;
@@ -72,9 +72,9 @@ pub fn candidate_plans(est: &Estimator, cards: usize) -> Vec<Plan> {
         {
             let dp = cards / (tp * pp);
             let stage = tp * dp;
-            let ep = (1..=stage)
+            let ep = (1..=stage.min(experts))
                 .rev()
-                .find(|e| stage.is_multiple_of(*e) && experts.is_multiple_of(*e))
+                .find(|e| stage.is_multiple_of(*e))
                 .unwrap_or(1);
             plans.push(Plan { tp, dp, pp, ep });
         }
@@ -135,7 +135,11 @@ pub fn screen(
     let moe_layers = p.layers.iter().filter(|l| l.experts > 0).count() as f64 * stage_layers;
     let per_expert = p.layers.iter().map(|l| l.per_expert).max().unwrap_or(0) as f64;
     let flop = 2.0 * tokens * dense + 2.0 * routed_rows * per_expert * moe_layers;
-    let local_experts = cfg.moe.as_ref().map(|m| m.experts / plan.ep).unwrap_or(0) as f64;
+    let local_experts = cfg
+        .moe
+        .as_ref()
+        .map(|m| m.experts.div_ceil(plan.ep))
+        .unwrap_or(0) as f64;
     let touched = if local_experts > 0.0 {
         local_experts * (1.0 - (1.0 - 1.0 / local_experts).powf(routed_rows))
     } else {
@@ -155,7 +159,7 @@ pub fn screen(
     let bytes = memory.weights.dense + memory.weights.other + expert_bytes + cache;
     let compute = (flop / peak).max(bytes / bw);
     let tp_comm = if plan.tp > 1 {
-        let g = accel_sim::collective::Group::packed(est.cluster(), plan.tp);
+        let g = super::estimate::group_of(est.cluster(), plan.tp);
         accel_sim::collective::all_reduce(
             est.cluster(),
             &g,
@@ -285,7 +289,15 @@ pub fn plan_phase(
             ));
             continue;
         }
-        feasible.push(evaluate(est, phase, &plan, workload, mem, capacity, batch)?);
+        match evaluate(est, phase, &plan, workload, mem, capacity, batch) {
+            Ok(c) => feasible.push(c),
+            // A searched plan that cannot be costed drops out with its reason; a given one fails.
+            Err(e) if fixed.is_none() => {
+                rejected.push((plan, e.to_string()));
+                last_err = Some(e);
+            }
+            Err(e) => return Err(e),
+        }
     }
     if feasible.is_empty() {
         return Err(last_err.unwrap_or_else(|| {
