@@ -37,6 +37,9 @@ pub struct DeployArgs {
     /// Slowest acceptable decode step in milliseconds.
     #[arg(long)]
     pub tpot_ms: Option<f64>,
+    /// Longest acceptable time to first token in milliseconds.
+    #[arg(long)]
+    pub ttft_ms: Option<f64>,
     /// MoE routing in the cost-only runs: `uniform` or `zipf:S`.
     #[arg(long, default_value = "uniform")]
     pub routing: String,
@@ -221,12 +224,18 @@ fn setup(a: &DeployArgs, cards: Option<usize>) -> Result<Setup, String> {
     if a.batch == Some(0) {
         return Err("--batch: must be at least 1".into());
     }
+    for (flag, v) in [("--tpot-ms", a.tpot_ms), ("--ttft-ms", a.ttft_ms)] {
+        if v.is_some_and(|t| !(t.is_finite() && t > 0.0)) {
+            return Err(format!("{flag}: must be a positive number of milliseconds"));
+        }
+    }
     let workload = Workload {
         prompt_len: a.prompt_len,
         output_len: a.output_len,
         batch: a.batch,
         context: a.context,
         tpot_target_s: a.tpot_ms.map(|t| t / 1e3),
+        ttft_target_s: a.ttft_ms.map(|t| t / 1e3),
     };
     let max_pos = cfg.max_position_embeddings;
     let need = workload.decode_context().max(a.prompt_len + a.output_len);
@@ -289,9 +298,11 @@ fn memory_json(m: &MemoryPlan) -> Value {
     })
 }
 
-fn phase_json(c: &PhaseChoice, phase: Phase) -> Value {
+fn phase_json(c: &PhaseChoice, phase: Phase, target_s: Option<f64>) -> Value {
     let mut v = estimate_json(&c.best.estimate);
     let e = &c.best.estimate;
+    v["target_ms"] = json!(target_s.map(|t| t * 1e3));
+    v["meets_target"] = json!(target_s.is_none_or(|t| e.step_s <= t));
     match phase {
         Phase::Prefill => {
             v["ttft_ms"] = json!(e.step_s * 1e3);
@@ -492,8 +503,8 @@ pub fn run(a: RunArgs) -> Result<(), String> {
             "active_params": c.active(),
             "coverage": {"operators": cov.rows.len(), "missing": cov.missing()},
             "checks": checks,
-            "prefill": phase_json(&prefill, Phase::Prefill),
-            "decode": phase_json(&decode, Phase::Decode),
+            "prefill": phase_json(&prefill, Phase::Prefill, s.workload.ttft_target_s),
+            "decode": phase_json(&decode, Phase::Decode, s.workload.tpot_target_s),
             "memory": memory_json(&decode.best.memory),
             "wall_s": wall,
         });
@@ -504,15 +515,27 @@ pub fn run(a: RunArgs) -> Result<(), String> {
         return Ok(());
     }
     println!("[5/5] report");
-    print_phase("prefill", &prefill, Phase::Prefill);
-    print_phase("decode", &decode, Phase::Decode);
+    print_phase(
+        "prefill",
+        &prefill,
+        Phase::Prefill,
+        s.workload.ttft_target_s,
+    );
+    print_phase("decode", &decode, Phase::Decode, s.workload.tpot_target_s);
     print_memory(&decode.best);
     println!("  ({wall:.1} s wall)");
     Ok(())
 }
 
-fn print_phase(name: &str, c: &PhaseChoice, phase: Phase) {
+fn print_phase(name: &str, c: &PhaseChoice, phase: Phase, target_s: Option<f64>) {
     let e = &c.best.estimate;
+    if let Some(t) = target_s.filter(|t| e.step_s > *t) {
+        println!(
+            "  {name:<7} target NOT met: {:.1} ms against {:.1} ms (no plan of these cards meets it; add cards or relax the target)",
+            e.step_s * 1e3,
+            t * 1e3
+        );
+    }
     let b = &e.breakdown;
     let head = match phase {
         Phase::Prefill => format!("TTFT {:.1} ms for {} tokens", e.step_s * 1e3, e.context),

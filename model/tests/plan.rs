@@ -256,3 +256,29 @@ fn a_batched_decode_reads_each_sequences_cache_in_one_launch() {
     let mut r = Runner::load(&tiny, launcher().with_backend(Backend::Functional), 16).unwrap();
     assert!(r.batch_decode(true).is_err());
 }
+
+/// A TTFT target the screen's favourite misses once simulated: the planner simulates the plan
+/// the screen deems fastest per step too, and picks the one that meets the target.
+#[test]
+fn a_ttft_target_picks_a_plan_that_meets_it() {
+    use model::plan::search::{plan_phase, Workload, FINALISTS};
+    let cfg = load_model("deepseek-v3").unwrap();
+    let est = Estimator::new(cfg, ClusterPreset::load("h800").unwrap(), Routing::Uniform).unwrap();
+    let mut w = Workload {
+        prompt_len: 2048,
+        output_len: 64,
+        batch: None,
+        context: None,
+        tpot_target_s: None,
+        ttft_target_s: None,
+    };
+    let mem = MemoryOptions::default();
+    let free = plan_phase(&est, Phase::Prefill, 32, &w, &mem, None, FINALISTS).unwrap();
+    // A target just under the unconstrained choice's TTFT.
+    let t = free.best.estimate.step_s * 0.9;
+    w.ttft_target_s = Some(t);
+    let held = plan_phase(&est, Phase::Prefill, 32, &w, &mem, None, FINALISTS).unwrap();
+    assert!(held.best.estimate.step_s <= t, "{:?}", held.best.estimate);
+    assert_ne!(held.best.estimate.plan, free.best.estimate.plan);
+    assert!(held.why.contains("target"), "{}", held.why);
+}

@@ -22,6 +22,8 @@ pub struct Workload {
     pub context: Option<usize>,
     /// The slowest acceptable decode step (seconds); `None` means no target.
     pub tpot_target_s: Option<f64>,
+    /// The longest acceptable time to first token (seconds); `None` means no target.
+    pub ttft_target_s: Option<f64>,
 }
 
 impl Workload {
@@ -269,9 +271,25 @@ pub fn plan_phase(
                 .total_cmp(&a.0.tokens_per_s)
                 .then(a.1.cmp(&b.1))
         }),
-        // Prefill: the lowest TTFT among plans within 15% of the best throughput (a user waits
-        // for the first token; splitting a prompt over tensor-parallel cards costs a little
-        // throughput in all-reduces and saves most of the wait).
+        // Prefill with a TTFT target: the highest throughput among the plans that meet it (by
+        // the screen), then the others by TTFT.
+        Phase::Prefill if workload.ttft_target_s.is_some() => {
+            let target = workload.ttft_target_s.unwrap_or(f64::INFINITY);
+            screened.sort_by(|a, b| {
+                let meets = |s: &Screened| s.step_s <= target;
+                meets(&b.0)
+                    .cmp(&meets(&a.0))
+                    .then(if meets(&a.0) {
+                        b.0.tokens_per_s.total_cmp(&a.0.tokens_per_s)
+                    } else {
+                        a.0.step_s.total_cmp(&b.0.step_s)
+                    })
+                    .then(a.1.cmp(&b.1))
+            })
+        }
+        // Prefill without one: the lowest TTFT among plans within 15% of the best throughput (a
+        // user waits for the first token; splitting a prompt over tensor-parallel cards costs a
+        // little throughput in all-reduces and saves most of the wait).
         Phase::Prefill => screened.sort_by(|a, b| {
             let near = |s: &Screened| s.tokens_per_s >= 0.85 * best_screened;
             near(&b.0)
@@ -280,12 +298,33 @@ pub fn plan_phase(
                 .then(a.1.cmp(&b.1))
         }),
     }
+    let target = match phase {
+        Phase::Prefill => workload.ttft_target_s,
+        Phase::Decode => workload.tpot_target_s,
+    };
+    // With a target, the screen only ranks: if the simulated finalists miss it, the plan the
+    // screen deems fastest per step is simulated too (the closed form leaves out attention FLOP
+    // and kernel efficiency, so its absolute times are optimistic).
+    let fastest = screened
+        .iter()
+        .enumerate()
+        .min_by(|a, b| a.1 .0.step_s.total_cmp(&b.1 .0.step_s))
+        .map(|(i, _)| i);
+    let mut extra: Option<(Plan, usize)> = None;
     let screened_out = screened.len().saturating_sub(finalists.max(1));
-    for (i, (_, plan, batch)) in screened.into_iter().enumerate() {
+    for (i, (sc, plan, batch)) in screened.into_iter().enumerate() {
+        if i >= finalists.max(1) && target.is_some() && Some(i) == fastest {
+            extra = Some((plan, batch));
+            continue;
+        }
         if i >= finalists.max(1) {
             rejected.push((
                 plan,
-                "screened out: the closed-form roofline ranks it below the finalists".into(),
+                format!(
+                    "screened out: the closed-form roofline ranks it below the finalists ({:.0} tokens/s, step {:.1} ms)",
+                    sc.tokens_per_s,
+                    sc.step_s * 1e3
+                ),
             ));
             continue;
         }
@@ -299,6 +338,20 @@ pub fn plan_phase(
             Err(e) => return Err(e),
         }
     }
+    let missed = |c: &Candidate| target.is_some_and(|t| c.estimate.step_s > t);
+    if let Some((plan, batch)) = extra {
+        if feasible.iter().all(missed) {
+            match evaluate(est, phase, &plan, workload, mem, capacity, batch) {
+                Ok(c) => feasible.push(c),
+                Err(e) => rejected.push((plan, e.to_string())),
+            }
+        } else {
+            rejected.push((
+                plan,
+                "screened out: a finalist already meets the target".into(),
+            ));
+        }
+    }
     if feasible.is_empty() {
         return Err(last_err.unwrap_or_else(|| {
             EstimateError::Plan(PlanError {
@@ -307,14 +360,30 @@ pub fn plan_phase(
             })
         }));
     }
+    // Plans that meet the target first, by throughput; then the others, fastest step first.
     feasible.sort_by(|a, b| {
-        b.estimate
-            .tokens_per_s
-            .total_cmp(&a.estimate.tokens_per_s)
-            .then(a.estimate.step_s.total_cmp(&b.estimate.step_s))
+        missed(a).cmp(&missed(b)).then(if missed(a) {
+            a.estimate.step_s.total_cmp(&b.estimate.step_s)
+        } else {
+            b.estimate
+                .tokens_per_s
+                .total_cmp(&a.estimate.tokens_per_s)
+                .then(a.estimate.step_s.total_cmp(&b.estimate.step_s))
+        })
     });
     let best = feasible.remove(0);
-    let why = explain(&best, feasible.first(), phase, screened_out);
+    let why = match (target, feasible.first()) {
+        (Some(t), Some(r)) if !missed(&best) && missed(r) => format!(
+            "{} meets the {:.1} ms target ({:.1} ms) where the runner-up {} takes {:.1} ms, at {:.0} tokens/s",
+            best.estimate.plan,
+            t * 1e3,
+            best.estimate.step_s * 1e3,
+            r.estimate.plan,
+            r.estimate.step_s * 1e3,
+            best.estimate.tokens_per_s
+        ),
+        _ => explain(&best, feasible.first(), phase, screened_out),
+    };
     Ok(PhaseChoice {
         best,
         alternatives: feasible,
@@ -462,7 +531,7 @@ fn explain(
             e.plan,
             screened_out + 1,
             match phase {
-                Phase::Prefill => "lowest TTFT within 15% of the best throughput",
+                Phase::Prefill => "the prefill rule: highest throughput meeting --ttft-ms, or without a target the lowest TTFT within 15% of the best throughput",
                 Phase::Decode => "highest throughput",
             },
             t / e.step_s * 100.0,
