@@ -164,7 +164,8 @@ pub fn plan_memory(
         .map(|m| bytes_per_param(&m.expert_format))
         .unwrap_or(dense_b);
     let mut worst: Option<MemoryPlan> = None;
-    for s in 0..plan.pp {
+    // A plan always has a stage (a degree of 0 is refused by `Plan::validate`).
+    for s in 0..plan.pp.max(1) {
         let layers = plan.stage_layers(cfg.num_layers(), s);
         let mut w = WeightBytes::default();
         let (mut kv, mut state) = (0.0, 0.0);

@@ -126,6 +126,19 @@ impl Plan {
 
     /// Checks the plan against the model: every degree must split what it splits evenly.
     pub fn validate(&self, cfg: &ModelConfig, flag: &str) -> Result<(), PlanError> {
+        for (name, d) in [
+            ("tp", self.tp),
+            ("dp", self.dp),
+            ("pp", self.pp),
+            ("ep", self.ep),
+        ] {
+            if d == 0 {
+                return Err(err(
+                    &format!("{flag} {name}"),
+                    format!("{name}=0: every degree is at least 1"),
+                ));
+            }
+        }
         let tp = self.tp;
         let divides = |what: &str, n: usize| -> Result<(), PlanError> {
             if !n.is_multiple_of(tp) {
@@ -209,7 +222,8 @@ impl Plan {
 
     /// The layers of pipeline stage `s` (contiguous; the first `layers % pp` stages take one more).
     pub fn stage_layers(&self, layers: usize, s: usize) -> std::ops::Range<usize> {
-        let (base, extra) = (layers / self.pp, layers % self.pp);
+        let pp = self.pp.max(1);
+        let (base, extra) = (layers / pp, layers % pp);
         let start = s * base + s.min(extra);
         start..start + base + usize::from(s < extra)
     }
