@@ -36,6 +36,11 @@ pub struct ForwardArgs {
     /// (default: --prompt-len).
     #[arg(long)]
     context: Option<usize>,
+    /// Cost-only `--batch` steps: how tokens pick experts, `uniform` or `zipf:S` (the hottest
+    /// expert-parallel rank sets the step; on one card, a skew changes nothing but the report's
+    /// routing).
+    #[arg(long, default_value = "uniform")]
+    routing: String,
     /// Prompt token ids, comma-separated (numeric runs of a checkpoint).
     #[arg(long, value_delimiter = ',')]
     tokens: Vec<i64>,
@@ -115,7 +120,8 @@ fn decode_step(args: &ForwardArgs, config: &Path) -> Result<(), String> {
     }
     let cluster = accel_sim::cluster::ClusterPreset::single_card(&args.device)
         .map_err(|e| format!("--device: {e}"))?;
-    let est = Estimator::new(cfg, cluster, Routing::Uniform).map_err(|e| e.to_string())?;
+    let routing = Routing::parse(&args.routing).map_err(|e| e.to_string())?;
+    let est = Estimator::new(cfg, cluster, routing).map_err(|e| e.to_string())?;
     let one = Plan {
         tp: 1,
         dp: 1,

@@ -524,6 +524,7 @@ fn cost_only_decode_step_of_a_batch_is_memory_bound() {
     for (args, flag) in [
         (vec!["--batch", "0"], "--batch"),
         (vec!["--batch", "4", "--context", "100000000"], "--context"),
+        (vec!["--batch", "4", "--routing", "hot"], "--routing"),
     ] {
         let mut a = vec![
             "forward",
