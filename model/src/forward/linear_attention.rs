@@ -8,7 +8,7 @@ use super::params::LinearAttnWeights;
 use super::ForwardError;
 use crate::config::LinearAttnDims;
 use dsl_core::prelude::*;
-use kernels::linear_attention::{chunked, conv, gates, recurrent};
+use kernels::linear_attention::{chunked, conv, gates};
 
 /// Per-sequence state of one linear-attention layer (constant in context length).
 pub(crate) struct LinearState {
@@ -121,88 +121,62 @@ pub(crate) fn forward(
     );
     ops.book("linear_attn.gates", launch)?;
 
-    let q = view(y.col_range(0, qk_w), "conv q")?;
-    let k = view(y.col_range(qk_w, qk_w), "conv k")?;
-    let v = view(y.col_range(2 * qk_w, v_w), "conv v")?;
     let o = ops.mem.act(t, v_w);
     use kernels::linear_attention::reference::Decay;
-    use kernels::linear_attention::runner::{delta_config, DeltaMode};
-    let mode = if t == 1 {
-        DeltaMode::Recurrent
-    } else {
-        DeltaMode::Chunked
-    };
-    // The largest chunk whose tiles fit the card's on-chip memory: C = 64 on most cards; a
-    // smaller SRAM (an H800's 228 KB) takes C = 32. The chunked form's result does not depend on
-    // C beyond rounding, and a retry rewrites every output: the kernel reads `state` and writes
-    // only `spare` and `o`.
-    let chunks: Vec<i64> = if t == 1 {
-        vec![64]
-    } else {
-        let mut c = kernels::tile_choice::declared(&chunked::chunked_delta::META, "C");
-        c.retain(|v| *v <= 64);
-        c.sort_unstable_by(|a, b| b.cmp(a));
-        c
-    };
+    use kernels::linear_attention::runner::{launch_delta, DeltaMode, DeltaTensors};
     if ops.batched_decode && t > 1 {
         // A batched cost-only decode: the t sequences' recurrences in one launch over t·Nv
         // heads, each sequence with its own state (shape only: nothing is stored).
-        let cfg = delta_config(DeltaMode::Recurrent, Decay::Scalar, &Config::new(), dk, dv);
-        let shape = |c: usize| ops.mem.poisoned::<f32>(&[1, t * c]);
-        let (qb, kb, vb) = (shape(qk_w), shape(qk_w), shape(v_w));
-        let (gb, betab, ob) = (shape(nv), shape(nv), shape(v_w));
-        let states: Tensor<f32> = ops.mem.poisoned(&[t * nv * dk, dv]);
-        let spare: Tensor<f32> = ops.mem.poisoned(&[t * nv * dk, dv]);
-        let launch = cfg.and_then(|cfg| {
-            recurrent::recurrent_delta::launch(
-                &ops.launcher,
-                &cfg,
-                &qb,
-                &kb,
-                &vb,
-                &gb,
-                &betab,
-                &states,
-                &spare,
-                &ob,
-            )
-        });
+        let row = |c: usize| ops.mem.poisoned::<f32>(&[1, t * c]);
+        let tensors = DeltaTensors {
+            q: row(qk_w),
+            k: row(qk_w),
+            v: row(v_w),
+            g: row(nv),
+            beta: row(nv),
+            state_in: ops.mem.poisoned(&[t * nv * dk, dv]),
+            state_out: ops.mem.poisoned(&[t * nv * dk, dv]),
+            o: row(v_w),
+        };
+        let launch = launch_delta(
+            &ops.launcher,
+            Decay::Scalar,
+            DeltaMode::Recurrent,
+            &Config::new(),
+            &tensors,
+        );
         ops.book("linear_attn.delta_recurrent", launch)?;
     } else {
-        let op = if t == 1 {
-            "linear_attn.delta_recurrent"
+        let (op, mode) = if t == 1 {
+            ("linear_attn.delta_recurrent", DeltaMode::Recurrent)
         } else {
-            "linear_attn.delta_chunked"
+            ("linear_attn.delta_chunked", DeltaMode::Chunked)
+        };
+        // The largest chunk whose tiles fit the card's on-chip memory: C = 64 on most cards; a
+        // smaller SRAM (an H800's 228 KB) takes C = 32. The chunked form's result does not
+        // depend on C beyond rounding, and a retry rewrites every output: the kernel reads
+        // `state` and writes only `spare` and `o`. (The recurrent form ignores C.)
+        let chunks: Vec<i64> = if t == 1 {
+            vec![64]
+        } else {
+            let mut c = kernels::tile_choice::declared(&chunked::chunked_delta::META, "C");
+            c.retain(|v| *v <= 64);
+            c.sort_unstable_by(|a, b| b.cmp(a));
+            c
+        };
+        let tensors = DeltaTensors {
+            q: view(y.col_range(0, qk_w), "conv q")?,
+            k: view(y.col_range(qk_w, qk_w), "conv k")?,
+            v: view(y.col_range(2 * qk_w, v_w), "conv v")?,
+            g: g.clone(),
+            beta: beta.clone(),
+            state_in: st.state.clone(),
+            state_out: st.spare.clone(),
+            o: o.clone(),
         };
         let launch = first_fitting(chunks, |c| {
-            let cfg = delta_config(mode, Decay::Scalar, &Config::new().with("C", c), dk, dv)?;
-            if t == 1 {
-                recurrent::recurrent_delta::launch(
-                    &ops.launcher,
-                    &cfg,
-                    &q,
-                    &k,
-                    &v,
-                    &g,
-                    &beta,
-                    &st.state,
-                    &st.spare,
-                    &o,
-                )
-            } else {
-                chunked::chunked_delta::launch(
-                    &ops.launcher,
-                    &cfg,
-                    &q,
-                    &k,
-                    &v,
-                    &g,
-                    &beta,
-                    &st.state,
-                    &st.spare,
-                    &o,
-                )
-            }
+            let config = Config::new().with("C", c);
+            launch_delta(&ops.launcher, Decay::Scalar, mode, &config, &tensors)
         });
         ops.book_sequence(op, launch)?;
         st.swap_state();

@@ -218,7 +218,7 @@ pub fn plan_phase(
     // Screen: every plan that splits the model and fits memory gets a closed-form throughput.
     // Pipeline stages add latency to every token, so plans with pp > 1 are tried only when no
     // plan without them fits.
-    let mut screened: Vec<(Screened, Plan, usize)> = Vec::new();
+    let mut screened: Vec<(Screened, Plan, usize, MemoryPlan)> = Vec::new();
     let mut deferred: Vec<Plan> = Vec::new();
     let mut queue: Vec<Plan> = plans;
     for round in 0..2 {
@@ -240,7 +240,8 @@ pub fn plan_phase(
                         Phase::Prefill => workload.prompt_len,
                         Phase::Decode => workload.decode_context(),
                     };
-                    screened.push((screen(est, &plan, phase, batch, ctx, &memory), plan, batch));
+                    let sc = screen(est, &plan, phase, batch, ctx, &memory);
+                    screened.push((sc, plan, batch, memory));
                 }
                 Err(e) if fixed.is_none() => {
                     rejected.push((plan, e.message.clone()));
@@ -310,11 +311,11 @@ pub fn plan_phase(
         .enumerate()
         .min_by(|a, b| a.1 .0.step_s.total_cmp(&b.1 .0.step_s))
         .map(|(i, _)| i);
-    let mut extra: Option<(Plan, usize)> = None;
+    let mut extra: Option<(Plan, usize, MemoryPlan)> = None;
     let screened_out = screened.len().saturating_sub(finalists.max(1));
-    for (i, (sc, plan, batch)) in screened.into_iter().enumerate() {
+    for (i, (sc, plan, batch, memory)) in screened.into_iter().enumerate() {
         if i >= finalists.max(1) && target.is_some() && Some(i) == fastest {
-            extra = Some((plan, batch));
+            extra = Some((plan, batch, memory));
             continue;
         }
         if i >= finalists.max(1) {
@@ -328,7 +329,7 @@ pub fn plan_phase(
             ));
             continue;
         }
-        match evaluate(est, phase, &plan, workload, mem, capacity, batch) {
+        match evaluate(est, phase, &plan, workload, mem, capacity, batch, memory) {
             Ok(c) => feasible.push(c),
             // A searched plan that cannot be costed drops out with its reason; a given one fails.
             Err(e) if fixed.is_none() => {
@@ -339,9 +340,9 @@ pub fn plan_phase(
         }
     }
     let missed = |c: &Candidate| target.is_some_and(|t| c.estimate.step_s > t);
-    if let Some((plan, batch)) = extra {
+    if let Some((plan, batch, memory)) = extra {
         if feasible.iter().all(missed) {
-            match evaluate(est, phase, &plan, workload, mem, capacity, batch) {
+            match evaluate(est, phase, &plan, workload, mem, capacity, batch, memory) {
                 Ok(c) => feasible.push(c),
                 Err(e) => rejected.push((plan, e.to_string())),
             }
@@ -451,7 +452,9 @@ fn fit(
 }
 
 /// Simulates one plan for one phase at `batch` sequences per replica (decode), halving the batch
-/// until the TPOT target holds when the workload leaves the batch open.
+/// until the TPOT target holds when the workload leaves the batch open. `memory` is the plan's
+/// memory at `batch` ([`fit`]); a smaller batch gets its own.
+#[allow(clippy::too_many_arguments)]
 fn evaluate(
     est: &Estimator,
     phase: Phase,
@@ -460,18 +463,11 @@ fn evaluate(
     mem: &MemoryOptions,
     capacity: f64,
     batch: usize,
+    memory: MemoryPlan,
 ) -> Result<Candidate, EstimateError> {
     match phase {
         Phase::Prefill => {
             let estimate = est.estimate(plan, phase, 1, w.prompt_len)?;
-            let memory = plan_memory(
-                est.config(),
-                plan,
-                capacity,
-                w.prompt_len,
-                w.prompt_len,
-                mem,
-            );
             Ok(Candidate { estimate, memory })
         }
         Phase::Decode => {
@@ -481,7 +477,11 @@ fn evaluate(
                 let estimate = est.estimate(plan, phase, b, ctx)?;
                 let meets = w.tpot_target_s.is_none_or(|t| estimate.step_s <= t);
                 if meets || b == 1 || w.batch.is_some() {
-                    let memory = plan_memory(est.config(), plan, capacity, b, ctx, mem);
+                    let memory = if b == batch {
+                        memory
+                    } else {
+                        plan_memory(est.config(), plan, capacity, b, ctx, mem)
+                    };
                     return Ok(Candidate { estimate, memory });
                 }
                 b /= 2;
