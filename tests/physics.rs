@@ -18,19 +18,21 @@ use kernels::attention::sparse::{run_dsa_decode, run_dsa_prefill, DsaCase};
 use kernels::embedding::run_embedding;
 use kernels::gemm::{run_gemm, GemmCase, GemmDtype, GemmVariant};
 use kernels::layout::run_copy;
+use kernels::linear::run_linear_weight;
 use kernels::linear_attention::conv::{launch_short_conv, zero_state};
 use kernels::linear_attention::gates;
 use kernels::linear_attention::reference::Decay;
 use kernels::linear_attention::runner::{run_delta, DeltaCase, DeltaMode};
 use kernels::moe::dispatch::{run_moe_combine, run_moe_dispatch, RoutingPlan};
 use kernels::moe::expert_gemm::{expert_matmul, prepare_weight, swiglu, WeightPath};
-use kernels::moe::grouped::run_grouped_linear;
+use kernels::moe::grouped::{run_grouped_linear, run_grouped_linear_weight};
 use kernels::moe::router::{run_router_sigmoid_group_topk, run_router_softmax_topk};
 use kernels::norm::{run_layernorm, run_rmsnorm, run_rmsnorm_residual, RmsNormCase};
 use kernels::rope::run_rope;
 use kernels::softmax::{run_softmax, SoftmaxCase};
 use kernels::testdata::Rng;
 use kernels::tile_choice::{cover, divides};
+use kernels::weight::{Format, Weight};
 use proptest::prelude::*;
 use std::collections::BTreeSet;
 
@@ -104,6 +106,12 @@ const CHECKED: &[&str] = &[
     "expert_gemm_fp8",
     "dequant_mxfp4",
     "swiglu",
+    "linear_bf16",
+    "act_quant_fp8",
+    "linear_fp8",
+    "moe_grouped_linear_bf16",
+    "moe_grouped_linear_fp8",
+    "moe_grouped_linear_mxfp4",
 ];
 
 /// Operators of the registry not checked here yet, each with the reason (see the report of issue
@@ -516,6 +524,42 @@ fn run_model_op(device: &str, op: &str, x: &[usize; 8]) -> Labelled {
                 }
             }
         }
+        "linear_stored" | "grouped_linear_stored" => {
+            // Each stored weight format in turn: bf16, block FP8 (W8A8 or W8A16 by the matrix
+            // unit's modes), MXFP4 (experts only).
+            let format = [Format::Bf16, Format::Fp8Block, Format::Mxfp4][x[6] % 3];
+            let (kd, nout) = (32 * dim(x[2], 1, 224), dim(x[3], 1, 7168));
+            let w_shape = |lead: &[usize]| [lead, &[nout, kd][..]].concat();
+            if op == "linear_stored" {
+                let format = if format == Format::Mxfp4 {
+                    Format::Bf16
+                } else {
+                    format
+                };
+                let m = dim(x[0], 1, 4096);
+                let w = Weight::shape_only(format, &w_shape(&[])).expect("weight");
+                let r = run_linear_weight(&l, &shape(&[m, kd]), &w, &shape(&[m, nout]));
+                return parts(
+                    format!("{op} {} {m}x{nout}x{kd}", format.name()),
+                    r.map(|v| v.into_iter().map(|(_, l)| l.report).collect()),
+                );
+            }
+            let (t, e) = (dim(x[0], 1, 512), dim(x[1], 1, 128));
+            let k = pick(x[4], 1, e.min(16));
+            let plan = routing(seed, t, e, k);
+            let n = t * k;
+            let w = Weight::shape_only(format, &w_shape(&[e])).expect("weight");
+            let offsets = plan.offsets_tensor().expect("offsets");
+            let r =
+                run_grouped_linear_weight(&l, &shape(&[n, kd]), &w, &offsets, &shape(&[n, nout]));
+            parts(
+                format!(
+                    "{op} {} tokens {t} experts {e} top_k {k} in {kd} out {nout}",
+                    format.name()
+                ),
+                r.map(|v| v.into_iter().map(|(_, r)| r).collect()),
+            )
+        }
         "attention_prefill" => {
             let (kv, group) = (dim(x[1], 1, 8), dim(x[5], 1, 8));
             let (hd, vhd) = (dim(x[2], 1, 300), dim(x[3], 1, 300));
@@ -841,6 +885,18 @@ const MODEL_RUNNERS: &[(&str, &[&str])] = &[
     ("expert_gemm_fp8", &["expert_gemm_fp8"]),
     ("dequant_mxfp4", &["dequant_mxfp4", "expert_gemm"]),
     ("swiglu", &["swiglu"]),
+    (
+        "linear_stored",
+        &["linear_bf16", "act_quant_fp8", "linear_fp8"],
+    ),
+    (
+        "grouped_linear_stored",
+        &[
+            "moe_grouped_linear_bf16",
+            "moe_grouped_linear_fp8",
+            "moe_grouped_linear_mxfp4",
+        ],
+    ),
 ];
 
 proptest! {

@@ -12,21 +12,19 @@ use crate::testdata::Rng;
 use dsl_core::prelude::*;
 use dsl_core::{Backend, SimError};
 
-/// One program per `BM×BN` output tile, K in 128-wide scale blocks, double-buffered.
-/// `BN` divides 128 so that every B tile lies in one scale block.
-#[kernel(
-    grid = (cdiv(c.rows(), BM), cdiv(c.cols(), BN)),
-    tunable(BM = [128, 64, 32, 16], BN = [128, 64, 32], BK = [128])
-)]
-pub fn gemm_fp8(
+/// One `BM×BN` output tile `(A·sa)[row..] · ((B·sb)[col..])ᵀ` over the whole K, in 128-wide scale
+/// blocks, double-buffered: the raw E4M3 codes multiply on the matrix unit at the FP8 rate and each
+/// 128-deep partial product is promoted into the f32 accumulator with the row's and the block's
+/// scales. `BN` must divide 128 so that the B tile lies in one scale block.
+#[kernel(helper)]
+pub fn fp8_matmul_bt_tile<const BM: usize, const BN: usize, const BK: usize>(
     a: &Tensor<fp8e4m3>,
     sa: &Tensor<f32>,
     b: &Tensor<fp8e4m3>,
     sb: &Tensor<f32>,
-    c: &Tensor<bf16>,
-) {
-    let row = program_id(0) * BM;
-    let col = program_id(1) * BN;
+    row: usize,
+    col: usize,
+) -> Tile<f32, BM, BN> {
     let mut acc = zeros::<f32, BM, BN>();
     let mut ta = load_async::<BM, BK>(a, row, 0);
     let mut tb = load_async::<BN, BK>(b, col, 0);
@@ -48,6 +46,26 @@ pub fn gemm_fp8(
         tsa = next_sa;
         tsb = next_sb;
     }
+    acc
+}
+
+/// One program per `BM×BN` output tile, K in 128-wide scale blocks, double-buffered.
+/// `BN` divides 128 so that every B tile lies in one scale block.
+#[kernel(
+    grid = (cdiv(c.rows(), BM), cdiv(c.cols(), BN)),
+    tunable(BM = [128, 64, 32, 16], BN = [128, 64, 32], BK = [128]),
+    helpers(fp8_matmul_bt_tile)
+)]
+pub fn gemm_fp8(
+    a: &Tensor<fp8e4m3>,
+    sa: &Tensor<f32>,
+    b: &Tensor<fp8e4m3>,
+    sb: &Tensor<f32>,
+    c: &Tensor<bf16>,
+) {
+    let row = program_id(0) * BM;
+    let col = program_id(1) * BN;
+    let acc = fp8_matmul_bt_tile::<BM, BN, BK>(a, sa, b, sb, row, col);
     store(c, row, col, &cast::<bf16>(&acc));
 }
 

@@ -20,3 +20,4 @@ pub mod rope;
 pub mod softmax;
 pub mod testdata;
 pub mod tile_choice;
+pub mod weight;

@@ -10,6 +10,7 @@
 //! space: [`tiles_for`] takes, per dimension, the smallest declared tile that covers it, capped for
 //! large shapes at a size whose double-buffered tiles fit on chip.
 
+use crate::gemm_fp8::fp8_matmul_bt_tile;
 use dsl_core::prelude::*;
 use dsl_core::SimError;
 
@@ -70,4 +71,228 @@ pub fn run_linear<T: Float>(
         });
     }
     linear::launch(launcher, &tiles_for(m, n, k), x, w, y)
+}
+
+/// One `BM×BN` output tile of `x · wᵀ` over the whole K for f32 activations and a weight stored
+/// as `T`: each activation tile is rounded to `T` on chip, so the matrix unit runs at `T`'s rate
+/// while the activations stay f32 in device memory (the forward keeps them f32 between kernels).
+/// Double-buffered like [`linear()`].
+#[kernel(helper)]
+pub fn cast_matmul_bt_tile<T: Float, const BM: usize, const BN: usize, const BK: usize>(
+    x: &Tensor<f32>,
+    w: &Tensor<T>,
+    row: usize,
+    col: usize,
+) -> Tile<f32, BM, BN> {
+    let mut acc = zeros::<f32, BM, BN>();
+    let mut tx = load_async::<BM, BK>(x, row, 0);
+    let mut tw = load_async::<BN, BK>(w, col, 0);
+    for k in (BK..x.cols() + BK).step_by(BK) {
+        let next_x = load_async::<BM, BK>(x, row, k);
+        let next_w = load_async::<BN, BK>(w, col, k);
+        mma_bt(&mut acc, &cast::<T>(&tx), &tw);
+        tx = next_x;
+        tw = next_w;
+    }
+    acc
+}
+
+/// Linear layer over a bf16 (or any `T`) weight with f32 activations rounded to `T` on chip.
+#[kernel(
+    grid = (cdiv(y.rows(), BM), cdiv(y.cols(), BN)),
+    tunable(BM = [64, 8, 16, 32, 128], BN = [128, 16, 32, 64], BK = [64, 16, 32, 128]),
+    helpers(cast_matmul_bt_tile)
+)]
+pub fn linear_cast<T: Float>(x: &Tensor<f32>, w: &Tensor<T>, y: &Tensor<f32>) {
+    let row = program_id(0) * BM;
+    let col = program_id(1) * BN;
+    let acc = cast_matmul_bt_tile::<T, BM, BN, BK>(x, w, row, col);
+    store(y, row, col, &acc);
+}
+
+/// Per-token, per-128-column FP8 quantization of activations (DeepSeek-V3's `act_quant`, the
+/// input side of its W8A8 GEMMs): for each row and 128-wide column block, `s = max(amax, 1e-4) /
+/// 448` and `q = e4m3(x / s)`. `q [M, K]`, `s [M, ⌈K/128⌉]`.
+#[kernel(grid = (cdiv(x.rows(), BR), cdiv(x.cols(), 128)), tunable(BR = [32, 8, 16, 64]))]
+pub fn act_quant_fp8(x: &Tensor<f32>, q: &Tensor<fp8e4m3>, s: &Tensor<f32>) {
+    let row = program_id(0) * BR;
+    let blk = program_id(1);
+    let t = load::<BR, 128>(x, row, blk * 128);
+    // Columns past K read as 0 and change no maximum; the floor keeps an all-zero block finite.
+    let amax = maximum(&row_max(&abs(&t)), &full::<f32, BR, 1>(1e-4));
+    let sc = scale(&amax, 1.0 / 448.0);
+    store(q, row, blk * 128, &cast::<fp8e4m3>(&div_col(&t, &sc)));
+    store(s, row, blk, &sc);
+}
+
+/// W8A8 linear layer (DeepSeek-V3 block-FP8 weights): `y = (a·sa) · (w·sw)ᵀ` in f32, from the
+/// activations [`act_quant_fp8()`] wrote and the weight's E4M3 codes with 128×128 block scales.
+#[kernel(
+    grid = (cdiv(y.rows(), BM), cdiv(y.cols(), BN)),
+    tunable(BM = [64, 16, 32, 128], BN = [128, 64, 32], BK = [128]),
+    helpers(fp8_matmul_bt_tile)
+)]
+pub fn linear_fp8(
+    a: &Tensor<fp8e4m3>,
+    sa: &Tensor<f32>,
+    w: &Tensor<fp8e4m3>,
+    sw: &Tensor<f32>,
+    y: &Tensor<f32>,
+) {
+    let row = program_id(0) * BM;
+    let col = program_id(1) * BN;
+    let acc = fp8_matmul_bt_tile::<BM, BN, BK>(a, sa, w, sw, row, col);
+    store(y, row, col, &acc);
+}
+
+/// One `BM×BN` output tile of `x · (w·sw)ᵀ` for f32 activations and a block-FP8 weight on a
+/// matrix unit without an FP8 mode (W8A16): the E4M3 codes and the activations are rounded to `T`
+/// on chip (codes exactly), each 128-deep partial product is scaled by the weight's block scale
+/// and accumulated in f32. `BK` is the 128-wide scale block and `BN` divides it.
+#[kernel(helper)]
+pub fn fp8w_matmul_bt_tile<T: Float, const BM: usize, const BN: usize, const BK: usize>(
+    x: &Tensor<f32>,
+    w: &Tensor<fp8e4m3>,
+    sw: &Tensor<f32>,
+    row: usize,
+    col: usize,
+) -> Tile<f32, BM, BN> {
+    let mut acc = zeros::<f32, BM, BN>();
+    let mut tx = load_async::<BM, BK>(x, row, 0);
+    let mut tw = load_async::<BN, BK>(w, col, 0);
+    let mut ts = load_async::<1, 1>(sw, col / 128, 0);
+    for k in (BK..x.cols() + BK).step_by(BK) {
+        let next_x = load_async::<BM, BK>(x, row, k);
+        let next_w = load_async::<BN, BK>(w, col, k);
+        let next_s = load_async::<1, 1>(sw, col / 128, k / 128);
+        let mut part = zeros::<f32, BM, BN>();
+        mma_bt(&mut part, &cast::<T>(&tx), &cast::<T>(&tw));
+        acc = add(&acc, &mul(&part, &broadcast::<f32, BM, BN>(&ts)));
+        tx = next_x;
+        tw = next_w;
+        ts = next_s;
+    }
+    acc
+}
+
+/// Block-FP8 linear layer on a matrix unit without an FP8 mode (W8A16, see
+/// [`fp8w_matmul_bt_tile()`]).
+#[kernel(
+    grid = (cdiv(y.rows(), BM), cdiv(y.cols(), BN)),
+    tunable(BM = [64, 16, 32, 128], BN = [128, 64, 32], BK = [128]),
+    helpers(fp8w_matmul_bt_tile)
+)]
+pub fn linear_fp8w<T: Float>(
+    x: &Tensor<f32>,
+    w: &Tensor<fp8e4m3>,
+    sw: &Tensor<f32>,
+    y: &Tensor<f32>,
+) {
+    let row = program_id(0) * BM;
+    let col = program_id(1) * BN;
+    let acc = fp8w_matmul_bt_tile::<T, BM, BN, BK>(x, w, sw, row, col);
+    store(y, row, col, &acc);
+}
+
+/// Whether `launcher`'s matrix unit multiplies E4M3 natively (W8A8); otherwise FP8 weights run
+/// W8A16 in bf16.
+pub fn has_fp8_matrix(launcher: &Launcher) -> bool {
+    launcher
+        .preset
+        .matrix_flop_per_cycle(accel_sim::DType::Fp8e4m3)
+        .is_some()
+}
+
+/// The `BM` of an FP8 GEMM over `m` rows: the smallest of 16/32/64 covering them.
+pub(crate) fn fp8_row_tile(m: usize) -> i64 {
+    [16i64, 32, 64]
+        .into_iter()
+        .find(|b| *b as usize >= m)
+        .unwrap_or(64)
+}
+
+/// Activations quantized for a W8A8 GEMM: E4M3 codes `[M, K]` and per-row block scales.
+pub struct QuantizedActivations {
+    /// E4M3 codes.
+    pub codes: Tensor<fp8e4m3>,
+    /// `[M, ⌈K/128⌉]` scales.
+    pub scales: Tensor<f32>,
+}
+
+/// Launches [`act_quant_fp8()`] on `x [M, K]` into fresh device tensors.
+pub fn run_act_quant_fp8(
+    launcher: &Launcher,
+    x: &Tensor<f32>,
+) -> Result<(QuantizedActivations, Launch), SimError> {
+    let (m, k) = (x.rows(), x.cols());
+    let q = QuantizedActivations {
+        codes: crate::weight::scratch(launcher, &[m, k]),
+        scales: crate::weight::scratch(launcher, &[m, k.div_ceil(128)]),
+    };
+    let bm = [8i64, 16, 32]
+        .into_iter()
+        .find(|b| *b as usize >= m)
+        .unwrap_or(32);
+    let cfg = Config::new().with("BR", bm);
+    let launch = act_quant_fp8::launch(launcher, &cfg, x, &q.codes, &q.scales)?;
+    Ok((q, launch))
+}
+
+/// `y = x · wᵀ` for a weight in any stored format ([`crate::weight::Weight`]), with f32
+/// activations `x [M, K]` and output `y [M, N]`. Returns each launch with the kernel's name:
+/// f32 → [`linear()`]; bf16 → [`linear_cast()`]; FP8 → [`act_quant_fp8()`] then [`linear_fp8()`]
+/// (W8A8) where the matrix unit has an FP8 mode, [`linear_fp8w()`] (W8A16) where it has not.
+/// MXFP4 is an expert format ([`crate::moe::grouped::run_grouped_linear_weight`]) and is refused.
+pub fn run_linear_weight(
+    launcher: &Launcher,
+    x: &Tensor<f32>,
+    w: &crate::weight::Weight,
+    y: &Tensor<f32>,
+) -> Result<Vec<(&'static str, Launch)>, SimError> {
+    use crate::weight::Weight;
+    let (m, k, n) = (x.rows(), x.cols(), w.out_features());
+    let name = match w {
+        Weight::F32(_) => linear::META.name,
+        Weight::Bf16(_) => linear_cast::META.name,
+        _ => linear_fp8::META.name,
+    };
+    if w.shape() != [n, k] || y.rows() != m || y.cols() != n {
+        return Err(crate::weight::bad(
+            name,
+            format!(
+                "shapes do not line up: x {x:?} is [M={m}, K={k}], so the weight must be [N, {k}] \
+                 (got {} {:?}) and y [{m}, N] (got {y:?})",
+                w.format().name(),
+                w.shape()
+            ),
+        ));
+    }
+    match w {
+        Weight::F32(wt) => Ok(vec![(name, run_linear(launcher, x, wt, y)?)]),
+        Weight::Bf16(wt) => Ok(vec![(
+            name,
+            linear_cast::launch(launcher, &tiles_for(m, n, k), x, wt, y)?,
+        )]),
+        Weight::Fp8Block { weight, scale_inv } => {
+            let bn = if n <= 64 { 64 } else { 128 };
+            let cfg = Config::new()
+                .with("BM", fp8_row_tile(m))
+                .with("BN", bn)
+                .with("BK", 128);
+            if !has_fp8_matrix(launcher) {
+                let l = linear_fp8w::launch::<bf16>(launcher, &cfg, x, weight, scale_inv, y)?;
+                return Ok(vec![(linear_fp8w::META.name, l)]);
+            }
+            let (q, quant) = run_act_quant_fp8(launcher, x)?;
+            let gemm =
+                linear_fp8::launch(launcher, &cfg, &q.codes, &q.scales, weight, scale_inv, y)?;
+            Ok(vec![(act_quant_fp8::META.name, quant), (name, gemm)])
+        }
+        Weight::Mxfp4 { .. } => Err(crate::weight::bad(
+            name,
+            "MXFP4 is an expert-weight format here; a dense MXFP4 linear layer is not supported \
+             (store the weight in bf16 or FP8)"
+                .into(),
+        )),
+    }
 }

@@ -177,24 +177,7 @@ impl WeightPath {
 }
 
 /// One expert weight `[E, N, K]` in device memory, as its path stores it.
-pub enum ExpertWeight {
-    /// MXFP4: packed E2M1 pairs `[E, N, K/2]` and E8M0 scales `[E, N, K/32]`.
-    Mxfp4 {
-        /// Packed elements.
-        blocks: Tensor<u8>,
-        /// Block scales.
-        scales: Tensor<u8>,
-    },
-    /// Dense bf16.
-    Bf16(Tensor<bf16>),
-    /// FP8 E4M3 `[E, N, K]` with f32 block scales `[E, ⌈N/128⌉, ⌈K/128⌉]`.
-    Fp8Block {
-        /// E4M3 weights.
-        weight: Tensor<fp8e4m3>,
-        /// `weight_scale_inv` per 128×128 block.
-        scale_inv: Tensor<f32>,
-    },
-}
+pub use crate::weight::Weight as ExpertWeight;
 
 /// A weight prepared for a run: device tensors plus the dequantized values the reference uses.
 pub struct PreparedWeight {

@@ -7,6 +7,9 @@
 //! [`run_expert_swiglu_grouped`] composes the routed expert FFN from it: gate, up, SwiGLU, down.
 
 use super::expert_gemm::{matmul_bt_tile, swiglu};
+use crate::gemm_fp8::fp8_matmul_bt_tile;
+use crate::linear::{cast_matmul_bt_tile, fp8w_matmul_bt_tile};
+use crate::weight::Weight;
 use dsl_core::prelude::*;
 use dsl_core::{Report, SimError};
 
@@ -122,30 +125,39 @@ pub fn run_grouped_linear<T: Float>(
         ));
     }
     check_offsets(name, offsets, e, n)?;
-    // The smallest row tile covering an expert's balanced share: decode-sized batches stream each
-    // weight once with little padding; prefill uses the largest tile.
-    let per_expert = n.div_ceil(e).max(1);
-    let bm = [16i64, 32, 64, 128]
+    let bm = row_tile(n, e);
+    let elem = std::mem::size_of::<T>() as u64;
+    let bk = deep_k(launcher, bm, elem, elem);
+    let config = Config::new().with("BM", bm).with("BK", bk);
+    Ok(grouped_linear::launch(launcher, &config, x, w, offsets, y)?.report)
+}
+
+/// The smallest row tile covering an expert's balanced share of `rows` over `experts`: decode-sized
+/// batches stream each weight once with little padding; prefill uses the largest tile.
+fn row_tile(rows: usize, experts: usize) -> i64 {
+    let per_expert = rows.div_ceil(experts.max(1)).max(1);
+    [16i64, 32, 64, 128]
         .into_iter()
         .find(|b| *b as usize >= per_expert)
-        .unwrap_or(128);
-    // The deepest K tile whose double-buffered operands (and the accumulator, where it lives in
-    // on-chip memory rather than registers) fit a core: BK = 128 on a 512 KB NPU core, 64 on an
-    // H100-class SM's 228 KB.
-    let elem = std::mem::size_of::<T>() as u64;
-    let (bm_u, bn) = (bm as u64, 128u64);
+        .unwrap_or(128)
+}
+
+/// The deepest K tile whose double-buffered operands (`x` elements of `x_elem` bytes, weight
+/// elements of `w_elem`, for `BN = 128`) and the accumulator, where it lives in on-chip memory
+/// rather than registers, fit a core: BK = 128 on a 512 KB NPU core, 64 on an H100-class SM's
+/// 228 KB.
+fn deep_k(launcher: &Launcher, bm: i64, x_elem: u64, w_elem: u64) -> i64 {
+    let (bm, bn) = (bm as u64, 128u64);
     let acc = if launcher.preset.accumulators.is_some() {
         0
     } else {
-        bm_u * bn * 4
+        bm * bn * 4
     };
     let sram = launcher.preset.sram.bytes_per_core;
-    let bk = [128i64, 64]
+    [128i64, 64]
         .into_iter()
-        .find(|bk| 2 * (bm_u + bn) * *bk as u64 * elem + acc <= sram)
-        .unwrap_or(64);
-    let config = Config::new().with("BM", bm).with("BK", bk);
-    Ok(grouped_linear::launch(launcher, &config, x, w, offsets, y)?.report)
+        .find(|bk| 2 * (bm * x_elem + bn * w_elem) * *bk as u64 + acc <= sram)
+        .unwrap_or(64)
 }
 
 /// The routed expert FFN over dispatched rows: `out[r] = (SiLU(x Wg[e]ᵀ) ⊙ (x Wu[e]ᵀ)) Wd[e]ᵀ` for
@@ -207,4 +219,254 @@ pub fn run_expert_swiglu_grouped<T: Float>(
         run_grouped_linear(launcher, &act, w_down, offsets, out)?,
     ];
     Report::chain(name, &parts).ok_or_else(|| bad(name, "no launch to report".into()))
+}
+
+/// [`grouped_linear()`] for bf16 (any `T`) expert weights with f32 rows rounded to `T` on chip.
+#[kernel(
+    grid = (
+        cdiv(cdiv(x.rows(), usize::max(w.shape()[0], 1)), BM),
+        cdiv(w.shape()[1], BN),
+        w.shape()[0]
+    ),
+    tunable(BM = [16, 32, 64, 128], BN = [128, 64, 256], BK = [128, 64, 256]),
+    helpers(cast_matmul_bt_tile)
+)]
+pub fn grouped_linear_cast<T: Float>(
+    x: &Tensor<f32>,
+    w: &Tensor<T>,
+    offsets: &Tensor<i32>,
+    y: &Tensor<f32>,
+) {
+    let e = program_id(2);
+    let experts = num_programs(2);
+    let start = load_index(offsets, e, e * x.rows() / experts);
+    let end = load_index(offsets, e + 1, (e + 1) * x.rows() / experts);
+    let (xe, ye, we) = (
+        x.rows_clipped(start, end),
+        y.rows_clipped(start, end),
+        w.at(e),
+    );
+    let col = program_id(1) * BN;
+    for row in (program_id(0) * BM..xe.rows()).step_by(num_programs(0) * BM) {
+        let acc = cast_matmul_bt_tile::<T, BM, BN, BK>(&xe, &we, row, col);
+        store(&ye, row, col, &acc);
+    }
+}
+
+/// [`grouped_linear()`] for DeepSeek block-FP8 expert weights (`w [E, N, K]` E4M3, `sw [E,
+/// ⌈N/128⌉, ⌈K/128⌉]`) over rows quantized by [`crate::linear::act_quant_fp8()`] (W8A8).
+#[kernel(
+    grid = (
+        cdiv(cdiv(a.rows(), usize::max(w.shape()[0], 1)), BM),
+        cdiv(w.shape()[1], BN),
+        w.shape()[0]
+    ),
+    tunable(BM = [16, 32, 64, 128], BN = [128, 64], BK = [128]),
+    helpers(fp8_matmul_bt_tile)
+)]
+pub fn grouped_linear_fp8(
+    a: &Tensor<fp8e4m3>,
+    sa: &Tensor<f32>,
+    w: &Tensor<fp8e4m3>,
+    sw: &Tensor<f32>,
+    offsets: &Tensor<i32>,
+    y: &Tensor<f32>,
+) {
+    let e = program_id(2);
+    let experts = num_programs(2);
+    let start = load_index(offsets, e, e * a.rows() / experts);
+    let end = load_index(offsets, e + 1, (e + 1) * a.rows() / experts);
+    let (ae, sae, ye) = (
+        a.rows_clipped(start, end),
+        sa.rows_clipped(start, end),
+        y.rows_clipped(start, end),
+    );
+    let (we, swe) = (w.at(e), sw.at(e));
+    let col = program_id(1) * BN;
+    for row in (program_id(0) * BM..ae.rows()).step_by(num_programs(0) * BM) {
+        let acc = fp8_matmul_bt_tile::<BM, BN, BK>(&ae, &sae, &we, &swe, row, col);
+        store(&ye, row, col, &acc);
+    }
+}
+
+/// [`grouped_linear_fp8()`] on a matrix unit without an FP8 mode: f32 rows and E4M3 codes rounded
+/// to `T` on chip (W8A16, [`fp8w_matmul_bt_tile()`]).
+#[kernel(
+    grid = (
+        cdiv(cdiv(x.rows(), usize::max(w.shape()[0], 1)), BM),
+        cdiv(w.shape()[1], BN),
+        w.shape()[0]
+    ),
+    tunable(BM = [16, 32, 64, 128], BN = [128, 64], BK = [128]),
+    helpers(fp8w_matmul_bt_tile)
+)]
+pub fn grouped_linear_fp8w<T: Float>(
+    x: &Tensor<f32>,
+    w: &Tensor<fp8e4m3>,
+    sw: &Tensor<f32>,
+    offsets: &Tensor<i32>,
+    y: &Tensor<f32>,
+) {
+    let e = program_id(2);
+    let experts = num_programs(2);
+    let start = load_index(offsets, e, e * x.rows() / experts);
+    let end = load_index(offsets, e + 1, (e + 1) * x.rows() / experts);
+    let (xe, ye) = (x.rows_clipped(start, end), y.rows_clipped(start, end));
+    let (we, swe) = (w.at(e), sw.at(e));
+    let col = program_id(1) * BN;
+    for row in (program_id(0) * BM..xe.rows()).step_by(num_programs(0) * BM) {
+        let acc = fp8w_matmul_bt_tile::<T, BM, BN, BK>(&xe, &we, &swe, row, col);
+        store(&ye, row, col, &acc);
+    }
+}
+
+/// One `BM×BN` output tile of `x · wᵀ` with `w` packed MXFP4 (`blocks [N, K/2]`, `scales [N,
+/// K/32]`): each weight tile is dequantized to `T` in SRAM and each f32 activation tile rounded to
+/// `T`, so the packed weight never expands in device memory. Double-buffered.
+#[kernel(helper)]
+pub fn mxfp4_matmul_bt_tile<
+    T: Float,
+    const BM: usize,
+    const BN: usize,
+    const BK: usize,
+    const BKB: usize,
+    const BKS: usize,
+>(
+    x: &Tensor<f32>,
+    blocks: &Tensor<u8>,
+    scales: &Tensor<u8>,
+    row: usize,
+    col: usize,
+) -> Tile<f32, BM, BN> {
+    let mut acc = zeros::<f32, BM, BN>();
+    let mut tx = load_async::<BM, BK>(x, row, 0);
+    let mut tb = load_async::<BN, BKB>(blocks, col, 0);
+    let mut ts = load_async::<BN, BKS>(scales, col, 0);
+    for k in (BK..x.cols() + BK).step_by(BK) {
+        let next_x = load_async::<BM, BK>(x, row, k);
+        let next_b = load_async::<BN, BKB>(blocks, col, k / 2);
+        let next_s = load_async::<BN, BKS>(scales, col, k / 32);
+        let w = dequant_mxfp4::<T, BN, BK>(&tb, &ts);
+        mma_bt(&mut acc, &cast::<T>(&tx), &w);
+        tx = next_x;
+        tb = next_b;
+        ts = next_s;
+    }
+    acc
+}
+
+/// [`grouped_linear()`] for MXFP4 expert weights, dequantized on chip to `T`.
+#[kernel(
+    grid = (
+        cdiv(cdiv(x.rows(), usize::max(blocks.shape()[0], 1)), BM),
+        cdiv(blocks.shape()[1], BN),
+        blocks.shape()[0]
+    ),
+    tunable(BM = [16, 32, 64, 128], BN = [128, 64, 256], BK = [128, 64, 256]),
+    derived(BKB = BK / 2, BKS = BK / 32),
+    helpers(mxfp4_matmul_bt_tile)
+)]
+pub fn grouped_linear_mxfp4<T: Float>(
+    x: &Tensor<f32>,
+    blocks: &Tensor<u8>,
+    scales: &Tensor<u8>,
+    offsets: &Tensor<i32>,
+    y: &Tensor<f32>,
+) {
+    let e = program_id(2);
+    let experts = num_programs(2);
+    let start = load_index(offsets, e, e * x.rows() / experts);
+    let end = load_index(offsets, e + 1, (e + 1) * x.rows() / experts);
+    let (xe, ye) = (x.rows_clipped(start, end), y.rows_clipped(start, end));
+    let (be, se) = (blocks.at(e), scales.at(e));
+    let col = program_id(1) * BN;
+    for row in (program_id(0) * BM..xe.rows()).step_by(num_programs(0) * BM) {
+        let acc = mxfp4_matmul_bt_tile::<T, BM, BN, BK, BKB, BKS>(&xe, &be, &se, row, col);
+        store(&ye, row, col, &acc);
+    }
+}
+
+/// Per-expert `y[r] = x[r] · w[e(r)]ᵀ` for expert weights in any stored format: f32 →
+/// [`grouped_linear()`], bf16 → [`grouped_linear_cast()`], FP8 → the rows quantized by
+/// [`crate::linear::act_quant_fp8()`] then [`grouped_linear_fp8()`] (W8A8; [`grouped_linear_fp8w()`],
+/// W8A16, where the matrix unit has no FP8 mode), MXFP4 → [`grouped_linear_mxfp4()`]
+/// (dequantized on chip to bf16). `x [N, K]` f32, `y [N, Nout]` f32. Returns each launch with its
+/// kernel's name.
+pub fn run_grouped_linear_weight(
+    launcher: &Launcher,
+    x: &Tensor<f32>,
+    w: &Weight,
+    offsets: &Tensor<i32>,
+    y: &Tensor<f32>,
+) -> Result<Vec<(&'static str, Report)>, SimError> {
+    let shape = w.shape();
+    let name = match w {
+        Weight::F32(_) => grouped_linear::META.name,
+        Weight::Bf16(_) => grouped_linear_cast::META.name,
+        Weight::Fp8Block { .. } => grouped_linear_fp8::META.name,
+        Weight::Mxfp4 { .. } => grouped_linear_mxfp4::META.name,
+    };
+    let [e, n_out, k] = match shape[..] {
+        [e, n, k] if e > 0 && n > 0 && k > 0 => [e, n, k],
+        _ => {
+            return Err(bad(
+                name,
+                format!(
+                    "the expert weight must be [E, Nout, K] with every size ≥ 1, got {} {shape:?}",
+                    w.format().name()
+                ),
+            ))
+        }
+    };
+    let n = x.rows();
+    if x.shape() != [n, k] || y.shape() != [n, n_out] {
+        return Err(bad(
+            name,
+            format!(
+                "`x` must be [N, {k}] and `y` [N, {n_out}] for a [{e}, {n_out}, {k}] expert weight, \
+                 got x {x:?}, y {y:?}"
+            ),
+        ));
+    }
+    check_offsets(name, offsets, e, n)?;
+    let bm = row_tile(n, e);
+    match w {
+        Weight::F32(wt) => Ok(vec![(
+            name,
+            run_grouped_linear(launcher, x, wt, offsets, y)?,
+        )]),
+        Weight::Bf16(wt) => {
+            let cfg = Config::new()
+                .with("BM", bm)
+                .with("BK", deep_k(launcher, bm, 4, 2));
+            let l = grouped_linear_cast::launch(launcher, &cfg, x, wt, offsets, y)?;
+            Ok(vec![(name, l.report)])
+        }
+        Weight::Fp8Block { weight, scale_inv } => {
+            let cfg = Config::new().with("BM", bm.min(64)).with("BK", 128);
+            if !crate::linear::has_fp8_matrix(launcher) {
+                let l = grouped_linear_fp8w::launch::<bf16>(
+                    launcher, &cfg, x, weight, scale_inv, offsets, y,
+                )?;
+                return Ok(vec![(grouped_linear_fp8w::META.name, l.report)]);
+            }
+            let (q, quant) = crate::linear::run_act_quant_fp8(launcher, x)?;
+            let l = grouped_linear_fp8::launch(
+                launcher, &cfg, &q.codes, &q.scales, weight, scale_inv, offsets, y,
+            )?;
+            Ok(vec![
+                (crate::linear::act_quant_fp8::META.name, quant.report),
+                (name, l.report),
+            ])
+        }
+        Weight::Mxfp4 { blocks, scales } => {
+            let cfg = Config::new()
+                .with("BM", bm)
+                .with("BK", deep_k(launcher, bm, 4, 2));
+            let l = grouped_linear_mxfp4::launch::<bf16>(
+                launcher, &cfg, x, blocks, scales, offsets, y,
+            )?;
+            Ok(vec![(name, l.report)])
+        }
+    }
 }

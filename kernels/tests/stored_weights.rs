@@ -1,0 +1,243 @@
+//! Linear layers and grouped expert GEMMs over weights in their stored formats
+//! ([`kernels::weight::Weight`]: f32, bf16, block-scaled FP8 with W8A8 activations, MXFP4) against
+//! the f64 reference.
+//!
+//! The reference multiplies exactly the values the kernels hold: the dequantized weights, and the
+//! activations as the kernel rounds them (bf16 for bf16 and MXFP4 weights; for FP8, the codes and
+//! scales of the per-token, per-128-column quantization, computed here with the kernel's own f32
+//! arithmetic). What is left is f32 accumulation, so the tolerance is 1e-4 of the reference's RMS
+//! floor for every format (`reference::rel_error`). Inputs are fresh random values, shapes ragged,
+//! outputs poisoned with NaN so an unwritten element fails.
+
+use accel_sim::formats::fp8::{decode_e4m3, encode_e4m3};
+use accel_sim::formats::Overflow;
+use dsl_core::prelude::*;
+use kernels::linear::{has_fp8_matrix, run_act_quant_fp8, run_linear_weight};
+use kernels::moe::expert_gemm::{prepare_weight, WeightPath};
+use kernels::moe::grouped::run_grouped_linear_weight;
+use kernels::moe::reference as mref;
+use kernels::reference::{linear as linear_ref, rel_error};
+use kernels::testdata::Rng;
+use kernels::weight::{Format, Weight};
+use proptest::prelude::*;
+
+const TOL: f64 = 1e-4;
+
+fn launcher(device: &str) -> Launcher {
+    Launcher::for_device(device).unwrap()
+}
+
+/// A random `[e, n, k]` weight in `format` and the values the kernels read (dequantized).
+fn weight(l: &Launcher, format: Format, shape: [usize; 3], seed: u64) -> (Weight, Vec<f32>) {
+    let mut rng = Rng::new(seed);
+    let path = match format {
+        Format::F32 => {
+            let v = rng.vec(shape.iter().product(), 1.0);
+            let t = Tensor::<f32>::from_f32(&shape, &v).unwrap();
+            return (Weight::F32(t), v);
+        }
+        Format::Bf16 => WeightPath::Bf16,
+        Format::Fp8Block => WeightPath::Fp8Block,
+        Format::Mxfp4 => WeightPath::Mxfp4Online,
+    };
+    let p = prepare_weight(l, path, shape, &mut rng, "w").unwrap();
+    (p.device, p.values.unwrap())
+}
+
+/// The weight without its expert axis (`e` = 1), for a dense linear layer.
+fn squeeze(w: Weight) -> Weight {
+    let drop = |s: &[usize]| s[1..].to_vec();
+    match w {
+        Weight::F32(t) => Weight::F32(t.reshaped(&drop(t.shape())).unwrap()),
+        Weight::Bf16(t) => Weight::Bf16(t.reshaped(&drop(t.shape())).unwrap()),
+        Weight::Fp8Block { weight, scale_inv } => Weight::Fp8Block {
+            weight: weight.reshaped(&drop(weight.shape())).unwrap(),
+            scale_inv: scale_inv.reshaped(&drop(scale_inv.shape())).unwrap(),
+        },
+        Weight::Mxfp4 { blocks, scales } => Weight::Mxfp4 {
+            blocks: blocks.reshaped(&drop(blocks.shape())).unwrap(),
+            scales: scales.reshaped(&drop(scales.shape())).unwrap(),
+        },
+    }
+}
+
+/// The activations as the kernel for `format` multiplies them on `l`'s device: FP8 weights run
+/// W8A8 where the matrix unit has an FP8 mode, W8A16 (bf16 activations) where it has not.
+fn as_kernel_sees(l: &Launcher, x: &[f32], m: usize, k: usize, format: Format) -> Vec<f32> {
+    let w8a8 = has_fp8_matrix(l);
+    match format {
+        Format::F32 => x.to_vec(),
+        Format::Fp8Block if !w8a8 => as_kernel_sees(l, x, m, k, Format::Bf16),
+        Format::Bf16 | Format::Mxfp4 => x.iter().map(|v| bf16::from_f32(*v).to_f32()).collect(),
+        Format::Fp8Block => {
+            let mut out = vec![0f32; m * k];
+            for i in 0..m {
+                for b in 0..k.div_ceil(128) {
+                    let span = i * k + b * 128..i * k + ((b + 1) * 128).min(k);
+                    let amax = x[span.clone()].iter().fold(0f32, |a, v| a.max(v.abs()));
+                    let s = amax.max(1e-4) * (1.0 / 448.0);
+                    for p in span {
+                        out[p] = decode_e4m3(encode_e4m3(x[p] / s, Overflow::Saturate)) * s;
+                    }
+                }
+            }
+            out
+        }
+    }
+}
+
+/// A device whose matrix unit has an FP8 mode (W8A8) and one without (W8A16).
+fn devices() -> impl Strategy<Value = &'static str> {
+    prop::sample::select(vec!["h800", "npu-910b"])
+}
+
+fn formats() -> impl Strategy<Value = Format> {
+    prop::sample::select(vec![
+        Format::F32,
+        Format::Bf16,
+        Format::Fp8Block,
+        Format::Mxfp4,
+    ])
+}
+
+/// Runs the dense linear layer and returns the max relative error.
+fn dense(device: &str, format: Format, m: usize, n: usize, k: usize, seed: u64) -> f64 {
+    let l = launcher(device);
+    let (w, wv) = weight(&l, format, [1, n, k], seed);
+    let w = squeeze(w);
+    let xv = Rng::new(seed ^ 7).vec(m * k, 1.0);
+    let x = Tensor::<f32>::from_f32(&[m, k], &xv).unwrap();
+    let y = Tensor::<f32>::poisoned(&[m, n]);
+    run_linear_weight(&l, &x, &w, &y).unwrap();
+    let want = linear_ref(&as_kernel_sees(&l, &xv, m, k, format), &wv, m, n, k);
+    rel_error(&y.to_vec().unwrap(), &want)
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(24))]
+
+    #[test]
+    fn dense_linear_matches_reference_in_every_stored_format(
+        format in formats().prop_filter("MXFP4 is an expert format", |f| *f != Format::Mxfp4),
+        device in devices(), m in 1usize..80, n in 1usize..300, k in 1usize..300,
+        seed in any::<u64>(),
+    ) {
+        let err = dense(device, format, m, n, k, seed);
+        prop_assert!(err <= TOL, "{format:?} {m}x{n}x{k}: max rel error {err}");
+    }
+
+    #[test]
+    fn grouped_linear_matches_reference_in_every_stored_format(
+        format in formats(),
+        counts in prop::collection::vec(0usize..40, 1..6), n_out in 1usize..200,
+        k_blocks in 1usize..8, device in devices(), seed in any::<u64>(),
+    ) {
+        // MXFP4 packs K in 32-value blocks; the other formats take it ragged.
+        let k = if format == Format::Mxfp4 { 32 * k_blocks } else { 37 * k_blocks };
+        let mut counts = counts;
+        if counts.iter().sum::<usize>() == 0 {
+            counts[0] = 3;
+        }
+        let e = counts.len();
+        let mut offsets = vec![0usize];
+        for c in &counts {
+            offsets.push(offsets.last().unwrap() + c);
+        }
+        let rows = offsets[e];
+        let l = launcher(device);
+        let (w, wv) = weight(&l, format, [e, n_out, k], seed);
+        let xv = Rng::new(seed ^ 11).vec(rows * k, 1.0);
+        let x = Tensor::<f32>::from_f32(&[rows, k], &xv).unwrap();
+        let off = Tensor::from_indices(
+            &[e + 1, 1],
+            &offsets.iter().map(|o| *o as i32).collect::<Vec<_>>(),
+        )
+        .unwrap();
+        let y = Tensor::<f32>::poisoned(&[rows, n_out]);
+        run_grouped_linear_weight(&l, &x, &w, &off, &y).unwrap();
+        let want = mref::grouped_linear(&as_kernel_sees(&l, &xv, rows, k, format), &wv, &offsets, n_out, k)
+            .unwrap();
+        let err = rel_error(&y.to_vec().unwrap(), &want);
+        prop_assert!(err <= TOL, "{format:?} {counts:?} n={n_out} k={k}: {err}");
+    }
+
+    /// The quantized activations dequantize to within E4M3's half-ulp (2^-4 relative) of the
+    /// input, and every code is a finite E4M3 value.
+    #[test]
+    fn act_quant_keeps_every_value_within_half_an_fp8_ulp(
+        m in 1usize..40, k in 1usize..400, seed in any::<u64>(),
+    ) {
+        let l = launcher("h800");
+        let xv = Rng::new(seed).vec(m * k, 3.0);
+        let x = Tensor::<f32>::from_f32(&[m, k], &xv).unwrap();
+        let (q, _) = run_act_quant_fp8(&l, &x).unwrap();
+        let (codes, scales) = (q.codes.to_vec().unwrap(), q.scales.to_vec().unwrap());
+        let kb = k.div_ceil(128);
+        for i in 0..m {
+            for j in 0..k {
+                let (c, s) = (codes[i * k + j], scales[i * kb + j / 128]);
+                prop_assert!(c.is_finite() && c.abs() <= 448.0, "code {c}");
+                let back = c * s;
+                // Half an ulp of a 3-bit mantissa, or the subnormal step 2^-9 · s near zero.
+                let tol = (xv[i * k + j].abs() / 16.0).max(s * (2f32).powi(-10));
+                prop_assert!((back - xv[i * k + j]).abs() <= tol * 1.0001, "{i},{j}: {back} vs {}", xv[i * k + j]);
+            }
+        }
+    }
+}
+
+/// Decode and prefill shapes on a card with 228 KB of shared memory, every format: the tiles the
+/// runners pick fit, and cost-only cycles equal functional ones.
+#[test]
+fn production_tiles_fit_and_cost_only_equals_functional() {
+    for format in [Format::Bf16, Format::Fp8Block] {
+        for m in [1, 64, 300] {
+            let (n, k) = (256, 512);
+            let l = launcher("h800");
+            let (w, _) = weight(&l, format, [1, n, k], 5);
+            let w = squeeze(w);
+            let x = Tensor::<f32>::from_f32(&[m, k], &Rng::new(9).vec(m * k, 1.0)).unwrap();
+            let y = Tensor::<f32>::poisoned(&[m, n]);
+            let func = run_linear_weight(&l, &x, &w, &y).unwrap();
+            let cost_l = l.clone().with_backend(Backend::CostOnly);
+            let ws = Weight::shape_only(format, &[n, k]).unwrap();
+            let cost = run_linear_weight(
+                &cost_l,
+                &Tensor::shape_only(&[m, k]),
+                &ws,
+                &Tensor::shape_only(&[m, n]),
+            )
+            .unwrap();
+            let cycles =
+                |v: &[(&str, Launch)]| v.iter().map(|(_, l)| l.report.cycles).collect::<Vec<_>>();
+            assert_eq!(cycles(&func), cycles(&cost), "{format:?} m={m}");
+        }
+    }
+}
+
+/// Stored bytes follow the format: FP8 is a quarter of f32 plus its block scales, MXFP4 4.25 bits.
+#[test]
+fn stored_bytes_follow_the_format() {
+    let (n, k) = (256, 1024);
+    let b = |f| Weight::shape_only(f, &[n, k]).unwrap().stored_bytes();
+    assert_eq!(b(Format::F32), (n * k * 4) as u64);
+    assert_eq!(b(Format::Bf16), (n * k * 2) as u64);
+    assert_eq!(b(Format::Fp8Block), (n * k + 4 * 2 * 8) as u64);
+    assert_eq!(b(Format::Mxfp4), (n * k / 2 + n * k / 32) as u64);
+    assert!(Weight::shape_only(Format::Mxfp4, &[n, 33]).is_err());
+}
+
+/// A weight whose input size does not match the activations is an error naming both, and a dense
+/// MXFP4 layer is refused with what to do instead.
+#[test]
+fn mismatches_and_dense_mxfp4_are_errors() {
+    let l = launcher("npu-910b").with_backend(Backend::CostOnly);
+    let x = Tensor::<f32>::shape_only(&[4, 64]);
+    let y = Tensor::<f32>::shape_only(&[4, 32]);
+    let w = Weight::shape_only(Format::Bf16, &[32, 96]).unwrap();
+    let e = run_linear_weight(&l, &x, &w, &y).unwrap_err().to_string();
+    assert!(e.contains("[N, 64]") && e.contains("bf16"), "{e}");
+    let w = Weight::shape_only(Format::Mxfp4, &[32, 64]).unwrap();
+    let e = run_linear_weight(&l, &x, &w, &y).unwrap_err().to_string();
+    assert!(e.contains("bf16 or FP8"), "{e}");
+}
