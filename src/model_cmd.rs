@@ -3,7 +3,7 @@
 use clap::Args;
 use dsl_core::Launcher;
 use model::forward::validate::validate;
-use model::forward::{argmax, OpStats, Runner};
+use model::forward::{argmax, OpStats, Precision, Runner};
 use std::path::{Path, PathBuf};
 
 /// Arguments of `day0 forward`.
@@ -50,6 +50,12 @@ pub struct ForwardArgs {
     /// Write the prompt logits to this safetensors file (one f32 tensor `logits` [tokens, vocab]).
     #[arg(long)]
     logits_out: Option<PathBuf>,
+    /// Weight precision: `f32` (the reference path the goldens check) or `native` (the
+    /// checkpoint's formats: block-FP8, MXFP4 or bf16 weights, each read by its own kernel; a
+    /// float checkpoint's numeric run holds its weights in bf16). Default: native for cost-only
+    /// runs, f32 for numeric runs.
+    #[arg(long)]
+    precision: Option<Precision>,
     /// Device preset the kernels run on.
     #[arg(long, default_value = "npu-910b")]
     device: String,
@@ -72,6 +78,10 @@ pub struct ValidateArgs {
     /// Flag tensors whose max relative error exceeds this.
     #[arg(long, default_value_t = 1e-4)]
     threshold: f64,
+    /// Weight precision, as `day0 forward --precision` (native: bf16 weights for a float
+    /// checkpoint; compare with a looser `--threshold`).
+    #[arg(long, default_value = "f32")]
+    precision: Precision,
     /// Device preset the kernels run on.
     #[arg(long, default_value = "npu-910b")]
     device: String,
@@ -80,9 +90,14 @@ pub struct ValidateArgs {
     json: bool,
 }
 
-fn runner(dir: &Path, device: &str, capacity: usize) -> Result<Runner, String> {
+fn runner(
+    dir: &Path,
+    device: &str,
+    capacity: usize,
+    precision: Precision,
+) -> Result<Runner, String> {
     let launcher = Launcher::for_device(device).map_err(|e| e.to_string())?;
-    Runner::load(dir, launcher, capacity).map_err(|e| e.to_string())
+    Runner::load_at(dir, launcher, capacity, precision).map_err(|e| e.to_string())
 }
 
 fn top_ops(stats: &OpStats, n: usize) -> Vec<(String, u64, u64)> {
@@ -121,7 +136,9 @@ fn decode_step(args: &ForwardArgs, config: &Path) -> Result<(), String> {
     let cluster = accel_sim::cluster::ClusterPreset::single_card(&args.device)
         .map_err(|e| format!("--device: {e}"))?;
     let routing = Routing::parse(&args.routing).map_err(|e| e.to_string())?;
-    let est = Estimator::new(cfg, cluster, routing).map_err(|e| e.to_string())?;
+    let est = Estimator::new(cfg, cluster, routing)
+        .map_err(|e| e.to_string())?
+        .with_precision(args.precision.unwrap_or(Precision::Native));
     let one = Plan {
         tp: 1,
         dp: 1,
@@ -212,7 +229,9 @@ fn forward_cost_only(args: &ForwardArgs, config: &Path) -> Result<(), String> {
     }
     let launcher = Launcher::for_device(&args.device).map_err(|e| e.to_string())?;
     let clock_ghz = launcher.preset.clock_ghz;
-    let mut r = Runner::cost_only(cfg, launcher, context).map_err(|e| e.to_string())?;
+    let precision = args.precision.unwrap_or(Precision::Native);
+    let mut r =
+        Runner::cost_only_at(cfg, launcher, context, precision).map_err(|e| e.to_string())?;
     let run = r
         .cost_run(args.prompt_len, args.output_len)
         .map_err(|e| e.to_string())?;
@@ -317,7 +336,12 @@ pub fn forward(args: ForwardArgs) -> Result<(), String> {
     if args.tokens.is_empty() {
         return Err("--tokens: give the prompt's token ids (comma-separated)".into());
     }
-    let mut r = runner(&model_dir, &args.device, args.tokens.len() + args.generate)?;
+    let mut r = runner(
+        &model_dir,
+        &args.device,
+        args.tokens.len() + args.generate,
+        args.precision.unwrap_or(Precision::F32),
+    )?;
     let clock_ghz = r.device().clock_ghz;
     let gen = r
         .generate(&args.tokens, args.generate)
@@ -413,7 +437,7 @@ pub fn validate_cmd(args: ValidateArgs) -> Result<(), String> {
                 args.reference.display()
             )
         })?;
-    let mut r = runner(&args.model_dir, &args.device, ids.len())?;
+    let mut r = runner(&args.model_dir, &args.device, ids.len(), args.precision)?;
     let v = validate(&mut r, &ids, &reference, args.threshold).map_err(|e| e.to_string())?;
     if args.json {
         let diffs: Vec<serde_json::Value> = v
@@ -422,7 +446,8 @@ pub fn validate_cmd(args: ValidateArgs) -> Result<(), String> {
             .map(|d| {
                 serde_json::json!({
                     "name": d.name, "cosine": d.cosine, "max_abs": d.max_abs,
-                    "max_rel": d.max_rel, "worst_position": d.worst_position, "flagged": d.flagged,
+                    "max_rel": d.max_rel, "rel_l2": d.rel_l2, "worst_position": d.worst_position,
+                    "flagged": d.flagged,
                 })
             })
             .collect();
@@ -434,16 +459,17 @@ pub fn validate_cmd(args: ValidateArgs) -> Result<(), String> {
         );
     } else {
         println!(
-            "{:<12} {:>12} {:>12} {:>12} {:>6}  (threshold {:e}, {} tokens)",
-            "tensor", "cosine", "max abs", "max rel", "worst", v.threshold, v.tokens
+            "{:<12} {:>12} {:>12} {:>12} {:>12} {:>6}  (threshold {:e}, {} tokens)",
+            "tensor", "cosine", "max abs", "max rel", "rel L2", "worst", v.threshold, v.tokens
         );
         for d in &v.diffs {
             println!(
-                "{:<12} {:>12.9} {:>12.3e} {:>12.3e} {:>6}{}",
+                "{:<12} {:>12.9} {:>12.3e} {:>12.3e} {:>12.3e} {:>6}{}",
                 d.name,
                 d.cosine,
                 d.max_abs,
                 d.max_rel,
+                d.rel_l2,
                 d.worst_position,
                 if d.flagged {
                     "  <-- over threshold"

@@ -79,7 +79,7 @@ impl Weight {
                 ])),
             },
             Format::Mxfp4 => {
-                if k % MX_BLOCK != 0 {
+                if !k.is_multiple_of(MX_BLOCK) {
                     return Err(format!(
                         "an MXFP4 weight needs its input size a multiple of {MX_BLOCK}, got {shape:?}"
                     ));
@@ -127,6 +127,34 @@ impl Weight {
     /// Input features `K`.
     pub fn in_features(&self) -> usize {
         self.shape().last().copied().unwrap_or(0)
+    }
+
+    /// Rows `start..start + rows` (output features) of a 2-D weight, as a view. An FP8 weight's
+    /// rows must start on a 128-row scale block (and end on one, or at the last row).
+    pub fn row_range(&self, start: usize, rows: usize) -> Result<Weight, String> {
+        Ok(match self {
+            Weight::F32(t) => Weight::F32(t.row_range(start, rows)?),
+            Weight::Bf16(t) => Weight::Bf16(t.row_range(start, rows)?),
+            Weight::Fp8Block { weight, scale_inv } => {
+                let n = weight.rows();
+                if !start.is_multiple_of(FP8_BLOCK)
+                    || (!rows.is_multiple_of(FP8_BLOCK) && start + rows != n)
+                {
+                    return Err(format!(
+                        "rows {start}..{} of an FP8 weight cut its {FP8_BLOCK}-row scale blocks",
+                        start + rows
+                    ));
+                }
+                Weight::Fp8Block {
+                    weight: weight.row_range(start, rows)?,
+                    scale_inv: scale_inv.row_range(start / FP8_BLOCK, rows.div_ceil(FP8_BLOCK))?,
+                }
+            }
+            Weight::Mxfp4 { blocks, scales } => Weight::Mxfp4 {
+                blocks: blocks.row_range(start, rows)?,
+                scales: scales.row_range(start, rows)?,
+            },
+        })
     }
 
     /// Bytes the weight occupies in device memory, scales included.

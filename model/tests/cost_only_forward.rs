@@ -5,7 +5,7 @@
 
 use dsl_core::Launcher;
 use model::config::load_config;
-use model::forward::Runner;
+use model::forward::{Precision, Runner};
 use std::path::PathBuf;
 
 fn testdata(rel: &str) -> PathBuf {
@@ -78,27 +78,31 @@ fn memoised_layers_book_what_every_layer_books() {
 /// A cost-only run launches the operators a functional run of the checkpoint launches, as often,
 /// and for data-independent operators at the same cycles (routing, top-k selection and what they
 /// gather are data-dependent; cost-only runs route uniformly).
+/// Both precisions: f32, and native (the tiny checkpoint is float, so bf16 weights either way).
 #[test]
 fn cost_only_prices_the_functional_launches() {
-    let dir = testdata("tiny/qwen3_next");
-    let mut f = Runner::load(&dir, launcher(), 24).unwrap();
-    let prompt: Vec<i64> = (0..20).map(|i| (i * 7 % 200) as i64).collect();
-    f.forward(&prompt).unwrap();
-    let functional = f.stats().clone();
-    let mut c = cost_runner("tiny/qwen3_next/config.json", 24);
-    c.forward(&[0; 20]).unwrap();
-    let cost = c.stats().clone();
-    let launches = |s: &model::forward::OpStats| -> Vec<(String, u64)> {
-        s.per_op.iter().map(|(k, (n, _))| (k.clone(), *n)).collect()
-    };
-    assert_eq!(launches(&functional), launches(&cost));
-    for op in [
-        "input_layernorm",
-        "linear_attn.in_proj_qkvz",
-        "linear_attn.conv",
-        "linear_attn.delta_chunked",
-        "attn.q_proj",
-    ] {
-        assert_eq!(functional.per_op[op], cost.per_op[op], "{op}");
+    for precision in [Precision::F32, Precision::Native] {
+        let dir = testdata("tiny/qwen3_next");
+        let mut f = Runner::load_at(&dir, launcher(), 24, precision).unwrap();
+        let prompt: Vec<i64> = (0..20).map(|i| (i * 7 % 200) as i64).collect();
+        f.forward(&prompt).unwrap();
+        let functional = f.stats().clone();
+        let cfg = load_config(&testdata("tiny/qwen3_next/config.json")).unwrap();
+        let mut c = Runner::cost_only_at(cfg, launcher(), 24, precision).unwrap();
+        c.forward(&[0; 20]).unwrap();
+        let cost = c.stats().clone();
+        let launches = |s: &model::forward::OpStats| -> Vec<(String, u64)> {
+            s.per_op.iter().map(|(k, (n, _))| (k.clone(), *n)).collect()
+        };
+        assert_eq!(launches(&functional), launches(&cost), "{precision:?}");
+        for op in [
+            "input_layernorm",
+            "linear_attn.in_proj_qkvz",
+            "linear_attn.conv",
+            "linear_attn.delta_chunked",
+            "attn.q_proj",
+        ] {
+            assert_eq!(functional.per_op[op], cost.per_op[op], "{op} {precision:?}");
+        }
     }
 }

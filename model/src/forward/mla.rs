@@ -265,21 +265,20 @@ fn absorb_queries(
     w: &MlaWeights,
     q: &Tensor<f32>,
 ) -> Result<Tensor<f32>, ForwardError> {
-    let (nope, rd, vd, heads, r) = (
+    let (nope, rd, heads, r) = (
         m.qk_nope_head_dim,
         m.qk_rope_head_dim,
-        m.v_head_dim,
         m.heads,
         m.kv_lora_rank,
     );
     let (qk, d) = (nope + rd, r + rd);
     let q_abs = ops.mem.act(q.rows(), heads * d);
     for h in 0..heads {
-        let w_uk = view(w.kv_b.row_range(h * (nope + vd), nope), "W_UK rows")?;
-        ops.matmul_into(
+        let w_uk_t = view(w.w_uk_t.row_range(h * r, r), "W_UK rows")?;
+        ops.linear_into(
             "mla.absorb_q",
             &view(q.col_range(h * qk, nope), "q_nope")?,
-            &w_uk,
+            &w_uk_t,
             &view(q_abs.col_range(h * d, r), "absorbed query")?,
         )?;
         ops.copy(
@@ -299,10 +298,10 @@ fn values_from_latent(
     w: &MlaWeights,
     o_lat: &Tensor<f32>,
 ) -> Result<Tensor<f32>, ForwardError> {
-    let (nope, vd, heads, r) = (m.qk_nope_head_dim, m.v_head_dim, m.heads, m.kv_lora_rank);
+    let (vd, heads, r) = (m.v_head_dim, m.heads, m.kv_lora_rank);
     let o = ops.mem.act(o_lat.rows(), heads * vd);
     for h in 0..heads {
-        let w_uv = view(w.kv_b.row_range(h * (nope + vd) + nope, vd), "W_UV rows")?;
+        let w_uv = view(w.w_uv.row_range(h * vd, vd), "W_UV rows")?;
         ops.linear_into(
             "mla.absorb_o",
             &view(o_lat.col_range(h * r, r), "latent output head")?,

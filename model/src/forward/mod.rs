@@ -190,6 +190,32 @@ fn internal(what: &str) -> ForwardError {
     }
 }
 
+/// The precision a forward holds its projection weights in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum Precision {
+    /// Every weight in f32 (the reference path the transformers goldens check at 1e-4).
+    #[default]
+    F32,
+    /// The checkpoint's own formats: block-FP8 or bf16 projections and FP8/MXFP4/bf16 routed
+    /// experts, each read by the kernel for its format (W8A8 FP8 GEMMs where the matrix unit
+    /// has an FP8 mode). Activations stay f32 in device memory and are rounded to the weight's
+    /// compute type on chip. Functional runs of float checkpoints hold the weights in bf16.
+    Native,
+}
+
+impl std::str::FromStr for Precision {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Precision, String> {
+        match s {
+            "f32" => Ok(Precision::F32),
+            "native" => Ok(Precision::Native),
+            other => Err(format!(
+                "unknown precision `{other}`: expected `f32` or `native`"
+            )),
+        }
+    }
+}
+
 /// One sequence of one model on the simulator.
 pub struct Runner {
     cfg: ModelConfig,
@@ -275,9 +301,19 @@ impl Runner {
     /// Opens `dir` (config.json + safetensors), binds the weights and sizes the caches for
     /// `capacity` tokens.
     pub fn load(dir: &Path, launcher: Launcher, capacity: usize) -> Result<Runner, ForwardError> {
+        Runner::load_at(dir, launcher, capacity, Precision::F32)
+    }
+
+    /// [`Runner::load`] with the weights held at `precision`.
+    pub fn load_at(
+        dir: &Path,
+        launcher: Launcher,
+        capacity: usize,
+        precision: Precision,
+    ) -> Result<Runner, ForwardError> {
         let cfg = load_config(&dir.join("config.json"))?;
         let ckpt = Checkpoint::open(dir)?;
-        Runner::new(cfg, &ckpt, launcher, capacity)
+        Runner::with_precision(cfg, &ckpt, launcher, capacity, precision)
     }
 
     /// A runner for an already parsed config and opened checkpoint.
@@ -287,7 +323,18 @@ impl Runner {
         launcher: Launcher,
         capacity: usize,
     ) -> Result<Runner, ForwardError> {
-        let weights = ModelWeights::load(&cfg, Some(ckpt))?;
+        Runner::with_precision(cfg, ckpt, launcher, capacity, Precision::F32)
+    }
+
+    /// [`Runner::new`] with the weights held at `precision`.
+    pub fn with_precision(
+        cfg: ModelConfig,
+        ckpt: &Checkpoint,
+        launcher: Launcher,
+        capacity: usize,
+        precision: Precision,
+    ) -> Result<Runner, ForwardError> {
+        let weights = ModelWeights::load(&cfg, Some(ckpt), precision)?;
         Runner::with_weights(cfg, weights, launcher, capacity)
     }
 
@@ -295,13 +342,26 @@ impl Runner {
     /// launch cost-only — the same forward code at sizes that could not be materialised (a
     /// trillion-parameter model on one simulated device). Logits and hidden states come back
     /// empty; token ids are only counted.
+    ///
+    /// Weights are in the checkpoint's formats ([`Precision::Native`]), what a deployment reads;
+    /// [`Runner::cost_only_at`] takes another precision.
     pub fn cost_only(
         cfg: ModelConfig,
         launcher: Launcher,
         capacity: usize,
     ) -> Result<Runner, ForwardError> {
+        Runner::cost_only_at(cfg, launcher, capacity, Precision::Native)
+    }
+
+    /// [`Runner::cost_only`] with the weights held at `precision`.
+    pub fn cost_only_at(
+        cfg: ModelConfig,
+        launcher: Launcher,
+        capacity: usize,
+        precision: Precision,
+    ) -> Result<Runner, ForwardError> {
         let launcher = launcher.with_backend(dsl_core::Backend::CostOnly);
-        let weights = ModelWeights::load(&cfg, None)?;
+        let weights = ModelWeights::load(&cfg, None, precision)?;
         Runner::with_weights(cfg, weights, launcher, capacity)
     }
 

@@ -11,7 +11,11 @@ use dsl_core::prelude::*;
 use dsl_core::{Report, SimError};
 use kernels::attention::prefill::flash_prefill;
 use kernels::attention::sparse;
+use kernels::weight::Weight;
 use std::collections::{BTreeMap, BTreeSet};
+
+/// The operator every FP8 projection's activation quantization is booked under.
+pub const ACT_QUANT_OP: &str = "act_quant_fp8";
 
 /// Cycles and launches booked per operator name over a run.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -252,23 +256,41 @@ impl Ops {
         &mut self,
         op: &str,
         x: &Tensor<f32>,
-        w: &Tensor<f32>,
+        w: &Weight,
     ) -> Result<Tensor<f32>, ForwardError> {
-        let y = self.mem.act(x.rows(), w.rows());
+        let y = self.mem.act(x.rows(), w.out_features());
         self.linear_into(op, x, w, &y)?;
         Ok(y)
     }
 
-    /// `y = x · wᵀ` into an existing tensor or view.
+    /// `y = x · wᵀ` into an existing tensor or view, by the kernel for the weight's stored
+    /// format. An FP8 weight's activation quantization is booked as [`ACT_QUANT_OP`].
     pub fn linear_into(
         &mut self,
         op: &str,
         x: &Tensor<f32>,
-        w: &Tensor<f32>,
+        w: &Weight,
         y: &Tensor<f32>,
     ) -> Result<(), ForwardError> {
-        let r = kernels::linear::run_linear(&self.launcher, x, w, y);
-        self.book(op, r)
+        match kernels::linear::run_linear_weight(&self.launcher, x, w, y) {
+            Ok(launches) => {
+                for (kernel, l) in launches {
+                    self.book(Self::op_of(op, kernel), Ok(l))?;
+                }
+                Ok(())
+            }
+            Err(e) => self.book(op, Err(e)),
+        }
+    }
+
+    /// The operator a launch of `kernel` within `op` is booked under: the activation
+    /// quantization of an FP8 GEMM apart, under one name for every projection.
+    fn op_of<'a>(op: &'a str, kernel: &str) -> &'a str {
+        if kernel == kernels::linear::act_quant_fp8::META.name {
+            ACT_QUANT_OP
+        } else {
+            op
+        }
     }
 
     /// RMSNorm of each row of `x` (`y = x · rsqrt(mean(x²) + eps) · w`) into `y`.
@@ -632,13 +654,18 @@ impl Ops {
         &mut self,
         op: &str,
         x: &Tensor<f32>,
-        w: &Tensor<f32>,
+        w: &Weight,
         offsets: &Tensor<i32>,
     ) -> Result<Tensor<f32>, ForwardError> {
-        let out_dim = w.shape().get(1).copied().unwrap_or(0);
-        let y = self.mem.act(x.rows(), out_dim);
-        let r = kernels::moe::grouped::run_grouped_linear(&self.launcher, x, w, offsets, &y);
-        self.book_report(op, r)?;
+        let y = self.mem.act(x.rows(), w.out_features());
+        match kernels::moe::grouped::run_grouped_linear_weight(&self.launcher, x, w, offsets, &y) {
+            Ok(launches) => {
+                for (kernel, r) in launches {
+                    self.book_report(Self::op_of(op, kernel), Ok(r))?;
+                }
+            }
+            Err(e) => self.book_report(op, Err(e))?,
+        }
         Ok(y)
     }
 
@@ -677,19 +704,6 @@ impl Ops {
 }
 
 impl Ops {
-    /// `c = a · b` (plain, not transposed) into an existing tensor or view.
-    pub fn matmul_into(
-        &mut self,
-        op: &str,
-        a: &Tensor<f32>,
-        b: &Tensor<f32>,
-        c: &Tensor<f32>,
-    ) -> Result<(), ForwardError> {
-        let cfg = Config::new().with("BM", 32).with("BN", 32).with("BK", 32);
-        let r = kernels::gemm::gemm_db::launch(&self.launcher, &cfg, a, b, c);
-        self.book(op, r)
-    }
-
     /// DSA lightning-indexer scores `[T, pages·P]` of the `T` newest tokens over a context of
     /// `ctx` tokens (`−∞` after each token's position).
     #[allow(clippy::too_many_arguments)]

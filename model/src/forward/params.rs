@@ -5,15 +5,24 @@
 //! `[E, 2I, H]` (gate rows then up rows per expert) and `[E, H, I]`.
 
 use super::ForwardError;
-use crate::config::{AttentionKind, FfnKind, ModelConfig};
+use super::Precision;
+use crate::config::{AttentionKind, FfnKind, ModelConfig, WeightFormat};
 use crate::weights::Checkpoint;
-use dsl_core::Tensor;
+use dsl_core::{bf16, Tensor};
+use kernels::weight::{Format, Weight};
 
 /// Loads tensors by name with the expected shape, as f32 device tensors; without a checkpoint
 /// (a cost-only run from config.json alone) every tensor is shape-only, of the shape the config
 /// implies.
 pub(crate) struct Loader<'a> {
     pub ckpt: Option<&'a Checkpoint>,
+    /// The precision projections are held in.
+    pub precision: Precision,
+    /// Attention, dense-MLP and shared-expert projections' stored format (the config's
+    /// `quantization_config`).
+    pub dense: Format,
+    /// Routed experts' stored format.
+    pub experts: Format,
 }
 
 /// A device tensor from host data; `what` names it in the (internal) error.
@@ -44,14 +53,67 @@ impl Loader<'_> {
         self.derived(name, shape, |c| Ok(c.f32(name, shape)?))
     }
 
-    /// The tensor times a constant folded in at load time (the indexer's `index_n_heads^-1/2`,
-    /// which transformers applies to the projection's output: the same product).
-    pub fn scaled(&self, name: &str, shape: &[usize], s: f32) -> Result<Tensor<f32>, ForwardError> {
-        self.derived(name, shape, |c| {
-            let mut data = c.f32(name, shape)?;
-            data.iter_mut().for_each(|w| *w *= s);
-            Ok(data)
+    /// The format a projection of stored format `stored` is held in: f32 at [`Precision::F32`];
+    /// at [`Precision::Native`] the stored format in cost-only runs, and bf16 when a (float)
+    /// checkpoint's values are loaded.
+    fn held(&self, stored: Format) -> Format {
+        match (self.precision, self.ckpt) {
+            (Precision::F32, _) => Format::F32,
+            (Precision::Native, None) => stored,
+            (Precision::Native, Some(_)) => Format::Bf16,
+        }
+    }
+
+    /// A weight of logical `shape` in `format`, from host values made by `make` (a checkpoint's
+    /// tensors rearranged), or shape-only without a checkpoint.
+    pub fn derived_weight(
+        &self,
+        what: &str,
+        format: Format,
+        shape: &[usize],
+        make: impl FnOnce(&Checkpoint) -> Result<Vec<f32>, ForwardError>,
+    ) -> Result<Weight, ForwardError> {
+        let internal = |message: String| ForwardError::Internal {
+            what: what.to_string(),
+            message,
+        };
+        let Some(c) = self.ckpt else {
+            return Weight::shape_only(format, shape).map_err(internal);
+        };
+        let values = make(c)?;
+        match format {
+            Format::F32 => Ok(Weight::F32(device(what, shape, &values)?)),
+            Format::Bf16 => Tensor::<bf16>::from_f32(shape, &values)
+                .map(Weight::Bf16)
+                .map_err(internal),
+            other => Err(internal(format!(
+                "loading checkpoint values into {} is not supported; load them as bf16",
+                other.name()
+            ))),
+        }
+    }
+
+    /// An attention, dense-MLP or shared-expert projection `name` of `shape`, in the checkpoint's
+    /// linear-layer format.
+    pub fn linear(&self, name: &str, shape: &[usize]) -> Result<Weight, ForwardError> {
+        self.derived_weight(name, self.held(self.dense), shape, |c| {
+            Ok(c.f32(name, shape)?)
         })
+    }
+
+    /// A projection checkpoints keep in bf16 even when the linear layers are quantized
+    /// (`lm_head`, gates).
+    pub fn plain(&self, name: &str, shape: &[usize]) -> Result<Weight, ForwardError> {
+        self.derived_weight(name, self.held(Format::Bf16), shape, |c| {
+            Ok(c.f32(name, shape)?)
+        })
+    }
+
+    /// A projection whose output picks experts or tokens, kept in f32 at every precision as
+    /// transformers keeps it (`_keep_in_fp32_modules`: DeepSeek's router `gate.weight`, the DSA
+    /// indexer's `weights_proj`): a bf16 rounding there flips near-tied selections.
+    pub fn selector(&self, name: &str, shape: &[usize]) -> Result<Weight, ForwardError> {
+        self.derived_weight(name, Format::F32, shape, |c| Ok(c.f32(name, shape)?))
     }
 
     /// Whether the checkpoint holds `name` (without one: assumed, the config says it is needed).
@@ -95,46 +157,51 @@ impl Loader<'_> {
 /// MLA projections (DeepSeek-V3 family).
 pub(crate) struct MlaWeights {
     /// `q_a_proj`, `q_a_layernorm`, `q_b_proj` when `q_lora_rank` is set.
-    pub q_lora: Option<(Tensor<f32>, Tensor<f32>, Tensor<f32>)>,
+    pub q_lora: Option<(Weight, Tensor<f32>, Weight)>,
     /// `q_proj` when it is not.
-    pub q_proj: Option<Tensor<f32>>,
-    pub kv_a: Tensor<f32>,
+    pub q_proj: Option<Weight>,
+    pub kv_a: Weight,
     pub kv_a_norm: Tensor<f32>,
-    pub kv_b: Tensor<f32>,
-    pub o_proj: Tensor<f32>,
+    pub kv_b: Weight,
+    pub o_proj: Weight,
+    /// Absorbed decode: `W_UKᵀ` per head, `[H·R, nope]` (kv_b_proj's key rows of each head,
+    /// transposed), so queries map into the latent space as a linear layer.
+    pub w_uk_t: Weight,
+    /// Absorbed decode: `W_UV` per head, `[H·v_head_dim, R]` (kv_b_proj's value rows).
+    pub w_uv: Weight,
     /// DeepSeek-V3.2's lightning indexer.
     pub indexer: Option<IndexerWeights>,
 }
 
 /// DeepSeek-V3.2 indexer projections.
 pub(crate) struct IndexerWeights {
-    pub wq_b: Tensor<f32>,
-    pub wk: Tensor<f32>,
+    pub wq_b: Weight,
+    pub wk: Weight,
     pub k_norm_w: Tensor<f32>,
     pub k_norm_b: Tensor<f32>,
-    pub weights_proj: Tensor<f32>,
+    pub weights_proj: Weight,
 }
 
 /// A SwiGLU MLP (dense layers, shared experts).
 pub(crate) struct MlpWeights {
-    pub gate: Tensor<f32>,
-    pub up: Tensor<f32>,
-    pub down: Tensor<f32>,
+    pub gate: Weight,
+    pub up: Weight,
+    pub down: Weight,
 }
 
 /// A mixture-of-experts block.
 pub(crate) struct MoeWeights {
     /// Router `[E, H]`.
-    pub router: Tensor<f32>,
+    pub router: Weight,
     /// `e_score_correction_bias` `[1, E]` (DeepSeek).
     pub bias: Option<Tensor<f32>>,
     /// `[E, 2I, H]`: rows `0..I` of each expert are the gate projection, `I..2I` the up projection.
-    pub gate_up: Tensor<f32>,
+    pub gate_up: Weight,
     /// `[E, H, I]`.
-    pub down: Tensor<f32>,
+    pub down: Weight,
     pub shared: Option<MlpWeights>,
     /// Qwen3-Next `shared_expert_gate` `[1, H]`.
-    pub shared_gate: Option<Tensor<f32>>,
+    pub shared_gate: Option<Weight>,
 }
 
 /// The feed-forward block of a layer.
@@ -148,10 +215,10 @@ pub(crate) enum FfnWeights {
 /// Qwen3-Next gated full attention.
 pub(crate) struct GqaWeights {
     /// `[Hq·D·2, H]` with the output gate (per head `[q | gate]`), `[Hq·D, H]` without.
-    pub q_proj: Tensor<f32>,
-    pub k_proj: Tensor<f32>,
-    pub v_proj: Tensor<f32>,
-    pub o_proj: Tensor<f32>,
+    pub q_proj: Weight,
+    pub k_proj: Weight,
+    pub v_proj: Weight,
+    pub o_proj: Weight,
     /// Per-head norms, `1 + weight` already applied.
     pub q_norm: Option<Tensor<f32>>,
     pub k_norm: Option<Tensor<f32>>,
@@ -159,8 +226,8 @@ pub(crate) struct GqaWeights {
 
 /// Qwen3-Next Gated DeltaNet.
 pub(crate) struct LinearAttnWeights {
-    pub in_proj_qkvz: Tensor<f32>,
-    pub in_proj_ba: Tensor<f32>,
+    pub in_proj_qkvz: Weight,
+    pub in_proj_ba: Weight,
     /// `conv1d.weight [C, 1, 4]` transposed to tap-major `[4, C]` (one contiguous row per tap).
     pub conv_taps: Tensor<f32>,
     /// `[1, Nv]`.
@@ -169,33 +236,33 @@ pub(crate) struct LinearAttnWeights {
     pub dt_bias: Tensor<f32>,
     /// Gated norm weight `[1, dv]` (plain weight).
     pub norm: Tensor<f32>,
-    pub out_proj: Tensor<f32>,
+    pub out_proj: Weight,
 }
 
 /// Kimi Linear KDA (`KimiLinearDeltaAttention`): separate q/k/v projections and convolutions,
 /// a low-rank forget gate per key channel and a low-rank sigmoid output gate.
 pub(crate) struct KdaWeights {
-    pub q_proj: Tensor<f32>,
-    pub k_proj: Tensor<f32>,
-    pub v_proj: Tensor<f32>,
+    pub q_proj: Weight,
+    pub k_proj: Weight,
+    pub v_proj: Weight,
     /// `{q,k,v}_conv1d.weight [C, 1, K]` stacked (`[q | k | v]` channels) and transposed to
     /// tap-major `[K, 2·H·dk + H·dv]`, so one convolution covers the three.
     pub conv_taps: Tensor<f32>,
     /// `f_a_proj [dk, H]`, `f_b_proj [H·dk, dk]`: the forget gate's low-rank projection.
-    pub f_a: Tensor<f32>,
-    pub f_b: Tensor<f32>,
+    pub f_a: Weight,
+    pub f_b: Weight,
     /// `[1, heads·dk]`.
     pub dt_bias: Tensor<f32>,
     /// `A_log [1, 1, heads, 1]` as `[1, heads]`.
     pub a_log: Tensor<f32>,
     /// `b_proj [heads, H]` (β = σ(b)).
-    pub b_proj: Tensor<f32>,
+    pub b_proj: Weight,
     /// `g_a_proj [dv, H]`, `g_b_proj [H·dv, dv]`: the output gate's low-rank projection.
-    pub g_a: Tensor<f32>,
-    pub g_b: Tensor<f32>,
+    pub g_a: Weight,
+    pub g_b: Weight,
     /// `o_norm.weight` `[1, dv]` (plain weight).
     pub o_norm: Tensor<f32>,
-    pub o_proj: Tensor<f32>,
+    pub o_proj: Weight,
 }
 
 /// The attention block of a layer.
@@ -221,14 +288,14 @@ pub(crate) struct ModelWeights {
     pub embed: Tensor<f32>,
     pub layers: Vec<LayerWeights>,
     pub final_norm: Tensor<f32>,
-    pub lm_head: Tensor<f32>,
+    pub lm_head: Weight,
 }
 
 fn mlp(ld: &Loader, prefix: &str, hidden: usize, inter: usize) -> Result<MlpWeights, ForwardError> {
     Ok(MlpWeights {
-        gate: ld.get(&format!("{prefix}.gate_proj.weight"), &[inter, hidden])?,
-        up: ld.get(&format!("{prefix}.up_proj.weight"), &[inter, hidden])?,
-        down: ld.get(&format!("{prefix}.down_proj.weight"), &[hidden, inter])?,
+        gate: ld.linear(&format!("{prefix}.gate_proj.weight"), &[inter, hidden])?,
+        up: ld.linear(&format!("{prefix}.up_proj.weight"), &[inter, hidden])?,
+        down: ld.linear(&format!("{prefix}.down_proj.weight"), &[hidden, inter])?,
     })
 }
 
@@ -238,14 +305,14 @@ fn mla(ld: &Loader, cfg: &ModelConfig, p: &str) -> Result<MlaWeights, ForwardErr
     let qk = m.qk_head_dim();
     let q_lora = match m.q_lora_rank {
         Some(r) => Some((
-            ld.get(&format!("{p}.q_a_proj.weight"), &[r, h])?,
+            ld.linear(&format!("{p}.q_a_proj.weight"), &[r, h])?,
             ld.get(&format!("{p}.q_a_layernorm.weight"), &[r])?,
-            ld.get(&format!("{p}.q_b_proj.weight"), &[m.heads * qk, r])?,
+            ld.linear(&format!("{p}.q_b_proj.weight"), &[m.heads * qk, r])?,
         )),
         None => None,
     };
     let q_proj = match m.q_lora_rank {
-        None => Some(ld.get(&format!("{p}.q_proj.weight"), &[m.heads * qk, h])?),
+        None => Some(ld.linear(&format!("{p}.q_proj.weight"), &[m.heads * qk, h])?),
         Some(_) => None,
     };
     let indexer = match (
@@ -260,38 +327,61 @@ fn mla(ld: &Loader, cfg: &ModelConfig, p: &str) -> Result<MlaWeights, ForwardErr
             })?;
             let ip = format!("{p}.indexer");
             Some(IndexerWeights {
-                wq_b: ld.get(
+                wq_b: ld.linear(
                     &format!("{ip}.wq_b.weight"),
                     &[ix.heads * ix.head_dim, q_in],
                 )?,
-                wk: ld.get(&format!("{ip}.wk.weight"), &[ix.head_dim, h])?,
+                wk: ld.linear(&format!("{ip}.wk.weight"), &[ix.head_dim, h])?,
                 k_norm_w: ld.row(&format!("{ip}.k_norm.weight"), ix.head_dim)?,
                 k_norm_b: ld.row(&format!("{ip}.k_norm.bias"), ix.head_dim)?,
-                weights_proj: ld.scaled(
-                    &format!("{ip}.weights_proj.weight"),
-                    &[ix.heads, h],
-                    (ix.heads as f32).powf(-0.5),
-                )?,
+                weights_proj: {
+                    let name = format!("{ip}.weights_proj.weight");
+                    let s = (ix.heads as f32).powf(-0.5);
+                    ld.derived_weight(&name, Format::F32, &[ix.heads, h], |c| {
+                        let mut data = c.f32(&name, &[ix.heads, h])?;
+                        data.iter_mut().for_each(|w| *w *= s);
+                        Ok(data)
+                    })?
+                },
             })
         }
         _ => None,
     };
+    let kv_b_name = format!("{p}.kv_b_proj.weight");
+    let (nope, vd, r) = (m.qk_nope_head_dim, m.v_head_dim, m.kv_lora_rank);
+    let kv_b_shape = [m.heads * (nope + vd), r];
+    // The absorbed decode's per-head matrices, split out of kv_b_proj once at load time (bf16 at
+    // native precision, as DeepSeek's inference code dequantizes kv_b for its absorbed path).
+    let absorb = ld.held(Format::Bf16);
+    let w_uk_t = ld.derived_weight("W_UK (transposed)", absorb, &[m.heads * r, nope], |c| {
+        let kv_b = c.f32(&kv_b_name, &kv_b_shape)?;
+        let mut out = Vec::with_capacity(m.heads * r * nope);
+        for hd in 0..m.heads {
+            let rows = &kv_b[hd * (nope + vd) * r..(hd * (nope + vd) + nope) * r];
+            out.extend(kernels::reference::transpose(rows, nope, r));
+        }
+        Ok(out)
+    })?;
+    let w_uv = ld.derived_weight("W_UV", absorb, &[m.heads * vd, r], |c| {
+        let kv_b = c.f32(&kv_b_name, &kv_b_shape)?;
+        let mut out = Vec::with_capacity(m.heads * vd * r);
+        for hd in 0..m.heads {
+            out.extend_from_slice(&kv_b[(hd * (nope + vd) + nope) * r..(hd + 1) * (nope + vd) * r]);
+        }
+        Ok(out)
+    })?;
     Ok(MlaWeights {
         q_lora,
         q_proj,
-        kv_a: ld.get(
+        kv_a: ld.linear(
             &format!("{p}.kv_a_proj_with_mqa.weight"),
             &[m.kv_lora_rank + m.qk_rope_head_dim, h],
         )?,
         kv_a_norm: ld.get(&format!("{p}.kv_a_layernorm.weight"), &[m.kv_lora_rank])?,
-        kv_b: ld.get(
-            &format!("{p}.kv_b_proj.weight"),
-            &[
-                m.heads * (m.qk_nope_head_dim + m.v_head_dim),
-                m.kv_lora_rank,
-            ],
-        )?,
-        o_proj: ld.get(&format!("{p}.o_proj.weight"), &[h, m.heads * m.v_head_dim])?,
+        kv_b: ld.linear(&kv_b_name, &kv_b_shape)?,
+        o_proj: ld.linear(&format!("{p}.o_proj.weight"), &[h, m.heads * m.v_head_dim])?,
+        w_uk_t,
+        w_uv,
         indexer,
     })
 }
@@ -309,24 +399,21 @@ fn moe(ld: &Loader, cfg: &ModelConfig, layer: usize, p: &str) -> Result<MoeWeigh
     // Whatever the checkpoint's layout (per expert, fused, MXFP4), as [E, 2I, H]: per expert the
     // gate rows then the up rows, so one grouped GEMM produces both halves.
     let what = format!("layer {layer} experts");
-    let (gate_up, down) = match ld.ckpt {
-        Some(c) => {
-            let ew = bank.load_f32(c)?;
-            let mut gu = Vec::with_capacity(2 * e * i * h);
-            for x in 0..e {
-                gu.extend_from_slice(&ew.gate[x * i * h..(x + 1) * i * h]);
-                gu.extend_from_slice(&ew.up[x * i * h..(x + 1) * i * h]);
-            }
-            (
-                device(&what, &[e, 2 * i, h], &gu)?,
-                device(&what, &[e, h, i], &ew.down)?,
-            )
-        }
-        None => (
-            Tensor::shape_only(&[e, 2 * i, h]),
-            Tensor::shape_only(&[e, h, i]),
-        ),
+    // MXFP4 packs K in 32-value blocks: experts whose sizes do not divide are held in bf16.
+    let format = match ld.held(ld.experts) {
+        Format::Mxfp4 if h % 32 != 0 || i % 32 != 0 => Format::Bf16,
+        f => f,
     };
+    let gate_up = ld.derived_weight(&what, format, &[e, 2 * i, h], |c| {
+        let ew = bank.load_f32(c)?;
+        let mut gu = Vec::with_capacity(2 * e * i * h);
+        for x in 0..e {
+            gu.extend_from_slice(&ew.gate[x * i * h..(x + 1) * i * h]);
+            gu.extend_from_slice(&ew.up[x * i * h..(x + 1) * i * h]);
+        }
+        Ok(gu)
+    })?;
+    let down = ld.derived_weight(&what, format, &[e, h, i], |c| Ok(bank.load_f32(c)?.down))?;
     let shared_prefix = if ld.has(&format!("{p}.shared_experts.gate_proj.weight")) {
         format!("{p}.shared_experts")
     } else {
@@ -338,12 +425,12 @@ fn moe(ld: &Loader, cfg: &ModelConfig, layer: usize, p: &str) -> Result<MoeWeigh
         None
     };
     let shared_gate = if m.shared_expert_gate {
-        Some(ld.get(&format!("{p}.shared_expert_gate.weight"), &[1, h])?)
+        Some(ld.plain(&format!("{p}.shared_expert_gate.weight"), &[1, h])?)
     } else {
         None
     };
     Ok(MoeWeights {
-        router: ld.get(&format!("{p}.gate.weight"), &[e, h])?,
+        router: ld.selector(&format!("{p}.gate.weight"), &[e, h])?,
         bias: ld
             .opt(&format!("{p}.gate.e_score_correction_bias"), &[e])?
             .map(|b| b.reshaped(&[1, e]))
@@ -380,10 +467,10 @@ fn gqa(
         (None, None)
     };
     Ok(GqaWeights {
-        q_proj: ld.get(&format!("{p}.q_proj.weight"), &[q_rows, h])?,
-        k_proj: ld.get(&format!("{p}.k_proj.weight"), &[g.kv_heads * d, h])?,
-        v_proj: ld.get(&format!("{p}.v_proj.weight"), &[g.kv_heads * d, h])?,
-        o_proj: ld.get(&format!("{p}.o_proj.weight"), &[h, g.heads * d])?,
+        q_proj: ld.linear(&format!("{p}.q_proj.weight"), &[q_rows, h])?,
+        k_proj: ld.linear(&format!("{p}.k_proj.weight"), &[g.kv_heads * d, h])?,
+        v_proj: ld.linear(&format!("{p}.v_proj.weight"), &[g.kv_heads * d, h])?,
+        o_proj: ld.linear(&format!("{p}.o_proj.weight"), &[h, g.heads * d])?,
         q_norm,
         k_norm,
     })
@@ -417,19 +504,19 @@ fn kda(ld: &Loader, cfg: &ModelConfig, p: &str) -> Result<KdaWeights, ForwardErr
         Ok(c.f32(&a_log_name, &[1, 1, heads, 1])?)
     })?;
     Ok(KdaWeights {
-        q_proj: ld.get(&format!("{p}.q_proj.weight"), &[key, h])?,
-        k_proj: ld.get(&format!("{p}.k_proj.weight"), &[key, h])?,
-        v_proj: ld.get(&format!("{p}.v_proj.weight"), &[value, h])?,
+        q_proj: ld.linear(&format!("{p}.q_proj.weight"), &[key, h])?,
+        k_proj: ld.linear(&format!("{p}.k_proj.weight"), &[key, h])?,
+        v_proj: ld.linear(&format!("{p}.v_proj.weight"), &[value, h])?,
         conv_taps,
-        f_a: ld.get(&format!("{p}.f_a_proj.weight"), &[dk, h])?,
-        f_b: ld.get(&format!("{p}.f_b_proj.weight"), &[key, dk])?,
+        f_a: ld.linear(&format!("{p}.f_a_proj.weight"), &[dk, h])?,
+        f_b: ld.linear(&format!("{p}.f_b_proj.weight"), &[key, dk])?,
         dt_bias: ld.row(&format!("{p}.dt_bias"), key)?,
         a_log,
-        b_proj: ld.get(&format!("{p}.b_proj.weight"), &[heads, h])?,
-        g_a: ld.get(&format!("{p}.g_a_proj.weight"), &[dv, h])?,
-        g_b: ld.get(&format!("{p}.g_b_proj.weight"), &[value, dv])?,
+        b_proj: ld.linear(&format!("{p}.b_proj.weight"), &[heads, h])?,
+        g_a: ld.linear(&format!("{p}.g_a_proj.weight"), &[dv, h])?,
+        g_b: ld.linear(&format!("{p}.g_b_proj.weight"), &[value, dv])?,
         o_norm: ld.row(&format!("{p}.o_norm.weight"), dv)?,
-        o_proj: ld.get(&format!("{p}.o_proj.weight"), &[h, value])?,
+        o_proj: ld.linear(&format!("{p}.o_proj.weight"), &[h, value])?,
     })
 }
 
@@ -455,13 +542,13 @@ fn linear_attn(ld: &Loader, cfg: &ModelConfig, p: &str) -> Result<LinearAttnWeig
     })?;
     let row = |name: &str, n: usize| ld.row(&format!("{p}.{name}"), n);
     Ok(LinearAttnWeights {
-        in_proj_qkvz: ld.get(&format!("{p}.in_proj_qkvz.weight"), &[2 * qk + 2 * v, h])?,
-        in_proj_ba: ld.get(&format!("{p}.in_proj_ba.weight"), &[2 * l.value_heads, h])?,
+        in_proj_qkvz: ld.linear(&format!("{p}.in_proj_qkvz.weight"), &[2 * qk + 2 * v, h])?,
+        in_proj_ba: ld.linear(&format!("{p}.in_proj_ba.weight"), &[2 * l.value_heads, h])?,
         conv_taps,
         a_log: row("A_log", l.value_heads)?,
         dt_bias: row("dt_bias", l.value_heads)?,
         norm: row("norm.weight", l.value_head_dim)?,
-        out_proj: ld.get(&format!("{p}.out_proj.weight"), &[h, v])?,
+        out_proj: ld.linear(&format!("{p}.out_proj.weight"), &[h, v])?,
     })
 }
 
@@ -478,11 +565,30 @@ impl ModelWeights {
     /// Binds every tensor the config's layers need; the first missing or misshapen tensor is an
     /// error naming it and the shape expected.
     /// Without a checkpoint (`None`) every tensor is shape-only (cost-only runs).
+    /// Projections are held as `precision` says ([`Loader::linear`]).
     pub fn load(
         cfg: &ModelConfig,
         ckpt: Option<&Checkpoint>,
+        precision: Precision,
     ) -> Result<ModelWeights, ForwardError> {
-        let ld = Loader { ckpt };
+        let stored = |f: &WeightFormat| match f {
+            WeightFormat::Fp8Block { .. } => Format::Fp8Block,
+            WeightFormat::Mxfp4 => Format::Mxfp4,
+            WeightFormat::Float | WeightFormat::Other(_) => Format::Bf16,
+        };
+        let ld = Loader {
+            ckpt,
+            precision,
+            // A dense MXFP4 layer has no kernel: hold it in bf16.
+            dense: match stored(&cfg.weight_format) {
+                Format::Mxfp4 => Format::Bf16,
+                f => f,
+            },
+            experts: cfg
+                .moe
+                .as_ref()
+                .map_or(Format::Bf16, |m| stored(&m.expert_format)),
+        };
         let (h, v) = (cfg.hidden_size, cfg.vocab_size);
         let embed = ld.get("model.embed_tokens.weight", &[v, h])?;
         // Qwen3-Next stores its RMSNorm weights as offsets from 1.
@@ -542,10 +648,10 @@ impl ModelWeights {
                 ffn,
             });
         }
-        let lm_head = match ld.opt("lm_head.weight", &[v, h])? {
-            Some(w) => w,
-            None if cfg.tie_word_embeddings => embed.clone(),
-            None => ld.get("lm_head.weight", &[v, h])?,
+        let lm_head = if !ld.has("lm_head.weight") && cfg.tie_word_embeddings {
+            ld.plain("model.embed_tokens.weight", &[v, h])?
+        } else {
+            ld.plain("lm_head.weight", &[v, h])?
         };
         Ok(ModelWeights {
             embed,

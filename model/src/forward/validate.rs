@@ -20,6 +20,9 @@ pub struct TensorDiff {
     pub max_abs: f64,
     /// Largest relative difference (see the module docs).
     pub max_rel: f64,
+    /// Relative L2 distance `‖ours − reference‖ / ‖reference‖` over all positions (the measure
+    /// the native-precision check bounds by transformers' own bf16 distance).
+    pub rel_l2: f64,
     /// Token position of the largest absolute difference.
     pub worst_position: usize,
     /// Whether `max_rel` exceeds the threshold (or anything is NaN).
@@ -64,11 +67,13 @@ pub fn compare(
         f64::INFINITY
     };
     let (mut dot, mut na, mut nb, mut max_abs, mut worst) = (0.0, 0.0, 0.0, 0.0f64, 0);
+    let mut nd = 0.0;
     for (i, (a, b)) in ours.iter().zip(reference).enumerate() {
         let (a, b) = (*a as f64, *b as f64);
         dot += a * b;
         na += a * a;
         nb += b * b;
+        nd += (a - b) * (a - b);
         let d = (a - b).abs();
         if d > max_abs || d.is_nan() {
             max_abs = d;
@@ -81,6 +86,11 @@ pub fn compare(
         cosine,
         max_abs,
         max_rel,
+        rel_l2: if ours.len() == reference.len() {
+            nd.sqrt() / nb.sqrt().max(f64::MIN_POSITIVE)
+        } else {
+            f64::INFINITY
+        },
         worst_position: worst,
         flagged: max_rel.is_nan() || max_rel > threshold,
     }

@@ -20,7 +20,7 @@
 
 use super::parallel::{Plan, PlanError};
 use crate::config::ModelConfig;
-use crate::forward::{Blocks, ForwardError, LayerCost, OpStats, Runner, Traffic};
+use crate::forward::{Blocks, ForwardError, LayerCost, OpStats, Precision, Runner, Traffic};
 use accel_sim::cluster::ClusterPreset;
 use accel_sim::collective::{self, Algorithm, Group};
 use accel_sim::{DevicePreset, SimError};
@@ -250,6 +250,7 @@ pub struct Estimator {
     device: DevicePreset,
     launcher: Launcher,
     routing: Routing,
+    precision: Precision,
     cache: RefCell<HashMap<RunKey, Rc<RunCost>>>,
 }
 
@@ -268,8 +269,17 @@ impl Estimator {
             device,
             launcher,
             routing,
+            precision: Precision::Native,
             cache: RefCell::new(HashMap::new()),
         })
+    }
+
+    /// The estimator with the cards' weights held at `precision` (default
+    /// [`Precision::Native`], what a deployment reads).
+    pub fn with_precision(mut self, precision: Precision) -> Estimator {
+        self.precision = precision;
+        self.cache.borrow_mut().clear();
+        self
     }
 
     /// The model.
@@ -306,7 +316,12 @@ impl Estimator {
             return Ok(r.clone());
         }
         let shard = plan.shard(&self.cfg);
-        let mut runner = Runner::cost_only(shard, self.launcher.clone(), position + tokens)?;
+        let mut runner = Runner::cost_only_at(
+            shard,
+            self.launcher.clone(),
+            position + tokens,
+            self.precision,
+        )?;
         runner.run_blocks(blocks)?;
         runner.batch_decode(batched_decode)?;
         runner.seek(position)?;

@@ -1,0 +1,88 @@
+"""How far transformers in bf16 is from transformers in f32, per tiny checkpoint.
+
+Issue #13 item 1 bounds day0's native-precision forward by this distance: on every tiny checkpoint,
+day0's native logits and per-layer hidden states may be no further from the f32 golden than twice
+the distance of transformers in bf16 from it. This script loads each checkpoint under
+`model/testdata/tiny/` in bf16 (`torch_dtype=torch.bfloat16`, the dtype users run), runs the
+golden's prompt cache-free with hidden-state hooks exactly as `gen_models.py` does, and writes
+`model/testdata/tiny/bf16_distance.json`: per checkpoint and per tensor (`hidden_states.{i}`,
+`logits`), the relative L2 distance ||bf16 - f32|| / ||f32|| over all positions, plus the versions
+used. The Rust test (`model/tests/native_precision.rs`) reads only the JSON: no Python at test time.
+
+Run: /path/to/venv/bin/python tests/reference/gen_bf16_distance.py
+(the venv needs torch and transformers; the committed file was made with the versions it records).
+"""
+
+import json
+import os
+import sys
+
+import torch
+import transformers
+from safetensors.torch import load_file
+from transformers import AutoModelForCausalLM, DeepseekV3ForCausalLM
+
+ROOT = os.path.join(os.path.dirname(__file__), "..", "..", "model", "testdata", "tiny")
+
+
+def hidden_and_logits(model, prompt):
+    layers = model.model.layers
+    captured = {}
+
+    def keep(i):
+        def hook(module, args, output):
+            captured[i] = (output[0] if isinstance(output, tuple) else output)[0].float().clone()
+
+        return hook
+
+    hooks = [model.model.embed_tokens.register_forward_hook(keep(0))]
+    hooks += [layer.register_forward_hook(keep(i + 1)) for i, layer in enumerate(layers)]
+    with torch.no_grad():
+        out = model(prompt[None], use_cache=False)
+    for h in hooks:
+        h.remove()
+    tensors = {f"hidden_states.{i}": captured[i] for i in range(len(layers) + 1)}
+    tensors["logits"] = out.logits[0].float()
+    return tensors
+
+
+def main():
+    result = {
+        "provenance": {
+            "torch": torch.__version__,
+            "transformers": transformers.__version__,
+            "python": sys.version.split()[0],
+            "metric": "relative L2 distance ||bf16 - f32|| / ||f32|| over all positions",
+        },
+        "checkpoints": {},
+    }
+    for name in sorted(os.listdir(ROOT)):
+        d = os.path.join(ROOT, name)
+        golden = os.path.join(d, "golden.safetensors")
+        if not os.path.exists(golden):
+            continue
+        ref = load_file(golden)
+        prompt = ref["input_ids"].to(torch.long)
+        # Eager attention and experts, as the f32 goldens were made (gen_models.py).
+        kw = dict(torch_dtype=torch.bfloat16, attn_implementation="eager", experts_implementation="eager")
+        try:
+            model = AutoModelForCausalLM.from_pretrained(d, **kw)
+        except ValueError:
+            # Kimi-K2 (`kimi_k2`) is DeepSeek-V3's architecture; gen_models.py builds it that way.
+            model = DeepseekV3ForCausalLM.from_pretrained(d, **kw)
+        model.eval()
+        got = hidden_and_logits(model, prompt)
+        dist = {}
+        for k, v in got.items():
+            r = ref[k].float()
+            dist[k] = float((v - r).norm() / r.norm().clamp_min(1e-30))
+        result["checkpoints"][name] = dist
+        print(name, f"logits {dist['logits']:.3e}", file=sys.stderr)
+    out = os.path.join(ROOT, "bf16_distance.json")
+    with open(out, "w") as f:
+        json.dump(result, f, indent=1, sort_keys=True)
+        f.write("\n")
+
+
+if __name__ == "__main__":
+    main()
