@@ -46,6 +46,10 @@ pub struct DeployArgs {
     /// KV cache element type: bf16 or fp8.
     #[arg(long, default_value = "bf16")]
     pub kv_dtype: String,
+    /// Weight precision of the simulated cards: `native` (the checkpoint's formats: block FP8,
+    /// MXFP4, bf16) or `f32` (every weight in f32, the numeric reference path).
+    #[arg(long, default_value = "native")]
+    pub precision: model::forward::Precision,
     /// Share of each card's memory kept free for the runtime.
     #[arg(long, default_value_t = 0.15)]
     pub reserve: f64,
@@ -246,7 +250,9 @@ fn setup(a: &DeployArgs, cards: Option<usize>) -> Result<Setup, String> {
             ));
         }
     }
-    let est = Estimator::new(cfg, cluster, routing).map_err(|e| e.to_string())?;
+    let est = Estimator::new(cfg, cluster, routing)
+        .map_err(|e| e.to_string())?
+        .with_precision(a.precision);
     Ok(Setup {
         est,
         cards,
