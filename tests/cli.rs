@@ -541,3 +541,54 @@ fn cost_only_decode_step_of_a_batch_is_memory_bound() {
         );
     }
 }
+
+/// `--precision`: native reads Kimi-K2's FP8 weights (about a quarter of the f32 bytes) and is
+/// the cost-only default; an unknown precision is an error naming the accepted values.
+#[test]
+fn precision_changes_the_bytes_a_decode_step_reads() {
+    let step = |extra: &[&str]| {
+        let mut args = vec![
+            "forward",
+            "--config",
+            concat!(
+                env!("CARGO_MANIFEST_DIR"),
+                "/model/testdata/kimi_k2_config.json"
+            ),
+            "--cost-only",
+            "--batch",
+            "2",
+            "--context",
+            "256",
+            "--json",
+        ];
+        args.extend_from_slice(extra);
+        let out = day0(&args);
+        assert!(out.status.success(), "{}", stderr(&out));
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+        v["hbm_bytes"].as_f64().unwrap()
+    };
+    let (default, native, f32) = (
+        step(&[]),
+        step(&["--precision", "native"]),
+        step(&["--precision", "f32"]),
+    );
+    assert_eq!(default, native);
+    assert!(
+        f32 > 3.0 * native && f32 < 4.5 * native,
+        "f32 {f32} vs native {native}"
+    );
+    let out = day0(&[
+        "forward",
+        "--config",
+        "x.json",
+        "--cost-only",
+        "--precision",
+        "fp4",
+    ]);
+    assert!(!out.status.success());
+    assert!(
+        stderr(&out).contains("`f32` or `native`"),
+        "{}",
+        stderr(&out)
+    );
+}
