@@ -27,9 +27,18 @@ pub enum Level {
 pub struct L2Cache {
     capacity: u64,
     used: u64,
-    resident: RegionMap,
-    fifo: VecDeque<Region>,
+    /// Each window ever inserted, with the FIFO sequence number of its latest insertion: it is
+    /// resident iff that is at least `head`. Eviction only moves `head`, so a read costs one hash
+    /// probe; stale entries are purged in bulk when they outnumber the resident ones.
+    seq_of: RegionMap,
+    /// Bytes of the resident windows in insertion order; the front one has sequence `head`.
+    fifo: VecDeque<u64>,
+    /// Sequence number of the oldest resident window.
+    head: u64,
 }
+
+/// Stale entries tolerated in [`L2Cache::seq_of`] beyond the resident ones before a purge.
+const STALE_SLACK: usize = 4096;
 
 impl L2Cache {
     /// An empty cache of `capacity` bytes (0 = no cache).
@@ -42,21 +51,37 @@ impl L2Cache {
 
     /// Records a read of `region` (`bytes` long) and says which level served it.
     pub fn read(&mut self, region: Region, bytes: u64) -> Level {
-        if self.resident.contains_key(&region) {
-            return Level::L2;
-        }
-        if bytes <= self.capacity {
-            while self.used + bytes > self.capacity {
-                let Some(old) = self.fifo.pop_front() else {
-                    break;
-                };
-                if let Some(b) = self.resident.remove(&old) {
-                    self.used -= b;
-                }
+        use std::collections::hash_map::Entry;
+        let head = self.head;
+        let entry = self.seq_of.entry(region);
+        if let Entry::Occupied(e) = &entry {
+            if *e.get() >= head {
+                return Level::L2;
             }
-            self.resident.insert(region, bytes);
-            self.fifo.push_back(region);
-            self.used += bytes;
+        }
+        if bytes > self.capacity {
+            return Level::Hbm;
+        }
+        // Evict first in, first out until it fits (a window that missed is never among them).
+        while self.used + bytes > self.capacity {
+            let Some(b) = self.fifo.pop_front() else {
+                break;
+            };
+            self.used -= b;
+            self.head += 1;
+        }
+        let seq = self.head + self.fifo.len() as u64;
+        match entry {
+            Entry::Occupied(mut e) => *e.get_mut() = seq,
+            Entry::Vacant(e) => {
+                e.insert(seq);
+            }
+        }
+        self.fifo.push_back(bytes);
+        self.used += bytes;
+        if self.seq_of.len() > 2 * self.fifo.len() + STALE_SLACK {
+            let head = self.head;
+            self.seq_of.retain(|_, s| *s >= head);
         }
         Level::Hbm
     }
@@ -259,6 +284,79 @@ mod tests {
             cap,
             now: 0.0,
             cls: Default::default(),
+        }
+    }
+
+    /// A plain FIFO cache (what [`L2Cache`] was before its lazy eviction): the same reads must
+    /// hit and miss alike.
+    struct PlainL2 {
+        capacity: u64,
+        used: u64,
+        resident: HashMap<Region, u64>,
+        fifo: VecDeque<Region>,
+    }
+
+    impl PlainL2 {
+        fn read(&mut self, region: Region, bytes: u64) -> Level {
+            if self.resident.contains_key(&region) {
+                return Level::L2;
+            }
+            if bytes <= self.capacity {
+                while self.used + bytes > self.capacity {
+                    let Some(old) = self.fifo.pop_front() else {
+                        break;
+                    };
+                    if let Some(b) = self.resident.remove(&old) {
+                        self.used -= b;
+                    }
+                }
+                self.resident.insert(region, bytes);
+                self.fifo.push_back(region);
+                self.used += bytes;
+            }
+            Level::Hbm
+        }
+    }
+
+    #[test]
+    fn l2_matches_a_plain_fifo_cache() {
+        // A small deterministic generator: windows from a few tensors, sizes around the capacity.
+        let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+        let mut next = move || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        for capacity in [0, 1, 100, 1000, 100_000] {
+            let mut fast = L2Cache::new(capacity);
+            let mut plain = PlainL2 {
+                capacity,
+                used: 0,
+                resident: HashMap::new(),
+                fifo: VecDeque::new(),
+            };
+            for i in 0..60_000 {
+                let r = next();
+                let region = Region {
+                    tensor: r % 3,
+                    // Half the reads from a few hot windows (hits), half from many (purges).
+                    offset: (r >> 8) % if r & 1 == 0 { 16 } else { 20_000 },
+                    rows: 1,
+                    cols: (r >> 20) % 2 + 1,
+                };
+                let bytes = match (r >> 30) % 8 {
+                    0 => 0,
+                    1 => capacity + 1,
+                    _ => (r >> 40) % (capacity / 4 + 2),
+                };
+                assert_eq!(
+                    fast.read(region, bytes),
+                    plain.read(region, bytes),
+                    "read {i}, capacity {capacity}"
+                );
+                assert_eq!(fast.used, plain.used);
+            }
         }
     }
 

@@ -191,6 +191,43 @@ struct Body {
     last_uses: OnceLock<Vec<u32>>,
     /// Matrix accumulators, computed once per body (see [`ProgramTrace::accumulators`]).
     accumulators: OnceLock<Vec<bool>>,
+    /// The operands as the timing model walks them, computed once per body (see [`Walk`]).
+    walk: OnceLock<Walk>,
+}
+
+/// Set in a [`Walk`] slot when the buffer's last use is this event (its first mention in it).
+pub(crate) const SLOT_RELEASE: u32 = 1 << 31;
+/// Set in a [`Walk`] allocation slot when a matrix instruction accumulates into the buffer.
+pub(crate) const SLOT_ACC: u32 = 1 << 30;
+/// The slot number in a [`Walk`] slot.
+pub(crate) const SLOT_MASK: u32 = SLOT_ACC - 1;
+
+/// A body's buffers renamed to *slots* for the timing model: a slot is reused once its buffer's
+/// last use is past, so the timing model's per-buffer state is as small as the most buffers
+/// live at once (a long program allocates millions of tiles, a few dozen live), and whether an
+/// event ends a buffer's life is a flag instead of a lookup.
+#[derive(Debug, Clone)]
+struct Walk {
+    /// Per buffer (allocation order): its slot, [`SLOT_ACC`], and [`SLOT_RELEASE`] when nothing
+    /// uses it after its allocation.
+    alloc: Vec<u32>,
+    /// Per entry of [`Body::ids`]: the buffer's slot, and [`SLOT_RELEASE`] at its last use.
+    ops: Vec<u32>,
+    /// Slots used (the most buffers live at once).
+    n_slots: u32,
+}
+
+/// One event as the timing walk reads it ([`ProgramTrace::walk_at`]): buffers as [`Walk`] slots.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum WalkView<'a> {
+    /// A tile comes into existence in `slot` (with the [`SLOT_ACC`] and [`SLOT_RELEASE`] flags).
+    Alloc { slot: u32, bytes: u64, line: u32 },
+    /// An instruction: its shape and its operands' slots (with [`SLOT_RELEASE`] flags).
+    Exec {
+        ins: &'a Instr,
+        reads: &'a [u32],
+        write: Option<u32>,
+    },
 }
 
 impl PartialEq for Body {
@@ -394,6 +431,91 @@ impl ProgramTrace {
         Some((i, view, next))
     }
 
+    /// Slots for the timing walk ([`Walk`]); computed once per body.
+    fn walk(&self) -> &Walk {
+        self.body.walk.get_or_init(|| {
+            let n = self.body.n_bufs as usize;
+            let mut last = vec![0u32; n];
+            let mut acc = vec![false; n];
+            for (i, (_, ev)) in self.views().enumerate() {
+                match ev {
+                    EventView::Alloc { buf, .. } => last[buf as usize] = i as u32,
+                    EventView::Exec { ins, reads, write } => {
+                        for b in reads.iter().chain(write.iter()) {
+                            last[*b as usize] = i as u32;
+                        }
+                        if let (Op::Mma { .. }, Some(w)) = (&ins.op, write) {
+                            acc[w as usize] = true;
+                        }
+                    }
+                }
+            }
+            let mut slot_of = vec![0u32; n];
+            let mut free: Vec<u32> = Vec::new();
+            let mut n_slots = 0u32;
+            let mut alloc = Vec::with_capacity(n);
+            let mut ops = Vec::with_capacity(self.body.ids.len());
+            let mut released: Vec<u32> = Vec::new();
+            for (i, (_, ev)) in self.views().enumerate() {
+                let i = i as u32;
+                match ev {
+                    EventView::Alloc { buf, .. } => {
+                        let slot = free.pop().unwrap_or_else(|| {
+                            n_slots += 1;
+                            n_slots - 1
+                        });
+                        assert!(slot < SLOT_ACC, "fewer than 2^30 buffers live at once");
+                        slot_of[buf as usize] = slot;
+                        let mut a = slot;
+                        if acc[buf as usize] {
+                            a |= SLOT_ACC;
+                        }
+                        if last[buf as usize] == i {
+                            a |= SLOT_RELEASE;
+                            free.push(slot);
+                        }
+                        alloc.push(a);
+                    }
+                    EventView::Exec { reads, write, .. } => {
+                        let mut seen = [0 as BufId; 5];
+                        for (k, b) in reads.iter().chain(write.iter()).copied().enumerate() {
+                            let slot = slot_of[b as usize];
+                            // A buffer named twice is released once, at its first mention.
+                            let first = !seen[..k].contains(&b);
+                            seen[k] = b;
+                            if first && last[b as usize] == i {
+                                ops.push(slot | SLOT_RELEASE);
+                                released.push(slot);
+                            } else {
+                                ops.push(slot);
+                            }
+                        }
+                        // Reusable by later allocations only: the event still reads them.
+                        free.append(&mut released);
+                    }
+                }
+            }
+            Walk {
+                alloc,
+                ops,
+                n_slots,
+            }
+        })
+    }
+
+    /// Number of slots the timing walk's buffers take ([`Walker`]).
+    pub(crate) fn n_slots(&self) -> u32 {
+        self.walk().n_slots
+    }
+
+    /// The program as the timing walk reads it: buffers renamed to slots.
+    pub(crate) fn walker(&self) -> Walker<'_> {
+        Walker {
+            body: &self.body,
+            walk: self.walk(),
+        }
+    }
+
     /// For each buffer, the index of the last event that touches it (its allocation if nothing
     /// does): when its SRAM can be reused. Computed once per recorded body.
     pub fn last_uses(&self) -> &[u32] {
@@ -437,6 +559,48 @@ impl ProgramTrace {
     }
 }
 
+/// A program's events as the timing walk reads them ([`ProgramTrace::walker`]).
+#[derive(Clone, Copy)]
+pub(crate) struct Walker<'a> {
+    body: &'a Body,
+    walk: &'a Walk,
+}
+
+impl<'a> Walker<'a> {
+    /// The event at `c` with its buffers as slots, and the cursor after it (`None` at the end):
+    /// what [`ProgramTrace::view_at`] gives, for the timing walk.
+    #[inline]
+    pub(crate) fn at(&self, c: &Cursor) -> Option<(u32, WalkView<'a>, Cursor)> {
+        let (body, walk) = (self.body, self.walk);
+        let &i = body.stream.get(c.pos)?;
+        let mut next = Cursor {
+            pos: c.pos + 1,
+            ..*c
+        };
+        let view = match &body.shapes[i as usize] {
+            Event::Alloc { bytes, line, .. } => {
+                next.next_buf += 1;
+                WalkView::Alloc {
+                    slot: walk.alloc[c.next_buf as usize],
+                    bytes: *bytes,
+                    line: *line,
+                }
+            }
+            Event::Exec(ins) => {
+                let n = ins.n_reads as usize;
+                let reads = &walk.ops[c.next_id..c.next_id + n];
+                next.next_id += n;
+                let write = ins.write.map(|_| {
+                    next.next_id += 1;
+                    walk.ops[next.next_id - 1]
+                });
+                WalkView::Exec { ins, reads, write }
+            }
+        };
+        Some((i, view, next))
+    }
+}
+
 /// Records one program's events into a [`ProgramTrace`]: in full, or following a reference
 /// program (see the module docs).
 #[derive(Debug)]
@@ -448,7 +612,8 @@ pub struct Recorder {
 
 #[derive(Debug)]
 enum State {
-    Full(Full),
+    /// Boxed: a follower, the common case, stays small.
+    Full(Box<Full>),
     Follow(Follow),
 }
 
@@ -532,10 +697,10 @@ impl Recorder {
     /// Records a program in full.
     pub fn new() -> Recorder {
         Recorder {
-            state: State::Full(Full {
+            state: State::Full(Box::new(Full {
                 prev: NONE,
                 ..Full::default()
-            }),
+            })),
             loads: Vec::new(),
         }
     }
@@ -647,7 +812,7 @@ impl State {
     #[inline]
     fn full(&mut self) -> &mut Full {
         if let State::Follow(f) = self {
-            *self = State::Full(Full::diverged(f));
+            *self = State::Full(Box::new(Full::diverged(f)));
         }
         match self {
             State::Full(full) => full,
@@ -694,6 +859,7 @@ impl Full {
                 n_loads,
                 last_uses: OnceLock::new(),
                 accumulators: OnceLock::new(),
+                walk: OnceLock::new(),
             },
             index,
             next_of: vec![NONE; r.keys.len()],
@@ -839,6 +1005,57 @@ mod tests {
             }
         }
         assert_eq!(t.last_uses(), &last[..]);
+    }
+
+    #[test]
+    fn the_walk_renames_buffers_to_reused_slots() {
+        let (t, _) = record(5, 50, None);
+        let last = t.last_uses().to_vec();
+        let walker = t.walker();
+        let mut c = Cursor::default();
+        // Slot of each live buffer, replayed from the views: the walk must agree with them.
+        let mut slot_of = vec![u32::MAX; t.n_bufs() as usize];
+        let mut live = vec![None; t.n_slots() as usize];
+        for (i, (si, view)) in t.views().enumerate() {
+            let (wi, walk, next) = walker.at(&c).expect("as many events");
+            assert_eq!(si, wi);
+            let (bufs, slots): (Vec<BufId>, Vec<u32>) = match (view, walk) {
+                (EventView::Alloc { buf, .. }, WalkView::Alloc { slot, .. }) => {
+                    let s = (slot & SLOT_MASK) as usize;
+                    assert_eq!(live[s], None, "slot {s} reused while live");
+                    live[s] = Some(buf);
+                    slot_of[buf as usize] = s as u32;
+                    (vec![buf], vec![slot])
+                }
+                (
+                    EventView::Exec { reads, write, .. },
+                    WalkView::Exec {
+                        reads: r, write: w, ..
+                    },
+                ) => (
+                    reads.iter().chain(write.iter()).copied().collect(),
+                    r.iter().chain(w.iter()).copied().collect(),
+                ),
+                (v, w) => panic!("event {i}: {v:?} walked as {w:?}"),
+            };
+            for (k, (b, s)) in bufs.iter().zip(&slots).enumerate() {
+                assert_eq!(s & SLOT_MASK, slot_of[*b as usize]);
+                let first = !bufs[..k].contains(b);
+                assert_eq!(
+                    s & SLOT_RELEASE != 0,
+                    first && last[*b as usize] == i as u32
+                );
+            }
+            for s in &slots {
+                if s & SLOT_RELEASE != 0 {
+                    live[(s & SLOT_MASK) as usize] = None;
+                }
+            }
+            c = next;
+        }
+        assert!(walker.at(&c).is_none());
+        // A carried accumulator and one input live across iterations: a handful of slots.
+        assert!(t.n_slots() <= 6, "{} slots", t.n_slots());
     }
 
     #[test]

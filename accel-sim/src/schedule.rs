@@ -26,7 +26,7 @@ use crate::report::{Report, ReportInput, Totals};
 use crate::timing::{CoreRun, Step, TimingContext, TransferId, Transfers};
 use crate::trace::ChromeTrace;
 use std::cmp::Reverse;
-use std::collections::{BTreeMap, BinaryHeap, HashMap, VecDeque};
+use std::collections::{BTreeMap, BinaryHeap, VecDeque};
 use std::sync::Arc;
 
 /// How many runs formed at the same cycle a program is compared with before it gets its own.
@@ -63,6 +63,22 @@ struct FreeCores {
     out_pending: Option<TransferId>,
 }
 
+/// End of a waiter list.
+const NO_RUN: u32 = u32::MAX;
+
+/// A transfer as the launch tracks it.
+struct XferState {
+    /// Run owning it.
+    owner: u32,
+    /// What it moves (read when it arrives).
+    class: crate::memory::Class,
+    bytes: u64,
+    mult: u64,
+    /// First and last run blocked on it, in the order they blocked ([`NO_RUN`]: none).
+    wait_head: u32,
+    wait_tail: u32,
+}
+
 /// Incremental launch simulator: push program traces in program-id order, then finish.
 pub struct LaunchSim<'a> {
     preset: &'a DevicePreset,
@@ -74,17 +90,16 @@ pub struct LaunchSim<'a> {
     needed: usize,
     fluid: Fluid,
     transfers: Transfers,
-    /// Run owning each transfer (its statistics).
-    owner: Vec<usize>,
-    /// Runs blocked on a transfer.
-    waiters: HashMap<TransferId, Vec<usize>>,
+    /// Per transfer (ids are dense, in request order): the run owning it (its statistics), what
+    /// it moves, and the runs blocked on it.
+    xfers: Vec<XferState>,
+    /// Next run in the same waiter list, per run slot ([`NO_RUN`] ends a list).
+    wait_next: Vec<u32>,
     /// (arrival cycle, transfer) not yet in the fluid.
     arrivals: BinaryHeap<Reverse<(u64, TransferId)>>,
-    /// Requests by id, until they arrive: (class, bytes, mult).
-    requested: HashMap<TransferId, crate::timing::TransferReq>,
-    /// (cycle, sequence) of cores freeing, and who they are.
+    /// (cycle, sequence) of cores freeing, and who they are (indexed by sequence, taken once).
     frees: BinaryHeap<Reverse<(u64, u64)>>,
-    free_sets: HashMap<u64, FreeCores>,
+    free_sets: Vec<Option<FreeCores>>,
     free_seq: u64,
     runs: Vec<Option<Run>>,
     spare: Vec<usize>,
@@ -108,12 +123,11 @@ impl<'a> LaunchSim<'a> {
             needed: 0,
             fluid: Fluid::new(preset),
             transfers: Transfers::default(),
-            owner: Vec::new(),
-            waiters: HashMap::new(),
+            xfers: Vec::new(),
+            wait_next: Vec::new(),
             arrivals: BinaryHeap::new(),
-            requested: HashMap::new(),
             frees: BinaryHeap::new(),
-            free_sets: HashMap::new(),
+            free_sets: Vec::new(),
             free_seq: 0,
             runs: Vec::new(),
             spare: Vec::new(),
@@ -137,7 +151,8 @@ impl<'a> LaunchSim<'a> {
 
     fn add_free(&mut self, at: u64, f: FreeCores) {
         self.frees.push(Reverse((at, self.free_seq)));
-        self.free_sets.insert(self.free_seq, f);
+        debug_assert_eq!(self.free_sets.len() as u64, self.free_seq);
+        self.free_sets.push(Some(f));
         self.free_seq += 1;
     }
 
@@ -169,11 +184,8 @@ impl<'a> LaunchSim<'a> {
             } else if ta == Some(min) {
                 let Reverse((t, id)) = self.arrivals.pop().expect("peeked");
                 self.fluid.advance_to(t as f64);
-                let r = self
-                    .requested
-                    .remove(&id)
-                    .expect("requested before arriving");
-                self.fluid.add(id, r.class, r.bytes, r.mult);
+                let x = &self.xfers[id as usize];
+                self.fluid.add(id, x.class, x.bytes, x.mult);
             } else if !self.assign(last)? {
                 return Ok(());
             }
@@ -194,7 +206,7 @@ impl<'a> LaunchSim<'a> {
             self.transfers.complete(id, busy_end);
         }
         for &id in &done {
-            let r = self.owner[id as usize];
+            let r = self.xfers[id as usize].owner as usize;
             let record = self.trace.is_some();
             let finished = match self.runs[r].as_mut() {
                 Some(run) => {
@@ -208,10 +220,13 @@ impl<'a> LaunchSim<'a> {
             }
         }
         for &id in &done {
-            if let Some(ws) = self.waiters.remove(&id) {
-                for r in ws {
-                    self.step(r, busy_end)?;
-                }
+            let x = &mut self.xfers[id as usize];
+            let mut r = std::mem::replace(&mut x.wait_head, NO_RUN);
+            x.wait_tail = NO_RUN;
+            while r != NO_RUN {
+                let next = std::mem::replace(&mut self.wait_next[r as usize], NO_RUN);
+                self.step(r as usize, busy_end)?;
+                r = next;
             }
         }
         self.done_buf = done;
@@ -234,13 +249,30 @@ impl<'a> LaunchSim<'a> {
         let was_done = run.timing.walked();
         let step = run.timing.advance(&cx, &mut self.transfers, now)?;
         for req in self.transfers.requests.drain(..) {
-            self.owner.push(r);
-            debug_assert_eq!(self.owner.len(), req.id as usize + 1);
+            debug_assert_eq!(self.xfers.len(), req.id as usize);
+            self.xfers.push(XferState {
+                owner: r as u32,
+                class: req.class,
+                bytes: req.bytes,
+                mult: req.mult,
+                wait_head: NO_RUN,
+                wait_tail: NO_RUN,
+            });
             self.arrivals.push(Reverse((req.arrival, req.id)));
-            self.requested.insert(req.id, req);
         }
         match step {
-            Step::Blocked(id) => self.waiters.entry(id).or_default().push(r),
+            Step::Blocked(id) => {
+                // Appended, so that runs blocked on one transfer resume in the order they blocked.
+                if self.wait_next.len() <= r {
+                    self.wait_next.resize(r + 1, NO_RUN);
+                }
+                let x = &mut self.xfers[id as usize];
+                match x.wait_tail {
+                    NO_RUN => x.wait_head = r as u32,
+                    t => self.wait_next[t as usize] = r as u32,
+                }
+                x.wait_tail = r as u32;
+            }
             Step::Done { occupancy } if !was_done => {
                 let run = self.runs[r].as_ref().expect("present");
                 let out_pending = run.timing.out_in_flight();
@@ -320,7 +352,16 @@ impl<'a> LaunchSim<'a> {
             self.frees.pop();
             batch.push(seq);
         }
-        let n: usize = batch.iter().map(|s| self.free_sets[s].cores.len()).sum();
+        let n: usize = batch
+            .iter()
+            .map(|s| {
+                self.free_sets[*s as usize]
+                    .as_ref()
+                    .expect("listed")
+                    .cores
+                    .len()
+            })
+            .sum();
         if self.queue.len() < n && !last {
             for seq in batch {
                 self.frees.push(Reverse((at, seq)));
@@ -333,7 +374,7 @@ impl<'a> LaunchSim<'a> {
         // (core, its DMA-out state), in core order.
         let mut cores: Vec<(usize, u64, Option<TransferId>)> = Vec::with_capacity(n);
         for seq in batch {
-            let f = self.free_sets.remove(&seq).expect("listed");
+            let f = self.free_sets[seq as usize].take().expect("listed");
             let pending = f.out_pending.filter(|id| self.transfers.get(*id).is_none());
             for c in f.cores {
                 cores.push((c, f.out_free, pending));

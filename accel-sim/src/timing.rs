@@ -27,7 +27,7 @@ use crate::error::SimError;
 use crate::isa::{mma_cycles, vector_cycles, Engine, Op, VectorClass};
 use crate::memory::{Class, Level};
 use crate::preset::DevicePreset;
-use crate::program::{Cursor, Event, EventView, ProgramTrace};
+use crate::program::{Cursor, Event, ProgramTrace, WalkView, SLOT_ACC, SLOT_MASK, SLOT_RELEASE};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
@@ -255,7 +255,6 @@ struct BufState {
     region: usize,
     ready: Lazy,
     last_access: Lazy,
-    last_use: u32,
 }
 
 struct RegionState {
@@ -370,13 +369,13 @@ pub struct CoreRun {
     /// would copy its load windows at every resumption).
     trace: Arc<ProgramTrace>,
     cursor: Cursor,
-    index: u32,
     /// Cycle the program started.
     pub start: u64,
     /// Cores running it in lockstep.
     pub mult: u64,
     levels: Vec<Level>,
     next_level: usize,
+    /// Live buffers by slot ([`ProgramTrace::walker`]).
     bufs: Vec<Option<BufState>>,
     regions: Vec<RegionState>,
     free: FreeRegions,
@@ -411,13 +410,12 @@ impl CoreRun {
         out_free: u64,
         inherited_out: Option<TransferId>,
     ) -> CoreRun {
-        let n = trace.n_bufs() as usize;
+        let n = trace.n_slots() as usize;
         let shapes = trace.n_shapes();
         let mut engine_free = [start; 4];
         engine_free[Engine::DmaOut.index()] = out_free.max(start);
         CoreRun {
             cursor: Cursor::default(),
-            index: 0,
             start,
             mult,
             levels,
@@ -542,19 +540,13 @@ impl CoreRun {
         let p = cx.preset;
         let cap = p.sram.bytes_per_core;
         let trace = Arc::clone(&self.trace);
-        let last_use = trace.last_uses();
+        let walker = trace.walker();
         let acc_cap = p.accumulators.as_ref().map(|a| a.bytes_per_core);
-        let is_acc: &[bool] = if acc_cap.is_some() {
-            trace.accumulators()
-        } else {
-            &[]
-        };
-        while let Some((si, ev, next)) = trace.view_at(&self.cursor) {
-            let i = self.index;
+        // Accumulators live apart only on devices that say so.
+        let acc_mask = if acc_cap.is_some() { SLOT_ACC } else { 0 };
+        while let Some((si, ev, next)) = walker.at(&self.cursor) {
             match ev {
-                EventView::Alloc { buf, bytes, line }
-                    if is_acc.get(buf as usize) == Some(&true) =>
-                {
+                WalkView::Alloc { slot, bytes, line } if slot & acc_mask != 0 => {
                     let limit = acc_cap.unwrap_or(cap);
                     self.live_acc += bytes;
                     if self.live_acc > limit {
@@ -567,15 +559,14 @@ impl CoreRun {
                         });
                     }
                     let ready = Lazy::known(self.start);
-                    self.bufs[buf as usize] = Some(BufState {
+                    self.bufs[(slot & SLOT_MASK) as usize] = Some(BufState {
                         bytes,
                         region: ACC_REGION,
                         ready,
                         last_access: ready,
-                        last_use: last_use[buf as usize],
                     });
                 }
-                EventView::Alloc { buf, bytes, line } => {
+                WalkView::Alloc { slot, bytes, line } => {
                     let (region, ready) = match self.free.take(bytes, &self.regions) {
                         Some(ri) => (ri, self.regions[ri].free_at),
                         None => {
@@ -612,15 +603,14 @@ impl CoreRun {
                     }
                     self.t.sram_peak = self.t.sram_peak.max(self.live);
                     self.t.sram_reserved_peak = self.t.sram_reserved_peak.max(self.reserved);
-                    self.bufs[buf as usize] = Some(BufState {
+                    self.bufs[(slot & SLOT_MASK) as usize] = Some(BufState {
                         bytes,
                         region,
                         ready,
                         last_access: ready,
-                        last_use: last_use[buf as usize],
                     });
                 }
-                EventView::Exec { ins, reads, write } => {
+                WalkView::Exec { ins, reads, write } => {
                     // Everything this instruction waits for, known or the transfer to wait on.
                     let mut deps = Lazy::known(0);
                     for b in reads {
@@ -757,26 +747,24 @@ impl CoreRun {
             }
             // Release buffers whose last use was this event.
             let (new, reads, write) = match ev {
-                EventView::Alloc { buf, .. } => (Some(buf), &[][..], None),
-                EventView::Exec { reads, write, .. } => (None, reads, write),
+                WalkView::Alloc { slot, .. } => (Some(slot), &[][..], None),
+                WalkView::Exec { reads, write, .. } => (None, reads, write),
             };
             for &b in new.iter().chain(reads).chain(write.iter()) {
-                if let Some(s) = &self.bufs[b as usize] {
-                    if s.last_use == i {
-                        let (region, bytes, at) = (s.region, s.bytes, s.last_access);
-                        if region == ACC_REGION {
-                            self.live_acc -= bytes;
-                        } else {
-                            self.regions[region].free_at = at;
-                            self.free.give(bytes, region);
-                            self.live -= bytes;
-                        }
-                        self.bufs[b as usize] = None;
+                if b & SLOT_RELEASE != 0 {
+                    let s = self.bufs[(b & SLOT_MASK) as usize]
+                        .take()
+                        .expect("a buffer is released once");
+                    if s.region == ACC_REGION {
+                        self.live_acc -= s.bytes;
+                    } else {
+                        self.regions[s.region].free_at = s.last_access;
+                        self.free.give(s.bytes, s.region);
+                        self.live -= s.bytes;
                     }
                 }
             }
             self.cursor = next;
-            self.index += 1;
         }
         // The cores are free when everything but posted stores is done.
         let mut occ = self.issue.max(self.last_ready, tr);
@@ -930,14 +918,16 @@ impl CoreRun {
     }
 }
 
+/// The live buffer in slot `b` (flags ignored).
 fn buf(bufs: &[Option<BufState>], b: u32) -> &BufState {
-    bufs[b as usize]
+    bufs[(b & SLOT_MASK) as usize]
         .as_ref()
         .expect("front end recorded a use of a buffer after its last use")
 }
 
+/// The live buffer in slot `b` (flags ignored).
 fn buf_mut(bufs: &mut [Option<BufState>], b: u32) -> &mut BufState {
-    bufs[b as usize]
+    bufs[(b & SLOT_MASK) as usize]
         .as_mut()
         .expect("front end recorded a use of a buffer after its last use")
 }

@@ -359,7 +359,7 @@ impl Launcher {
         // which is what makes a million-token cost-only launch cheap. Functional runs are dominated
         // by the data, so all their programs start at once.
         let mut start = 0;
-        let reference = if functional {
+        let mut reference = if functional {
             None
         } else {
             let first = run_one(0, None)?;
@@ -384,6 +384,11 @@ impl Launcher {
                 || push_all(&mut sim, std::mem::take(&mut recorded)),
             );
             timed?;
+            if let Some(r) = &reference {
+                if let Some(new) = next_reference(r, &next) {
+                    reference = Some(new);
+                }
+            }
             recorded = next;
             start = end;
         }
@@ -391,6 +396,25 @@ impl Launcher {
         let (report, trace) = sim.finish()?;
         Ok(Launch { report, trace })
     }
+}
+
+/// A better reference for the programs after `wave`, when most of it diverged from `current`: its
+/// last program that did. Program 0 is often unlike the rest (the first query of a causal
+/// attention attends one key), and a follower that diverges records in full. Which program is
+/// followed changes no trace, only how cheaply it is recorded.
+fn next_reference(
+    current: &ProgramTrace,
+    wave: &[Result<ProgramTrace, SimError>],
+) -> Option<ProgramTrace> {
+    let diverged =
+        |t: &&Result<ProgramTrace, SimError>| matches!(t, Ok(t) if !t.shares_body(current));
+    if 2 * wave.iter().filter(diverged).count() <= wave.len() {
+        return None;
+    }
+    wave.iter()
+        .rev()
+        .find(diverged)
+        .and_then(|t| t.as_ref().ok().cloned())
 }
 
 /// Hands recorded programs to the launch simulator in order; the first error (a kernel's, or the
