@@ -1,4 +1,6 @@
-//! The checkpoint's tensors bound to the layers that use them, as device tensors (f32).
+//! The checkpoint's tensors bound to the layers that use them, as device tensors: norms, conv taps
+//! and gate parameters in f32, projections as [`Weight`]s in the format the
+//! [`Precision`] asks for ([`Loader::linear`]).
 //!
 //! Names are Hugging Face's (what `save_pretrained` writes). Routed experts are read in whatever
 //! layout the checkpoint stores them ([`crate::weights::ExpertBank`]) and stacked once into
@@ -11,9 +13,9 @@ use crate::weights::Checkpoint;
 use dsl_core::{bf16, Tensor};
 use kernels::weight::{Format, Weight};
 
-/// Loads tensors by name with the expected shape, as f32 device tensors; without a checkpoint
-/// (a cost-only run from config.json alone) every tensor is shape-only, of the shape the config
-/// implies.
+/// Loads tensors by name with the expected shape (f32 tensors, or projections as [`Weight`]s);
+/// without a checkpoint (a cost-only run from config.json alone) every tensor is shape-only, of
+/// the shape the config implies.
 pub(crate) struct Loader<'a> {
     pub ckpt: Option<&'a Checkpoint>,
     /// The precision projections are held in.
