@@ -1,12 +1,14 @@
 //! Launching a kernel: kernel metadata, tunable configurations, backends and the launcher.
 
 use crate::ctx::Ctx;
+use crate::memo::{ArgKey, LaunchMemo};
 use accel_sim::program::ProgramTrace;
 use accel_sim::schedule::{LaunchInfo, LaunchSim};
 use accel_sim::trace::ChromeTrace;
 use accel_sim::{DevicePreset, Report, SimError};
 use rayon::prelude::*;
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 /// What `#[kernel]` knows about a kernel, available at run time.
 #[derive(Debug, Clone, Copy)]
@@ -253,6 +255,9 @@ pub struct Launcher {
     pub threads: Option<usize>,
     /// Record a Chrome trace.
     pub trace: bool,
+    /// Reports of cost-only launches already simulated, shared by this launcher's clones (see
+    /// [`crate::memo`]); `None` simulates every launch.
+    pub memo: Option<Arc<LaunchMemo>>,
 }
 
 impl Launcher {
@@ -263,6 +268,7 @@ impl Launcher {
             backend: Backend::Functional,
             threads: None,
             trace: false,
+            memo: None,
         }
     }
 
@@ -287,6 +293,51 @@ impl Launcher {
     pub fn with_trace(mut self, on: bool) -> Launcher {
         self.trace = on;
         self
+    }
+
+    /// Same launcher with a fresh launch memo (`on`) or none: cost-only launches that cannot be
+    /// told apart from one already simulated return its report (see [`crate::memo`]). The
+    /// launcher's clones share the memo.
+    pub fn with_memo(mut self, on: bool) -> Launcher {
+        self.memo = on.then(|| Arc::new(LaunchMemo::new(&self.preset)));
+        self
+    }
+
+    /// (launches answered from the memo, launches simulated into it); (0, 0) without a memo.
+    pub fn memo_counts(&self) -> (u64, u64) {
+        self.memo.as_ref().map_or((0, 0), |m| m.counts())
+    }
+
+    /// [`Launcher::run`], answered from the launch memo when the launcher has one, the launch is
+    /// cost-only, no trace is asked for, and `describe` (which writes every argument's
+    /// [`crate::memo::LaunchArg`] description) matches a launch already simulated. Called by the
+    /// code `#[kernel]` generates.
+    pub fn run_keyed(
+        &self,
+        meta: &KernelMeta,
+        config: &Config,
+        grid: [usize; 3],
+        describe: &dyn Fn(&mut ArgKey),
+        body: &(dyn Fn(&mut Ctx) + Sync),
+    ) -> Result<Launch, SimError> {
+        match &self.memo {
+            Some(memo)
+                if self.backend == Backend::CostOnly
+                    && !self.trace
+                    && memo.serves(&self.preset) =>
+            {
+                let mut args = ArgKey::default();
+                describe(&mut args);
+                let report = memo.get_or_run(meta.name, meta.file, config, grid, args, || {
+                    self.run(meta, config, grid, body).map(|l| l.report)
+                })?;
+                Ok(Launch {
+                    report,
+                    trace: None,
+                })
+            }
+            _ => self.run(meta, config, grid, body),
+        }
     }
 
     /// Runs `body` once per program of `grid` and simulates the launch. Called by the code

@@ -5,6 +5,8 @@
 //!   `zeros`, element-wise math, row/column reductions, `cast`.
 //! - [`launch`]: kernel metadata, tunable configurations, and the [`Launcher`] with its two
 //!   backends — functional (real data, SIMD) and cost-only (shapes only, same cycles).
+//! - [`memo`]: the launch memo, which times a cost-only launch once however often a model repeats
+//!   it.
 //!
 //! Kernels are written with `#[kernel]` (re-exported here), which threads the [`Ctx`] through every
 //! intrinsic call and records source lines:
@@ -34,6 +36,7 @@ pub mod ctx;
 pub mod elem;
 pub mod intrinsics;
 pub mod launch;
+pub mod memo;
 pub mod tensor;
 pub mod tile;
 
@@ -42,6 +45,7 @@ pub use ctx::Ctx;
 pub use dsl_macros::kernel;
 pub use elem::{bf16, f16, fp8e4m3, Elem, Float};
 pub use launch::{Backend, Config, IntoGrid, KernelMeta, Launch, Launcher};
+pub use memo::{ArgKey, LaunchArg, LaunchMemo};
 pub use tensor::Tensor;
 pub use tile::Tile;
 

@@ -75,6 +75,39 @@ fn memoised_layers_book_what_every_layer_books() {
     }
 }
 
+/// The launch memo (each distinct cost-only launch simulated once, across layers and steps) books
+/// the same launches and cycles, operator by operator, as simulating every launch; and it is
+/// used: the repeated layers and decode steps are answered from it.
+#[test]
+fn the_launch_memo_books_what_simulating_every_launch_books() {
+    // (config, whether the layer memo is on): the production configs keep it (61 layers simulated
+    // one by one would make this test slow); without it every tiny layer launches, and the launch
+    // memo is what repeats them.
+    for (c, layer_memo) in [
+        ("kimi_k2_config.json", true),
+        ("deepseek_v32_config.json", true),
+        ("tiny/qwen3_next/config.json", false),
+        ("tiny/kimi_linear/config.json", false),
+        ("tiny/deepseek_v32/config.json", false),
+    ] {
+        let mut memo = cost_runner(c, 40);
+        let mut every = cost_runner(c, 40);
+        every.memoise_launches(false);
+        memo.memoise_layers(layer_memo);
+        every.memoise_layers(layer_memo);
+        let a = memo.cost_run(32, 4).unwrap();
+        let b = every.cost_run(32, 4).unwrap();
+        assert_eq!(a.prefill, b.prefill, "{c}: prefill");
+        assert_eq!(a.decode, b.decode, "{c}: decode");
+        let (hits, misses) = memo.memo_counts();
+        assert_eq!(every.memo_counts(), (0, 0), "{c}");
+        assert!(
+            hits > misses,
+            "{c}: {hits} launches answered from the memo, {misses} simulated"
+        );
+    }
+}
+
 /// A cost-only run launches the operators a functional run of the checkpoint launches, as often,
 /// and for data-independent operators at the same cycles (routing, top-k selection and what they
 /// gather are data-dependent; cost-only runs route uniformly).

@@ -148,7 +148,13 @@ pub fn companion(
             (#(#pats,)*) => {
                 #(#consts)*
                 let __grid = ::dsl_core::IntoGrid::into_grid(#grid);
-                __launcher.run(&META, &__config, __grid, &|__ctx: &mut ::dsl_core::Ctx| super::#name::<#(#type_params,)* #(#usz),*>(__ctx, #(#param_idents),*))
+                __launcher.run_keyed(
+                    &META,
+                    &__config,
+                    __grid,
+                    &|__key: &mut ::dsl_core::ArgKey| { #(::dsl_core::LaunchArg::describe(&#param_idents, __key);)* },
+                    &|__ctx: &mut ::dsl_core::Ctx| super::#name::<#(#type_params,)* #(#usz),*>(__ctx, #(#param_idents),*),
+                )
             }
         }
     });

@@ -361,6 +361,12 @@ impl Runner {
         precision: Precision,
     ) -> Result<Runner, ForwardError> {
         let launcher = launcher.with_backend(dsl_core::Backend::CostOnly);
+        // A launch memo times each distinct launch once, across layers and steps; a launcher that
+        // brings its own (shared by an estimator's runners) keeps it.
+        let launcher = match launcher.memo {
+            Some(_) => launcher,
+            None => launcher.with_memo(true),
+        };
         let weights = ModelWeights::load(&cfg, None, precision)?;
         Runner::with_weights(cfg, weights, launcher, capacity)
     }
@@ -485,6 +491,19 @@ impl Runner {
     /// others (on by default; the totals are the same, which a test checks).
     pub fn memoise_layers(&mut self, on: bool) {
         self.memoise = on;
+    }
+
+    /// Whether cost-only launches go through a launch memo (on by default for cost-only runners:
+    /// a launch that cannot be told apart from one already simulated books that one's report; see
+    /// `dsl_core::memo`). Off simulates every launch; a test checks the reports are identical.
+    pub fn memoise_launches(&mut self, on: bool) {
+        let launcher = self.ops.launcher.clone();
+        self.ops.launcher = launcher.with_memo(on);
+    }
+
+    /// (launches answered from the launch memo, launches simulated into it).
+    pub fn memo_counts(&self) -> (u64, u64) {
+        self.ops.launcher.memo_counts()
     }
 
     /// Cost-only runners: the next step's tokens sit at `position` (a chunk of a longer prompt,

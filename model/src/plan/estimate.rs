@@ -262,7 +262,11 @@ impl Estimator {
         routing: Routing,
     ) -> Result<Estimator, EstimateError> {
         let device = cluster.device_preset()?;
-        let launcher = Launcher::new(device.clone()).with_backend(dsl_core::Backend::CostOnly);
+        // One launch memo for every cost-only forward the estimator runs: shards at different
+        // token counts and plans share most launches.
+        let launcher = Launcher::new(device.clone())
+            .with_backend(dsl_core::Backend::CostOnly)
+            .with_memo(true);
         Ok(Estimator {
             cfg,
             cluster,
