@@ -2,6 +2,7 @@
 
 use clap::Args;
 use dsl_core::Launcher;
+use model::forward::routing::{ExpertLoad, RoutingModel};
 use model::forward::validate::validate;
 use model::forward::{argmax, OpStats, Precision, Runner};
 use std::path::{Path, PathBuf};
@@ -21,12 +22,13 @@ pub struct ForwardArgs {
     #[arg(long)]
     cost_only: bool,
     /// Cost-only runs: prompt tokens of the one sequence (the prefill, up to the first token).
-    #[arg(long, default_value_t = 1024)]
-    prompt_len: usize,
+    /// Default 1024, or the recording's with `--routing replay:FILE`.
+    #[arg(long)]
+    prompt_len: Option<usize>,
     /// Cost-only runs: output tokens (the first comes from the prefill, each other from one
-    /// decode step).
-    #[arg(long, default_value_t = 16)]
-    output_len: usize,
+    /// decode step). Default 16, or the recording's with `--routing replay:FILE`.
+    #[arg(long)]
+    output_len: Option<usize>,
     /// Cost-only runs: one decode step of this many sequences at once (with `--context`), priced
     /// as `day0 run` prices a card: batched MLA and Gated DeltaNet decode, the other per-sequence
     /// operators once per sequence.
@@ -36,11 +38,17 @@ pub struct ForwardArgs {
     /// (default: --prompt-len).
     #[arg(long)]
     context: Option<usize>,
-    /// Cost-only `--batch` steps: how tokens pick experts, `uniform` or `zipf:S` (the hottest
-    /// expert-parallel rank sets the step; on one card, a skew changes nothing but the report's
-    /// routing).
+    /// Cost-only runs: how tokens pick experts and DSA layers pick past tokens: `uniform`
+    /// (balanced experts), `zipf:S` (expert e picked ∝ 1/(e+1)^S), or `replay:FILE` (what a
+    /// functional run recorded with `--record-routing`: the cost-only run then launches exactly
+    /// what it launched). `--batch` steps take `uniform` or `zipf:S` (the hottest expert-parallel
+    /// rank sets the step).
     #[arg(long, default_value = "uniform")]
     routing: String,
+    /// Numeric runs: record each step's token ids, router choices and DSA selections to this JSON
+    /// file, for a cost-only `--routing replay:FILE`.
+    #[arg(long)]
+    record_routing: Option<PathBuf>,
     /// Prompt token ids, comma-separated (numeric runs of a checkpoint).
     #[arg(long, value_delimiter = ',')]
     tokens: Vec<i64>,
@@ -111,16 +119,27 @@ fn top_ops(stats: &OpStats, n: usize) -> Vec<(String, u64, u64)> {
     v
 }
 
+/// `--prompt-len` when neither it nor a replay gives one.
+const DEFAULT_PROMPT_LEN: usize = 1024;
+/// `--output-len` when neither it nor a replay gives one.
+const DEFAULT_OUTPUT_LEN: usize = 16;
+
 /// `day0 forward --cost-only --batch B --context C`: one decode step of `B` sequences at context
 /// `C` on one card, with the memory-bound closed form beside it.
 fn decode_step(args: &ForwardArgs, config: &Path) -> Result<(), String> {
     use model::plan::estimate::{Estimator, Phase, Routing};
     use model::plan::parallel::Plan;
+    if args.routing.starts_with("replay:") {
+        return Err("--routing replay:FILE: a --batch step prices a card's batch from one sequence's run; replay a recording without --batch".into());
+    }
     let batch = args.batch.unwrap_or(1);
     if batch == 0 {
         return Err("--batch: must be at least 1".into());
     }
-    let context = args.context.unwrap_or(args.prompt_len);
+    let context = args
+        .context
+        .or(args.prompt_len)
+        .unwrap_or(DEFAULT_PROMPT_LEN);
     if context == 0 {
         return Err("--context: must be at least 1".into());
     }
@@ -206,24 +225,29 @@ fn forward_cost_only(args: &ForwardArgs, config: &Path) -> Result<(), String> {
     if args.batch.is_some() || args.context.is_some() {
         return decode_step(args, config);
     }
-    if args.prompt_len == 0 {
+    let routing = RoutingModel::parse(&args.routing).map_err(|e| e.to_string())?;
+    // A replay covers the recorded steps: its lengths are the defaults.
+    let (rec_prompt, rec_output) = routing
+        .record()
+        .map_or((DEFAULT_PROMPT_LEN, DEFAULT_OUTPUT_LEN), |r| r.workload());
+    let prompt_len = args.prompt_len.unwrap_or(rec_prompt);
+    let output_len = args.output_len.unwrap_or(rec_output);
+    if prompt_len == 0 {
         return Err("--prompt-len must be at least 1".into());
     }
-    if args.output_len == 0 {
+    if output_len == 0 {
         return Err(
             "--output-len must be at least 1 (the first token comes from the prefill)".into(),
         );
     }
     let cfg = model::config::load_config(config).map_err(|e| e.to_string())?;
-    let context = args
-        .prompt_len
-        .checked_add(args.output_len - 1)
+    let context = prompt_len
+        .checked_add(output_len - 1)
         .ok_or("--prompt-len + --output-len overflows")?;
     if let Some(max) = cfg.max_position_embeddings {
         if context > max {
             return Err(format!(
-                "--prompt-len {} + --output-len {} needs {context} positions, beyond the config's max_position_embeddings {max}",
-                args.prompt_len, args.output_len
+                "--prompt-len {prompt_len} + --output-len {output_len} needs {context} positions, beyond the config's max_position_embeddings {max}"
             ));
         }
     }
@@ -232,9 +256,26 @@ fn forward_cost_only(args: &ForwardArgs, config: &Path) -> Result<(), String> {
     let precision = args.precision.unwrap_or(Precision::Native);
     let mut r =
         Runner::cost_only_at(cfg, launcher, context, precision).map_err(|e| e.to_string())?;
+    r.set_routing(routing).map_err(|e| e.to_string())?;
     let run = r
-        .cost_run(args.prompt_len, args.output_len)
+        .cost_run(prompt_len, output_len)
         .map_err(|e| e.to_string())?;
+    let load = |decode: bool| {
+        let loads: Vec<ExpertLoad> = r
+            .expert_loads()
+            .iter()
+            .filter(|(step, _)| (*step > 0) == decode)
+            .map(|(_, l)| *l)
+            .collect();
+        let max = loads.iter().map(|l| l.max_tokens).max()?;
+        let mean = loads.iter().map(|l| l.mean_tokens).sum::<f64>() / loads.len() as f64;
+        Some((max, mean))
+    };
+    let load_json = |decode: bool| {
+        load(decode).map(|(max, mean)| {
+            serde_json::json!({"max_tokens_per_expert": max, "mean_tokens_per_expert": mean, "imbalance": max as f64 / mean.max(1e-12)})
+        })
+    };
     let us = |c: u64| c as f64 / (clock_ghz * 1e3);
     let ttft = us(run.prefill.total_cycles());
     let tpot =
@@ -256,14 +297,21 @@ fn forward_cost_only(args: &ForwardArgs, config: &Path) -> Result<(), String> {
             "model": r.config().model_type,
             "device": args.device,
             "cost_only": true,
-            "prompt_len": args.prompt_len,
-            "output_len": args.output_len,
+            "prompt_len": prompt_len,
+            "output_len": output_len,
+            "routing": args.routing,
             "ttft_us": ttft,
             "tpot_us": tpot,
-            "prefill_tokens_per_s": args.prompt_len as f64 / (ttft * 1e-6),
+            "prefill_tokens_per_s": prompt_len as f64 / (ttft * 1e-6),
             "decode_tokens_per_s": tpot.map(|t| 1e6 / t),
             "prefill_cycles": run.prefill.total_cycles(),
             "decode_cycles": run.decode.total_cycles(),
+            "prefill_hbm_bytes": run.prefill.total_traffic().hbm_bytes,
+            "decode_hbm_bytes": run.decode.total_traffic().hbm_bytes,
+            "hbm_bytes": run.prefill.total_traffic().hbm_bytes + run.decode.total_traffic().hbm_bytes,
+            "prefill_expert_load": load_json(false),
+            "decode_expert_load": load_json(true),
+            "launch_memo": {"hits": r.memo_counts().0, "simulated": r.memo_counts().1},
             "prefill_ops": ops_json(&run.prefill),
             "decode_ops": ops_json(&run.decode),
         });
@@ -275,21 +323,28 @@ fn forward_cost_only(args: &ForwardArgs, config: &Path) -> Result<(), String> {
     }
     let cfg = r.config();
     println!(
-        "{} ({}), {} layers [{}], cost-only on {}: one sequence, prompt {} tokens, {} output tokens",
+        "{} ({}), {} layers [{}], cost-only on {}: one sequence, prompt {prompt_len} tokens, {output_len} output tokens, routing {}",
         cfg.model_type,
         config.display(),
         cfg.num_layers(),
         cfg.layer_summary(),
         args.device,
-        args.prompt_len,
-        args.output_len
+        args.routing
     );
     println!(
         "TTFT {ttft:.1} us ({} launches, {} cycles; {:.0} prefill tokens/s)",
         run.prefill.launches(),
         run.prefill.total_cycles(),
-        args.prompt_len as f64 / (ttft * 1e-6)
+        prompt_len as f64 / (ttft * 1e-6)
     );
+    for (what, decode) in [("prefill", false), ("decode", true)] {
+        if let Some((max, mean)) = load(decode) {
+            println!(
+                "  {what} expert load: at most {max} tokens per expert, {mean:.2} on average ({:.2}x)",
+                max as f64 / mean.max(1e-12)
+            );
+        }
+    }
     if let Some(t) = tpot {
         println!(
             "TPOT {t:.1} us per token over {} decode steps ({:.0} decode tokens/s for this one sequence)",
@@ -318,6 +373,9 @@ fn forward_cost_only(args: &ForwardArgs, config: &Path) -> Result<(), String> {
 
 /// `day0 forward`.
 pub fn forward(args: ForwardArgs) -> Result<(), String> {
+    if args.record_routing.is_some() && args.cost_only {
+        return Err("--record-routing: a cost-only run has no router output to record; record a numeric run (--model-dir with --tokens)".into());
+    }
     if let Some(config) = &args.config {
         if !args.cost_only {
             return Err(format!(
@@ -343,9 +401,15 @@ pub fn forward(args: ForwardArgs) -> Result<(), String> {
         args.precision.unwrap_or(Precision::F32),
     )?;
     let clock_ghz = r.device().clock_ghz;
+    if args.record_routing.is_some() {
+        r.record_routing();
+    }
     let gen = r
         .generate(&args.tokens, args.generate)
         .map_err(|e| e.to_string())?;
+    if let (Some(path), Some(rec)) = (&args.record_routing, r.take_recording()) {
+        rec.write(path).map_err(|e| e.to_string())?;
+    }
     let out = &gen.prompt;
     if let Some(path) = &args.logits_out {
         model::weights::write_f32(

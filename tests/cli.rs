@@ -592,3 +592,77 @@ fn precision_changes_the_bytes_a_decode_step_reads() {
         stderr(&out)
     );
 }
+
+/// `--record-routing` on a numeric run, then `--routing replay:FILE` on a cost-only run of the
+/// same config: the replay takes the recorded lengths and prices each decode step at exactly the
+/// functional run's cycles (the prefill differs only in the head: the functional run computes
+/// every prompt row's logits). Bad workloads name their flag.
+#[test]
+fn a_recorded_routing_replays_in_a_cost_only_run() {
+    let dir = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/model/testdata/tiny/deepseek_v3"
+    );
+    let rec = std::env::temp_dir().join(format!("day0-cli-routing-{}.json", std::process::id()));
+    let rec_s = rec.to_str().unwrap();
+    let out = day0(&[
+        "forward",
+        "--model-dir",
+        dir,
+        "--tokens",
+        "5,17,99,3,41,7,7,120",
+        "--generate",
+        "3",
+        "--record-routing",
+        rec_s,
+        "--json",
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let f: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    let replay = format!("replay:{rec_s}");
+    let out = day0(&[
+        "forward",
+        "--model-dir",
+        dir,
+        "--cost-only",
+        "--precision",
+        "f32",
+        "--routing",
+        &replay,
+        "--json",
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let c: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    assert_eq!(c["prompt_len"], 8);
+    assert_eq!(c["output_len"], 3);
+    assert_eq!(c["decode_cycles"], f["decode_cycles"]);
+    let load = &c["prefill_expert_load"];
+    assert!(
+        load["max_tokens_per_expert"].as_u64().unwrap() as f64
+            >= load["mean_tokens_per_expert"].as_f64().unwrap()
+    );
+    for (args, flag) in [
+        (
+            vec!["--routing", &replay, "--prompt-len", "9"],
+            "--routing replay:FILE",
+        ),
+        (vec!["--routing", "zipf:-2"], "--routing"),
+        (
+            vec!["--routing", &replay, "--batch", "4"],
+            "--routing replay:FILE",
+        ),
+        (vec!["--batch", "0"], "--batch"),
+        (vec!["--record-routing", rec_s], "--record-routing"),
+    ] {
+        let mut a = vec!["forward", "--model-dir", dir, "--cost-only"];
+        a.extend(args.iter());
+        let out = day0(&a);
+        assert!(!out.status.success(), "{args:?}");
+        let err = stderr(&out);
+        assert!(
+            err.contains(flag) && !err.contains("cannot be used multiple times"),
+            "{args:?}: {err}"
+        );
+    }
+    let _ = std::fs::remove_file(&rec);
+}

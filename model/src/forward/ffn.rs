@@ -3,6 +3,7 @@
 
 use super::ops::{view, Ops};
 use super::params::{MlpWeights, MoeWeights};
+use super::routing;
 use super::ForwardError;
 use crate::config::{MoeDims, RouterKind};
 use dsl_core::Tensor;
@@ -73,14 +74,37 @@ pub(crate) fn moe(
         return shared(ops);
     }
     // The routing plan is index bookkeeping on the host, as the expert-parallel runtime does. A
-    // cost-only run has no router output: it routes uniformly (token t's j-th choice is expert
-    // (t·k + j) mod E, so every expert gets t·k/E tokens, rounded) — balanced load, the usual
-    // assumption of serving estimates. Skewed or replayed routing is issue #13 item 4.
-    let sel: Vec<i32> = match idx.to_vec() {
-        Some(v) => v.iter().map(|v| *v as i32).collect(),
-        None => (0..t * k).map(|i| (i % e) as i32).collect(),
-    };
+    // cost-only run has no router output: it follows the runner's routing model (uniform by
+    // default: balanced load, the usual assumption of serving estimates; Zipf-skewed; or the
+    // choices a functional run recorded).
     let layer = ops.layer;
+    let l = layer.unwrap_or(usize::MAX);
+    let replayed = ops
+        .routing
+        .replayed_layer(l)
+        .and_then(|r| r.experts.clone());
+    let sel: Vec<i32> = match (idx.to_vec(), replayed) {
+        (Some(v), _) => v.iter().map(|v| *v as i32).collect(),
+        (None, Some(v)) if v.len() == t * k => v,
+        (None, Some(v)) => {
+            return Err(ForwardError::Workload {
+                flag: "--routing replay:FILE".into(),
+                message: format!(
+                    "layer {l}, step {}: the recording routes {} choices, the step needs {t} tokens × {k}",
+                    ops.routing.step,
+                    v.len()
+                ),
+            })
+        }
+        (None, None) => routing::synthetic_choices(&ops.routing.model, t, k, e),
+    };
+    if let Some(r) = ops.routing.recorded_layer(l) {
+        r.experts = Some(sel.clone());
+    }
+    let step = ops.routing.step;
+    ops.routing
+        .loads
+        .push((step, routing::ExpertLoad::of(&sel, e)));
     let plan_err = |source| ForwardError::Kernel {
         op: "moe.routing_plan".into(),
         layer,

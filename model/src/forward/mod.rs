@@ -15,6 +15,7 @@ mod linear_attention;
 mod mla;
 pub mod ops;
 mod params;
+pub mod routing;
 pub mod validate;
 
 pub use ops::{OpStats, Traffic};
@@ -64,6 +65,14 @@ pub enum ForwardError {
         /// Tokens the caches were sized for.
         capacity: usize,
     },
+    /// A workload the run cannot take (a replay that does not fit the run, a bad routing spec):
+    /// the flag to change and why.
+    Workload {
+        /// The command-line flag (or option) at fault.
+        flag: String,
+        /// What is wrong and what would fix it.
+        message: String,
+    },
     /// An internal shape/view inconsistency (a bug in day0, reported instead of a panic).
     Internal {
         /// What was being built.
@@ -94,6 +103,7 @@ impl fmt::Display for ForwardError {
                 f,
                 "the sequence needs {needed} cache slots but the runner holds {capacity}; create it with a larger capacity"
             ),
+            ForwardError::Workload { flag, message } => write!(f, "{flag}: {message}"),
             ForwardError::Internal { what, message } => {
                 write!(f, "internal error building {what}: {message}")
             }
@@ -453,6 +463,7 @@ impl Runner {
                 sequence_scope: false,
                 skip_routed: false,
                 batched_decode: false,
+                routing: routing::RoutingState::new(),
             },
             caches,
             capacity,
@@ -499,6 +510,51 @@ impl Runner {
     pub fn memoise_launches(&mut self, on: bool) {
         let launcher = self.ops.launcher.clone();
         self.ops.launcher = launcher.with_memo(on);
+    }
+
+    /// How cost-only steps choose experts and DSA selections (see [`routing::RoutingModel`]). A
+    /// replay must come from this model, and the run's steps must be the recorded ones; it turns
+    /// the layer memo off (each layer replays its own choices).
+    pub fn set_routing(&mut self, model: routing::RoutingModel) -> Result<(), ForwardError> {
+        if let Some(rec) = model.record() {
+            let here = routing::RecordedModel::of(&self.cfg);
+            if rec.model != here {
+                return Err(ForwardError::Workload {
+                    flag: "--routing replay:FILE".into(),
+                    message: format!(
+                        "the recording is of another model ({:?}), not this one ({here:?}); record it with this config's checkpoint",
+                        rec.model
+                    ),
+                });
+            }
+        }
+        self.ops.routing.model = model;
+        Ok(())
+    }
+
+    /// Starts recording, step by step, the router's choices and the DSA indexer's selections of
+    /// a functional run ([`Runner::take_recording`] returns them).
+    pub fn record_routing(&mut self) {
+        self.ops.routing.recording = Some(routing::RoutingRecord {
+            model: routing::RecordedModel::of(&self.cfg),
+            steps: Vec::new(),
+        });
+    }
+
+    /// The recording started by [`Runner::record_routing`], with every step run since.
+    pub fn take_recording(&mut self) -> Option<routing::RoutingRecord> {
+        self.ops.routing.recording.take()
+    }
+
+    /// The expert load of every MoE layer run so far: (step, load). Layers the layer memo booked
+    /// without running are not listed (they repeat one that is).
+    pub fn expert_loads(&self) -> &[(usize, routing::ExpertLoad)] {
+        &self.ops.routing.loads
+    }
+
+    /// Steps run so far.
+    pub fn steps(&self) -> usize {
+        self.ops.routing.step
     }
 
     /// (launches answered from the launch memo, launches simulated into it).
@@ -592,6 +648,27 @@ impl Runner {
                 capacity: self.capacity,
             });
         }
+        // A cost-only replay embeds the recorded ids (its own are placeholders).
+        if let Some(step) = self.ops.routing.replayed_step(pos0, t)? {
+            if self.ops.mem.shape_only && step.ids.len() == t {
+                ids.clone_from(&step.ids);
+            }
+        }
+        if let Some(rec) = &mut self.ops.routing.recording {
+            rec.steps.push(routing::RecordedStep {
+                position: pos0,
+                tokens: t,
+                ids: ids.clone(),
+                layers: Vec::new(),
+            });
+        }
+        let out = self.forward_step(&ids, pos0);
+        self.ops.routing.step += 1;
+        out
+    }
+
+    fn forward_step(&mut self, ids: &[i32], pos0: usize) -> Result<StepOutput, ForwardError> {
+        let (t, vocab) = (ids.len(), self.cfg.vocab_size);
         let eps = self.cfg.rms_norm_eps;
         let positions: Vec<usize> = (pos0..pos0 + t).collect();
         let rope = RopeTables::new(
@@ -605,7 +682,7 @@ impl Runner {
         let mut hidden_states = Vec::new();
 
         self.ops.layer = None;
-        let mut h = self.ops.embedding(&ids, &self.weights.embed)?;
+        let mut h = self.ops.embedding(ids, &self.weights.embed)?;
         if self.capture {
             hidden_states.push(h.to_vec().unwrap_or_default());
         }
@@ -614,7 +691,9 @@ impl Runner {
         // tell them apart).
         let mut memo: std::collections::BTreeMap<(AttentionKind, FfnKind), LayerCost> =
             Default::default();
-        let memoise = self.ops.mem.shape_only && self.memoise;
+        // A replay gives each layer its own choices, so no layer stands for another.
+        let memoise =
+            self.ops.mem.shape_only && self.memoise && self.ops.routing.model.record().is_none();
         let blocks = self.blocks;
         self.ops.sequence_scope = false;
         self.ops.skip_routed = !blocks.routed_experts;

@@ -134,6 +134,8 @@ pub(crate) struct Ops {
     /// Cost-only planning runs: a step of `t` tokens is `t` sequences decoding one token each
     /// (see `Runner::batch_decode`).
     pub batched_decode: bool,
+    /// How cost-only steps choose experts and DSA selections, and what a functional run records.
+    pub routing: super::routing::RoutingState,
 }
 
 /// How the forward allocates device tensors: with data (functional runs: poisoned with NaN, so an
@@ -768,6 +770,27 @@ impl Ops {
         let cfg = Config::new().with("K", k).with("C", 256);
         let r = sparse::topk_select::launch(&self.launcher, &cfg, scores, &selected, ctx);
         self.book_sequence("indexer.topk", r)?;
+        let layer = self.layer.unwrap_or(usize::MAX);
+        if let (Some(v), Some(l)) = (selected.to_vec(), self.routing.recorded_layer(layer)) {
+            l.selected = Some(v.iter().map(|x| *x as i32).collect());
+        }
+        // A replay hands the sparse attention the selection the functional run made.
+        if let Some(v) = self
+            .routing
+            .replayed_layer(layer)
+            .and_then(|l| l.selected.as_ref())
+        {
+            return Tensor::from_indices(selected.shape(), v).map_err(|message| {
+                ForwardError::Workload {
+                    flag: "--routing replay:FILE".into(),
+                    message: format!(
+                        "layer {layer}, step {}: the recorded selection does not fit the indexer's output {:?} ({message})",
+                        self.routing.step,
+                        selected.shape()
+                    ),
+                }
+            });
+        }
         Ok(selected)
     }
 
