@@ -119,6 +119,47 @@ fn top_ops(stats: &OpStats, n: usize) -> Vec<(String, u64, u64)> {
     v
 }
 
+/// The card's peak memory for a step of `tokens` tokens over `batch` sequences of `context`
+/// tokens, from the memory plan of one card holding the whole model (weights in their stored
+/// formats, the KV cache and per-sequence state of the batch, one step's activations and one
+/// layer's workspace, which every layer reuses): (peak bytes, JSON breakdown).
+fn peak_memory(
+    cfg: &model::config::ModelConfig,
+    device: &dsl_core::DevicePreset,
+    tokens: usize,
+    batch: usize,
+    context: usize,
+) -> (f64, serde_json::Value) {
+    use model::plan::memory::{plan_memory, MemoryOptions};
+    use model::plan::parallel::Plan;
+    let one = Plan {
+        tp: 1,
+        dp: 1,
+        pp: 1,
+        ep: 1,
+    };
+    let capacity = device.hbm.capacity_bytes as f64;
+    let m = plan_memory(
+        cfg,
+        &one,
+        capacity,
+        tokens,
+        context,
+        &MemoryOptions::default(),
+    );
+    let cache = m.kv_per_token * (context * batch) as f64 + m.state_per_sequence * batch as f64;
+    let peak = m.weights.total() + cache + m.activations + m.workspace;
+    let j = serde_json::json!({
+        "weights": m.weights.total(),
+        "kv_cache_and_state": cache,
+        "activations": m.activations,
+        "layer_workspace": m.workspace,
+        "device_capacity": capacity,
+        "fits": peak <= capacity,
+    });
+    (peak, j)
+}
+
 /// `--prompt-len` when neither it nor a replay gives one.
 const DEFAULT_PROMPT_LEN: usize = 1024;
 /// `--output-len` when neither it nor a replay gives one.
@@ -167,6 +208,7 @@ fn decode_step(args: &ForwardArgs, config: &Path) -> Result<(), String> {
     let e = est
         .estimate(&one, Phase::Decode, batch, context)
         .map_err(|e| e.to_string())?;
+    let peak = peak_memory(est.config(), est.device(), batch, batch, context + 1);
     let bw = est.device().hbm.bandwidth_gbps * 1e9;
     let floor_ms = e.hbm_bytes_per_card / bw * 1e3;
     let b = &e.breakdown;
@@ -181,6 +223,8 @@ fn decode_step(args: &ForwardArgs, config: &Path) -> Result<(), String> {
             "tokens_per_s": e.tokens_per_s,
             "hbm_bytes": e.hbm_bytes_per_card,
             "hbm_floor_ms": floor_ms,
+            "peak_device_bytes": peak.0,
+            "memory": peak.1,
             "hbm_utilization": e.hbm_utilization,
             "mfu": e.mfu,
             "breakdown": {
@@ -209,6 +253,14 @@ fn decode_step(args: &ForwardArgs, config: &Path) -> Result<(), String> {
         floor_ms,
         e.hbm_utilization * 100.0,
         e.mfu * 100.0
+    );
+    println!(
+        "  peak device memory {:.1} GB of {:.1} GB (weights {:.1} GB, KV cache and state {:.2} GB, activations and one layer's workspace {:.2} GB)",
+        peak.0 / 1e9,
+        peak.1["device_capacity"].as_f64().unwrap_or(0.0) / 1e9,
+        peak.1["weights"].as_f64().unwrap_or(0.0) / 1e9,
+        peak.1["kv_cache_and_state"].as_f64().unwrap_or(0.0) / 1e9,
+        (peak.1["activations"].as_f64().unwrap_or(0.0) + peak.1["layer_workspace"].as_f64().unwrap_or(0.0)) / 1e9
     );
     println!(
         "  attention {:.3} ms, dense ffn {:.3} ms, routed experts {:.3} ms, embedding/lm_head {:.3} ms",
@@ -276,6 +328,7 @@ fn forward_cost_only(args: &ForwardArgs, config: &Path) -> Result<(), String> {
             serde_json::json!({"max_tokens_per_expert": max, "mean_tokens_per_expert": mean, "imbalance": max as f64 / mean.max(1e-12)})
         })
     };
+    let peak = peak_memory(r.config(), r.device(), prompt_len, 1, context);
     let us = |c: u64| c as f64 / (clock_ghz * 1e3);
     let ttft = us(run.prefill.total_cycles());
     let tpot =
@@ -311,6 +364,8 @@ fn forward_cost_only(args: &ForwardArgs, config: &Path) -> Result<(), String> {
             "hbm_bytes": run.prefill.total_traffic().hbm_bytes + run.decode.total_traffic().hbm_bytes,
             "prefill_expert_load": load_json(false),
             "decode_expert_load": load_json(true),
+            "peak_device_bytes": peak.0,
+            "memory": peak.1,
             "launch_memo": {"hits": r.memo_counts().0, "simulated": r.memo_counts().1},
             "prefill_ops": ops_json(&run.prefill),
             "decode_ops": ops_json(&run.decode),
@@ -336,6 +391,11 @@ fn forward_cost_only(args: &ForwardArgs, config: &Path) -> Result<(), String> {
         run.prefill.launches(),
         run.prefill.total_cycles(),
         prompt_len as f64 / (ttft * 1e-6)
+    );
+    println!(
+        "peak device memory {:.2} GB of {:.1} GB (the memory plan of one card: weights, KV cache, one step's activations and one layer's workspace)",
+        peak.0 / 1e9,
+        r.device().hbm.capacity_bytes as f64 / 1e9
     );
     for (what, decode) in [("prefill", false), ("decode", true)] {
         if let Some((max, mean)) = load(decode) {

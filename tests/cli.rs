@@ -666,3 +666,58 @@ fn a_recorded_routing_replays_in_a_cost_only_run() {
     }
     let _ = std::fs::remove_file(&rec);
 }
+
+/// The cost-only forward's JSON carries the fields issue #13 item 3 names, in both workloads (one
+/// sequence's prefill and decode; one batched decode step), and peak memory counts the weights.
+#[test]
+fn cost_only_forward_json_has_the_workload_fields() {
+    let config = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/model/testdata/deepseek_v32_config.json"
+    );
+    let out = day0(&[
+        "forward",
+        "--config",
+        config,
+        "--cost-only",
+        "--prompt-len",
+        "64",
+        "--output-len",
+        "3",
+        "--json",
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    for f in [
+        "ttft_us",
+        "tpot_us",
+        "prefill_tokens_per_s",
+        "decode_tokens_per_s",
+        "hbm_bytes",
+        "peak_device_bytes",
+        "prefill_ops",
+        "decode_ops",
+        "prefill_expert_load",
+        "launch_memo",
+    ] {
+        assert!(!v[f].is_null(), "missing {f}: {v}");
+    }
+    // 671B parameters at about a byte each (FP8) are most of the peak.
+    let peak = v["peak_device_bytes"].as_f64().unwrap();
+    assert!(peak > 6.5e11 && peak < 8e11, "{peak}");
+    assert!(v["launch_memo"]["hits"].as_u64().unwrap() > 0);
+    let out = day0(&[
+        "forward",
+        "--config",
+        config,
+        "--cost-only",
+        "--batch",
+        "4",
+        "--context",
+        "512",
+        "--json",
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let b: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    assert!(b["peak_device_bytes"].as_f64().unwrap() > b["memory"]["weights"].as_f64().unwrap());
+}
