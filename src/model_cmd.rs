@@ -345,6 +345,24 @@ fn forward_cost_only(args: &ForwardArgs, config: &Path) -> Result<(), String> {
             })
             .collect::<serde_json::Map<_, _>>()
     };
+    // Each layer kind's launches, cycles and share of the phase, then its operators.
+    let by_kind_json = |kinds: &std::collections::BTreeMap<String, OpStats>, phase: &OpStats| {
+        let total = phase.total_cycles().max(1) as f64;
+        kinds
+            .iter()
+            .map(|(k, s)| {
+                (
+                    k.clone(),
+                    serde_json::json!({
+                        "launches": s.launches(),
+                        "cycles": s.total_cycles(),
+                        "share": s.total_cycles() as f64 / total,
+                        "ops": ops_json(s),
+                    }),
+                )
+            })
+            .collect::<serde_json::Map<_, _>>()
+    };
     if args.json {
         let j = serde_json::json!({
             "model": r.config().model_type,
@@ -369,6 +387,8 @@ fn forward_cost_only(args: &ForwardArgs, config: &Path) -> Result<(), String> {
             "launch_memo": {"hits": r.memo_counts().0, "simulated": r.memo_counts().1},
             "prefill_ops": ops_json(&run.prefill),
             "decode_ops": ops_json(&run.decode),
+            "prefill_ops_by_layer_kind": by_kind_json(&run.prefill_by_kind, &run.prefill),
+            "decode_ops_by_layer_kind": by_kind_json(&run.decode_by_kind, &run.decode),
         });
         println!(
             "{}",
@@ -416,11 +436,21 @@ fn forward_cost_only(args: &ForwardArgs, config: &Path) -> Result<(), String> {
         if stats.launches() == 0 {
             continue;
         }
+        let total = stats.total_cycles().max(1);
+        let kinds = if what == "prefill" {
+            &run.prefill_by_kind
+        } else {
+            &run.decode_by_kind
+        };
+        let parts: Vec<String> = kinds
+            .iter()
+            .map(|(k, s)| format!("{k} {:.1}%", 100.0 * s.total_cycles() as f64 / total as f64))
+            .collect();
+        println!("  {what} by layer kind: {}", parts.join(", "));
         println!(
             "  {what:<8} {:<32} {:>8} {:>14} {:>6}",
             "operator", "launches", "cycles", "share"
         );
-        let total = stats.total_cycles().max(1);
         for (op, l, c) in top_ops(stats, 10) {
             println!(
                 "           {op:<32} {l:>8} {c:>14} {:>5.1}%",

@@ -139,3 +139,25 @@ fn cost_only_prices_the_functional_launches() {
         }
     }
 }
+
+/// The per-layer-kind split of a cost run covers the phase exactly: its kinds' cycles and
+/// launches add up to the phase's, with the decoder layers under their kinds and the rest under
+/// `head`.
+#[test]
+fn cost_by_layer_kind_adds_up_to_the_phase() {
+    for c in ["deepseek_v32_config.json", "tiny/qwen3_next/config.json"] {
+        let mut r = cost_runner(c, 40);
+        let run = r.cost_run(30, 4).unwrap();
+        for (phase, kinds) in [
+            (&run.prefill, &run.prefill_by_kind),
+            (&run.decode, &run.decode_by_kind),
+        ] {
+            let cycles: u64 = kinds.values().map(|s| s.total_cycles()).sum();
+            let launches: u64 = kinds.values().map(|s| s.launches()).sum();
+            assert_eq!(cycles, phase.total_cycles(), "{c}");
+            assert_eq!(launches, phase.launches(), "{c}");
+            assert!(kinds["head"].per_op.contains_key("lm_head"), "{c}");
+            assert!(kinds.len() >= 2, "{c}: {:?}", kinds.keys());
+        }
+    }
+}

@@ -25,6 +25,7 @@ use crate::weights::{Checkpoint, WeightError};
 use dsl_core::{Launcher, SimError};
 use ops::{Ops, RopeTables};
 use params::{AttnWeights, FfnWeights, ModelWeights};
+use std::collections::BTreeMap;
 use std::fmt;
 use std::path::Path;
 
@@ -173,6 +174,11 @@ pub struct CostRun {
     pub decode: OpStats,
     /// How many decode steps `decode` holds.
     pub decode_steps: usize,
+    /// `prefill` by layer kind (`"<attention>+<ffn>"`, e.g. `mla+moe`), plus `head` for what runs
+    /// outside the decoder layers (embedding, final norm, `lm_head`).
+    pub prefill_by_kind: BTreeMap<String, OpStats>,
+    /// `decode` by layer kind, as `prefill_by_kind`.
+    pub decode_by_kind: BTreeMap<String, OpStats>,
 }
 
 /// Index of the largest value; the first one on ties (as `torch.argmax`).
@@ -860,16 +866,42 @@ impl Runner {
         let before = self.ops.stats.clone();
         self.forward(&vec![0; prompt_len])?;
         let prefill = self.ops.stats.since(&before);
+        let prefill_by_kind = self.by_layer_kind(&prefill);
         let after_prefill = self.ops.stats.clone();
         let steps = output_len.saturating_sub(1);
+        let mut decode_by_kind: BTreeMap<String, OpStats> = BTreeMap::new();
         for _ in 0..steps {
+            let step_start = self.ops.stats.clone();
             self.forward(&[0])?;
+            let step = self.ops.stats.since(&step_start);
+            for (k, s) in self.by_layer_kind(&step) {
+                decode_by_kind.entry(k).or_default().add(&s);
+            }
         }
         Ok(CostRun {
             prefill,
             decode: self.ops.stats.since(&after_prefill),
             decode_steps: steps,
+            prefill_by_kind,
+            decode_by_kind,
         })
+    }
+
+    /// The last step's cost (`step`) split by layer kind: each decoder layer's blocks under its
+    /// `"<attention>+<ffn>"` kind, and the rest of the step under `head`.
+    fn by_layer_kind(&self, step: &OpStats) -> BTreeMap<String, OpStats> {
+        let mut out: BTreeMap<String, OpStats> = BTreeMap::new();
+        let mut layers = OpStats::default();
+        for (spec, cost) in self.cfg.layers.iter().zip(&self.last_layers) {
+            let kind = format!("{}+{}", spec.attention.name(), spec.ffn.name());
+            let e = out.entry(kind).or_default();
+            e.add(&cost.attention);
+            e.add(&cost.ffn);
+            layers.add(&cost.attention);
+            layers.add(&cost.ffn);
+        }
+        out.insert("head".into(), step.since(&layers));
+        out
     }
 
     /// Greedy generation: runs the prompt, then `n` tokens, each the argmax of the previous logits.
