@@ -232,7 +232,63 @@ impl std::str::FromStr for Precision {
     }
 }
 
-/// One sequence of one model on the simulator.
+/// One sequence's caches and states for every layer, each holding `capacity` tokens.
+fn new_caches(
+    cfg: &ModelConfig,
+    capacity: usize,
+    mem: ops::Mem,
+) -> Result<Vec<LayerCache>, ForwardError> {
+    let mut caches = Vec::new();
+    for spec in &cfg.layers {
+        match &spec.attention {
+            AttentionKind::Mla | AttentionKind::SparseMla => {
+                let m = cfg.mla.as_ref().ok_or_else(|| ForwardError::Unsupported {
+                    what: "MLA layers without MLA dimensions".into(),
+                })?;
+                let index_dim = match (&spec.attention, &cfg.indexer) {
+                    (AttentionKind::SparseMla, Some(ix)) => Some(ix.head_dim),
+                    (AttentionKind::SparseMla, None) => {
+                        return Err(ForwardError::Unsupported {
+                            what: "sparse MLA layers without indexer dimensions".into(),
+                        })
+                    }
+                    _ => None,
+                };
+                caches.push(LayerCache::Latent(mla::LatentCache::new(
+                    m, index_dim, capacity, mem,
+                )?));
+            }
+            AttentionKind::Gqa => {
+                let g = cfg.gqa.as_ref().ok_or_else(|| ForwardError::Unsupported {
+                    what: "attention layers without attention dimensions".into(),
+                })?;
+                caches.push(LayerCache::Kv(gated_attention::KvCache::new(
+                    g, capacity, mem,
+                )));
+            }
+            AttentionKind::LinearAttention => {
+                let l = cfg
+                    .linear_attention
+                    .as_ref()
+                    .ok_or_else(|| ForwardError::Unsupported {
+                        what: "linear-attention layers without their dimensions".into(),
+                    })?;
+                caches.push(LayerCache::Linear(linear_attention::LinearState::new(
+                    l, mem,
+                )?));
+            }
+            AttentionKind::Unknown(k) => {
+                return Err(ForwardError::Unsupported {
+                    what: format!("`{k}` attention"),
+                })
+            }
+        }
+    }
+    Ok(caches)
+}
+
+/// One model on the simulator, serving one sequence (sequence 0, [`Runner::forward`]) or several
+/// in one step ([`Runner::add_sequence`], [`Runner::forward_batch`]).
 pub struct Runner {
     cfg: ModelConfig,
     weights: ModelWeights,
@@ -240,6 +296,8 @@ pub struct Runner {
     caches: Vec<LayerCache>,
     capacity: usize,
     len: usize,
+    /// Sequences 1.. of a batch (sequence 0 is `caches`/`len`).
+    extra: Vec<Sequence>,
     inv_freq: Vec<f64>,
     attention_factor: f64,
     interleaved: bool,
@@ -247,6 +305,34 @@ pub struct Runner {
     memoise: bool,
     blocks: Blocks,
     last_layers: Vec<LayerCost>,
+}
+
+/// A sequence's own caches and states, and how many tokens they hold.
+struct Sequence {
+    caches: Vec<LayerCache>,
+    len: usize,
+}
+
+/// One sequence's part of a batched step: which sequence, where its tokens start, how many, and
+/// its first row in the step's rows.
+#[derive(Debug, Clone, Copy)]
+struct Part {
+    seq: usize,
+    pos0: usize,
+    tokens: usize,
+    row0: usize,
+}
+
+/// The caches of sequence `seq` (0 is the runner's own).
+fn seq_caches<'a>(
+    own: &'a mut [LayerCache],
+    extra: &'a mut [Sequence],
+    seq: usize,
+) -> &'a mut [LayerCache] {
+    match seq {
+        0 => own,
+        s => &mut extra[s - 1].caches,
+    }
 }
 
 /// Which blocks of each decoder layer a cost-only step runs. The cluster planner prices attention
@@ -394,52 +480,7 @@ impl Runner {
         capacity: usize,
     ) -> Result<Runner, ForwardError> {
         let mem = ops::Mem::for_launcher(&launcher);
-        let mut caches = Vec::new();
-        for spec in &cfg.layers {
-            match &spec.attention {
-                AttentionKind::Mla | AttentionKind::SparseMla => {
-                    let m = cfg.mla.as_ref().ok_or_else(|| ForwardError::Unsupported {
-                        what: "MLA layers without MLA dimensions".into(),
-                    })?;
-                    let index_dim = match (&spec.attention, &cfg.indexer) {
-                        (AttentionKind::SparseMla, Some(ix)) => Some(ix.head_dim),
-                        (AttentionKind::SparseMla, None) => {
-                            return Err(ForwardError::Unsupported {
-                                what: "sparse MLA layers without indexer dimensions".into(),
-                            })
-                        }
-                        _ => None,
-                    };
-                    caches.push(LayerCache::Latent(mla::LatentCache::new(
-                        m, index_dim, capacity, mem,
-                    )?));
-                }
-                AttentionKind::Gqa => {
-                    let g = cfg.gqa.as_ref().ok_or_else(|| ForwardError::Unsupported {
-                        what: "attention layers without attention dimensions".into(),
-                    })?;
-                    caches.push(LayerCache::Kv(gated_attention::KvCache::new(
-                        g, capacity, mem,
-                    )));
-                }
-                AttentionKind::LinearAttention => {
-                    let l =
-                        cfg.linear_attention
-                            .as_ref()
-                            .ok_or_else(|| ForwardError::Unsupported {
-                                what: "linear-attention layers without their dimensions".into(),
-                            })?;
-                    caches.push(LayerCache::Linear(linear_attention::LinearState::new(
-                        l, mem,
-                    )?));
-                }
-                AttentionKind::Unknown(k) => {
-                    return Err(ForwardError::Unsupported {
-                        what: format!("`{k}` attention"),
-                    })
-                }
-            }
-        }
+        let caches = new_caches(&cfg, capacity, mem)?;
         let theta = cfg.rope.as_ref().map(|r| r.theta).unwrap_or(10000.0);
         // DeepSeek rotates the qk_rope_head_dim part of each head (pairs interleaved when
         // configured); Qwen3-Next the first partial_rotary_factor of each head, half-split.
@@ -474,6 +515,7 @@ impl Runner {
             caches,
             capacity,
             len: 0,
+            extra: Vec::new(),
             inv_freq,
             attention_factor,
             interleaved,
@@ -502,6 +544,22 @@ impl Runner {
     /// Tokens in the caches.
     pub fn position(&self) -> usize {
         self.len
+    }
+
+    /// Adds an empty sequence with its own caches and states (the same capacity as the runner's)
+    /// and returns its id, for [`Runner::forward_batch`]. Sequence 0 is the runner's own.
+    pub fn add_sequence(&mut self) -> Result<usize, ForwardError> {
+        let caches = new_caches(&self.cfg, self.capacity, self.ops.mem)?;
+        self.extra.push(Sequence { caches, len: 0 });
+        Ok(self.extra.len())
+    }
+
+    /// Tokens in sequence `seq`'s caches (`None` for an unknown sequence).
+    pub fn sequence_position(&self, seq: usize) -> Option<usize> {
+        match seq {
+            0 => Some(self.len),
+            s => self.extra.get(s - 1).map(|q| q.len),
+        }
     }
 
     /// Whether a cost-only runner times one layer of each kind per step and books its cost for the
@@ -630,30 +688,73 @@ impl Runner {
     /// Runs `tokens` (at positions `position() ..`) through the model, appending to the caches, and
     /// returns their logits.
     pub fn forward(&mut self, tokens: &[i64]) -> Result<StepOutput, ForwardError> {
+        let mut out = self.forward_batch(&[(0, tokens)])?;
+        out.pop().ok_or_else(|| internal("a step's output"))
+    }
+
+    /// One step of several sequences at once, as continuous batching runs them: each entry is a
+    /// sequence id (0, or one from [`Runner::add_sequence`]) and its new tokens, a prefill chunk
+    /// or one decode token, at that sequence's own position. Norms, projections of the
+    /// feed-forward block and the experts run once over every sequence's rows; attention runs
+    /// each sequence over its own cache or state. Returns each sequence's logits, in order
+    /// (hidden states are captured for a one-sequence step only).
+    pub fn forward_batch(
+        &mut self,
+        batch: &[(usize, &[i64])],
+    ) -> Result<Vec<StepOutput>, ForwardError> {
         let vocab = self.cfg.vocab_size;
-        let mut ids = Vec::with_capacity(tokens.len());
-        for (position, &id) in tokens.iter().enumerate() {
-            if id < 0 || id as usize >= vocab {
-                return Err(ForwardError::Token {
-                    position,
-                    id,
-                    vocab,
+        let mut ids = Vec::new();
+        let mut parts = Vec::with_capacity(batch.len());
+        for (i, (seq, tokens)) in batch.iter().enumerate() {
+            let pos0 = self.sequence_position(*seq).ok_or_else(|| ForwardError::Workload {
+                flag: "batch".into(),
+                message: format!(
+                    "entry {i} names sequence {seq}, but the runner has {} (add one with add_sequence)",
+                    self.extra.len() + 1
+                ),
+            })?;
+            if batch[..i].iter().any(|(s, _)| s == seq) {
+                return Err(ForwardError::Workload {
+                    flag: "batch".into(),
+                    message: format!("sequence {seq} appears twice in one step"),
                 });
             }
-            ids.push(id as i32);
+            for (position, &id) in tokens.iter().enumerate() {
+                if id < 0 || id as usize >= vocab {
+                    return Err(ForwardError::Token {
+                        position,
+                        id,
+                        vocab,
+                    });
+                }
+                ids.push(id as i32);
+            }
+            let t = tokens.len();
+            if t == 0 {
+                return Err(ForwardError::Unsupported {
+                    what: "an empty token list".into(),
+                });
+            }
+            if pos0 + t > self.capacity {
+                return Err(ForwardError::Capacity {
+                    needed: pos0 + t,
+                    capacity: self.capacity,
+                });
+            }
+            let row0 = parts.last().map_or(0, |p: &Part| p.row0 + p.tokens);
+            parts.push(Part {
+                seq: *seq,
+                pos0,
+                tokens: t,
+                row0,
+            });
         }
-        let (t, pos0) = (tokens.len(), self.len);
-        if t == 0 {
+        if parts.is_empty() {
             return Err(ForwardError::Unsupported {
-                what: "an empty token list".into(),
+                what: "an empty batch".into(),
             });
         }
-        if pos0 + t > self.capacity {
-            return Err(ForwardError::Capacity {
-                needed: pos0 + t,
-                capacity: self.capacity,
-            });
-        }
+        let (t, pos0) = (ids.len(), parts[0].pos0);
         // A cost-only replay embeds the recorded ids (its own are placeholders).
         if let Some(step) = self.ops.routing.replayed_step(pos0, t)? {
             if self.ops.mem.shape_only && step.ids.len() == t {
@@ -668,28 +769,39 @@ impl Runner {
                 layers: Vec::new(),
             });
         }
-        let out = self.forward_step(&ids, pos0);
+        let out = self.forward_step(&ids, &parts);
         self.ops.routing.step += 1;
         out
     }
 
-    fn forward_step(&mut self, ids: &[i32], pos0: usize) -> Result<StepOutput, ForwardError> {
+    fn forward_step(
+        &mut self,
+        ids: &[i32],
+        parts: &[Part],
+    ) -> Result<Vec<StepOutput>, ForwardError> {
         let (t, vocab) = (ids.len(), self.cfg.vocab_size);
         let eps = self.cfg.rms_norm_eps;
-        let positions: Vec<usize> = (pos0..pos0 + t).collect();
-        let rope = RopeTables::new(
-            &positions,
-            &self.inv_freq,
-            self.attention_factor,
-            self.interleaved,
-        )?;
-        // The DSA indexer rotates half-split whatever the MLA layout is.
-        let rope_half = RopeTables::new(&positions, &self.inv_freq, self.attention_factor, false)?;
+        // Each sequence's rotary tables at its own positions; the DSA indexer rotates half-split
+        // whatever the MLA layout is.
+        let mut ropes = Vec::with_capacity(parts.len());
+        for p in parts {
+            let positions: Vec<usize> = (p.pos0..p.pos0 + p.tokens).collect();
+            let rope = RopeTables::new(
+                &positions,
+                &self.inv_freq,
+                self.attention_factor,
+                self.interleaved,
+            )?;
+            let half = RopeTables::new(&positions, &self.inv_freq, self.attention_factor, false)?;
+            ropes.push((rope, half));
+        }
+        let single = parts.len() == 1;
+        let capture = self.capture && single;
         let mut hidden_states = Vec::new();
 
         self.ops.layer = None;
         let mut h = self.ops.embedding(ids, &self.weights.embed)?;
-        if self.capture {
+        if capture {
             hidden_states.push(h.to_vec().unwrap_or_default());
         }
         // Cost-only memo: layers of the same kinds launch the same kernels on the same shapes, so
@@ -723,64 +835,110 @@ impl Runner {
             } else {
                 h.clone()
             };
-            let a = match (&lw.attn, &mut self.caches[l]) {
-                _ if !blocks.attention => n,
-                (AttnWeights::Gqa(w), LayerCache::Kv(cache)) => {
-                    let g = self
-                        .cfg
-                        .gqa
-                        .as_ref()
-                        .ok_or_else(|| internal("attention dims"))?;
-                    gated_attention::forward(&mut self.ops, g, w, &n, pos0, cache, &rope, eps)?
+            // Attention: each sequence over its own cache or state, on its own rows.
+            let a = if !blocks.attention {
+                n
+            } else {
+                let mut outs = Vec::with_capacity(parts.len());
+                for (p, (rope, rope_half)) in parts.iter().zip(&ropes) {
+                    let n_p = if single {
+                        n.clone()
+                    } else {
+                        ops::view(n.row_range(p.row0, p.tokens), "a sequence's rows")?
+                    };
+                    let pos0 = p.pos0;
+                    let cache = &mut seq_caches(&mut self.caches, &mut self.extra, p.seq)[l];
+                    let a_p = match (&lw.attn, cache) {
+                        (AttnWeights::Gqa(w), LayerCache::Kv(cache)) => {
+                            let g = self
+                                .cfg
+                                .gqa
+                                .as_ref()
+                                .ok_or_else(|| internal("attention dims"))?;
+                            gated_attention::forward(
+                                &mut self.ops,
+                                g,
+                                w,
+                                &n_p,
+                                pos0,
+                                cache,
+                                rope,
+                                eps,
+                            )?
+                        }
+                        (AttnWeights::Linear(w), LayerCache::Linear(st)) => {
+                            let la = self
+                                .cfg
+                                .linear_attention
+                                .as_ref()
+                                .ok_or_else(|| internal("linear-attention dims"))?;
+                            linear_attention::forward(&mut self.ops, la, w, &n_p, st, eps)?
+                        }
+                        (AttnWeights::Kda(w), LayerCache::Linear(st)) => {
+                            let la = self
+                                .cfg
+                                .linear_attention
+                                .as_ref()
+                                .ok_or_else(|| internal("linear-attention dims"))?;
+                            kda::forward(&mut self.ops, la, w, &n_p, st, eps)?
+                        }
+                        (AttnWeights::Mla(w), LayerCache::Latent(cache)) => {
+                            let m =
+                                self.cfg
+                                    .mla
+                                    .as_ref()
+                                    .ok_or_else(|| ForwardError::Internal {
+                                        what: "MLA layer".into(),
+                                        message: "no MLA dims".into(),
+                                    })?;
+                            let scale = self
+                                .cfg
+                                .rope
+                                .as_ref()
+                                .map(|r| r.mla_softmax_scale(m.qk_head_dim()))
+                                .unwrap_or((m.qk_head_dim() as f64).powf(-0.5));
+                            match (&self.cfg.layers[l].attention, &self.cfg.indexer) {
+                                (AttentionKind::SparseMla, Some(ix)) => mla::forward_sparse(
+                                    &mut self.ops,
+                                    m,
+                                    ix,
+                                    w,
+                                    &n_p,
+                                    pos0,
+                                    cache,
+                                    rope,
+                                    rope_half,
+                                    scale,
+                                )?,
+                                _ => mla::forward(
+                                    &mut self.ops,
+                                    m,
+                                    w,
+                                    &n_p,
+                                    pos0,
+                                    cache,
+                                    rope,
+                                    scale,
+                                )?,
+                            }
+                        }
+                        _ => {
+                            return Err(internal("a layer's weights and cache of different kinds"))
+                        }
+                    };
+                    outs.push(a_p);
                 }
-                (AttnWeights::Linear(w), LayerCache::Linear(st)) => {
-                    let la = self
-                        .cfg
-                        .linear_attention
-                        .as_ref()
-                        .ok_or_else(|| internal("linear-attention dims"))?;
-                    linear_attention::forward(&mut self.ops, la, w, &n, st, eps)?
-                }
-                (AttnWeights::Kda(w), LayerCache::Linear(st)) => {
-                    let la = self
-                        .cfg
-                        .linear_attention
-                        .as_ref()
-                        .ok_or_else(|| internal("linear-attention dims"))?;
-                    kda::forward(&mut self.ops, la, w, &n, st, eps)?
-                }
-                (AttnWeights::Mla(w), LayerCache::Latent(cache)) => {
-                    let m = self
-                        .cfg
-                        .mla
-                        .as_ref()
-                        .ok_or_else(|| ForwardError::Internal {
-                            what: "MLA layer".into(),
-                            message: "no MLA dims".into(),
-                        })?;
-                    let scale = self
-                        .cfg
-                        .rope
-                        .as_ref()
-                        .map(|r| r.mla_softmax_scale(m.qk_head_dim()))
-                        .unwrap_or((m.qk_head_dim() as f64).powf(-0.5));
-                    match (&self.cfg.layers[l].attention, &self.cfg.indexer) {
-                        (AttentionKind::SparseMla, Some(ix)) => mla::forward_sparse(
-                            &mut self.ops,
-                            m,
-                            ix,
-                            w,
-                            &n,
-                            pos0,
-                            cache,
-                            &rope,
-                            &rope_half,
-                            scale,
-                        )?,
-                        _ => mla::forward(&mut self.ops, m, w, &n, pos0, cache, &rope, scale)?,
+                if single {
+                    outs.pop().ok_or_else(|| internal("the attention output"))?
+                } else {
+                    // The sequences' rows back in one tensor, for the batched blocks after.
+                    let all = self.ops.mem.act(t, outs[0].cols());
+                    for (p, a_p) in parts.iter().zip(&outs) {
+                        let rows = ops::view(all.row_range(p.row0, p.tokens), "a sequence's rows")?;
+                        self.ops.copy("attention.batch_rows", a_p, &rows)?;
                     }
+                    all
                 }
-                _ => return Err(internal("a layer's weights and cache of different kinds")),
             };
             let attention_done = self.ops.stats.clone();
             if !blocks.ffn {
@@ -815,7 +973,7 @@ impl Runner {
                 }
             };
             h = self.ops.add("residual_add", &h1, &f)?;
-            if self.capture {
+            if capture {
                 hidden_states.push(h.to_vec().unwrap_or_default());
             }
             let cost = LayerCost {
@@ -831,22 +989,42 @@ impl Runner {
         let n = self
             .ops
             .rmsnorm("final_norm", &h, &self.weights.final_norm, eps)?;
-        // A cost-only run prices what serving computes: the next token's logits only (the goldens
-        // of functional runs need every row).
-        let n = if self.ops.mem.shape_only {
+        // A cost-only run of one sequence prices what serving computes: the next token's logits
+        // only (the goldens of functional runs need every row; a batch computes every row).
+        let last_only = self.ops.mem.shape_only && single;
+        let n = if last_only {
             ops::view(n.row_range(t - 1, 1), "last row")?
         } else {
             n
         };
         let logits = self.ops.linear("lm_head", &n, &self.weights.lm_head)?;
-        self.len += t;
         let logits = logits.to_vec().unwrap_or_default();
-        Ok(StepOutput {
-            logits,
-            tokens: t,
-            vocab,
-            hidden_states,
-        })
+        for p in parts {
+            match p.seq {
+                0 => self.len += p.tokens,
+                s => self.extra[s - 1].len += p.tokens,
+            }
+        }
+        if single {
+            return Ok(vec![StepOutput {
+                logits,
+                tokens: t,
+                vocab,
+                hidden_states,
+            }]);
+        }
+        Ok(parts
+            .iter()
+            .map(|p| StepOutput {
+                logits: logits
+                    .get(p.row0 * vocab..(p.row0 + p.tokens) * vocab)
+                    .map(<[f32]>::to_vec)
+                    .unwrap_or_default(),
+                tokens: p.tokens,
+                vocab,
+                hidden_states: Vec::new(),
+            })
+            .collect())
     }
 
     /// The simulated cost of serving one sequence on a cost-only runner ([`Runner::cost_only`]): a

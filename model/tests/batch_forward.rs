@@ -1,0 +1,131 @@
+//! Issue #13 item 2: one forward step serves a batch of sequences, each with its own query length
+//! and context, prefill chunks mixed with decodes (continuous batching). Every sequence gets the
+//! logits it gets when run alone.
+
+use dsl_core::Launcher;
+use model::forward::{Precision, Runner};
+use std::path::PathBuf;
+
+fn testdata(rel: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("testdata")
+        .join(rel)
+}
+
+const CAPACITY: usize = 32;
+
+fn runner(name: &str) -> Runner {
+    Runner::load_at(
+        &testdata(&format!("tiny/{name}")),
+        Launcher::for_device("npu-910b").unwrap(),
+        CAPACITY,
+        Precision::F32,
+    )
+    .unwrap()
+}
+
+/// Three sequences: their prompts and the tokens each then decodes (fixed ids, so the runs cannot
+/// diverge through a different argmax).
+fn sequences() -> Vec<(Vec<i64>, Vec<i64>)> {
+    let toks = |n: usize, seed: i64| {
+        (0..n as i64)
+            .map(|i| (i * 31 + seed * 17) % 200 + 1)
+            .collect()
+    };
+    vec![
+        (toks(7, 1), toks(3, 2)),
+        (toks(11, 3), toks(2, 4)),
+        (toks(4, 5), toks(3, 6)),
+    ]
+}
+
+/// Each sequence alone: its prompt in one step, then one step per decode token; the logits of
+/// every position, row by row.
+fn alone(name: &str, prompt: &[i64], decode: &[i64]) -> Vec<Vec<f32>> {
+    let mut r = runner(name);
+    let out = r.forward(prompt).unwrap();
+    let mut rows: Vec<Vec<f32>> = (0..out.tokens).map(|t| out.row(t).to_vec()).collect();
+    for tok in decode {
+        rows.push(r.forward(&[*tok]).unwrap().row(0).to_vec());
+    }
+    rows
+}
+
+/// Relative L2 distance of two logit rows.
+fn rel_l2(a: &[f32], b: &[f32]) -> f64 {
+    let num: f64 = a.iter().zip(b).map(|(x, y)| ((x - y) as f64).powi(2)).sum();
+    let den: f64 = b.iter().map(|y| (*y as f64).powi(2)).sum();
+    (num / den.max(1e-30)).sqrt()
+}
+
+#[test]
+fn a_batch_gives_each_sequence_the_logits_it_gets_alone() {
+    for name in ["deepseek_v3", "deepseek_v32", "qwen3_next", "kimi_linear"] {
+        let seqs = sequences();
+        let want: Vec<Vec<Vec<f32>>> = seqs.iter().map(|(p, d)| alone(name, p, d)).collect();
+        let mut r = runner(name);
+        assert_eq!(r.add_sequence().unwrap(), 1);
+        assert_eq!(r.add_sequence().unwrap(), 2);
+        let mut got: Vec<Vec<Vec<f32>>> = vec![Vec::new(); 3];
+        let (p0, d0) = (&seqs[0].0, &seqs[0].1);
+        let (p1, d1) = (&seqs[1].0, &seqs[1].1);
+        let (p2, d2) = (&seqs[2].0, &seqs[2].1);
+        // Step 1: sequence 0's whole prompt, the first chunk of sequence 1's.
+        // Step 2: sequence 0 decodes, sequence 1's second chunk, sequence 2's whole prompt.
+        // Steps 3-4: everyone decodes (sequence 1 stops after its two tokens).
+        let steps: Vec<Vec<(usize, &[i64])>> = vec![
+            vec![(0, &p0[..]), (1, &p1[..5])],
+            vec![(0, &d0[..1]), (1, &p1[5..]), (2, &p2[..])],
+            vec![(2, &d2[..1]), (0, &d0[1..2]), (1, &d1[..1])],
+            vec![(0, &d0[2..3]), (1, &d1[1..2]), (2, &d2[1..2])],
+            vec![(2, &d2[2..3])],
+        ];
+        for step in &steps {
+            let outs = r.forward_batch(step).unwrap();
+            assert_eq!(outs.len(), step.len());
+            for ((seq, toks), out) in step.iter().zip(&outs) {
+                assert_eq!(out.tokens, toks.len());
+                for t in 0..out.tokens {
+                    got[*seq].push(out.row(t).to_vec());
+                }
+            }
+        }
+        for s in 0..3 {
+            assert_eq!(got[s].len(), want[s].len(), "{name} sequence {s}");
+            assert_eq!(r.sequence_position(s), Some(want[s].len()));
+            for (pos, (g, w)) in got[s].iter().zip(&want[s]).enumerate() {
+                let d = rel_l2(g, w);
+                assert!(
+                    d < 1e-5,
+                    "{name}: sequence {s} position {pos}: batched logits {d:.2e} from alone"
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn bad_batches_are_errors() {
+    let mut r = runner("deepseek_v3");
+    let e = r
+        .forward_batch(&[(1, &[3, 4][..])])
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("sequence 1") && e.contains("add_sequence"),
+        "{e}"
+    );
+    r.add_sequence().unwrap();
+    let e = r
+        .forward_batch(&[(1, &[3][..]), (1, &[4][..])])
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("twice"), "{e}");
+    let e = r.forward_batch(&[]).unwrap_err().to_string();
+    assert!(e.contains("empty batch"), "{e}");
+    let long = vec![1i64; CAPACITY + 1];
+    let e = r
+        .forward_batch(&[(0, &[1][..]), (1, &long[..])])
+        .unwrap_err();
+    assert!(e.to_string().contains("cache slots"), "{e}");
+}
