@@ -31,7 +31,7 @@ pub struct ForwardArgs {
     output_len: Option<usize>,
     /// Cost-only runs: one decode step of this many sequences at once (with `--context`), priced
     /// as `day0 run` prices a card: batched MLA and Gated DeltaNet decode, the other per-sequence
-    /// operators once per sequence.
+    /// operators once per sequence. With `--prompt-len`, also one request's prefill (TTFT).
     #[arg(long)]
     batch: Option<usize>,
     /// Cost-only runs: the context each sequence of the `--batch` decode step attends to
@@ -209,6 +209,15 @@ fn decode_step(args: &ForwardArgs, config: &Path) -> Result<(), String> {
         .estimate(&one, Phase::Decode, batch, context)
         .map_err(|e| e.to_string())?;
     let peak = peak_memory(est.config(), est.device(), batch, batch, context + 1);
+    // The time to first token of one request, when a prompt length is given (a long prefill is
+    // the slow part of a cost-only run; the batched decode step alone answers in about a second).
+    let prefill = match args.prompt_len {
+        Some(p) => Some(
+            est.estimate(&one, Phase::Prefill, 1, p)
+                .map_err(|e| format!("--prompt-len {p}: {e}"))?,
+        ),
+        None => None,
+    };
     let bw = est.device().hbm.bandwidth_gbps * 1e9;
     let floor_ms = e.hbm_bytes_per_card / bw * 1e3;
     let b = &e.breakdown;
@@ -219,6 +228,11 @@ fn decode_step(args: &ForwardArgs, config: &Path) -> Result<(), String> {
             "cost_only": true,
             "batch": batch,
             "context": context,
+            "prompt_len": args.prompt_len,
+            "ttft_us": prefill.as_ref().map(|p| p.step_s * 1e6),
+            "prefill_tokens_per_s": prefill.as_ref().map(|p| p.tokens_per_s),
+            "tpot_us": e.step_s * 1e6,
+            "decode_tokens_per_s": e.tokens_per_s,
             "tpot_ms": e.step_s * 1e3,
             "tokens_per_s": e.tokens_per_s,
             "hbm_bytes": e.hbm_bytes_per_card,
@@ -245,6 +259,13 @@ fn decode_step(args: &ForwardArgs, config: &Path) -> Result<(), String> {
         config.display(),
         est.device().name
     );
+    if let (Some(p), Some(len)) = (&prefill, args.prompt_len) {
+        println!(
+            "TTFT {:.3} ms for one {len}-token prompt ({:.0} prefill tokens/s)",
+            p.step_s * 1e3,
+            p.tokens_per_s
+        );
+    }
     println!(
         "TPOT {:.3} ms ({:.0} tokens/s); HBM {:.2} GB moved, {:.3} ms at peak bandwidth ({:.0}% utilised); MFU {:.1}%",
         e.step_s * 1e3,

@@ -715,9 +715,30 @@ fn cost_only_forward_json_has_the_workload_fields() {
         "4",
         "--context",
         "512",
+        "--prompt-len",
+        "64",
         "--json",
     ]);
     assert!(out.status.success(), "{}", stderr(&out));
     let b: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
     assert!(b["peak_device_bytes"].as_f64().unwrap() > b["memory"]["weights"].as_f64().unwrap());
+    for f in [
+        "ttft_us",
+        "tpot_us",
+        "prefill_tokens_per_s",
+        "decode_tokens_per_s",
+        "hbm_bytes",
+    ] {
+        assert!(
+            b[f].as_f64().is_some_and(|x| x > 0.0),
+            "batch JSON {f}: {b}"
+        );
+    }
+    // The one-request prefill prices what the single-sequence run prices (the last row's logits
+    // included), so the two agree closely.
+    let ratio = b["ttft_us"].as_f64().unwrap() / v["ttft_us"].as_f64().unwrap();
+    assert!(
+        (ratio - 1.0).abs() < 0.05,
+        "batch TTFT / single TTFT = {ratio}"
+    );
 }
