@@ -136,18 +136,20 @@ impl RoutingModel {
             ),
         }
         };
-        match spec.split_once(':') {
-            None if spec == "uniform" => Ok(RoutingModel::Uniform),
-            Some(("zipf", v)) => v
-                .parse::<f64>()
-                .ok()
-                .filter(|x| x.is_finite() && *x >= 0.0)
-                .map(RoutingModel::Zipf)
-                .ok_or_else(bad),
-            Some(("replay", file)) if !file.is_empty() => Ok(RoutingModel::Replay(Arc::new(
-                RoutingRecord::read(Path::new(file))?,
-            ))),
-            _ => Err(bad()),
+        if let Some(file) = spec.strip_prefix("replay:") {
+            if file.is_empty() {
+                return Err(bad());
+            }
+            return Ok(RoutingModel::Replay(Arc::new(RoutingRecord::read(
+                Path::new(file),
+            )?)));
+        }
+        // The synthetic models are the planner's (one parser for both).
+        use crate::plan::estimate::Routing;
+        match Routing::parse(spec) {
+            Ok(Routing::Uniform) => Ok(RoutingModel::Uniform),
+            Ok(Routing::Zipf(s)) => Ok(RoutingModel::Zipf(s)),
+            Err(_) => Err(bad()),
         }
     }
 
