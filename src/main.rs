@@ -745,14 +745,11 @@ fn kernel_expert_ffn(args: ExpertFfnArgs) -> Result<(), String> {
                 v
             })
             .collect();
-        let out = if list.len() == 1 {
-            list[0].clone()
-        } else {
-            serde_json::Value::Array(list)
-        };
+        // Always an array, one object per weight path, however many `--weights`/`--mode` keep:
+        // one stable shape for scripts.
         println!(
             "{}",
-            serde_json::to_string_pretty(&out).map_err(|e| e.to_string())?
+            serde_json::to_string_pretty(&list).map_err(|e| e.to_string())?
         );
         return Ok(());
     }

@@ -742,3 +742,32 @@ fn cost_only_forward_json_has_the_workload_fields() {
         "batch TTFT / single TTFT = {ratio}"
     );
 }
+
+/// `kernel expert-ffn --json` has one shape whatever the weight paths: an array of reports, one
+/// per path.
+#[test]
+fn expert_ffn_json_is_always_an_array() {
+    let run = |extra: &[&str]| {
+        let mut a = vec![
+            "kernel",
+            "expert-ffn",
+            "--experts",
+            "4",
+            "--tokens",
+            "8",
+            "--hidden",
+            "256",
+            "--inter",
+            "128",
+            "--cost-only",
+            "--json",
+        ];
+        a.extend_from_slice(extra);
+        let out = day0(&a);
+        assert!(out.status.success(), "{}", stderr(&out));
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+        v.as_array().expect("an array").len()
+    };
+    assert_eq!(run(&["--weights", "bf16"]), 1);
+    assert!(run(&[]) > 1);
+}
