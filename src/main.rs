@@ -293,7 +293,8 @@ struct CommonArgs {
     /// Print the report as JSON (stable field names).
     #[arg(long)]
     json: bool,
-    /// Write a Chrome trace-event file (open in Perfetto / chrome://tracing).
+    /// Write a Chrome trace-event file (open in Perfetto / chrome://tracing). Commands that run one
+    /// launch write it (`kernel gemm`, `kernel attention --kind prefill`); the others refuse it.
     #[arg(long, value_name = "FILE")]
     trace: Option<String>,
     /// Shapes only: no data is allocated or computed (for production shapes); same cycles.
@@ -697,9 +698,21 @@ fn print_sweep(points: &[tune::SweepPoint], json: bool) -> Result<(), String> {
     Ok(())
 }
 
+/// `--trace` on a command that runs several launches (or chains them into one report) has no one
+/// timeline to write: refuse it rather than drop it.
+fn refuse_trace(c: &CommonArgs, what: &str) -> Result<(), String> {
+    match &c.trace {
+        Some(path) => Err(format!(
+            "--trace {path}: `{what}` runs several launches and writes no trace; trace one launch with `kernel gemm` or `kernel attention --kind prefill`"
+        )),
+        None => Ok(()),
+    }
+}
+
 fn kernel_expert_ffn(args: ExpertFfnArgs) -> Result<(), String> {
     use kernels::moe::expert_gemm::{run_expert_ffn, ExpertFfnCase, WeightPath};
     let c = &args.common;
+    refuse_trace(c, "kernel expert-ffn")?;
     let launcher = launcher_for(c)?;
     let mut paths = Vec::new();
     if args.weights.is_none() || args.weights == Some(WeightsArg::Mxfp4) {
@@ -804,6 +817,9 @@ fn kernel_attention(args: AttentionArgs) -> Result<(), String> {
     };
     let ctx = args.ctx.unwrap_or(args.seq);
     let tol = tolerance(dtype);
+    if args.kind != AttentionKind::Prefill {
+        refuse_trace(c, "kernel attention (other kinds than prefill)")?;
+    }
     match args.kind {
         AttentionKind::Prefill => {}
         AttentionKind::Decode | AttentionKind::MlaDecode => {
@@ -973,6 +989,7 @@ fn kernel_linear_attention(args: LinearAttentionArgs) -> Result<(), String> {
     use kernels::linear_attention::reference::Decay;
     use kernels::linear_attention::runner::{chunk_sweep, run_delta, DeltaCase, DeltaMode};
     let c = &args.common;
+    refuse_trace(c, "kernel linear-attention")?;
     let launcher = launcher_for(c)?;
     let dtype = match args.dtype {
         DtypeArg::Bf16 => GemmDtype::Bf16,

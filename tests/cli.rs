@@ -771,3 +771,61 @@ fn expert_ffn_json_is_always_an_array() {
     assert_eq!(run(&["--weights", "bf16"]), 1);
     assert!(run(&[]) > 1);
 }
+
+/// `--trace` is written by the commands that run one launch and refused by the others, never
+/// silently dropped.
+#[test]
+fn trace_is_written_or_refused() {
+    let path = std::env::temp_dir().join(format!("day0-trace-{}.json", std::process::id()));
+    let p = path.to_str().unwrap();
+    let out = day0(&[
+        "kernel", "gemm", "--m", "64", "--n", "64", "--k", "64", "--trace", p,
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(std::fs::metadata(&path).is_ok_and(|m| m.len() > 0));
+    let _ = std::fs::remove_file(&path);
+    for args in [
+        vec![
+            "kernel",
+            "linear-attention",
+            "--kind",
+            "gdn",
+            "--seq",
+            "64",
+            "--cost-only",
+        ],
+        vec![
+            "kernel",
+            "expert-ffn",
+            "--experts",
+            "2",
+            "--tokens",
+            "4",
+            "--hidden",
+            "64",
+            "--inter",
+            "64",
+        ],
+        vec![
+            "kernel",
+            "attention",
+            "--kind",
+            "decode",
+            "--seq",
+            "1",
+            "--ctx",
+            "64",
+        ],
+    ] {
+        let mut a = args.clone();
+        a.extend(["--trace", p]);
+        let out = day0(&a);
+        assert!(!out.status.success(), "{args:?}");
+        assert!(
+            stderr(&out).contains("--trace"),
+            "{args:?}: {}",
+            stderr(&out)
+        );
+        assert!(std::fs::metadata(&path).is_err(), "{args:?} wrote a trace");
+    }
+}
