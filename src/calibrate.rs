@@ -61,10 +61,10 @@ fn tiles(bms: &[i64], bns: &[i64], bks: &[i64]) -> Vec<Config> {
 /// Predicts one measurement's workload on `launcher` (cost-only, derated preset).
 ///
 /// Workloads and the publisher's formulas:
-/// - `gemm` (bf16 in, f32 accumulate; m, n, k): the three-stage pipelined GEMM (one program
-///   per output tile, so later waves find earlier waves' panels in L2), best of its 128/256
+/// - `gemm` (bf16 in, f32 accumulate; m, n, k): the persistent GEMM and the three-stage
+///   pipelined one (one program per output tile), best of their 128×256, 256×128 and 128²
 ///   tiles; FLOP `2mnk`, bytes `2(mk + kn + mn)`.
-/// - `gemm-fp8` (m, n, k): [`kernels::gemm_fp8`], best tile; FLOP `2mnk`, bytes
+/// - `gemm-fp8` (m, n, k): [`kernels::gemm_fp8`], best tile and pipeline depth; FLOP `2mnk`, bytes
 ///   `mk + nk + 2mn` (DeepGEMM's README: FP8 inputs, bf16 output).
 /// - `attention-prefill` (batch, heads, seq, head_dim, causal 0/1): flash prefill, bf16, the
 ///   batch folded into heads (same work per head); FLOP `4·b·h·s²·d`, halved when causal
@@ -80,22 +80,39 @@ pub fn predict(launcher: &Launcher, m: &Measurement) -> Result<Prediction, Strin
         "gemm" => {
             use kernels::gemm::{run_gemm, GemmCase, GemmDtype, GemmVariant};
             let (mm, n, k) = (dim(m, "m")?, dim(m, "n")?, dim(m, "k")?);
-            let cycles = best_cycles(&tiles(&[128, 256], &[128, 256], &[64]), |cfg| {
-                run_gemm(
+            // Both bf16 kernels a tuned library would choose between: one program per tile
+            // (three stages) and the persistent one (tiles in L2-friendly bands); cuBLAS's
+            // 128×256 / 256×128 tiles and the square 128² beside them.
+            let mut configs = Vec::new();
+            for variant in [GemmVariant::Persistent, GemmVariant::Pipelined] {
+                for (bm, bn) in [(128, 256), (256, 128), (128, 128)] {
+                    configs.push((variant, tiles(&[bm], &[bn], &[64]).remove(0)));
+                }
+            }
+            let mut best: Option<u64> = None;
+            let mut last_err = String::from("no configuration to try");
+            for (variant, cfg) in configs {
+                let r = run_gemm(
                     launcher,
                     &GemmCase {
                         m: mm as usize,
                         n: n as usize,
                         k: k as usize,
                         dtype: GemmDtype::Bf16,
-                        variant: GemmVariant::Pipelined,
-                        config: cfg.clone(),
+                        variant,
+                        config: cfg,
                         seed: 0,
                     },
-                )
-                .map(|r| r.launch.report.cycles)
-                .map_err(err)
-            })?;
+                );
+                match r {
+                    Ok(r) => {
+                        let cy = r.launch.report.cycles;
+                        best = Some(best.map_or(cy, |b| b.min(cy)));
+                    }
+                    Err(e) => last_err = err(e),
+                }
+            }
+            let cycles = best.ok_or(last_err)?;
             let (mf, nf, kf) = (mm as f64, n as f64, k as f64);
             Ok(Prediction {
                 time_s: cycles as f64 / clock_hz,
@@ -106,7 +123,15 @@ pub fn predict(launcher: &Launcher, m: &Measurement) -> Result<Prediction, Strin
         "gemm-fp8" => {
             use kernels::gemm_fp8::{run_gemm_fp8, Fp8GemmCase};
             let (mm, n, k) = (dim(m, "m")?, dim(m, "n")?, dim(m, "k")?);
-            let cycles = best_cycles(&tiles(&[128, 64, 32], &[128, 64], &[128]), |cfg| {
+            // DeepGEMM's choices: 64- or 128-row tiles, BN down to 16 so a decode shape's
+            // tiles cover the SMs, two or four pipeline stages.
+            let mut configs = Vec::new();
+            for st in [2, 4] {
+                for c in tiles(&[128, 64], &[128, 64, 32, 16], &[128]) {
+                    configs.push(c.with("ST", st));
+                }
+            }
+            let cycles = best_cycles(&configs, |cfg| {
                 run_gemm_fp8(
                     launcher,
                     &Fp8GemmCase {

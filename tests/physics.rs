@@ -66,6 +66,7 @@ fn shape<T: dsl_core::Elem>(s: &[usize]) -> Tensor<T> {
 /// `every_checked_operator_has_a_runner` with the runners below.
 const CHECKED: &[&str] = &[
     "gemm",
+    "gemm_fp8",
     "softmax",
     "rmsnorm_residual",
     "rmsnorm",
@@ -133,7 +134,10 @@ fn every_registered_operator_is_checked() {
 fn every_checked_operator_has_a_runner() {
     let ran: BTreeSet<&str> = RUNNERS
         .iter()
-        .map(|op| if op.starts_with("gemm") { "gemm" } else { op })
+        .map(|op| match *op {
+            "gemm_naive" | "gemm_db" | "gemm_pipelined" => "gemm",
+            other => other,
+        })
         .chain(
             MODEL_RUNNERS
                 .iter()
@@ -173,6 +177,22 @@ fn run_op(device: &str, op: &str, m: usize, n: usize, k: usize) -> Result<Report
         "gemm_naive" => gemm(GemmVariant::Naive),
         "gemm_db" => gemm(GemmVariant::DoubleBuffered),
         "gemm_pipelined" => gemm(GemmVariant::Pipelined),
+        // The four-stage pipeline with 64-row tiles: the most SRAM and the most bytes in flight.
+        "gemm_fp8" => kernels::gemm_fp8::run_gemm_fp8(
+            &l,
+            &kernels::gemm_fp8::Fp8GemmCase {
+                m,
+                n,
+                k,
+                config: Config::new()
+                    .with("BM", 64)
+                    .with("BN", 32)
+                    .with("BK", 128)
+                    .with("ST", 4),
+                seed: 1,
+            },
+        )
+        .map(|r| r.launch.report),
         "softmax" => run_softmax(
             &l,
             &SoftmaxCase {
@@ -241,6 +261,7 @@ const RUNNERS: &[&str] = &[
     "gemm_naive",
     "gemm_db",
     "gemm_pipelined",
+    "gemm_fp8",
     "softmax",
     "rmsnorm_residual",
     "rmsnorm",
@@ -958,7 +979,7 @@ fn production_shapes_keep_the_invariants() {
     ];
     for device in DevicePreset::builtin_names() {
         for (m, n, k) in gemms {
-            for op in ["gemm", "gemm_db"] {
+            for op in ["gemm", "gemm_db", "gemm_fp8"] {
                 check(
                     device,
                     &format!("{op} {m}x{n}x{k}"),

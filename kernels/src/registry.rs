@@ -56,6 +56,12 @@ pub fn all() -> Vec<Implementation> {
             summary: "persistent tiled GEMM: one program per core streams its tiles' K-steps (three in flight), storing each tile while the next computes",
         },
         Implementation {
+            op: "gemm_fp8",
+            kind: ImplKind::DslTuned,
+            meta: &crate::gemm_fp8::gemm_fp8::META,
+            summary: "block-scaled FP8 GEMM (DeepGEMM layout, bf16 out): 2 or 4 pipeline stages, BN down to 16 to fill the cores on decode shapes, tiles in L2-friendly bands",
+        },
+        Implementation {
             op: "softmax",
             kind: ImplKind::Dsl,
             meta: &crate::softmax::softmax::META,
