@@ -66,10 +66,12 @@ fn tiles(bms: &[i64], bns: &[i64], bks: &[i64]) -> Vec<Config> {
 ///   tiles; FLOP `2mnk`, bytes `2(mk + kn + mn)`.
 /// - `gemm-fp8` (m, n, k): [`kernels::gemm_fp8`], best tile and pipeline depth; FLOP `2mnk`, bytes
 ///   `mk + nk + 2mn` (DeepGEMM's README: FP8 inputs, bf16 output).
-/// - `attention-prefill` (batch, heads, seq, head_dim, causal 0/1): flash prefill, bf16, the
+/// - `attention-prefill` (batch, heads, seq, head_dim, causal 0/1): flash prefill (plain or
+///   software-pipelined as FlashAttention-3), bf16, the
 ///   batch folded into heads (same work per head); FLOP `4·b·h·s²·d`, halved when causal
 ///   (FlashAttention-3 paper, section 4.1).
-/// - `mla-decode` (batch, seq_q, heads, ctx; d = 576, dv = 512): paged latent decode, bf16, the
+/// - `mla-decode` (batch, seq_q, heads, ctx; d = 576, dv = 512): paged latent decode, bf16 (the
+///   latent kernel reading each row once, as FlashMLA, or the split kernel), the
 ///   batch's contexts laid end to end as one context of `batch·ctx` tokens and the query tokens
 ///   folded into heads (the same KV bytes and FLOP); FLOP `2·s_q·b·ctx·h·(d + dv)`, bytes
 ///   `2·(b·ctx·d + b·s_q·h·(d + dv))` (FlashMLA's `tests/test_flash_mla.py`).
@@ -166,25 +168,34 @@ pub fn predict(launcher: &Launcher, m: &Measurement) -> Result<Prediction, Strin
             let q = Tensor::<bf16>::shape_only(&[s, heads * d]);
             let kv = Tensor::<bf16>::shape_only(&[s, heads * d]);
             let o = Tensor::<bf16>::shape_only(&[s, heads * d]);
-            let mut configs = Vec::new();
-            for bq in [128i64, 64] {
-                for bk in [128i64, 64] {
-                    configs.push(
-                        kernels::attention::prefill::prefill_config(
-                            &Config::new().with("BQ", bq).with("BK", bk),
-                            d,
-                            d,
-                        )
-                        .map_err(err)?,
-                    );
+            use kernels::attention::prefill::{
+                flash_prefill_pipelined, prefill_config_for, PrefillKernel,
+            };
+            // Both prefill kernels, 64/128 query and key tiles: the plain one and the one
+            // software-pipelined as FlashAttention-3 schedules it.
+            let scale = 1.0 / (d as f32).sqrt();
+            let mut best: Option<u64> = None;
+            let mut last_err = String::from("no configuration to try");
+            for kernel in [PrefillKernel::Flash, PrefillKernel::Pipelined] {
+                for bq in [128i64, 64] {
+                    for bk in [128i64, 64] {
+                        let base = Config::new().with("BQ", bq).with("BK", bk);
+                        let cfg = prefill_config_for(kernel, &base, d, d).map_err(err)?;
+                        let launch = match kernel {
+                            PrefillKernel::Flash => flash_prefill::launch,
+                            PrefillKernel::Pipelined => flash_prefill_pipelined::launch,
+                        };
+                        match launch(launcher, &cfg, &q, &kv, &kv, &o, d, d, scale, causal) {
+                            Ok(l) => {
+                                let cy = l.report.cycles;
+                                best = Some(best.map_or(cy, |b| b.min(cy)));
+                            }
+                            Err(e) => last_err = err(e),
+                        }
+                    }
                 }
             }
-            let scale = 1.0 / (d as f32).sqrt();
-            let cycles = best_cycles(&configs, |cfg| {
-                flash_prefill::launch(launcher, cfg, &q, &kv, &kv, &o, d, d, scale, causal)
-                    .map(|l| l.report.cycles)
-                    .map_err(err)
-            })?;
+            let cycles = best.ok_or(last_err)?;
             let full = 4.0 * (b * h) as f64 * (s as f64).powi(2) * d as f64;
             Ok(Prediction {
                 time_s: cycles as f64 / clock_hz,
@@ -193,7 +204,7 @@ pub fn predict(launcher: &Launcher, m: &Measurement) -> Result<Prediction, Strin
             })
         }
         "mla-decode" => {
-            use kernels::attention::decode::{run_decode, DecodeCase};
+            use kernels::attention::decode::{run_decode, run_decode_latent, DecodeCase};
             use kernels::gemm::GemmDtype;
             let (b, sq, h, ctx) = (
                 dim(m, "batch")?,
@@ -209,9 +220,22 @@ pub fn predict(launcher: &Launcher, m: &Measurement) -> Result<Prediction, Strin
                 &[Config::new().with("P", 64), Config::new().with("P", 16)],
                 |cfg| {
                     let page_size = cfg.get("P").unwrap_or(64) as usize;
-                    let mut best = u64::MAX;
-                    for splits in [cores, 2 * cores] {
-                        let r = run_decode(
+                    let mut best: Option<u64> = None;
+                    let mut last_err = String::new();
+                    for (splits, latent) in [
+                        (cores, false),
+                        (2 * cores, false),
+                        (cores, true),
+                        (2 * cores, true),
+                    ] {
+                        // The latent kernel reads each latent row once, as FlashMLA does; the
+                        // split kernel reads it as keys and again as values.
+                        let run = if latent {
+                            run_decode_latent
+                        } else {
+                            run_decode
+                        };
+                        let r = run(
                             launcher,
                             &DecodeCase {
                                 heads: (sq * h) as usize,
@@ -226,11 +250,16 @@ pub fn predict(launcher: &Launcher, m: &Measurement) -> Result<Prediction, Strin
                                 fp8_kv: false,
                                 seed: 0,
                             },
-                        )
-                        .map_err(err)?;
-                        best = best.min(r.report.cycles);
+                        );
+                        match r {
+                            Ok(r) => {
+                                best =
+                                    Some(best.map_or(r.report.cycles, |b| b.min(r.report.cycles)))
+                            }
+                            Err(e) => last_err = err(e),
+                        }
                     }
-                    Ok(best)
+                    best.ok_or(last_err)
                 },
             )?;
             let (bf, sqf, hf, cf) = (b as f64, sq as f64, h as f64, ctx as f64);

@@ -352,7 +352,11 @@ impl<'a> LaunchSim<'a> {
             .iter()
             .map(|(_, p)| Vec::with_capacity(p.loads().len()))
             .collect();
-        let longest = progs.iter().map(|(_, p)| p.loads().len()).max().unwrap_or(0);
+        let longest = progs
+            .iter()
+            .map(|(_, p)| p.loads().len())
+            .max()
+            .unwrap_or(0);
         for j in 0..longest {
             for (i, (_, p)) in progs.iter().enumerate() {
                 if let Some((bytes, region)) = p.loads().get(j) {

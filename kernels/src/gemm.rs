@@ -305,7 +305,9 @@ fn run_typed<T: Float>(
         GemmVariant::Persistent => {
             let cores = launcher.preset.cores as usize;
             // An unknown tile fails in the launch, which says why; the order is then moot.
-            let cfg = gemm_persistent::META.resolve(&case.config).unwrap_or_default();
+            let cfg = gemm_persistent::META
+                .resolve(&case.config)
+                .unwrap_or_default();
             let tile = |name: &str| cfg.get(name).unwrap_or(1).max(1) as usize;
             let group = tile_group(m, n, tile("BM"), tile("BN"), cores);
             gemm_persistent::launch(launcher, &case.config, &a, &b, &c, cores, group)?

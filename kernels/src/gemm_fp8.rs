@@ -133,12 +133,7 @@ pub fn gemm_fp8(
     c: &Tensor<bf16>,
     group: usize,
 ) {
-    let (tr, tc) = grouped_tile(
-        cdiv(c.rows(), BM),
-        cdiv(c.cols(), BN),
-        group,
-        program_id(0),
-    );
+    let (tr, tc) = grouped_tile(cdiv(c.rows(), BM), cdiv(c.cols(), BN), group, program_id(0));
     let (row, col) = (tr * BM, tc * BN);
     let acc = if ST >= 4 {
         fp8_matmul_bt_tile_deep::<BM, BN, BK>(a, sa, b, sb, row, col)

@@ -188,10 +188,22 @@ pub fn all() -> Vec<Implementation> {
             summary: "flash attention prefill: causal, GQA, online softmax; run-time head dims in covering BD/BDV tiles",
         },
         Implementation {
+            op: "attention_prefill",
+            kind: ImplKind::DslTuned,
+            meta: &crate::attention::prefill::flash_prefill_pipelined::META,
+            summary: "flash attention prefill, software-pipelined as FlashAttention-3: the next key block's scores overlap this block's softmax; K/V prefetched",
+        },
+        Implementation {
             op: "attention_decode",
             kind: ImplKind::Dsl,
             meta: &crate::attention::decode::paged_decode_split::META,
             summary: "split-KV paged decode (flash-decoding): BK keys of a page at a time, run-time head dims and page size",
+        },
+        Implementation {
+            op: "attention_decode_latent",
+            kind: ImplKind::DslTuned,
+            meta: &crate::attention::decode::paged_decode_latent::META,
+            summary: "MLA latent split-KV decode reading each latent row once (values = the keys' first dv columns, as FlashMLA); next block prefetched",
         },
         Implementation {
             op: "attention_decode_combine",
