@@ -146,10 +146,9 @@ pub fn paged_decode_split<T: Float>(
 /// (as keys, `P × D`, and as values, `P × dv`): ~1.9× the bytes at MLA's 576/512.
 ///
 /// The key blocks of a split are one stream (`⌈P / BK⌉` blocks per page, a block never crossing a
-/// page): block `b + 1`'s tile is requested before block `b` is computed, and the page of block
-/// `b + 2` is read from the block table then (`load_index` blocks the issue for its latency,
-/// while the tile requested before it is in flight), so neither the table read nor the tile's
-/// latency sits between two blocks. The extra `D − dv` value columns cost matrix work only
+/// page): block `b + 1`'s tile is requested before block `b` is computed, its page read from a
+/// tile of 64 block-table entries loaded once per 64 pages, so neither a table read nor the
+/// tile's latency sits between two blocks. The extra `D − dv` value columns cost matrix work only
 /// (memory-bound shapes do not see it; compute-bound ones pay `(D − dv) / (D + dv)` more FLOP in
 /// the value product).
 #[kernel(
@@ -181,28 +180,31 @@ pub fn paged_decode_latent<T: Float>(
     let mut m = full::<f32, BH, 1>(f32::NEG_INFINITY);
     let mut l = zeros::<f32, BH, 1>();
     let mut acc = zeros::<f32, BH, BD>();
-    // Block 0's tile; the page of block 1.
-    let page0 = load_index(block_table, p0, p0);
+    // The split's block-table entries, 64 pages at a time, as a tile: `index_at` reads one
+    // from it without a trip to memory. (`load_index` per block would queue each 4-byte read
+    // behind the tile in flight on the in-order DMA queue and stall the issue for it and for
+    // the memory latency, every block.)
+    let mut idx = load::<1, 64>(block_table, 0, p0);
+    let page0 = index_at(&idx, 0, p0);
     let valid0 = usize::min(ctx_len, (p0 + 1) * page_size) - p0 * page_size;
     let mut tk = load_async::<BK, BD>(&kh.at(page0).rows_clipped(0, valid0), 0, 0);
-    let p_1 = usize::min(p0 + (1 / per_page), p1 - 1);
-    let mut page_next = load_index(block_table, p_1, p_1);
     for b in 0..blocks {
         let p = p0 + b / per_page;
         let kb = (b % per_page) * BK;
-        // Block b + 1's tile (past the split's last block: a window past the page's rows, which
-        // moves nothing).
+        // Block b + 1's tile, requested before block b is computed (past the split's last block:
+        // a window past the last page's rows, which moves nothing).
         let pn = usize::min(p0 + (b + 1) / per_page, p1 - 1);
+        if b + 1 < blocks && (b + 1) % per_page == 0 && (pn - p0) % 64 == 0 {
+            idx = load::<1, 64>(block_table, 0, pn);
+        }
+        let page_n = index_at(&idx, (pn - p0) % 64, pn);
         let kbn = if b + 1 < blocks {
             ((b + 1) % per_page) * BK
         } else {
             page_size
         };
         let valid_n = usize::min(ctx_len, (pn + 1) * page_size) - pn * page_size;
-        let next = load_async::<BK, BD>(&kh.at(page_next).rows_clipped(0, valid_n), kbn, 0);
-        // The page of block b + 2, read while that tile is in flight.
-        let pn2 = usize::min(p0 + (b + 2) / per_page, p1 - 1);
-        let page_after = load_index(block_table, pn2, pn2);
+        let next = load_async::<BK, BD>(&kh.at(page_n).rows_clipped(0, valid_n), kbn, 0);
         let limit = usize::min(ctx_len, (p + 1) * page_size);
         let mut s = zeros::<f32, BH, BK>();
         mma_bt(&mut s, &tq, &tk);
@@ -211,7 +213,6 @@ pub fn paged_decode_latent<T: Float>(
         // The key tile is the value tile: its first dv columns are the latent values.
         mma(&mut acc, &cast::<T>(&pr), &tk);
         tk = next;
-        page_next = page_after;
     }
     store_split_partials(o_part, lse_part, kvh, r0, &m, &l, &acc);
 }
