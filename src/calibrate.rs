@@ -61,17 +61,20 @@ fn tiles(bms: &[i64], bns: &[i64], bks: &[i64]) -> Vec<Config> {
 /// Predicts one measurement's workload on `launcher` (cost-only, derated preset).
 ///
 /// Workloads and the publisher's formulas:
-/// - `gemm` (bf16 in, f32 accumulate; m, n, k): the three-stage pipelined GEMM (one program
-///   per output tile, so later waves find earlier waves' panels in L2), best of its 128/256
+/// - `gemm` (bf16 in, f32 accumulate; m, n, k): the persistent GEMM and the three-stage
+///   pipelined one (one program per output tile), best of their 128×256, 256×128 and 128²
 ///   tiles; FLOP `2mnk`, bytes `2(mk + kn + mn)`.
-/// - `gemm-fp8` (m, n, k): [`kernels::gemm_fp8`], best tile; FLOP `2mnk`, bytes
+/// - `gemm-fp8` (m, n, k): [`kernels::gemm_fp8`], best tile and pipeline depth; FLOP `2mnk`, bytes
 ///   `mk + nk + 2mn` (DeepGEMM's README: FP8 inputs, bf16 output).
-/// - `attention-prefill` (batch, heads, seq, head_dim, causal 0/1): flash prefill, bf16, the
+/// - `attention-prefill` (batch, heads, seq, head_dim, causal 0/1): flash prefill (plain or
+///   software-pipelined as FlashAttention-3), bf16, the
 ///   batch folded into heads (same work per head); FLOP `4·b·h·s²·d`, halved when causal
 ///   (FlashAttention-3 paper, section 4.1).
-/// - `mla-decode` (batch, seq_q, heads, ctx; d = 576, dv = 512): paged latent decode, bf16, the
+/// - `mla-decode` (batch, seq_q, heads, ctx; d = 576, dv = 512): paged latent decode, bf16 (the
+///   latent kernel reading each row once, as FlashMLA, or the split kernel), the
 ///   batch's contexts laid end to end as one context of `batch·ctx` tokens and the query tokens
-///   folded into heads (the same KV bytes and FLOP); FLOP `2·s_q·b·ctx·h·(d + dv)`, bytes
+///   folded into heads (the same KV bytes and FLOP), the combine timed as the batch runs it
+///   (each sequence's few splits, all sequences in parallel: see `combine_correction`); FLOP `2·s_q·b·ctx·h·(d + dv)`, bytes
 ///   `2·(b·ctx·d + b·s_q·h·(d + dv))` (FlashMLA's `tests/test_flash_mla.py`).
 pub fn predict(launcher: &Launcher, m: &Measurement) -> Result<Prediction, String> {
     let clock_hz = launcher.preset.clock_ghz * 1e9;
@@ -80,22 +83,39 @@ pub fn predict(launcher: &Launcher, m: &Measurement) -> Result<Prediction, Strin
         "gemm" => {
             use kernels::gemm::{run_gemm, GemmCase, GemmDtype, GemmVariant};
             let (mm, n, k) = (dim(m, "m")?, dim(m, "n")?, dim(m, "k")?);
-            let cycles = best_cycles(&tiles(&[128, 256], &[128, 256], &[64]), |cfg| {
-                run_gemm(
+            // Both bf16 kernels a tuned library would choose between: one program per tile
+            // (three stages) and the persistent one (tiles in L2-friendly bands); cuBLAS's
+            // 128×256 / 256×128 tiles and the square 128² beside them.
+            let mut configs = Vec::new();
+            for variant in [GemmVariant::Persistent, GemmVariant::Pipelined] {
+                for (bm, bn) in [(128, 256), (256, 128), (128, 128)] {
+                    configs.push((variant, tiles(&[bm], &[bn], &[64]).remove(0)));
+                }
+            }
+            let mut best: Option<u64> = None;
+            let mut last_err = String::from("no configuration to try");
+            for (variant, cfg) in configs {
+                let r = run_gemm(
                     launcher,
                     &GemmCase {
                         m: mm as usize,
                         n: n as usize,
                         k: k as usize,
                         dtype: GemmDtype::Bf16,
-                        variant: GemmVariant::Pipelined,
-                        config: cfg.clone(),
+                        variant,
+                        config: cfg,
                         seed: 0,
                     },
-                )
-                .map(|r| r.launch.report.cycles)
-                .map_err(err)
-            })?;
+                );
+                match r {
+                    Ok(r) => {
+                        let cy = r.launch.report.cycles;
+                        best = Some(best.map_or(cy, |b| b.min(cy)));
+                    }
+                    Err(e) => last_err = err(e),
+                }
+            }
+            let cycles = best.ok_or(last_err)?;
             let (mf, nf, kf) = (mm as f64, n as f64, k as f64);
             Ok(Prediction {
                 time_s: cycles as f64 / clock_hz,
@@ -106,7 +126,15 @@ pub fn predict(launcher: &Launcher, m: &Measurement) -> Result<Prediction, Strin
         "gemm-fp8" => {
             use kernels::gemm_fp8::{run_gemm_fp8, Fp8GemmCase};
             let (mm, n, k) = (dim(m, "m")?, dim(m, "n")?, dim(m, "k")?);
-            let cycles = best_cycles(&tiles(&[128, 64, 32], &[128, 64], &[128]), |cfg| {
+            // DeepGEMM's choices: 64- or 128-row tiles, BN down to 16 so a decode shape's
+            // tiles cover the SMs, two or four pipeline stages.
+            let mut configs = Vec::new();
+            for st in [2, 4] {
+                for c in tiles(&[128, 64], &[128, 64, 32, 16], &[128]) {
+                    configs.push(c.with("ST", st));
+                }
+            }
+            let cycles = best_cycles(&configs, |cfg| {
                 run_gemm_fp8(
                     launcher,
                     &Fp8GemmCase {
@@ -141,25 +169,34 @@ pub fn predict(launcher: &Launcher, m: &Measurement) -> Result<Prediction, Strin
             let q = Tensor::<bf16>::shape_only(&[s, heads * d]);
             let kv = Tensor::<bf16>::shape_only(&[s, heads * d]);
             let o = Tensor::<bf16>::shape_only(&[s, heads * d]);
-            let mut configs = Vec::new();
-            for bq in [128i64, 64] {
-                for bk in [128i64, 64] {
-                    configs.push(
-                        kernels::attention::prefill::prefill_config(
-                            &Config::new().with("BQ", bq).with("BK", bk),
-                            d,
-                            d,
-                        )
-                        .map_err(err)?,
-                    );
+            use kernels::attention::prefill::{
+                flash_prefill_pipelined, prefill_config_for, PrefillKernel,
+            };
+            // Both prefill kernels, 64/128 query and key tiles: the plain one and the one
+            // software-pipelined as FlashAttention-3 schedules it.
+            let scale = 1.0 / (d as f32).sqrt();
+            let mut best: Option<u64> = None;
+            let mut last_err = String::from("no configuration to try");
+            for kernel in [PrefillKernel::Flash, PrefillKernel::Pipelined] {
+                for bq in [128i64, 64] {
+                    for bk in [128i64, 64] {
+                        let base = Config::new().with("BQ", bq).with("BK", bk);
+                        let cfg = prefill_config_for(kernel, &base, d, d).map_err(err)?;
+                        let launch = match kernel {
+                            PrefillKernel::Flash => flash_prefill::launch,
+                            PrefillKernel::Pipelined => flash_prefill_pipelined::launch,
+                        };
+                        match launch(launcher, &cfg, &q, &kv, &kv, &o, d, d, scale, causal) {
+                            Ok(l) => {
+                                let cy = l.report.cycles;
+                                best = Some(best.map_or(cy, |b| b.min(cy)));
+                            }
+                            Err(e) => last_err = err(e),
+                        }
+                    }
                 }
             }
-            let scale = 1.0 / (d as f32).sqrt();
-            let cycles = best_cycles(&configs, |cfg| {
-                flash_prefill::launch(launcher, cfg, &q, &kv, &kv, &o, d, d, scale, causal)
-                    .map(|l| l.report.cycles)
-                    .map_err(err)
-            })?;
+            let cycles = best.ok_or(last_err)?;
             let full = 4.0 * (b * h) as f64 * (s as f64).powi(2) * d as f64;
             Ok(Prediction {
                 time_s: cycles as f64 / clock_hz,
@@ -168,7 +205,7 @@ pub fn predict(launcher: &Launcher, m: &Measurement) -> Result<Prediction, Strin
             })
         }
         "mla-decode" => {
-            use kernels::attention::decode::{run_decode, DecodeCase};
+            use kernels::attention::decode::{run_decode, run_decode_latent, DecodeCase};
             use kernels::gemm::GemmDtype;
             let (b, sq, h, ctx) = (
                 dim(m, "batch")?,
@@ -184,9 +221,22 @@ pub fn predict(launcher: &Launcher, m: &Measurement) -> Result<Prediction, Strin
                 &[Config::new().with("P", 64), Config::new().with("P", 16)],
                 |cfg| {
                     let page_size = cfg.get("P").unwrap_or(64) as usize;
-                    let mut best = u64::MAX;
-                    for splits in [cores, 2 * cores] {
-                        let r = run_decode(
+                    let mut best: Option<u64> = None;
+                    let mut last_err = String::new();
+                    for (splits, latent) in [
+                        (cores, false),
+                        (2 * cores, false),
+                        (cores, true),
+                        (2 * cores, true),
+                    ] {
+                        // The latent kernel reads each latent row once, as FlashMLA does; the
+                        // split kernel reads it as keys and again as values.
+                        let run = if latent {
+                            run_decode_latent
+                        } else {
+                            run_decode
+                        };
+                        let r = run(
                             launcher,
                             &DecodeCase {
                                 heads: (sq * h) as usize,
@@ -201,11 +251,22 @@ pub fn predict(launcher: &Launcher, m: &Measurement) -> Result<Prediction, Strin
                                 fp8_kv: false,
                                 seed: 0,
                             },
-                        )
-                        .map_err(err)?;
-                        best = best.min(r.report.cycles);
+                        );
+                        // The folded context's combine merges every split in one program, one
+                        // split after another; the batch's real combine merges each sequence's
+                        // few splits, all sequences in parallel. Its cost is replaced by that.
+                        let combine =
+                            combine_correction(launcher, splits, (sq * h) as usize, b).map_err(err);
+                        match (r, combine) {
+                            (Ok(r), Ok((folded, batched))) => {
+                                let cy = (r.report.cycles + batched).saturating_sub(folded);
+                                best = Some(best.map_or(cy, |b| b.min(cy)));
+                            }
+                            (Err(e), _) => last_err = err(e),
+                            (_, Err(e)) => last_err = e,
+                        }
                     }
-                    Ok(best)
+                    best.ok_or(last_err)
                 },
             )?;
             let (bf, sqf, hf, cf) = (b as f64, sq as f64, h as f64, ctx as f64);
@@ -221,6 +282,38 @@ pub fn predict(launcher: &Launcher, m: &Measurement) -> Result<Prediction, Strin
             m.id
         )),
     }
+}
+
+/// The combine of split-KV MLA decode, folded and as the batch runs it: (cycles of the combine
+/// over `splits` splits of one context of `rows` query rows, cycles of the combine over the
+/// splits one of `batch` sequences gets (`⌈splits / batch⌉ + 1`: a sequence's blocks may straddle
+/// two SMs' shares) for `batch · rows` rows, the sequences' rows side by side). `mla-decode`
+/// lays the batch's contexts end to end as one context, which gives the split kernel the same
+/// work and bytes, but makes its combine one program looping over every split; FlashMLA
+/// combines per sequence and head, in parallel (its scheduler splits the batch's blocks evenly
+/// over the SMs).
+fn combine_correction(
+    launcher: &Launcher,
+    splits: usize,
+    rows: usize,
+    batch: u64,
+) -> Result<(u64, u64), dsl_core::SimError> {
+    use kernels::attention::decode::{combine_config, decode_combine};
+    let dv = 512;
+    let cfg = combine_config(dv)?;
+    let run = |s: usize, r: usize| -> Result<u64, dsl_core::SimError> {
+        let o_part = Tensor::<f32>::shape_only(&[s, 1, r, dv]);
+        let lse = Tensor::<f32>::shape_only(&[s, 1, r, 1]);
+        let o = Tensor::<bf16>::shape_only(&[r, dv]);
+        Ok(decode_combine::launch(launcher, &cfg, &o_part, &lse, &o)?
+            .report
+            .cycles)
+    };
+    let batch = batch.max(1) as usize;
+    Ok((
+        run(splits, rows)?,
+        run(splits.div_ceil(batch) + 1, batch * rows)?,
+    ))
 }
 
 /// A cost-only launcher on `device` with `factors` applied (the preset's own when `None`).

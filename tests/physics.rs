@@ -9,11 +9,12 @@
 use accel_sim::{DevicePreset, Report, SimError};
 use dsl_core::{bf16, fp8e4m3, Backend, Config, Launcher, Tensor};
 use kernels::attention::decode::{
-    combine_config, decode_combine, decode_config, paged_decode_split, run_decode, DecodeCase,
+    combine_config, decode_combine, decode_config, paged_decode_split, run_decode,
+    run_decode_latent, DecodeCase,
 };
 use kernels::attention::fp8_kv::paged_decode_split_fp8;
 use kernels::attention::kv_append::run_kv_cache_append;
-use kernels::attention::prefill::{run_prefill, PrefillCase};
+use kernels::attention::prefill::{run_prefill_with, PrefillCase, PrefillKernel};
 use kernels::attention::sparse::{run_dsa_decode, run_dsa_prefill, DsaCase};
 use kernels::embedding::run_embedding;
 use kernels::gemm::{run_gemm, GemmCase, GemmDtype, GemmVariant};
@@ -66,6 +67,7 @@ fn shape<T: dsl_core::Elem>(s: &[usize]) -> Tensor<T> {
 /// `every_checked_operator_has_a_runner` with the runners below.
 const CHECKED: &[&str] = &[
     "gemm",
+    "gemm_fp8",
     "softmax",
     "rmsnorm_residual",
     "rmsnorm",
@@ -86,6 +88,7 @@ const CHECKED: &[&str] = &[
     "attention_decode",
     "attention_decode_combine",
     "attention_decode_fp8",
+    "attention_decode_latent",
     "dsa_indexer_decode",
     "dsa_indexer_prefill",
     "dsa_topk",
@@ -133,7 +136,10 @@ fn every_registered_operator_is_checked() {
 fn every_checked_operator_has_a_runner() {
     let ran: BTreeSet<&str> = RUNNERS
         .iter()
-        .map(|op| if op.starts_with("gemm") { "gemm" } else { op })
+        .map(|op| match *op {
+            "gemm_naive" | "gemm_db" | "gemm_pipelined" => "gemm",
+            other => other,
+        })
         .chain(
             MODEL_RUNNERS
                 .iter()
@@ -173,6 +179,22 @@ fn run_op(device: &str, op: &str, m: usize, n: usize, k: usize) -> Result<Report
         "gemm_naive" => gemm(GemmVariant::Naive),
         "gemm_db" => gemm(GemmVariant::DoubleBuffered),
         "gemm_pipelined" => gemm(GemmVariant::Pipelined),
+        // The four-stage pipeline with 64-row tiles: the most SRAM and the most bytes in flight.
+        "gemm_fp8" => kernels::gemm_fp8::run_gemm_fp8(
+            &l,
+            &kernels::gemm_fp8::Fp8GemmCase {
+                m,
+                n,
+                k,
+                config: Config::new()
+                    .with("BM", 64)
+                    .with("BN", 32)
+                    .with("BK", 128)
+                    .with("ST", 4),
+                seed: 1,
+            },
+        )
+        .map(|r| r.launch.report),
         "softmax" => run_softmax(
             &l,
             &SoftmaxCase {
@@ -241,6 +263,7 @@ const RUNNERS: &[&str] = &[
     "gemm_naive",
     "gemm_db",
     "gemm_pipelined",
+    "gemm_fp8",
     "softmax",
     "rmsnorm_residual",
     "rmsnorm",
@@ -576,10 +599,16 @@ fn run_model_op(device: &str, op: &str, x: &[usize; 8]) -> Labelled {
                 config: Config::new(),
                 seed,
             };
-            one(
-                format!("{op} {case:?}"),
-                run_prefill(&l, &case).map(|r| r.launch.report),
-            )
+            // Both prefill kernels: the plain one and the software-pipelined one.
+            [PrefillKernel::Flash, PrefillKernel::Pipelined]
+                .into_iter()
+                .flat_map(|kernel| {
+                    one(
+                        format!("{op} {kernel:?} {case:?}"),
+                        run_prefill_with(&l, &case, kernel).map(|r| r.launch.report),
+                    )
+                })
+                .collect()
         }
         "attention_decode" | "attention_decode_fp8" | "attention_decode_mla" => {
             let mla = op == "attention_decode_mla";
@@ -602,6 +631,26 @@ fn run_model_op(device: &str, op: &str, x: &[usize; 8]) -> Labelled {
                      page {page} splits {splits} fp8 {fp8}"
                 ),
                 decode(&l, kv, group, hd, vhd, mla, ctx, page, splits, fp8, seed),
+            )
+        }
+        "attention_decode_latent" => {
+            let hd = dim(x[2], 1, 576);
+            let case = DecodeCase {
+                heads: dim(x[5], 1, 128),
+                kv_heads: 1,
+                head_dim: hd,
+                v_head_dim: dim(x[3], 1, hd.min(512)),
+                shared_kv: true,
+                ctx: dim(x[0], 1, 8192),
+                page_size: dim(x[4], 1, 300),
+                splits: dim(x[6], 1, 16),
+                dtype: GemmDtype::Bf16,
+                fp8_kv: false,
+                seed,
+            };
+            one(
+                format!("{op} {case:?}"),
+                run_decode_latent(&l, &case).map(|r| r.report),
             )
         }
         "dsa_decode" | "dsa_prefill" => {
@@ -861,6 +910,11 @@ const MODEL_RUNNERS: &[(&str, &[&str])] = &[
             "attention_decode_combine",
         ],
     ),
+    // MLA's latent decode reading each latent row once (values = the keys' first columns).
+    (
+        "attention_decode_latent",
+        &["attention_decode_latent", "attention_decode_combine"],
+    ),
     (
         "dsa_decode",
         &["dsa_indexer_decode", "dsa_topk", "sparse_mla"],
@@ -958,7 +1012,7 @@ fn production_shapes_keep_the_invariants() {
     ];
     for device in DevicePreset::builtin_names() {
         for (m, n, k) in gemms {
-            for op in ["gemm", "gemm_db"] {
+            for op in ["gemm", "gemm_db", "gemm_fp8"] {
                 check(
                     device,
                     &format!("{op} {m}x{n}x{k}"),

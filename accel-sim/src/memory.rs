@@ -20,9 +20,11 @@ pub enum Level {
 
 /// Window-granular model of the shared L2 cache.
 ///
-/// A DMA read of a window that an earlier program (in program order) already read is an L2 hit while
-/// the window is still resident; capacity is enforced first-in first-out. Program order, not host
-/// thread order, drives it, so the result is deterministic.
+/// A DMA read of a window that an earlier read already brought in is an L2 hit while the window is
+/// still resident; capacity is enforced first-in first-out. Reads are presented in program order,
+/// except that programs starting on the same cycle present theirs interleaved, load by load (see
+/// `LaunchSim::batch_levels` in `schedule`); host threads never decide it, so the result is
+/// deterministic.
 #[derive(Debug, Default)]
 pub struct L2Cache {
     capacity: u64,

@@ -338,6 +338,35 @@ impl<'a> LaunchSim<'a> {
         }
     }
 
+    /// The L2 level of every load of programs that start on the same cycle, classified in the
+    /// order their loads reach the L2. Programs that start together run side by side, so their
+    /// `j`-th loads happen at about the same time: the loads are taken round-robin over the
+    /// programs (first loads of all programs, then second loads, ...), not one program's whole
+    /// stream after another's. Classifying program by program would let a long program (a
+    /// persistent GEMM streaming hundreds of megabytes) evict every window before the program
+    /// beside it, which reads the same windows at the same time, is classified: no hit between
+    /// concurrent programs at all, where a real L2 serves the second reader of a panel. A lone
+    /// program (cores freeing one at a time) is classified as before.
+    fn batch_levels<C>(&mut self, progs: &[(C, ProgramTrace)]) -> Vec<Vec<Level>> {
+        let mut levels: Vec<Vec<Level>> = progs
+            .iter()
+            .map(|(_, p)| Vec::with_capacity(p.loads().len()))
+            .collect();
+        let longest = progs
+            .iter()
+            .map(|(_, p)| p.loads().len())
+            .max()
+            .unwrap_or(0);
+        for j in 0..longest {
+            for (i, (_, p)) in progs.iter().enumerate() {
+                if let Some((bytes, region)) = p.loads().get(j) {
+                    levels[i].push(self.l2.read(*region, *bytes));
+                }
+            }
+        }
+        levels
+    }
+
     /// Cores free at the earliest free cycle take the next programs. Returns false (and changes
     /// nothing) when programs they need are not pushed yet.
     fn assign(&mut self, last: bool) -> Result<bool, SimError> {
@@ -384,17 +413,16 @@ impl<'a> LaunchSim<'a> {
         // Runs formed now: (run, out state, levels).
         let mut formed: Vec<(usize, u64, Option<TransferId>)> = Vec::new();
         let mut levels_of: Vec<Vec<Level>> = Vec::new();
-        for (core, out_free, out_pending) in cores {
-            let Some(prog) = self.queue.pop_front() else {
-                break;
-            };
+        let taken: Vec<_> = cores
+            .into_iter()
+            .map_while(|c| self.queue.pop_front().map(|prog| (c, prog)))
+            .collect();
+        let mut batch_levels = self.batch_levels(&taken);
+        for (((core, out_free, out_pending), prog), levels) in
+            taken.into_iter().zip(batch_levels.drain(..))
+        {
             let pid = self.next_program;
             self.next_program += 1;
-            let levels: Vec<Level> = prog
-                .loads()
-                .iter()
-                .map(|(bytes, region)| self.l2.read(*region, *bytes))
-                .collect();
             // Programs the timing model cannot tell apart, on cores in the same state, run in
             // lockstep: the timing reads nothing else (load windows only decide the levels).
             let same = formed

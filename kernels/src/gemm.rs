@@ -55,29 +55,62 @@ pub fn gemm_db<T: Float>(a: &Tensor<T>, b: &Tensor<T>, c: &Tensor<f32>) {
 
 /// Origin of K-step `j` of this program's work in [`gemm_persistent()`]: (row of the A window,
 /// column of the B window, K offset of both). Program `p` of `P` owns output tiles `p, p + P, ...`
-/// of the `BM×BN` tile grid of a `rows×cols` output, each `⌈depth / BK⌉` steps long. Tiles are
-/// numbered down the columns, so the programs running at once share B column panels and each reads
-/// its own rows of A (at 1024³ on `npu-910b` this spreads first reads from HBM over more programs
-/// than row-major order: 16549 against 16738 cycles, measured before the bandwidth sharing counted
-/// programs by their share of HBM bytes). Past its last tile the origin is
-/// `(rows, cols, depth)`: windows outside A and B, which move no bytes, so the prefetch at the end
-/// of the stream costs nothing.
-#[kernel(helper)]
+/// of the `BM×BN` tile grid of a `rows×cols` output, each `⌈depth / BK⌉` steps long, tiles
+/// numbered as [`grouped_tile`] numbers them (bands of `group` tile columns, row by row inside a
+/// band), so the `P` tiles in flight at once cover a compact block of the output and share its
+/// A row panels and B column panels in L2. A `group` of 1 numbers the tiles down the columns (at
+/// 1024³ on `npu-910b` that spread first reads from HBM over more programs than row-major order:
+/// 16549 against 16738 cycles, measured before the bandwidth sharing counted programs by their
+/// share of HBM bytes). Past its last tile the origin is `(rows, cols, depth)`: windows outside A
+/// and B, which move no bytes, so the prefetch at the end of the stream costs nothing.
+#[kernel(helper, helpers(grouped_tile))]
 pub fn persistent_step<const BM: usize, const BN: usize, const BK: usize>(
     rows: usize,
     cols: usize,
     depth: usize,
+    group: usize,
     j: usize,
 ) -> (usize, usize, usize) {
     // K = 0 still takes one (empty) step per tile, so the tile is stored as zeros.
     let ksteps = usize::max(cdiv(depth, BK), 1);
-    let tiles_m = cdiv(rows, BM);
     let t = program_id(0) + (j / ksteps) * num_programs(0);
-    if t < tiles_m * cdiv(cols, BN) {
-        ((t % tiles_m) * BM, (t / tiles_m) * BN, (j % ksteps) * BK)
+    if t < cdiv(rows, BM) * cdiv(cols, BN) {
+        let (r, c) = grouped_tile(cdiv(rows, BM), cdiv(cols, BN), group, t);
+        (r * BM, c * BN, (j % ksteps) * BK)
     } else {
         (rows, cols, depth)
     }
+}
+
+/// (tile row, tile column) of output tile `t` of a `tiles_m×tiles_n` tile grid numbered in bands
+/// of `group` tile columns: band `b` holds columns `b·group ..`, and inside a band the tiles go
+/// row by row (the last band may be narrower). A `group` of 1 (or 0) is plain column-major order;
+/// with `tiles_m = 1` every group gives the same order. The grouping is the L2 rasterisation of
+/// tuned GEMM libraries (CUTLASS's threadblock swizzle, Triton's `GROUP_SIZE_M` with rows and
+/// columns exchanged): `P` consecutive tiles cover about `P / group` tile rows and `group` tile
+/// columns, so one K-step of them reads `P / group` A panels and `group` B panels instead of the
+/// `P` A panels of a column-major wave.
+#[kernel(helper)]
+pub fn grouped_tile(tiles_m: usize, tiles_n: usize, group: usize, t: usize) -> (usize, usize) {
+    let g = usize::max(group, 1);
+    let band = t / (g * usize::max(tiles_m, 1));
+    // The last band holds the columns left over (at least one while `t` is a tile).
+    let width = usize::max(usize::min(g, tiles_n.saturating_sub(band * g)), 1);
+    let u = t - band * g * usize::max(tiles_m, 1);
+    (u / width, band * g + u % width)
+}
+
+/// The band width (in tile columns) [`gemm_persistent()`] and [`crate::gemm_fp8::gemm_fp8`]
+/// number their tiles in (see [`grouped_tile`]): the `P = min(tiles, cores)` tiles in flight at
+/// once cover `r` tile rows × `g` tile columns, and one K-step of them reads `r·BM + g·BN` rows of
+/// A and B; with `r·g = P` that is least at `g = √(P·BM/BN)` (rounded, within `1..=tiles_n`).
+/// A pure function of the shapes and the device, so the cycles of a launch are too.
+pub fn tile_group(rows: usize, cols: usize, bm: usize, bn: usize, cores: usize) -> usize {
+    let (bm, bn) = (bm.max(1), bn.max(1));
+    let tiles_n = cols.div_ceil(bn).max(1);
+    let p = persistent_programs(rows, cols, bm, bn, cores).max(1);
+    let g = ((p * bm) as f64 / bn as f64).sqrt().round() as usize;
+    g.clamp(1, tiles_n)
 }
 
 /// Persistent pipelined tiled GEMM: `min(tiles, cores)` programs, program `p` of `P` computing the
@@ -87,7 +120,8 @@ pub fn persistent_step<const BM: usize, const BN: usize, const BK: usize>(
 /// while the matrix unit starts the next. The pipeline fill and the last store are paid once per
 /// core, not once per tile.
 ///
-/// `cores` is the device's core count (see [`persistent_programs`]). Besides powers of two the
+/// `cores` is the device's core count (see [`persistent_programs`]); `group` the band width of the
+/// tile order (see [`grouped_tile`]; [`run_gemm`] passes [`tile_group`]). Besides powers of two the
 /// tile sides include 176 (11 cube fragments of 16): it cuts 1024 into 6 tiles, so a 1024×1024
 /// output has 8×6 = 48 tiles, two per core on 24 cores, where 128×128 tiles leave a third wave
 /// on two thirds of the cores.
@@ -96,22 +130,28 @@ pub fn persistent_step<const BM: usize, const BN: usize, const BK: usize>(
     tunable(BM = [128, 64, 176, 256, 512], BN = [128, 64, 176, 256, 512], BK = [128, 64, 256, 512]),
     helpers(persistent_step)
 )]
-pub fn gemm_persistent<T: Float>(a: &Tensor<T>, b: &Tensor<T>, c: &Tensor<f32>, cores: usize) {
+pub fn gemm_persistent<T: Float>(
+    a: &Tensor<T>,
+    b: &Tensor<T>,
+    c: &Tensor<f32>,
+    cores: usize,
+    group: usize,
+) {
     let (rows, cols, depth) = (c.rows(), c.cols(), a.cols());
     let ksteps = usize::max(cdiv(depth, BK), 1);
     let steps = cdiv(
         cdiv(rows, BM) * cdiv(cols, BN) - program_id(0),
         num_programs(0),
     ) * ksteps;
-    let (r0, c0, k0) = persistent_step::<BM, BN, BK>(rows, cols, depth, 0);
+    let (r0, c0, k0) = persistent_step::<BM, BN, BK>(rows, cols, depth, group, 0);
     let mut ta = load_async::<BM, BK>(a, r0, k0);
     let mut tb = load_async::<BK, BN>(b, k0, c0);
-    let (r1, c1, k1) = persistent_step::<BM, BN, BK>(rows, cols, depth, 1);
+    let (r1, c1, k1) = persistent_step::<BM, BN, BK>(rows, cols, depth, group, 1);
     let mut na = load_async::<BM, BK>(a, r1, k1);
     let mut nb = load_async::<BK, BN>(b, k1, c1);
     let mut acc = zeros::<f32, BM, BN>();
     for i in 0..steps {
-        let (r, col, k) = persistent_step::<BM, BN, BK>(rows, cols, depth, i + 2);
+        let (r, col, k) = persistent_step::<BM, BN, BK>(rows, cols, depth, group, i + 2);
         let next_a = load_async::<BM, BK>(a, r, k);
         let next_b = load_async::<BK, BN>(b, k, col);
         mma(&mut acc, &ta, &tb);
@@ -122,7 +162,7 @@ pub fn gemm_persistent<T: Float>(a: &Tensor<T>, b: &Tensor<T>, c: &Tensor<f32>, 
         if (i + 1) % ksteps == 0 {
             // The next tile's accumulator is taken before the store is issued, so it does not
             // reuse this one's SRAM: the store drains on DMA-out while the matrix unit goes on.
-            let (row, col, _) = persistent_step::<BM, BN, BK>(rows, cols, depth, i);
+            let (row, col, _) = persistent_step::<BM, BN, BK>(rows, cols, depth, group, i);
             let done = acc;
             acc = zeros::<f32, BM, BN>();
             store(c, row, col, &done);
@@ -264,7 +304,13 @@ fn run_typed<T: Float>(
         GemmVariant::Pipelined => gemm_pipelined::launch(launcher, &case.config, &a, &b, &c)?,
         GemmVariant::Persistent => {
             let cores = launcher.preset.cores as usize;
-            gemm_persistent::launch(launcher, &case.config, &a, &b, &c, cores)?
+            // An unknown tile fails in the launch, which says why; the order is then moot.
+            let cfg = gemm_persistent::META
+                .resolve(&case.config)
+                .unwrap_or_default();
+            let tile = |name: &str| cfg.get(name).unwrap_or(1).max(1) as usize;
+            let group = tile_group(m, n, tile("BM"), tile("BN"), cores);
+            gemm_persistent::launch(launcher, &case.config, &a, &b, &c, cores, group)?
         }
     };
     let output = c.to_vec();

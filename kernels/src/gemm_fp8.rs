@@ -8,6 +8,7 @@
 //! is promoted to the f32 accumulator with both scales on the vector unit, as DeepGEMM's
 //! two-level accumulation does on CUDA cores.
 
+use crate::gemm::{grouped_tile, tile_group};
 use crate::testdata::Rng;
 use dsl_core::prelude::*;
 use dsl_core::{Backend, SimError};
@@ -30,17 +31,23 @@ pub fn fp8_matmul_bt_tile<const BM: usize, const BN: usize, const BK: usize>(
     let mut tb = load_async::<BN, BK>(b, col, 0);
     let mut tsa = load_async::<BM, 1>(sa, row, 0);
     let mut tsb = load_async::<1, 1>(sb, col / 128, 0);
+    let mut part = zeros::<f32, BM, BN>();
     for k in (BK..a.cols() + BK).step_by(BK) {
         // Past the last step these windows lie outside the tensors: they move no bytes.
         let next_a = load_async::<BM, BK>(a, row, k);
         let next_b = load_async::<BN, BK>(b, col, k);
         let next_sa = load_async::<BM, 1>(sa, row, k / 128);
         let next_sb = load_async::<1, 1>(sb, col / 128, k / 128);
-        let mut part = zeros::<f32, BM, BN>();
         mma_bt(&mut part, &ta, &tb);
+        // The next step's partial sum is zeroed before this one is promoted, so the vector unit
+        // clears it while the matrix unit waits for data, and the next product starts as soon as
+        // its tiles land instead of after the promotion (Hopper's wgmma overwrites its
+        // accumulator; the promotion then overlaps the next wgmma, as in DeepGEMM).
+        let done = part;
+        part = zeros::<f32, BM, BN>();
         // Promotion: the partial sum of raw codes times the row's and the block's scale.
         let s = mul(&tsa, &broadcast::<f32, BM, 1>(&tsb));
-        acc = add(&acc, &mul_col(&part, &s));
+        acc = add(&acc, &mul_col(&done, &s));
         ta = next_a;
         tb = next_b;
         tsa = next_sa;
@@ -49,12 +56,74 @@ pub fn fp8_matmul_bt_tile<const BM: usize, const BN: usize, const BK: usize>(
     acc
 }
 
-/// One program per `BM×BN` output tile, K in 128-wide scale blocks, double-buffered.
-/// `BN` divides 128 so that every B tile lies in one scale block.
+/// [`fp8_matmul_bt_tile`] with a four-stage pipeline: three K-steps in flight while a fourth is
+/// multiplied, as DeepGEMM keeps several TMA stages in flight (its memory-bound decode shapes
+/// need more bytes in flight per SM than one step: a program's bandwidth is about the bytes it
+/// has in flight over the memory latency). Same numbers as the double-buffered helper; more SRAM
+/// (four A, B and scale tiles live).
+#[kernel(helper)]
+pub fn fp8_matmul_bt_tile_deep<const BM: usize, const BN: usize, const BK: usize>(
+    a: &Tensor<fp8e4m3>,
+    sa: &Tensor<f32>,
+    b: &Tensor<fp8e4m3>,
+    sb: &Tensor<f32>,
+    row: usize,
+    col: usize,
+) -> Tile<f32, BM, BN> {
+    let mut acc = zeros::<f32, BM, BN>();
+    let mut ta = load_async::<BM, BK>(a, row, 0);
+    let mut tb = load_async::<BN, BK>(b, col, 0);
+    let mut tsa = load_async::<BM, 1>(sa, row, 0);
+    let mut tsb = load_async::<1, 1>(sb, col / 128, 0);
+    let mut ta1 = load_async::<BM, BK>(a, row, BK);
+    let mut tb1 = load_async::<BN, BK>(b, col, BK);
+    let mut tsa1 = load_async::<BM, 1>(sa, row, BK / 128);
+    let mut tsb1 = load_async::<1, 1>(sb, col / 128, BK / 128);
+    let mut ta2 = load_async::<BM, BK>(a, row, 2 * BK);
+    let mut tb2 = load_async::<BN, BK>(b, col, 2 * BK);
+    let mut tsa2 = load_async::<BM, 1>(sa, row, 2 * BK / 128);
+    let mut tsb2 = load_async::<1, 1>(sb, col / 128, 2 * BK / 128);
+    let mut part = zeros::<f32, BM, BN>();
+    for k in (3 * BK..a.cols() + 3 * BK).step_by(BK) {
+        // Past the last step these windows lie outside the tensors: they move no bytes.
+        let next_a = load_async::<BM, BK>(a, row, k);
+        let next_b = load_async::<BN, BK>(b, col, k);
+        let next_sa = load_async::<BM, 1>(sa, row, k / 128);
+        let next_sb = load_async::<1, 1>(sb, col / 128, k / 128);
+        mma_bt(&mut part, &ta, &tb);
+        // As in the double-buffered helper: the next partial sum is zeroed before this one's
+        // promotion.
+        let done = part;
+        part = zeros::<f32, BM, BN>();
+        let s = mul(&tsa, &broadcast::<f32, BM, 1>(&tsb));
+        acc = add(&acc, &mul_col(&done, &s));
+        ta = ta1;
+        tb = tb1;
+        tsa = tsa1;
+        tsb = tsb1;
+        ta1 = ta2;
+        tb1 = tb2;
+        tsa1 = tsa2;
+        tsb1 = tsb2;
+        ta2 = next_a;
+        tb2 = next_b;
+        tsa2 = next_sa;
+        tsb2 = next_sb;
+    }
+    acc
+}
+
+/// One program per `BM×BN` output tile, K in 128-wide scale blocks, `ST` pipeline stages (2:
+/// [`fp8_matmul_bt_tile`], double-buffered; 4: [`fp8_matmul_bt_tile_deep`]). `BN` divides 128 so
+/// that every B tile lies in one scale block; `BN = 16` lets a decode shape's few weight rows
+/// fill every core (N = 2112 gives 132 tiles). The grid is one-dimensional and tiles are taken in
+/// bands of `group` tile columns ([`crate::gemm::grouped_tile`]; [`run_gemm_fp8`] passes
+/// [`crate::gemm::tile_group`]), so the programs in flight at once share their A and B panels
+/// in L2.
 #[kernel(
-    grid = (cdiv(c.rows(), BM), cdiv(c.cols(), BN)),
-    tunable(BM = [128, 64, 32, 16], BN = [128, 64, 32], BK = [128]),
-    helpers(fp8_matmul_bt_tile)
+    grid = (cdiv(c.rows(), BM) * cdiv(c.cols(), BN),),
+    tunable(BM = [128, 64, 32, 16], BN = [128, 64, 32, 16], BK = [128], ST = [2, 4]),
+    helpers(fp8_matmul_bt_tile, fp8_matmul_bt_tile_deep, grouped_tile)
 )]
 pub fn gemm_fp8(
     a: &Tensor<fp8e4m3>,
@@ -62,10 +131,15 @@ pub fn gemm_fp8(
     b: &Tensor<fp8e4m3>,
     sb: &Tensor<f32>,
     c: &Tensor<bf16>,
+    group: usize,
 ) {
-    let row = program_id(0) * BM;
-    let col = program_id(1) * BN;
-    let acc = fp8_matmul_bt_tile::<BM, BN, BK>(a, sa, b, sb, row, col);
+    let (tr, tc) = grouped_tile(cdiv(c.rows(), BM), cdiv(c.cols(), BN), group, program_id(0));
+    let (row, col) = (tr * BM, tc * BN);
+    let acc = if ST >= 4 {
+        fp8_matmul_bt_tile_deep::<BM, BN, BK>(a, sa, b, sb, row, col)
+    } else {
+        fp8_matmul_bt_tile::<BM, BN, BK>(a, sa, b, sb, row, col)
+    };
     store(c, row, col, &cast::<bf16>(&acc));
 }
 
@@ -78,7 +152,7 @@ pub struct Fp8GemmCase {
     pub n: usize,
     /// Reduction depth.
     pub k: usize,
-    /// Tunable values (`BM`, `BN`, `BK`).
+    /// Tunable values (`BM`, `BN`, `BK`, `ST`).
     pub config: Config,
     /// Seed of the random inputs.
     pub seed: u64,
@@ -127,6 +201,10 @@ pub fn run_gemm_fp8(
         )));
     }
     let (kb, nb) = (k.div_ceil(128), n.div_ceil(128));
+    // An unknown tile fails in the launch, which says why; the order is then moot.
+    let cfg = gemm_fp8::META.resolve(&case.config).unwrap_or_default();
+    let tile = |name: &str| cfg.get(name).unwrap_or(1).max(1) as usize;
+    let group = tile_group(m, n, tile("BM"), tile("BN"), launcher.preset.cores as usize);
     let c = if launcher.backend == Backend::Functional {
         Tensor::<bf16>::poisoned(&[m, n])
     } else {
@@ -141,6 +219,7 @@ pub fn run_gemm_fp8(
             &Tensor::shape_only(&[n, k]),
             &Tensor::shape_only(&[nb, kb]),
             &c,
+            group,
         )?;
         return Ok(crate::gemm::GemmRun {
             launch,
@@ -165,7 +244,7 @@ pub fn run_gemm_fp8(
     let sa = Tensor::from_f32(&[m, kb], &a_scales).map_err(fail)?;
     let b = Tensor::from_e4m3_codes(&[n, k], &qb.weight).map_err(fail)?;
     let sb = Tensor::from_f32(&[nb, kb], &qb.scale_inv).map_err(fail)?;
-    let mut launch = gemm_fp8::launch(launcher, &case.config, &a, &sa, &b, &sb, &c)?;
+    let mut launch = gemm_fp8::launch(launcher, &case.config, &a, &sa, &b, &sb, &c, group)?;
     let output = c.to_vec();
     if let Some(out) = &output {
         let bt = crate::reference::transpose(&b_values, n, k);

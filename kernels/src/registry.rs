@@ -56,6 +56,12 @@ pub fn all() -> Vec<Implementation> {
             summary: "persistent tiled GEMM: one program per core streams its tiles' K-steps (three in flight), storing each tile while the next computes",
         },
         Implementation {
+            op: "gemm_fp8",
+            kind: ImplKind::DslTuned,
+            meta: &crate::gemm_fp8::gemm_fp8::META,
+            summary: "block-scaled FP8 GEMM (DeepGEMM layout, bf16 out): 2 or 4 pipeline stages, BN down to 16 to fill the cores on decode shapes, tiles in L2-friendly bands",
+        },
+        Implementation {
             op: "softmax",
             kind: ImplKind::Dsl,
             meta: &crate::softmax::softmax::META,
@@ -182,10 +188,22 @@ pub fn all() -> Vec<Implementation> {
             summary: "flash attention prefill: causal, GQA, online softmax; run-time head dims in covering BD/BDV tiles",
         },
         Implementation {
+            op: "attention_prefill",
+            kind: ImplKind::DslTuned,
+            meta: &crate::attention::prefill::flash_prefill_pipelined::META,
+            summary: "flash attention prefill, software-pipelined as FlashAttention-3: the next key block's scores overlap this block's softmax; K/V prefetched",
+        },
+        Implementation {
             op: "attention_decode",
             kind: ImplKind::Dsl,
             meta: &crate::attention::decode::paged_decode_split::META,
             summary: "split-KV paged decode (flash-decoding): BK keys of a page at a time, run-time head dims and page size",
+        },
+        Implementation {
+            op: "attention_decode_latent",
+            kind: ImplKind::DslTuned,
+            meta: &crate::attention::decode::paged_decode_latent::META,
+            summary: "MLA latent split-KV decode reading each latent row once (values = the keys' first dv columns, as FlashMLA); next block prefetched",
         },
         Implementation {
             op: "attention_decode_combine",

@@ -6,7 +6,8 @@
 //! as f32 (≤ 1e-5), the whole against the unquantised cache within the bound E4M3 implies.
 
 use dsl_core::prelude::*;
-use kernels::attention::decode::{run_decode, DecodeCase};
+use dsl_core::SimError;
+use kernels::attention::decode::{run_decode, run_decode_latent, DecodeCase};
 use kernels::attention::fp8_kv::{
     quantize_per_token, E4M3_SUBNORMAL_HALF_STEP, E4M3_UNIT_ROUNDOFF,
 };
@@ -35,6 +36,65 @@ proptest! {
         let err = run.report.max_rel_error.unwrap();
         prop_assert!(err <= if bf16 { 1e-2 } else { 1e-5 }, "{case:?}: {err}");
     }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(20))]
+
+    /// The latent decode (each latent row read once, the values its first `dv` columns) against
+    /// the latent-MQA reference: ragged contexts, pages that are not a multiple of the key tile,
+    /// several splits, both dtypes, output poisoned beforehand (a row never written fails). On
+    /// h800, whose shared memory holds two 64-key tiles of a 576-wide bf16 latent; a tile that
+    /// does not fit is refused, never wrong.
+    #[test]
+    fn latent_decode_matches_reference(
+        group in prop::sample::select(vec![1usize, 16, 40]),
+        head_dim in prop::sample::select(vec![64usize, 100, 576]),
+        v_cut in 0usize..64,
+        ctx in 1usize..400, page_size in prop::sample::select(vec![16usize, 48, 64]),
+        splits in 1usize..5, bf16 in any::<bool>(), seed in any::<u64>(),
+    ) {
+        let case = DecodeCase {
+            heads: group, kv_heads: 1, head_dim,
+            // The combine covers value dims up to 512 (MLA's kv_lora); wider ones it refuses.
+            v_head_dim: (head_dim - v_cut.min(head_dim - 1)).min(512),
+            shared_kv: true, ctx, page_size, splits,
+            dtype: if bf16 { GemmDtype::Bf16 } else { GemmDtype::F32 }, fp8_kv: false, seed,
+        };
+        let l = Launcher::for_device("h800").unwrap();
+        let result = run_decode_latent(&l, &case);
+        prop_assume!(!matches!(result, Err(SimError::SramOverflow { .. })));
+        let run = result.unwrap();
+        let out = run.output.as_ref().unwrap();
+        prop_assert!(out.iter().all(|v| v.is_finite()), "an output element was not written");
+        let err = run.report.max_rel_error.unwrap();
+        prop_assert!(err <= if bf16 { 1e-2 } else { 1e-5 }, "{case:?}: {err}");
+        let cost = run_decode_latent(&l.clone().with_backend(Backend::CostOnly), &case).unwrap();
+        prop_assert_eq!(cost.report.cycles, run.report.cycles);
+    }
+}
+
+/// The latent decode refuses what it cannot run (separate pools, an FP8 cache) with an error.
+#[test]
+fn latent_decode_refuses_separate_pools_and_fp8() {
+    let mut case = DecodeCase {
+        heads: 16,
+        kv_heads: 1,
+        head_dim: 576,
+        v_head_dim: 512,
+        shared_kv: false,
+        ctx: 100,
+        page_size: 64,
+        splits: 2,
+        dtype: GemmDtype::Bf16,
+        fp8_kv: false,
+        seed: 1,
+    };
+    let l = Launcher::for_device("h800").unwrap();
+    assert!(run_decode_latent(&l, &case).is_err());
+    case.shared_kv = true;
+    case.fp8_kv = true;
+    assert!(run_decode_latent(&l, &case).is_err());
 }
 
 #[test]

@@ -26,6 +26,10 @@ const VOCABULARY: &[(&str, &str)] = &[
     ("BM", "rows of an output tile"),
     ("BN", "columns of an output tile"),
     ("BK", "the reduction (or key) step of a tile loop"),
+    (
+        "ST",
+        "pipeline stages of a K loop: K-steps in flight plus the one multiplied (schedule)",
+    ),
     ("BQ", "query rows per program"),
     (
         "BH",

@@ -138,6 +138,116 @@ pub fn paged_decode_split<T: Float>(
     store_split_partials(o_part, lse_part, kvh, r0, &m, &l, &acc);
 }
 
+/// Split-KV decode over MLA's latent cache, reading each latent row **once**, as FlashMLA does:
+/// the values are the first `dv` columns of the keys (`kv_pool [pages, P, D]`, one latent head,
+/// `q [1, G, D]`), so the probabilities multiply the key tile itself and the accumulator's columns
+/// past `dv` (the rope part, `D − dv` of them) are computed and dropped by the store into
+/// `o_part [S, 1, G, dv]`. [`paged_decode_split()`] with a shared pool loads every page twice
+/// (as keys, `P × D`, and as values, `P × dv`): ~1.9× the bytes at MLA's 576/512.
+///
+/// The key blocks of a split are one stream (`⌈P / BK⌉` blocks per page, a block never crossing a
+/// page): block `b + 1`'s tile is requested before block `b` is computed, its page read from a
+/// tile of 64 block-table entries loaded once per 64 pages, so neither a table read nor the
+/// tile's latency sits between two blocks. The extra `D − dv` value columns cost matrix work only
+/// (memory-bound shapes do not see it; compute-bound ones pay `(D − dv) / (D + dv)` more FLOP in
+/// the value product).
+#[kernel(
+    grid = (cdiv(q.shape()[1], BH), o_part.shape()[0]),
+    tunable(BH = [16, 64, 32], BK = [64, 16, 32], BD = [576, 128, 256, 512]),
+    helpers(online_softmax_step, split_program, store_split_partials)
+)]
+// `is_multiple_of` is not in the DSL's method subset; `% 64 == 0` is.
+#[allow(clippy::too_many_arguments, clippy::manual_is_multiple_of)]
+pub fn paged_decode_latent<T: Float>(
+    q: &Tensor<T>,
+    kv_pool: &Tensor<T>,
+    block_table: &Tensor<i32>,
+    o_part: &Tensor<f32>,
+    lse_part: &Tensor<f32>,
+    ctx_len: usize,
+    sm_scale: f32,
+) {
+    let (d, dv, page_size) = (q.shape()[2], o_part.shape()[3], kv_pool.shape()[1]);
+    require(
+        d <= BD && dv <= d && q.shape()[0] == 1,
+        "one latent head, a BD tile covering its dim, values no wider than keys \
+         (decode_latent_config picks a covering tile)",
+    );
+    let (kvh, r0, p0, p1) = split_program::<BH>(q.shape()[1], ctx_len, page_size);
+    let tq = load::<BH, BD>(&q.at(kvh), r0, 0);
+    let kh = kv_pool.cols_clipped(0, d);
+    let per_page = cdiv(page_size, BK);
+    let blocks = (p1 - p0) * per_page;
+    let mut m = full::<f32, BH, 1>(f32::NEG_INFINITY);
+    let mut l = zeros::<f32, BH, 1>();
+    let mut acc = zeros::<f32, BH, BD>();
+    // The split's block-table entries, 64 pages at a time, as a tile: `index_at` reads one
+    // from it without a trip to memory. (`load_index` per block would queue each 4-byte read
+    // behind the tile in flight on the in-order DMA queue and stall the issue for it and for
+    // the memory latency, every block.)
+    let mut idx = load::<1, 64>(block_table, 0, p0);
+    let page0 = index_at(&idx, 0, p0);
+    let valid0 = usize::min(ctx_len, (p0 + 1) * page_size) - p0 * page_size;
+    let mut tk = load_async::<BK, BD>(&kh.at(page0).rows_clipped(0, valid0), 0, 0);
+    for b in 0..blocks {
+        let p = p0 + b / per_page;
+        let kb = (b % per_page) * BK;
+        // Block b + 1's tile, requested before block b is computed (past the split's last block:
+        // a window past the last page's rows, which moves nothing).
+        let pn = usize::min(p0 + (b + 1) / per_page, p1 - 1);
+        if b + 1 < blocks && (b + 1) % per_page == 0 && (pn - p0) % 64 == 0 {
+            idx = load::<1, 64>(block_table, 0, pn);
+        }
+        let page_n = index_at(&idx, (pn - p0) % 64, pn);
+        let kbn = if b + 1 < blocks {
+            ((b + 1) % per_page) * BK
+        } else {
+            page_size
+        };
+        let valid_n = usize::min(ctx_len, (pn + 1) * page_size) - pn * page_size;
+        let next = load_async::<BK, BD>(&kh.at(page_n).rows_clipped(0, valid_n), kbn, 0);
+        let limit = usize::min(ctx_len, (p + 1) * page_size);
+        let mut s = zeros::<f32, BH, BK>();
+        mma_bt(&mut s, &tq, &tk);
+        let s = mask_keys(&scale(&s, sm_scale), 0, p * page_size + kb, limit, false);
+        let pr = online_softmax_step(&s, &mut m, &mut l, &mut acc);
+        // The key tile is the value tile: its first dv columns are the latent values.
+        mma(&mut acc, &cast::<T>(&pr), &tk);
+        tk = next;
+    }
+    store_split_partials(o_part, lse_part, kvh, r0, &m, &l, &acc);
+}
+
+/// The latent decode's tiles: `BD` covering the latent dim, `BH` covering the query rows (at
+/// most 64), `BK` the largest declared key tile within a page, each unless `base` sets it.
+pub fn decode_latent_config(
+    base: &Config,
+    head_dim: usize,
+    page_size: usize,
+    q_rows: usize,
+) -> Result<Config, SimError> {
+    let meta = &paged_decode_latent::META;
+    let mut base = base.clone();
+    if base.get("BK").is_none() {
+        let bks = crate::tile_choice::declared(meta, "BK");
+        let bk = bks
+            .iter()
+            .copied()
+            .filter(|b| *b as usize <= page_size)
+            .max()
+            .or(bks.first().copied());
+        if let Some(bk) = bk {
+            base = base.with("BK", bk);
+        }
+    }
+    if base.get("BH").is_none() {
+        if let Some(bh) = crate::tile_choice::covering(meta, "BH", q_rows, 64) {
+            base = base.with("BH", bh);
+        }
+    }
+    crate::tile_choice::cover(meta, &base, &[("BD", head_dim, "head_dim")])
+}
+
 /// Merges split partials: `o = Σ_s e^(lse_s − m) o_s / Σ_s e^(lse_s − m)`, `m = max_s lse_s`.
 /// The value head dim is a run-time value (`o`'s columns), covered by `BDV`-wide tiles.
 #[kernel(grid = (cdiv(o.rows(), BH),), tunable(BH = [16, 64, 128], BDV = [128, 16, 32, 64, 256, 512]))]
@@ -263,7 +373,33 @@ pub struct DecodeRun {
 /// `fp8_kv` the pools are quantised ([`super::fp8_kv::quantize_per_token`]) and the reference
 /// still reads the unquantised values, so `max_rel_error` is the error the FP8 cache costs.
 pub fn run_decode(launcher: &Launcher, case: &DecodeCase) -> Result<DecodeRun, SimError> {
-    let name = paged_decode_split::META.name;
+    run_decode_with(launcher, case, false)
+}
+
+/// [`run_decode`] for MLA's latent cache with [`paged_decode_latent()`], which reads each
+/// latent row once: the case must have a shared pool (`shared_kv`, one kv head) and a bf16/f32
+/// cache (the latent kernel has no FP8 form yet). Same inputs, reference and report.
+pub fn run_decode_latent(launcher: &Launcher, case: &DecodeCase) -> Result<DecodeRun, SimError> {
+    if !case.shared_kv || case.fp8_kv {
+        return Err(SimError::Launch {
+            kernel: paged_decode_latent::META.name.into(),
+            message: "the latent decode needs a shared (latent) pool and a bf16 or f32 cache"
+                .into(),
+        });
+    }
+    run_decode_with(launcher, case, true)
+}
+
+fn run_decode_with(
+    launcher: &Launcher,
+    case: &DecodeCase,
+    latent: bool,
+) -> Result<DecodeRun, SimError> {
+    let name = if latent {
+        paged_decode_latent::META.name
+    } else {
+        paged_decode_split::META.name
+    };
     let fail = |message: String| SimError::Launch {
         kernel: name.into(),
         message,
@@ -291,17 +427,21 @@ pub fn run_decode(launcher: &Launcher, case: &DecodeCase) -> Result<DecodeRun, S
     } else {
         &paged_decode_split::META
     };
-    let cfg = decode_config(
-        meta,
-        &Config::new(),
-        case.head_dim,
-        case.v_head_dim,
-        case.page_size,
-        group,
-    )?;
+    let cfg = if latent {
+        decode_latent_config(&Config::new(), case.head_dim, case.page_size, group)?
+    } else {
+        decode_config(
+            meta,
+            &Config::new(),
+            case.head_dim,
+            case.v_head_dim,
+            case.page_size,
+            group,
+        )?
+    };
     match case.dtype {
-        GemmDtype::F32 => run_typed::<f32>(launcher, case, shape, &cfg, group),
-        GemmDtype::Bf16 => run_typed::<bf16>(launcher, case, shape, &cfg, group),
+        GemmDtype::F32 => run_typed::<f32>(launcher, case, shape, &cfg, group, latent),
+        GemmDtype::Bf16 => run_typed::<bf16>(launcher, case, shape, &cfg, group, latent),
     }
 }
 
@@ -311,6 +451,7 @@ fn run_typed<T: Float>(
     shape: AttnShape,
     cfg: &Config,
     group: usize,
+    latent: bool,
 ) -> Result<DecodeRun, SimError> {
     let fail = |message: String| SimError::Launch {
         kernel: paged_decode_split::META.name.into(),
@@ -370,6 +511,18 @@ fn run_typed<T: Float>(
             &v8.codes,
             &k8.scales,
             &v8.scales,
+            &block_table,
+            &o_part,
+            &lse_part,
+            case.ctx,
+            sm_scale,
+        )?
+    } else if latent {
+        paged_decode_latent::launch(
+            launcher,
+            cfg,
+            &q,
+            &k_pool,
             &block_table,
             &o_part,
             &lse_part,

@@ -86,6 +86,133 @@ pub fn flash_prefill<T: Float>(
     );
 }
 
+/// [`flash_prefill()`] software-pipelined as FlashAttention-3 schedules it: the scores of key block
+/// `j + 1` are issued to the matrix unit before the softmax of block `j` runs on the vector unit,
+/// so the two units overlap instead of taking turns (FA3's intra-warpgroup pipelining, section
+/// 3.2 of the paper), and keys and values are prefetched a block ahead (keys two blocks: block
+/// `j + 1`'s scores are computed during iteration `j`). Same numbers as [`flash_prefill()`]
+/// (same products and the same online-softmax order); each program issues one key block past its
+/// last, whose window lies outside the (clipped) keys: it moves no bytes and adds no useful FLOP,
+/// and its issued matrix work is one block in `⌈k_end / BK⌉`.
+#[kernel(
+    grid = (cdiv(q.rows(), BQ), q.cols() / head_dim),
+    tunable(
+        BQ = [64, 128, 16],
+        BK = [64, 128, 16],
+        BD = [128, 16, 32, 64, 256],
+        BDV = [128, 16, 32, 64, 256]
+    ),
+    constraint(BDV <= BD && BD <= 2 * BDV)
+)]
+#[allow(clippy::too_many_arguments)]
+pub fn flash_prefill_pipelined<T: Float>(
+    q: &Tensor<T>,
+    k: &Tensor<T>,
+    v: &Tensor<T>,
+    o: &Tensor<T>,
+    head_dim: usize,
+    v_head_dim: usize,
+    sm_scale: f32,
+    causal: bool,
+) {
+    require(
+        head_dim <= BD && v_head_dim <= BDV,
+        "the BD/BDV tiles must cover head_dim/v_head_dim (prefill_config picks covering tiles)",
+    );
+    let h = program_id(1);
+    let q0 = program_id(0) * BQ;
+    let (sq, skv) = (q.rows(), k.rows());
+    let kv_head = h / ((q.cols() / head_dim) / (k.cols() / head_dim));
+    let q_pos = skv.saturating_sub(sq) + q0;
+    // Causal: no key after this tile's last query is needed; loads past it move nothing.
+    let k_end = if causal {
+        usize::min(skv, q_pos + BQ)
+    } else {
+        skv
+    };
+    let qh = q.cols_clipped(h * head_dim, head_dim);
+    let kh = k
+        .cols_clipped(kv_head * head_dim, head_dim)
+        .rows_clipped(0, k_end);
+    let vh = v
+        .cols_clipped(kv_head * v_head_dim, v_head_dim)
+        .rows_clipped(0, k_end);
+    let tq = load::<BQ, BD>(&qh, q0, 0);
+    let mut m = full::<f32, BQ, 1>(f32::NEG_INFINITY);
+    let mut l = zeros::<f32, BQ, 1>();
+    let mut acc = zeros::<f32, BQ, BDV>();
+    // Block 0's scores; block 1's keys and block 0's values in flight.
+    let tk0 = load_async::<BK, BD>(&kh, 0, 0);
+    let mut tk = load_async::<BK, BD>(&kh, BK, 0);
+    let mut tv = load_async::<BK, BDV>(&vh, 0, 0);
+    let mut s = zeros::<f32, BQ, BK>();
+    mma_bt(&mut s, &tq, &tk0);
+    let mut s_next = zeros::<f32, BQ, BK>();
+    for kb in (0..k_end).step_by(BK) {
+        // Block kb + BK's scores go to the matrix unit first: they run while this block's
+        // softmax runs on the vector unit.
+        mma_bt(&mut s_next, &tq, &tk);
+        let next_k = load_async::<BK, BD>(&kh, kb + 2 * BK, 0);
+        let next_v = load_async::<BK, BDV>(&vh, kb + BK, 0);
+        let sc = mask_keys(&scale(&s, sm_scale), q_pos, kb, skv, causal);
+        // Online softmax: rescale what was accumulated under the old running max.
+        let m_new = maximum(&m, &row_max(&sc));
+        let p = exp(&sub_col(&sc, &m_new));
+        let alpha = exp(&sub(&m, &m_new));
+        l = add(&mul(&l, &alpha), &row_sum(&p));
+        acc = mul_col(&acc, &alpha);
+        mma(&mut acc, &cast::<T>(&p), &tv);
+        m = m_new;
+        s = s_next;
+        s_next = zeros::<f32, BQ, BK>();
+        tk = next_k;
+        tv = next_v;
+    }
+    store(
+        &o.cols_clipped(h * v_head_dim, v_head_dim),
+        q0,
+        0,
+        &cast::<T>(&div_col(&acc, &l)),
+    );
+}
+
+/// Which prefill kernel [`run_prefill_with`] launches.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PrefillKernel {
+    /// [`flash_prefill()`]: scores, softmax and the value product in turn.
+    Flash,
+    /// [`flash_prefill_pipelined()`]: the next block's scores overlap this block's softmax.
+    Pipelined,
+}
+
+impl PrefillKernel {
+    /// The kernel's metadata.
+    pub fn meta(self) -> &'static dsl_core::KernelMeta {
+        match self {
+            PrefillKernel::Flash => &flash_prefill::META,
+            PrefillKernel::Pipelined => &flash_prefill_pipelined::META,
+        }
+    }
+}
+
+/// The tiles of `kernel` for a shape: `BD`, `BDV` the smallest instantiated pair covering the
+/// head dims, `BQ`/`BK` from `base` when set (else the kernel's defaults).
+pub fn prefill_config_for(
+    kernel: PrefillKernel,
+    base: &Config,
+    head_dim: usize,
+    v_head_dim: usize,
+) -> Result<Config, SimError> {
+    crate::tile_choice::cover(
+        kernel.meta(),
+        base,
+        &[
+            ("BD", head_dim, "head_dim"),
+            ("BDV", v_head_dim, "v_head_dim"),
+        ],
+    )
+}
+
 /// The prefill tiles for a shape: `BD`, `BDV` the smallest instantiated pair covering the head
 /// dims, `BQ`/`BK` from `base` when set (else the kernel's defaults). Errors when no pair covers
 /// them (a head dim above the largest tile).
@@ -140,7 +267,16 @@ pub struct PrefillRun {
 /// checks it against the f64 reference of the rounded inputs. Shapes are validated first: bad
 /// ones are errors, not panics.
 pub fn run_prefill(launcher: &Launcher, case: &PrefillCase) -> Result<PrefillRun, SimError> {
-    let name = flash_prefill::META.name;
+    run_prefill_with(launcher, case, PrefillKernel::Flash)
+}
+
+/// [`run_prefill`] with the kernel chosen: the same inputs, reference and checks.
+pub fn run_prefill_with(
+    launcher: &Launcher,
+    case: &PrefillCase,
+    kernel: PrefillKernel,
+) -> Result<PrefillRun, SimError> {
+    let name = kernel.meta().name;
     let shape = AttnShape {
         sq: case.sq,
         skv: case.skv,
@@ -159,10 +295,10 @@ pub fn run_prefill(launcher: &Launcher, case: &PrefillCase) -> Result<PrefillRun
             message: "no queries (sq = 0)".into(),
         });
     }
-    let config = prefill_config(&case.config, case.head_dim, case.v_head_dim)?;
+    let config = prefill_config_for(kernel, &case.config, case.head_dim, case.v_head_dim)?;
     match case.dtype {
-        GemmDtype::F32 => run_typed::<f32>(launcher, case, shape, &config),
-        GemmDtype::Bf16 => run_typed::<bf16>(launcher, case, shape, &config),
+        GemmDtype::F32 => run_typed::<f32>(launcher, case, shape, &config, kernel),
+        GemmDtype::Bf16 => run_typed::<bf16>(launcher, case, shape, &config, kernel),
     }
 }
 
@@ -171,19 +307,24 @@ fn run_typed<T: Float>(
     case: &PrefillCase,
     shape: AttnShape,
     config: &Config,
+    kernel: PrefillKernel,
 ) -> Result<PrefillRun, SimError> {
     let (hd, kvd) = (case.heads * case.head_dim, case.kv_heads * case.head_dim);
     let (hv, kvv) = (
         case.heads * case.v_head_dim,
         case.kv_heads * case.v_head_dim,
     );
-    let mut t = CaseTensors::new(launcher, case.seed, flash_prefill::META.name);
+    let mut t = CaseTensors::new(launcher, case.seed, kernel.meta().name);
     let q = t.input::<T>(&[case.sq, hd], 0.0, 1.0)?;
     let k = t.input::<T>(&[case.skv, kvd], 0.0, 1.0)?;
     let v = t.input::<T>(&[case.skv, kvv], 0.0, 1.0)?;
     let o = t.output::<T>(&[case.sq, hv]);
     let sm_scale = 1.0 / (case.head_dim as f32).sqrt();
-    let mut launch = flash_prefill::launch(
+    let launch_kernel = match kernel {
+        PrefillKernel::Flash => flash_prefill::launch,
+        PrefillKernel::Pipelined => flash_prefill_pipelined::launch,
+    };
+    let mut launch = launch_kernel(
         launcher,
         config,
         &q,
@@ -200,7 +341,7 @@ fn run_typed<T: Float>(
     {
         let want = attention_prefill(&qv, &kv, &vv, shape, sm_scale as f64).map_err(|e| {
             SimError::Launch {
-                kernel: flash_prefill::META.name.into(),
+                kernel: kernel.meta().name.into(),
                 message: e.to_string(),
             }
         })?;
