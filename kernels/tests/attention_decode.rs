@@ -7,7 +7,9 @@
 
 use dsl_core::prelude::*;
 use dsl_core::SimError;
-use kernels::attention::decode::{run_decode, run_decode_latent, DecodeCase};
+use kernels::attention::decode::{
+    run_decode, run_decode_latent, run_decode_latent_batch, DecodeCase,
+};
 use kernels::attention::fp8_kv::{
     quantize_per_token, E4M3_SUBNORMAL_HALF_STEP, E4M3_UNIT_ROUNDOFF,
 };
@@ -72,6 +74,60 @@ proptest! {
         let cost = run_decode_latent(&l.clone().with_backend(Backend::CostOnly), &case).unwrap();
         prop_assert_eq!(cost.report.cycles, run.report.cycles);
     }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(16))]
+
+    /// A batch of sequences with their own context lengths in one latent-decode launch: each
+    /// sequence's rows equal the latent-MQA reference of that sequence alone (pages scattered
+    /// through one shared pool; contexts shorter than the splits leave splits empty, which the
+    /// combine must weigh by zero). Cost-only gives the functional run's cycles.
+    #[test]
+    fn batched_latent_decode_gives_each_sequence_its_own_answer(
+        contexts in prop::collection::vec(1usize..300, 1..5),
+        group in prop::sample::select(vec![1usize, 16]),
+        head_dim in prop::sample::select(vec![64usize, 576]),
+        page_size in prop::sample::select(vec![16usize, 64]),
+        splits in 1usize..6, bf16 in any::<bool>(), seed in any::<u64>(),
+    ) {
+        let case = DecodeCase {
+            heads: group, kv_heads: 1, head_dim, v_head_dim: head_dim.min(512), shared_kv: true,
+            ctx: 0, page_size, splits,
+            dtype: if bf16 { GemmDtype::Bf16 } else { GemmDtype::F32 }, fp8_kv: false, seed,
+        };
+        let l = Launcher::for_device("npu-910b").unwrap();
+        let run = run_decode_latent_batch(&l, &case, &contexts).unwrap();
+        let out = run.output.as_ref().unwrap();
+        prop_assert_eq!(out.len(), contexts.len() * group * case.v_head_dim);
+        prop_assert!(out.iter().all(|v| v.is_finite()), "an output element was not written");
+        let err = run.report.max_rel_error.unwrap();
+        prop_assert!(err <= if bf16 { 1e-2 } else { 1e-5 }, "{contexts:?} {case:?}: {err}");
+        let cost = run_decode_latent_batch(&l.clone().with_backend(Backend::CostOnly), &case, &contexts)
+            .unwrap();
+        prop_assert_eq!(cost.report.cycles, run.report.cycles);
+    }
+}
+
+/// A batch is refused, with an error, when it is empty or has an empty context.
+#[test]
+fn batched_latent_decode_refuses_empty_batches() {
+    let case = DecodeCase {
+        heads: 16,
+        kv_heads: 1,
+        head_dim: 576,
+        v_head_dim: 512,
+        shared_kv: true,
+        ctx: 0,
+        page_size: 64,
+        splits: 2,
+        dtype: GemmDtype::Bf16,
+        fp8_kv: false,
+        seed: 1,
+    };
+    let l = launcher();
+    assert!(run_decode_latent_batch(&l, &case, &[]).is_err());
+    assert!(run_decode_latent_batch(&l, &case, &[10, 0]).is_err());
 }
 
 /// The latent decode refuses what it cannot run (separate pools, an FP8 cache) with an error.

@@ -39,24 +39,34 @@ pub fn online_softmax_step<const BH: usize, const BK: usize, const DV: usize>(
 /// The work of one split-KV decode program (grid: head blocks × splits): its key/value head, its
 /// first query row and its page range `p0..p1` of pages of `page_size` tokens (balanced, never
 /// empty: the runner keeps splits ≤ pages).
-#[kernel(helper)]
+#[kernel(helper, helpers(split_rows, split_pages))]
 pub fn split_program<const BH: usize>(
     q_rows_per_head: usize,
     ctx_len: usize,
     page_size: usize,
 ) -> (usize, usize, usize, usize) {
+    let (kvh, r0) = split_rows::<BH>(q_rows_per_head);
+    let (p0, p1) = split_pages(ctx_len, page_size);
+    (kvh, r0, p0, p1)
+}
+
+/// A split-KV program's key/value head (or sequence, in a batched launch) and first query row,
+/// from its grid position along axis 0 (head blocks of `BH` rows).
+#[kernel(helper)]
+pub fn split_rows<const BH: usize>(q_rows_per_head: usize) -> (usize, usize) {
     let blocks = cdiv(q_rows_per_head, BH);
     let kvh = program_id(0) / blocks;
-    let r0 = (program_id(0) - kvh * blocks) * BH;
+    (kvh, (program_id(0) - kvh * blocks) * BH)
+}
+
+/// A split-KV program's page range `p0..p1` of a context of `ctx_len` tokens: axis 1 of the grid
+/// splits its pages evenly (a split of a context shorter than the grid's splits may be empty).
+#[kernel(helper)]
+pub fn split_pages(ctx_len: usize, page_size: usize) -> (usize, usize) {
     let split = program_id(1);
     let splits = num_programs(1);
     let n_pages = cdiv(ctx_len, page_size);
-    (
-        kvh,
-        r0,
-        split * n_pages / splits,
-        (split + 1) * n_pages / splits,
-    )
+    (split * n_pages / splits, (split + 1) * n_pages / splits)
 }
 
 /// Stores a split program's partial output `acc / l` and log-sum-exp `m + ln l` for
@@ -138,12 +148,21 @@ pub fn paged_decode_split<T: Float>(
     store_split_partials(o_part, lse_part, kvh, r0, &m, &l, &acc);
 }
 
-/// Split-KV decode over MLA's latent cache, reading each latent row **once**, as FlashMLA does:
-/// the values are the first `dv` columns of the keys (`kv_pool [pages, P, D]`, one latent head,
-/// `q [1, G, D]`), so the probabilities multiply the key tile itself and the accumulator's columns
-/// past `dv` (the rope part, `D − dv` of them) are computed and dropped by the store into
-/// `o_part [S, 1, G, dv]`. [`paged_decode_split()`] with a shared pool loads every page twice
-/// (as keys, `P × D`, and as values, `P × dv`): ~1.9× the bytes at MLA's 576/512.
+/// Split-KV decode over MLA's latent cache for a batch of sequences in one launch, reading each
+/// latent row **once**, as FlashMLA does. Sequence `s` has queries `q[s] [G, D]` (one latent
+/// head), its pages in row `s` of `block_tables [S, T]` and its context length in
+/// `ctx_lens[s]`; all share one pool `kv_pool [pages, P, D]`. The values are the first `dv`
+/// columns of the keys, so the probabilities multiply the key tile itself and the accumulator's
+/// columns past `dv` (the rope part, `D − dv` of them) are computed and dropped by the store
+/// into `o_part [splits, S, G, dv]`. [`paged_decode_split()`] with a shared pool loads every
+/// page twice (as keys, `P × D`, and as values, `P × dv`): ~1.9× the bytes at MLA's 576/512.
+///
+/// A program reads its sequence's length first (a 4-byte read, as FlashMLA reads
+/// `cache_seqlens`), then splits that sequence's pages evenly over the grid's splits; a split
+/// with no pages (a context shorter than the others) writes a zero partial and a log-sum-exp of
+/// −∞, which [`decode_combine`] weighs by zero. In a cost-only run without data, every context
+/// is `max_ctx` and sequence `s`'s page `p` is pool page `s·T + p`, as an allocator gives
+/// distinct sequences distinct pages.
 ///
 /// The key blocks of a split are one stream (`⌈P / BK⌉` blocks per page, a block never crossing a
 /// page): block `b + 1`'s tile is requested before block `b` is computed, its page read from a
@@ -152,70 +171,82 @@ pub fn paged_decode_split<T: Float>(
 /// (memory-bound shapes do not see it; compute-bound ones pay `(D − dv) / (D + dv)` more FLOP in
 /// the value product).
 #[kernel(
-    grid = (cdiv(q.shape()[1], BH), o_part.shape()[0]),
+    grid = (q.shape()[0] * cdiv(q.shape()[1], BH), o_part.shape()[0]),
     tunable(BH = [16, 64, 32], BK = [64, 16, 32], BD = [576, 128, 256, 512]),
-    helpers(online_softmax_step, split_program, store_split_partials)
+    helpers(online_softmax_step, split_rows, split_pages, store_split_partials)
 )]
 // `is_multiple_of` is not in the DSL's method subset; `% 64 == 0` is.
 #[allow(clippy::too_many_arguments, clippy::manual_is_multiple_of)]
 pub fn paged_decode_latent<T: Float>(
     q: &Tensor<T>,
     kv_pool: &Tensor<T>,
-    block_table: &Tensor<i32>,
+    block_tables: &Tensor<i32>,
+    ctx_lens: &Tensor<i32>,
     o_part: &Tensor<f32>,
     lse_part: &Tensor<f32>,
-    ctx_len: usize,
+    max_ctx: usize,
     sm_scale: f32,
 ) {
     let (d, dv, page_size) = (q.shape()[2], o_part.shape()[3], kv_pool.shape()[1]);
     require(
-        d <= BD && dv <= d && q.shape()[0] == 1,
-        "one latent head, a BD tile covering its dim, values no wider than keys \
+        d <= BD && dv <= d,
+        "a BD tile covering the latent dim, values no wider than keys \
          (decode_latent_config picks a covering tile)",
     );
-    let (kvh, r0, p0, p1) = split_program::<BH>(q.shape()[1], ctx_len, page_size);
-    let tq = load::<BH, BD>(&q.at(kvh), r0, 0);
+    let (seq, r0) = split_rows::<BH>(q.shape()[1]);
+    let tq = load_async::<BH, BD>(&q.at(seq), r0, 0);
+    let ctx_len = load_index(ctx_lens, seq, max_ctx);
+    let (p0, p1) = split_pages(ctx_len, page_size);
+    let table = block_tables.at(seq);
+    let first_page = seq * block_tables.cols();
     let kh = kv_pool.cols_clipped(0, d);
     let per_page = cdiv(page_size, BK);
     let blocks = (p1 - p0) * per_page;
     let mut m = full::<f32, BH, 1>(f32::NEG_INFINITY);
     let mut l = zeros::<f32, BH, 1>();
     let mut acc = zeros::<f32, BH, BD>();
-    // The split's block-table entries, 64 pages at a time, as a tile: `index_at` reads one
-    // from it without a trip to memory. (`load_index` per block would queue each 4-byte read
-    // behind the tile in flight on the in-order DMA queue and stall the issue for it and for
-    // the memory latency, every block.)
-    let mut idx = load::<1, 64>(block_table, 0, p0);
-    let page0 = index_at(&idx, 0, p0);
-    let valid0 = usize::min(ctx_len, (p0 + 1) * page_size) - p0 * page_size;
-    let mut tk = load_async::<BK, BD>(&kh.at(page0).rows_clipped(0, valid0), 0, 0);
-    for b in 0..blocks {
-        let p = p0 + b / per_page;
-        let kb = (b % per_page) * BK;
-        // Block b + 1's tile, requested before block b is computed (past the split's last block:
-        // a window past the last page's rows, which moves nothing).
-        let pn = usize::min(p0 + (b + 1) / per_page, p1 - 1);
-        if b + 1 < blocks && (b + 1) % per_page == 0 && (pn - p0) % 64 == 0 {
-            idx = load::<1, 64>(block_table, 0, pn);
+    if blocks == 0 {
+        // No pages in this split: a zero partial that the combine weighs by e^−∞ = 0.
+        let split = program_id(1);
+        store(&o_part.at(split).at(seq), r0, 0, &acc);
+        store(&lse_part.at(split).at(seq), r0, 0, &m);
+    } else {
+        // The split's block-table entries, 64 pages at a time, as a tile: `index_at` reads one
+        // from it without a trip to memory. (`load_index` per block would queue each 4-byte
+        // read behind the tile in flight on the in-order DMA queue and stall the issue for it
+        // and for the memory latency, every block.)
+        let mut idx = load::<1, 64>(&table, 0, p0);
+        let page0 = index_at(&idx, 0, first_page + p0);
+        let valid0 = usize::min(ctx_len, (p0 + 1) * page_size) - p0 * page_size;
+        let mut tk = load_async::<BK, BD>(&kh.at(page0).rows_clipped(0, valid0), 0, 0);
+        for b in 0..blocks {
+            let p = p0 + b / per_page;
+            let kb = (b % per_page) * BK;
+            // Block b + 1's tile, requested before block b is computed (past the split's last
+            // block: a window past the last page's rows, which moves nothing).
+            let pn = usize::min(p0 + (b + 1) / per_page, p1 - 1);
+            if b + 1 < blocks && (b + 1) % per_page == 0 && (pn - p0) % 64 == 0 {
+                idx = load::<1, 64>(&table, 0, pn);
+            }
+            let page_n = index_at(&idx, (pn - p0) % 64, first_page + pn);
+            let kbn = if b + 1 < blocks {
+                ((b + 1) % per_page) * BK
+            } else {
+                page_size
+            };
+            let valid_n = usize::min(ctx_len, (pn + 1) * page_size) - pn * page_size;
+            let next = load_async::<BK, BD>(&kh.at(page_n).rows_clipped(0, valid_n), kbn, 0);
+            let limit = usize::min(ctx_len, (p + 1) * page_size);
+            let mut s = zeros::<f32, BH, BK>();
+            mma_bt(&mut s, &tq, &tk);
+            let s = mask_keys(&scale(&s, sm_scale), 0, p * page_size + kb, limit, false);
+            let pr = online_softmax_step(&s, &mut m, &mut l, &mut acc);
+            // The key tile is the value tile: its first dv columns are the latent values.
+            mma(&mut acc, &cast::<T>(&pr), &tk);
+            tk = next;
         }
-        let page_n = index_at(&idx, (pn - p0) % 64, pn);
-        let kbn = if b + 1 < blocks {
-            ((b + 1) % per_page) * BK
-        } else {
-            page_size
-        };
-        let valid_n = usize::min(ctx_len, (pn + 1) * page_size) - pn * page_size;
-        let next = load_async::<BK, BD>(&kh.at(page_n).rows_clipped(0, valid_n), kbn, 0);
-        let limit = usize::min(ctx_len, (p + 1) * page_size);
-        let mut s = zeros::<f32, BH, BK>();
-        mma_bt(&mut s, &tq, &tk);
-        let s = mask_keys(&scale(&s, sm_scale), 0, p * page_size + kb, limit, false);
-        let pr = online_softmax_step(&s, &mut m, &mut l, &mut acc);
-        // The key tile is the value tile: its first dv columns are the latent values.
-        mma(&mut acc, &cast::<T>(&pr), &tk);
-        tk = next;
+        store_split_partials(o_part, lse_part, seq, r0, &m, &l, &acc);
     }
-    store_split_partials(o_part, lse_part, kvh, r0, &m, &l, &acc);
 }
 
 /// The latent decode's tiles: `BD` covering the latent dim, `BH` covering the query rows (at
@@ -390,6 +421,135 @@ pub fn run_decode_latent(launcher: &Launcher, case: &DecodeCase) -> Result<Decod
     run_decode_with(launcher, case, true)
 }
 
+/// A batch of MLA decodes in **one** [`paged_decode_latent()`] launch: sequence `s` has
+/// context `contexts[s]` (each its own length), its pages scattered through one shared pool
+/// with spare pages, as an allocator leaves it; heads, dims, page size, splits, dtype and seed
+/// come from `case` (its `ctx` is ignored). Checked against the f64 reference of each sequence
+/// alone; the output is `[S·heads, v_head_dim]`.
+pub fn run_decode_latent_batch(
+    launcher: &Launcher,
+    case: &DecodeCase,
+    contexts: &[usize],
+) -> Result<DecodeRun, SimError> {
+    let fail = |message: String| SimError::Launch {
+        kernel: paged_decode_latent::META.name.into(),
+        message,
+    };
+    if contexts.is_empty() || contexts.contains(&0) || case.page_size == 0 {
+        return Err(fail(
+            "a batch needs at least one sequence, each with context ≥ 1, and pages of ≥ 1 token"
+                .into(),
+        ));
+    }
+    if case.kv_heads != 1 || !case.shared_kv || case.fp8_kv || case.v_head_dim > case.head_dim {
+        return Err(fail(
+            "the latent decode needs one shared latent head (v_head_dim ≤ head_dim) and a bf16 \
+             or f32 cache"
+                .into(),
+        ));
+    }
+    let cfg = decode_latent_config(&Config::new(), case.head_dim, case.page_size, case.heads)?;
+    match case.dtype {
+        GemmDtype::F32 => run_latent_batch::<f32>(launcher, case, contexts, &cfg),
+        GemmDtype::Bf16 => run_latent_batch::<bf16>(launcher, case, contexts, &cfg),
+    }
+}
+
+fn run_latent_batch<T: Float>(
+    launcher: &Launcher,
+    case: &DecodeCase,
+    contexts: &[usize],
+    cfg: &Config,
+) -> Result<DecodeRun, SimError> {
+    let fail = |message: String| SimError::Launch {
+        kernel: paged_decode_latent::META.name.into(),
+        message,
+    };
+    let (b, g, d, dv, page) = (
+        contexts.len(),
+        case.heads,
+        case.head_dim,
+        case.v_head_dim,
+        case.page_size,
+    );
+    let pages: Vec<usize> = contexts.iter().map(|c| c.div_ceil(page)).collect();
+    let width = pages.iter().copied().max().unwrap_or(1);
+    let splits = case.splits.clamp(1, width);
+    // Every sequence's pages drawn from one scrambled pool with spare pages; table rows past a
+    // sequence's pages are padding the kernel never reads. The pool holds at least `S·T` pages,
+    // the pages a cost-only run without table data reads (sequence `s`'s page `p` at `s·T + p`).
+    let pool_pages = (pages.iter().sum::<usize>() + 3).max(contexts.len() * width);
+    let mut rng = crate::testdata::Rng::new(case.seed);
+    let mut free: Vec<usize> = (0..pool_pages).collect();
+    for i in (1..free.len()).rev() {
+        free.swap(i, (rng.next_u64() % (i as u64 + 1)) as usize);
+    }
+    let tables: Vec<Vec<usize>> = pages.iter().map(|n| free.drain(..*n).collect()).collect();
+    let mut t = crate::testdata::CaseTensors::new(
+        launcher,
+        case.seed ^ 0x5eed,
+        paged_decode_latent::META.name,
+    );
+    let q = t.input::<T>(&[b, g, d], 0.0, 1.0)?;
+    let pool = t.input::<T>(&[pool_pages, page, d], 0.0, 1.0)?;
+    let flat: Vec<i32> = tables
+        .iter()
+        .flat_map(|row| (0..width).map(|i| row.get(i).copied().unwrap_or(0) as i32))
+        .collect();
+    let lens: Vec<i32> = contexts.iter().map(|c| *c as i32).collect();
+    let block_tables = Tensor::<i32>::from_indices(&[b, width], &flat).map_err(fail)?;
+    let ctx_lens = Tensor::<i32>::from_indices(&[b], &lens).map_err(fail)?;
+    let o_part = t.output::<f32>(&[splits, b, g, dv]);
+    let lse_part = t.output::<f32>(&[splits, b, g, 1]);
+    let o = t.output::<T>(&[b * g, dv]);
+    let sm_scale = 1.0 / (d as f32).sqrt();
+    let max_ctx = contexts.iter().copied().max().unwrap_or(1);
+    let split = paged_decode_latent::launch(
+        launcher,
+        cfg,
+        &q,
+        &pool,
+        &block_tables,
+        &ctx_lens,
+        &o_part,
+        &lse_part,
+        max_ctx,
+        sm_scale,
+    )?;
+    let combine = decode_combine::launch(launcher, &combine_config(dv)?, &o_part, &lse_part, &o)?;
+    let mut report =
+        dsl_core::Report::chain("paged_decode_latent", &[split.report, combine.report])
+            .expect("two launches");
+    let output = o.to_vec();
+    if let (Some(out), Some(qv), Some(kv)) = (&output, q.to_vec(), pool.to_vec()) {
+        let mut want = Vec::with_capacity(out.len());
+        for (s, ctx) in contexts.iter().enumerate() {
+            let rows = super::reference::gather_pages(&kv, d, page, &tables[s], *ctx)
+                .map_err(|e| fail(e.to_string()))?;
+            let ms = MqaShape {
+                sq: 1,
+                skv: *ctx,
+                heads: g,
+                dk: d,
+                dv,
+            };
+            let qs = &qv[s * g * d..(s + 1) * g * d];
+            want.extend(
+                mqa_dense(qs, &rows, ms, sm_scale as f64).map_err(|e| fail(e.to_string()))?,
+            );
+        }
+        report.max_rel_error = Some(crate::reference::rel_error(out, &want));
+    }
+    let tokens: usize = contexts.iter().sum();
+    Ok(DecodeRun {
+        report,
+        output,
+        dequantized_error: None,
+        kv_cache_bytes: (d * tokens) as u64 * T::DTYPE.bytes_for(1),
+        kv_cache_bytes_bf16: (2 * d * tokens) as u64,
+    })
+}
+
 fn run_decode_with(
     launcher: &Launcher,
     case: &DecodeCase,
@@ -518,16 +678,11 @@ fn run_typed<T: Float>(
             sm_scale,
         )?
     } else if latent {
+        // One sequence: a one-row table and its length (read by the kernel, as in a batch).
+        let tables = block_table.reshaped(&[1, n_pages]).map_err(fail)?;
+        let ctx_lens = Tensor::<i32>::from_indices(&[1], &[case.ctx as i32]).map_err(fail)?;
         paged_decode_latent::launch(
-            launcher,
-            cfg,
-            &q,
-            &k_pool,
-            &block_table,
-            &o_part,
-            &lse_part,
-            case.ctx,
-            sm_scale,
+            launcher, cfg, &q, &k_pool, &tables, &ctx_lens, &o_part, &lse_part, case.ctx, sm_scale,
         )?
     } else {
         paged_decode_split::launch(

@@ -137,22 +137,30 @@ pub(crate) fn forward(
     let (q, _) = prepare(ops, m, w, x, pos0, cache, rope)?;
     if x.rows() == 1 || ops.batched_decode {
         // Decode: attention over the latent cache itself (absorbed queries, one latent kv head,
-        // values = the first kv_lora_rank columns of each latent row), as serving engines run
-        // MLA decode — nothing is expanded per step. A batched cost-only decode runs its `b`
-        // sequences in one launch, each its own latent head over its own column block of a
-        // `[pages, page, b·D]` pool (shape only: nothing is stored).
+        // values = the first kv_lora_rank columns of each latent row, each row read once), as
+        // serving engines run MLA decode — nothing is expanded per step. A batched cost-only
+        // decode runs its `b` sequences in one launch over a shared pool of `b` sequences'
+        // pages (shape only: nothing is stored; sequence `s` holds pool pages `s·T..`).
         let b = x.rows();
         let (r, d) = (m.kv_lora_rank, m.kv_lora_rank + rd);
         let q_abs = absorb_queries(ops, m, w, &q)?;
         let q3 = view(q_abs.reshaped(&[b, heads, d]), "absorbed query")?;
-        let (pool, ctx) = if b == 1 {
-            let pool = cache.latent.reshaped(&[cache.pages(), PAGE, d]);
-            (view(pool, "latent pool")?, ctx)
+        let (pool, tables, lens) = if b == 1 {
+            let pages = cache.pages();
+            let pool = view(cache.latent.reshaped(&[pages, PAGE, d]), "latent pool")?;
+            let tables = view(cache.block_table.reshaped(&[1, pages]), "block table")?;
+            let lens = view(Tensor::from_indices(&[1], &[ctx as i32]), "context length")?;
+            (pool, tables, lens)
         } else {
             let pages = (pos0 + 1).div_ceil(PAGE);
-            (ops.mem.poisoned(&[pages, PAGE, b * d]), pos0 + 1)
+            (
+                ops.mem.poisoned(&[b * pages, PAGE, d]),
+                Tensor::shape_only(&[b, pages]),
+                Tensor::shape_only(&[b]),
+            )
         };
-        let o_lat = ops.latent_decode(&q3, &pool, &cache.block_table, ctx, r, scale)?;
+        let max_ctx = if b == 1 { ctx } else { pos0 + 1 };
+        let o_lat = ops.latent_decode(&q3, &pool, &tables, &lens, max_ctx, r, scale)?;
         let o_lat = view(o_lat.reshaped(&[b, heads * r]), "latent outputs")?;
         let o = values_from_latent(ops, m, w, &o_lat)?;
         return ops.linear("mla.o_proj", &o, &w.o_proj);

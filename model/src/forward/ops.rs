@@ -457,35 +457,37 @@ impl Ops {
         self.book(op, r)
     }
 
-    /// One decode token's attention over a paged latent pool (MLA absorbed): `q [S, H, D]`
-    /// against `pool [pages, page, S·D]` through `block_table` for `ctx` tokens, values the first
-    /// `v_dim` columns of each latent row; `S` is 1, or the sequences of a batched cost-only
-    /// decode. Split-KV over up to 8 page ranges, then the combine. Returns `[S·H, v_dim]`.
+    /// One decode token's attention over a paged latent pool (MLA absorbed) for `S` sequences in
+    /// one launch: `q [S, H, D]` against `pool [pages, page, D]`, sequence `s` through row `s` of
+    /// `block_tables [S, T]` for `ctx_lens[s]` tokens (at most `max_ctx`), values the first
+    /// `v_dim` columns of each latent row, each row read once ([`paged_decode_latent`]). Split-KV
+    /// over up to 8 page ranges, then the combine. Returns `[S·H, v_dim]`.
+    ///
+    /// [`paged_decode_latent`]: kernels::attention::decode::paged_decode_latent
     #[allow(clippy::too_many_arguments)]
     pub fn latent_decode(
         &mut self,
         q: &Tensor<f32>,
         pool: &Tensor<f32>,
-        block_table: &Tensor<i32>,
-        ctx: usize,
+        block_tables: &Tensor<i32>,
+        ctx_lens: &Tensor<i32>,
+        max_ctx: usize,
         v_dim: usize,
         scale: f64,
     ) -> Result<Tensor<f32>, ForwardError> {
         use kernels::attention::decode::{
-            combine_config, decode_combine, decode_config, paged_decode_split,
+            combine_config, decode_combine, decode_latent_config, paged_decode_latent,
         };
-        // `q [S, H, D]`: S latent heads (one per sequence of a batched decode, each reading its
-        // own column block of the pool), H query heads each.
         let (seqs, heads, d, page) = (q.shape()[0], q.shape()[1], q.shape()[2], pool.shape()[1]);
-        let splits = ctx.div_ceil(page).clamp(1, 8);
+        let splits = max_ctx.div_ceil(page).clamp(1, 8);
         let o_part = self.mem.poisoned::<f32>(&[splits, seqs, heads, v_dim]);
         let lse_part = self.mem.poisoned::<f32>(&[splits, seqs, heads, 1]);
         let o = self.mem.act(seqs * heads, v_dim);
-        // The largest key tile up to the page that fits the core: a 64-row page of 576-wide
-        // latent rows fits a 512 KB NPU core in one tile, an H100-class SM's 228 KB in 16-row
-        // tiles. The launch reads `q` and the pool and writes only the partials, so a retry after
-        // an overflow is safe.
-        let mut bks: Vec<i64> = kernels::tile_choice::declared(&paged_decode_split::META, "BK")
+        // The largest key tile up to the page that fits the core next to the one in flight: a
+        // 64-row page of 576-wide latent rows fits a 512 KB NPU core, an H100-class SM's 228 KB
+        // in smaller tiles; then the same with 16-head query tiles. The launch reads `q` and the
+        // pool and writes only the partials, so a retry after an overflow is safe.
+        let mut bks: Vec<i64> = kernels::tile_choice::declared(&paged_decode_latent::META, "BK")
             .into_iter()
             .filter(|b| *b as usize <= page)
             .collect();
@@ -493,8 +495,6 @@ impl Ops {
         if bks.is_empty() {
             bks.push(0);
         }
-        // Then the same key tiles with 16-head query tiles (64 heads' accumulators do not fit an
-        // SM next to a 576-wide key tile).
         let tries: Vec<(i64, Option<i64>)> = bks
             .iter()
             .map(|b| (*b, None))
@@ -509,17 +509,17 @@ impl Ops {
             if let Some(bh) = bh {
                 base = base.with("BH", bh);
             }
-            decode_config(&paged_decode_split::META, &base, d, v_dim, page, heads).and_then(|cfg| {
-                paged_decode_split::launch(
+            decode_latent_config(&base, d, page, heads).and_then(|cfg| {
+                paged_decode_latent::launch(
                     &self.launcher,
                     &cfg,
                     q,
                     pool,
-                    pool,
-                    block_table,
+                    block_tables,
+                    ctx_lens,
                     &o_part,
                     &lse_part,
-                    ctx,
+                    max_ctx,
                     scale as f32,
                 )
             })
