@@ -803,16 +803,30 @@ impl<'a> Obj<'a> {
     }
 
     fn as_usize(&self, key: &str, v: &Value) -> Result<usize, ModelError> {
-        if let Some(u) = v.as_u64() {
-            return usize::try_from(u).map_err(|_| self.invalid(key, "value too large"));
-        }
-        // Some files write integers as floats (`4096.0`); accept exact ones.
-        if let Some(f) = v.as_f64() {
-            if f >= 0.0 && f.fract() == 0.0 && f < 1e15 {
-                return Ok(f as usize);
+        let u = if let Some(u) = v.as_u64() {
+            u
+        } else {
+            // Some files write integers as floats (`4096.0`); accept exact ones.
+            match v.as_f64() {
+                Some(f) if f >= 0.0 && f.fract() == 0.0 && f < 1e15 => f as u64,
+                _ => return Err(self.wrong(key, "a non-negative integer", v)),
             }
+        };
+        let limit = if POSITION_FIELDS.contains(&key) {
+            MAX_POSITIONS
+        } else {
+            MAX_SIZE
+        };
+        if u > limit {
+            return Err(self.invalid(
+                key,
+                format!(
+                    "{u} is above {limit}, beyond any released model; refused so that a typo \
+                     cannot make day0 build tensors that do not fit any machine"
+                ),
+            ));
         }
-        Err(self.wrong(key, "a non-negative integer", v))
+        usize::try_from(u).map_err(|_| self.invalid(key, "value too large"))
     }
 
     pub(crate) fn opt_usize(&self, key: &str) -> Result<Option<usize>, ModelError> {
@@ -1020,3 +1034,17 @@ impl<'a> Obj<'a> {
         out
     }
 }
+
+/// The largest size or count a config may give (2^20): released models stay far below it (hidden
+/// sizes reach ~25k, vocabularies ~262k, experts 512), and every kernel index must stay within
+/// the ±2^24 an index tensor holds.
+const MAX_SIZE: u64 = 1 << 20;
+
+/// The largest context a config may give (2^31 tokens).
+const MAX_POSITIONS: u64 = 1 << 31;
+
+/// Fields that count positions, not sizes: they may exceed [`MAX_SIZE`] (up to [`MAX_POSITIONS`]).
+const POSITION_FIELDS: [&str; 2] = [
+    "max_position_embeddings",
+    "original_max_position_embeddings",
+];
