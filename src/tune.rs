@@ -2,9 +2,20 @@
 //!
 //! A configuration whose tiles do not fit in SRAM (or that the device cannot run) is kept in the
 //! result with its error, counted as infinitely slow rather than failing the sweep.
+//!
+//! [`sweep`] is the plain loop `day0 kernel gemm --sweep` uses; [`tune()`] is `day0 tune`: a kernel
+//! family's implementations × tunable spaces at a [`Shape`], evaluated in parallel and ranked
+//! stably (the same table at any thread count), each configuration's bound read off its report,
+//! the problem's [`Roofline`] lower bound from the preset, the winner explained ([`explain`]) and
+//! spot-checked functionally at [`Shape::reduced`], the result cached as JSON ([`cache_key`]).
 
 use accel_sim::{Report, SimError};
-use dsl_core::Config;
+use dsl_core::{Backend, Config, KernelMeta, Launcher, Tensor};
+use kernels::attention::prefill::{run_prefill_with, PrefillCase, PrefillKernel};
+use kernels::gemm::{run_gemm, GemmCase, GemmDtype, GemmVariant};
+use rayon::prelude::*;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
 
 /// One point of a sweep.
 #[derive(Debug)]
@@ -44,13 +55,6 @@ pub fn best(points: &[SweepPoint]) -> Option<&SweepPoint> {
 // `day0 tune`: a kernel's whole tunable space at a real shape, ranked, explained, cached.
 // -------------------------------------------------------------------------------------------------
 
-use dsl_core::{Backend, KernelMeta, Launcher, Tensor};
-use kernels::attention::prefill::{run_prefill_with, PrefillCase, PrefillKernel};
-use kernels::gemm::{run_gemm, GemmCase, GemmDtype, GemmVariant};
-use rayon::prelude::*;
-use serde::{Deserialize, Serialize};
-use std::collections::BTreeMap;
-
 /// Version of the cache file layout and of what a row holds; bump it when either changes so old
 /// files are not read as new ones.
 const CACHE_SCHEMA: u32 = 1;
@@ -77,7 +81,17 @@ pub enum Family {
     Prefill,
     /// DSA sparse latent attention over each query's top-k rows: `sparse_mla`.
     SparseMla,
+    /// Split-KV paged decode (flash-decoding) and its combine: `paged_decode_split`.
+    Decode,
 }
+
+/// Every family, in the order names are looked up and listed.
+const FAMILIES: [Family; 4] = [
+    Family::Gemm,
+    Family::Prefill,
+    Family::SparseMla,
+    Family::Decode,
+];
 
 impl Family {
     /// The implementations of this family, in registry order.
@@ -93,6 +107,7 @@ impl Family {
             ],
             Family::Prefill => vec![&flash_prefill::META, &flash_prefill_pipelined::META],
             Family::SparseMla => vec![&kernels::attention::sparse::sparse_mla::META],
+            Family::Decode => vec![&kernels::attention::decode::paged_decode_split::META],
         }
     }
 
@@ -102,6 +117,7 @@ impl Family {
             Family::Gemm => "gemm",
             Family::Prefill => "attention_prefill",
             Family::SparseMla => "sparse_mla",
+            Family::Decode => "attention_decode",
         }
     }
 
@@ -116,6 +132,10 @@ impl Family {
             Family::SparseMla => {
                 "ctx=C[,seq=1][,heads=128][,topk=2048][,kv_lora=512][,rope=64][,page=64] \
                  (e.g. seq=1,ctx=65536: one DeepSeek-V3.2 decode step)"
+            }
+            Family::Decode => {
+                "ctx=C,heads=H[,kv_heads=H][,head_dim=128][,v_head_dim=D][,page=64][,splits=4] \
+                 (e.g. ctx=8192,heads=32,kv_heads=8)"
             }
         }
     }
@@ -143,7 +163,7 @@ pub struct Target {
 /// every implementation of it; an implementation name (`gemm_db`, `flash_prefill`) tunes that
 /// one. `only`, when not empty, restricts an operator to the named implementations.
 pub fn resolve(kernel: &str, only: &[String]) -> Result<Target, String> {
-    let families = [Family::Gemm, Family::Prefill, Family::SparseMla];
+    let families = FAMILIES;
     let (family, mut impls) = if let Some(f) = families.iter().find(|f| f.op() == kernel) {
         (*f, f.implementations())
     } else if let Some((f, m)) = families.iter().find_map(|f| {
@@ -226,6 +246,24 @@ pub enum Shape {
         rope: usize,
         /// Tokens per cache page.
         page: usize,
+    },
+    /// One decode token over a paged cache of `ctx` tokens, split over `splits` context ranges
+    /// (flash-decoding), then combined.
+    Decode {
+        /// Context length (the newest token included).
+        ctx: usize,
+        /// Query heads.
+        heads: usize,
+        /// Key/value heads (divides `heads`).
+        kv_heads: usize,
+        /// Query/key head dimension.
+        head_dim: usize,
+        /// Value head dimension.
+        v_head_dim: usize,
+        /// Tokens per cache page.
+        page: usize,
+        /// Context splits (clamped to the pages).
+        splits: usize,
     },
 }
 
@@ -322,6 +360,29 @@ impl Shape {
                     page: get("page", 64),
                 }
             }
+            Family::Decode => {
+                let keys = [
+                    "ctx",
+                    "heads",
+                    "kv_heads",
+                    "head_dim",
+                    "v_head_dim",
+                    "page",
+                    "splits",
+                ];
+                let m = parse_pairs(text, &keys)?;
+                let heads = need(&m, "heads")?;
+                let head_dim = m.get("head_dim").copied().unwrap_or(128);
+                Shape::Decode {
+                    ctx: need(&m, "ctx")?,
+                    heads,
+                    kv_heads: m.get("kv_heads").copied().unwrap_or(heads),
+                    head_dim,
+                    v_head_dim: m.get("v_head_dim").copied().unwrap_or(head_dim),
+                    page: m.get("page").copied().unwrap_or(64),
+                    splits: m.get("splits").copied().unwrap_or(4),
+                }
+            }
         };
         shape.validate()?;
         Ok(shape)
@@ -346,6 +407,16 @@ impl Shape {
                 if seq > ctx {
                     return Err(format!(
                         "seq = {seq} > ctx = {ctx} (the queries are the last seq positions)"
+                    ));
+                }
+                Ok(())
+            }
+            Shape::Decode {
+                heads, kv_heads, ..
+            } => {
+                if heads % kv_heads != 0 {
+                    return Err(format!(
+                        "heads = {heads} is not a multiple of kv_heads = {kv_heads}"
                     ));
                 }
                 Ok(())
@@ -386,6 +457,17 @@ impl Shape {
                 page,
             } => format!(
                 "seq={seq},ctx={ctx},heads={heads},topk={topk},kv_lora={kv_lora},rope={rope},page={page}"
+            ),
+            Shape::Decode {
+                ctx,
+                heads,
+                kv_heads,
+                head_dim,
+                v_head_dim,
+                page,
+                splits,
+            } => format!(
+                "ctx={ctx},heads={heads},kv_heads={kv_heads},head_dim={head_dim},v_head_dim={v_head_dim},page={page},splits={splits}"
             ),
         }
     }
@@ -440,6 +522,27 @@ impl Shape {
                     page,
                 }
             }
+            Shape::Decode {
+                ctx,
+                heads,
+                kv_heads,
+                head_dim,
+                v_head_dim,
+                page,
+                splits,
+            } => {
+                let group = heads / kv_heads;
+                let kv = kv_heads.min(2);
+                Shape::Decode {
+                    ctx: ctx.min(700),
+                    heads: kv * group,
+                    kv_heads: kv,
+                    head_dim,
+                    v_head_dim,
+                    page,
+                    splits,
+                }
+            }
         }
     }
 
@@ -485,6 +588,20 @@ impl Shape {
                     + (seq * topk) as u64 * 4
                     + distinct * d as u64 * elem;
                 (flop, bytes as f64)
+            }
+            Shape::Decode {
+                ctx,
+                heads,
+                kv_heads,
+                head_dim,
+                v_head_dim,
+                ..
+            } => {
+                let flop = 2.0 * heads as f64 * ctx as f64 * (head_dim + v_head_dim) as f64;
+                // The query and output once, every cached key and value once.
+                let elems =
+                    heads * (head_dim + v_head_dim) + ctx * kv_heads * (head_dim + v_head_dim);
+                (flop, (elems as u64 * elem) as f64)
             }
         }
     }
@@ -882,7 +999,104 @@ pub fn evaluate(
             GemmDtype::F32 => run_sparse_mla::<f32>(launcher, config, shape),
             GemmDtype::Bf16 => run_sparse_mla::<half::bf16>(launcher, config, shape),
         },
+        Shape::Decode { .. } => match dtype {
+            GemmDtype::F32 => run_paged_decode::<f32>(launcher, config, shape),
+            GemmDtype::Bf16 => run_paged_decode::<half::bf16>(launcher, config, shape),
+        },
     }
+}
+
+/// `paged_decode_split` at `config`, then `decode_combine` at its covering tiles, one report for
+/// both (the combine is part of what a split choice costs): random query and K/V pools with
+/// spare pages and a scrambled block table, checked against
+/// [`kernels::attention::reference::attention_decode_paged`] in functional runs.
+fn run_paged_decode<T: dsl_core::Float>(
+    launcher: &Launcher,
+    config: &Config,
+    shape: &Shape,
+) -> Result<Report, SimError> {
+    use kernels::attention::decode::{combine_config, decode_combine, paged_decode_split};
+    use kernels::attention::reference::{attention_decode_paged, AttnShape};
+    let Shape::Decode {
+        ctx,
+        heads,
+        kv_heads,
+        head_dim,
+        v_head_dim,
+        page,
+        splits,
+    } = *shape
+    else {
+        unreachable!("called with a decode shape only")
+    };
+    let fail = |message: String| SimError::Launch {
+        kernel: "paged_decode_split".into(),
+        message,
+    };
+    let group = heads / kv_heads;
+    let n_pages = ctx.div_ceil(page);
+    let splits = splits.clamp(1, n_pages);
+    let pool_pages = n_pages + 3;
+    let mut rng = kernels::testdata::Rng::new(SPOT_SEED);
+    let mut table: Vec<usize> = (0..pool_pages).collect();
+    for i in (1..table.len()).rev() {
+        table.swap(i, (rng.next_u64() % (i as u64 + 1)) as usize);
+    }
+    table.truncate(n_pages);
+    let (krow, vrow) = (kv_heads * head_dim, kv_heads * v_head_dim);
+    let mut t = kernels::testdata::CaseTensors::new(launcher, SPOT_SEED ^ 0xdec, "paged_decode");
+    let q = t.input::<T>(&[kv_heads, group, head_dim], 0.0, 1.0)?;
+    let k_pool = t.input::<T>(&[pool_pages, page, krow], 0.0, 1.0)?;
+    let v_pool = t.input::<T>(&[pool_pages, page, vrow], 0.0, 1.0)?;
+    let block_table = if launcher.backend == Backend::Functional {
+        let idx: Vec<i32> = table.iter().map(|p| *p as i32).collect();
+        Tensor::from_indices(&[n_pages], &idx).map_err(fail)?
+    } else {
+        Tensor::shape_only(&[n_pages])
+    };
+    let o_part = t.output::<f32>(&[splits, kv_heads, group, v_head_dim]);
+    let lse_part = t.output::<f32>(&[splits, kv_heads, group, 1]);
+    let o = t.output::<T>(&[heads, v_head_dim]);
+    let sm_scale = 1.0 / (head_dim as f32).sqrt();
+    let split = paged_decode_split::launch(
+        launcher,
+        config,
+        &q,
+        &k_pool,
+        &v_pool,
+        &block_table,
+        &o_part,
+        &lse_part,
+        ctx,
+        sm_scale,
+    )?;
+    let combine = decode_combine::launch(
+        launcher,
+        &combine_config(v_head_dim)?,
+        &o_part,
+        &lse_part,
+        &o,
+    )?;
+    let mut report = Report::chain("paged_decode_split", &[split.report, combine.report])
+        .ok_or_else(|| fail("no launches to report".into()))?;
+    // The chain is named after its first part; keep the tuned kernel's tiles on it.
+    report.config = config.0.clone();
+    if let (Some(out), Some(qv), Some(kv), Some(vv)) =
+        (o.to_vec(), q.to_vec(), k_pool.to_vec(), v_pool.to_vec())
+    {
+        let ashape = AttnShape {
+            sq: 1,
+            skv: ctx,
+            heads,
+            kv_heads,
+            head_dim,
+            v_head_dim,
+        };
+        let want = attention_decode_paged(&qv, &kv, &vv, &table, page, ashape, sm_scale as f64)
+            .map_err(|e| fail(e.to_string()))?;
+        report.max_rel_error = Some(kernels::reference::rel_error(&out, &want));
+    }
+    Ok(report)
 }
 
 /// `sparse_mla` alone on one shape: random queries and latent cache in a scrambled paged pool,
@@ -1432,7 +1646,7 @@ pub fn heatmap_svg(r: &TuneResult) -> Option<String> {
     let best = r.best.as_ref()?;
     let keys: Vec<&String> = best.config.keys().collect();
     // The axes: the implementation's tunables in declaration order when known, else key order.
-    let meta = [Family::Gemm, Family::Prefill, Family::SparseMla]
+    let meta = FAMILIES
         .iter()
         .flat_map(|f| f.implementations())
         .find(|m| m.name == best.implementation);

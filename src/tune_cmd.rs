@@ -18,15 +18,18 @@ KERNELS AND --shape:
   sparse_mla (DSA sparse latent attention over each query's top-k rows)
       --shape ctx=C[,seq=1][,heads=128][,topk=2048][,kv_lora=512][,rope=64][,page=64]
       e.g. --shape seq=1,ctx=65536 (a DeepSeek-V3.2 decode step)
+  attention_decode, paged_decode_split (split-KV paged decode; the combine is included)
+      --shape ctx=C,heads=H[,kv_heads=H][,head_dim=128][,v_head_dim=D][,page=64][,splits=4]
+      e.g. --shape ctx=8192,heads=32,kv_heads=8
 
 Every configuration of the declared tunable space runs cost-only; the three fastest then run
 functionally at a reduced shape against the f64 reference (non-zero exit above tolerance).
 Results are cached under $XDG_CACHE_HOME/day0 (default ~/.cache/day0), keyed by the kernels'
 source lines and tunable space, the preset, the shape, the dtype and the day0 build.")]
 pub struct TuneArgs {
-    /// An operator (gemm, attention_prefill, sparse_mla: every implementation of it) or one
-    /// implementation (gemm_db, gemm_pipelined, gemm_persistent, flash_prefill,
-    /// flash_prefill_pipelined).
+    /// An operator (gemm, attention_prefill, sparse_mla, attention_decode: every implementation
+    /// of it) or one implementation (gemm_db, gemm_pipelined, gemm_persistent, flash_prefill,
+    /// flash_prefill_pipelined, paged_decode_split).
     kernel: String,
     /// The problem shape; the syntax depends on the kernel (see below).
     #[arg(long)]

@@ -124,6 +124,7 @@ fn attention_kernels_tune_the_same_way() {
     for (kernel, shape) in [
         ("flash_prefill", "seq=256,heads=4,kv_heads=2,head_dim=128"),
         ("sparse_mla", "seq=2,ctx=1024,heads=16,topk=256"),
+        ("attention_decode", "ctx=1000,heads=8,kv_heads=2,page=64"),
     ] {
         let v = json(&day0(
             dir.path(),
