@@ -1356,7 +1356,12 @@ pub fn tune(req: &TuneRequest, on_done: &(dyn Fn() + Sync)) -> Result<TuneResult
         cache_key: String::new(),
     };
     result.cache_key = cache_key(req);
-    Ok(result)
+    // serde_json (without its `float_roundtrip` feature, which would rebuild the whole workspace)
+    // may parse a printed f64 one ulp away, so a result read back from the cache could print other
+    // digits than the fresh one. Handing out the result as the cache will read it back makes a
+    // fresh run and a cached run print the same numbers.
+    let text = serde_json::to_string(&result).map_err(|e| e.to_string())?;
+    serde_json::from_str(&text).map_err(|e| format!("tune result does not read back: {e}"))
 }
 
 /// Runs the fastest [`SPOT_CHECKS`] configurations functionally at the reduced shape.
