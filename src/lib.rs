@@ -8,7 +8,8 @@
 //! - [`calibrate`]: `day0 calibrate`, predictions against published measurements of real chips;
 //! - [`charts`]: the SVG charts of `day0 run --plot` and `day0 scale --plot`;
 //! - [`suite`]: the built-in kernel suite (`day0 suite`, and step 2 of `day0 run`);
-//! - [`tune`]: tile-shape sweeps over a kernel's tunable space.
+//! - [`tune`]: tile-shape sweeps over a kernel's tunable space, and `day0 tune` (ranked, explained,
+//!   spot-checked, cached).
 
 pub use accel_sim;
 pub use dsl_core;

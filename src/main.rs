@@ -8,6 +8,7 @@ use std::process::ExitCode;
 
 mod deploy_cmd;
 mod model_cmd;
+mod tune_cmd;
 
 #[derive(Parser)]
 #[command(
@@ -45,6 +46,15 @@ enum Command {
         #[arg(long, default_value = "npu-910b")]
         device: String,
         /// Print the reports as JSON (one array).
+        #[arg(long)]
+        json: bool,
+    },
+    /// Tune a kernel: every configuration of its tunable space at a shape, cost-only and in
+    /// parallel, ranked by cycles, the winner explained and spot-checked against the f64 reference.
+    Tune(tune_cmd::TuneArgs),
+    /// List every registered kernel implementation, grouped by operator.
+    Kernels {
+        /// Print JSON.
         #[arg(long)]
         json: bool,
     },
@@ -373,6 +383,8 @@ fn run(cli: Cli) -> Result<(), String> {
         Command::Calibrate { json, fit, write } => calibrate(json, fit, write),
         Command::Forward(args) => model_cmd::forward(args),
         Command::Validate(args) => model_cmd::validate_cmd(args),
+        Command::Tune(args) => tune_cmd::tune_cmd(args),
+        Command::Kernels { json } => tune_cmd::kernels_cmd(json),
         Command::Kernel(KernelCommand::Gemm(args)) => kernel_gemm(args),
         Command::Kernel(KernelCommand::ExpertFfn(args)) => kernel_expert_ffn(args),
         Command::Kernel(KernelCommand::Attention(args)) => kernel_attention(args),

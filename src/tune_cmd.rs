@@ -1,0 +1,233 @@
+//! `day0 tune` and `day0 kernels`: the command-line side of [`day0::tune`] and of the kernel
+//! registry.
+
+use clap::Args;
+use day0::tune::{self, Shape, TuneRequest, TuneResult};
+use std::io::IsTerminal;
+
+/// `day0 tune`.
+#[derive(Args)]
+#[command(after_long_help = "\
+KERNELS AND --shape:
+  gemm (every GEMM implementation; or one of gemm_db, gemm_pipelined, gemm_persistent; `--impl gemm`
+  for the naive one)
+      --shape MxNxK (e.g. 4096x4096x4096) or m=4096,n=4096,k=4096
+  attention_prefill (both), flash_prefill, flash_prefill_pipelined (causal flash attention)
+      --shape seq=S,heads=H[,kv_heads=HKV][,head_dim=128][,v_head_dim=D][,ctx=S]
+      e.g. --shape seq=4096,heads=32,kv_heads=8,head_dim=128
+  sparse_mla (DSA sparse latent attention over each query's top-k rows)
+      --shape ctx=C[,seq=1][,heads=128][,topk=2048][,kv_lora=512][,rope=64][,page=64]
+      e.g. --shape seq=1,ctx=65536 (a DeepSeek-V3.2 decode step)
+  attention_decode, paged_decode_split (split-KV paged decode; the combine is included)
+      --shape ctx=C,heads=H[,kv_heads=H][,head_dim=128][,v_head_dim=D][,page=64][,splits=4]
+      e.g. --shape ctx=8192,heads=32,kv_heads=8
+
+Every configuration of the declared tunable space runs cost-only; the three fastest then run
+functionally at a reduced shape against the f64 reference (non-zero exit above tolerance).
+Results are cached under $XDG_CACHE_HOME/day0 (default ~/.cache/day0), keyed by the kernels'
+source lines and tunable space, the preset, the shape, the dtype and the day0 build.")]
+pub struct TuneArgs {
+    /// An operator (gemm, attention_prefill, sparse_mla, attention_decode: every implementation
+    /// of it) or one implementation (gemm_db, gemm_pipelined, gemm_persistent, flash_prefill,
+    /// flash_prefill_pipelined, paged_decode_split).
+    kernel: String,
+    /// The problem shape; the syntax depends on the kernel (see below).
+    #[arg(long)]
+    shape: String,
+    /// Device preset name or path to a preset .toml file.
+    #[arg(long, default_value = "npu-910b")]
+    device: String,
+    /// Restrict an operator to these implementations (repeatable), e.g. `--impl gemm_db`.
+    #[arg(long = "impl", value_name = "NAME")]
+    impls: Vec<String>,
+    /// Input dtype: bf16 or f32 (default: bf16; f32 for sparse_mla, whose cache the model keeps
+    /// in f32).
+    #[arg(long)]
+    dtype: Option<String>,
+    /// Print the result as one JSON object (`configs`: every configuration, best first).
+    #[arg(long)]
+    json: bool,
+    /// Write a heat map of cycles over the first two tunables (e.g. BM × BN at the best BK).
+    #[arg(long, value_name = "FILE.svg")]
+    plot: Option<String>,
+    /// Neither read nor write the cache.
+    #[arg(long)]
+    no_cache: bool,
+    /// Host threads for the sweep (the result does not depend on it).
+    #[arg(long)]
+    threads: Option<usize>,
+}
+
+/// Runs `day0 tune`: errors are returned with the flag at fault; a failed spot check, or no
+/// configuration that runs, is an error after the result is printed.
+pub fn tune_cmd(args: TuneArgs) -> Result<(), String> {
+    let target = tune::resolve(&args.kernel, &args.impls)?;
+    let shape = Shape::parse(target.family, &args.shape)?;
+    let dtype = match &args.dtype {
+        Some(d) => tune::parse_dtype(d)?,
+        None => target.family.default_dtype(),
+    };
+    if args.threads == Some(0) {
+        return Err("--threads must be at least 1".into());
+    }
+    let preset = accel_sim::DevicePreset::load(&args.device)
+        .map_err(|e| format!("--device {}: {e}", args.device))?;
+    let req = TuneRequest {
+        kernel: args.kernel.clone(),
+        target,
+        shape,
+        dtype,
+        preset,
+        threads: args.threads,
+    };
+    let cached = if args.no_cache {
+        None
+    } else {
+        tune::load_cached(&req)
+    };
+    let result = match cached {
+        Some(r) => r,
+        None => {
+            let r = run_with_progress(&req)?;
+            if !args.no_cache {
+                // A cache that cannot be written costs the next run time, not this one's answer.
+                if let Err(e) = tune::store_cached(&req, &r) {
+                    eprintln!("warning: {e}");
+                }
+            }
+            r
+        }
+    };
+    if args.json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&result).map_err(|e| e.to_string())?
+        );
+    } else {
+        print!("{}", tune::table(&result));
+    }
+    if let Some(path) = &args.plot {
+        let svg = tune::heatmap_svg(&result)
+            .ok_or("--plot: nothing to draw (no configuration runs, or fewer than two tunables)")?;
+        std::fs::write(path, svg).map_err(|e| format!("--plot {path}: cannot write: {e}"))?;
+        if !args.json {
+            println!("heat map written to {path}");
+        }
+    }
+    check(&result)
+}
+
+/// The exit status of a result: an error when nothing runs or a spot check failed.
+fn check(r: &TuneResult) -> Result<(), String> {
+    if r.best.is_none() {
+        return Err(format!(
+            "no configuration of {} runs at {} on {}",
+            r.kernel, r.shape_text, r.device
+        ));
+    }
+    if !r.verified() {
+        let bad: Vec<String> = r
+            .spot_checks
+            .iter()
+            .filter(|s| !s.ok)
+            .map(|s| {
+                format!(
+                    "{} {}: {}",
+                    s.implementation,
+                    dsl_core::Config(s.config.clone()),
+                    match (s.max_rel_error, &s.error) {
+                        (Some(e), _) => format!("max rel err {e:.3e} > {:.0e}", s.tolerance),
+                        (None, Some(e)) => e.clone(),
+                        (None, None) => "no error measured".into(),
+                    }
+                )
+            })
+            .collect();
+        return Err(format!(
+            "spot check against the f64 reference failed: {}",
+            bad.join("; ")
+        ));
+    }
+    Ok(())
+}
+
+/// Tunes with a progress bar on stderr, drawn only when stderr is a terminal (so pipes, tests and
+/// `--json` consumers see nothing of it).
+fn run_with_progress(req: &TuneRequest) -> Result<TuneResult, String> {
+    use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+    let total: usize = req.target.impls.iter().map(|m| m.space().len()).sum();
+    let target = if std::io::stderr().is_terminal() {
+        ProgressDrawTarget::stderr()
+    } else {
+        ProgressDrawTarget::hidden()
+    };
+    let bar = ProgressBar::with_draw_target(Some(total as u64), target);
+    bar.set_style(
+        ProgressStyle::with_template("{msg} [{bar:40}] {pos}/{len} configs, {elapsed}")
+            .unwrap_or_else(|_| ProgressStyle::default_bar())
+            .progress_chars("=> "),
+    );
+    bar.set_message(format!("tuning {}", req.kernel));
+    let result = tune::tune(req, &|| bar.inc(1));
+    bar.finish_and_clear();
+    result
+}
+
+/// Runs `day0 kernels`: every registered implementation grouped by operator (in registry order),
+/// with its kind and summary.
+pub fn kernels_cmd(json: bool) -> Result<(), String> {
+    use kernels::registry::{all, ImplKind};
+    let kind = |k: ImplKind| match k {
+        ImplKind::Dsl => "dsl",
+        ImplKind::DslTuned => "dsl-tuned",
+    };
+    let mut ops: Vec<(&str, Vec<kernels::registry::Implementation>)> = Vec::new();
+    for i in all() {
+        match ops.iter_mut().find(|(op, _)| *op == i.op) {
+            Some((_, v)) => v.push(i),
+            None => ops.push((i.op, vec![i])),
+        }
+    }
+    if json {
+        let v: Vec<serde_json::Value> = ops
+            .iter()
+            .map(|(op, impls)| {
+                serde_json::json!({
+                    "op": op,
+                    "implementations": impls.iter().map(|i| serde_json::json!({
+                        "name": i.meta.name,
+                        "kind": kind(i.kind),
+                        "summary": i.summary,
+                        "tunables": i.meta.tunables.iter().map(|(n, v)| (n.to_string(), v.to_vec()))
+                            .collect::<std::collections::BTreeMap<_, _>>(),
+                        "configs": i.meta.space().len(),
+                        "file": i.meta.file,
+                    })).collect::<Vec<_>>(),
+                })
+            })
+            .collect();
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&v).map_err(|e| e.to_string())?
+        );
+        return Ok(());
+    }
+    let width = ops
+        .iter()
+        .flat_map(|(_, v)| v.iter().map(|i| i.meta.name.len()))
+        .max()
+        .unwrap_or(0);
+    for (op, impls) in &ops {
+        println!("{op}");
+        for i in impls {
+            println!(
+                "  {:<width$}  {:<9}  {:>4} configs  {}",
+                i.meta.name,
+                kind(i.kind),
+                i.meta.space().len(),
+                i.summary
+            );
+        }
+    }
+    Ok(())
+}

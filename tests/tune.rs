@@ -1,0 +1,254 @@
+//! `day0 tune` and `day0 kernels` as a user runs them: every test with its own empty cache
+//! directory (`XDG_CACHE_HOME`), so runs do not see each other's results or the user's.
+
+use std::process::{Command, Output};
+
+fn day0(cache: &std::path::Path, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_day0"))
+        .args(args)
+        .env("XDG_CACHE_HOME", cache)
+        .output()
+        .expect("day0 runs")
+}
+
+fn json(out: &Output) -> serde_json::Value {
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).expect("JSON on stdout")
+}
+
+/// A GEMM shape whose sweep takes a few seconds, large enough that 512-wide tiles overflow SRAM.
+const GEMM: [&str; 7] = [
+    "tune",
+    "gemm",
+    "--shape",
+    "1024x1024x1024",
+    "--device",
+    "npu-910b",
+    "--json",
+];
+
+#[test]
+fn gemm_tune_ranks_marks_overflows_and_serves_the_second_run_from_the_cache() {
+    let dir = tempfile::tempdir().unwrap();
+    let first = json(&day0(dir.path(), &GEMM));
+    let configs = first["configs"].as_array().expect("configs is a list");
+    assert!(configs.len() >= 20, "{} configs", configs.len());
+    assert_eq!(first["cached"], false);
+    // Best first: the runs by cycles, then everything that does not run.
+    let statuses: Vec<&str> = configs
+        .iter()
+        .map(|c| c["status"].as_str().unwrap())
+        .collect();
+    let ran = statuses.iter().take_while(|s| **s == "ok").count();
+    assert!(ran >= 20, "{ran} configurations ran");
+    assert!(
+        statuses[ran..].iter().all(|s| *s != "ok"),
+        "a configuration that runs is ranked after one that does not: {statuses:?}"
+    );
+    assert!(
+        statuses.contains(&"sram_overflow"),
+        "512-wide tiles overflow 512 KiB of SRAM"
+    );
+    let cycles: Vec<u64> = configs[..ran]
+        .iter()
+        .map(|c| c["cycles"].as_u64().unwrap())
+        .collect();
+    assert!(cycles.windows(2).all(|w| w[0] <= w[1]), "not sorted");
+    for c in &configs[..ran] {
+        for f in [
+            "config",
+            "cycles",
+            "time_us",
+            "bound",
+            "utilisation",
+            "sram_bytes",
+            "status",
+        ] {
+            assert!(!c[f].is_null(), "missing {f} in {c}");
+        }
+    }
+    for c in &configs[ran..] {
+        assert!(c["cycles"].is_null() && c["error"].is_string(), "{c}");
+    }
+    assert_eq!(first["best"], configs[0]);
+    assert!(first["roofline"]["cycles"].as_u64().unwrap() > 0);
+    assert!(cycles[0] >= first["roofline"]["cycles"].as_u64().unwrap());
+    assert!(first["why"].as_str().unwrap().contains("wins"));
+    let spots = first["spot_checks"].as_array().unwrap();
+    assert!(!spots.is_empty() && spots.iter().all(|s| s["ok"] == true));
+    // Several implementations were tuned: the variant is in every row.
+    let impls: std::collections::BTreeSet<&str> = configs
+        .iter()
+        .map(|c| c["implementation"].as_str().unwrap())
+        .collect();
+    assert_eq!(impls.len(), 4, "{impls:?}");
+
+    let second = json(&day0(dir.path(), &GEMM));
+    assert_eq!(second["cached"], true);
+    assert_eq!(second["configs"], first["configs"]);
+    assert_eq!(second["cache_key"], first["cache_key"]);
+}
+
+#[test]
+fn the_ranking_does_not_depend_on_the_thread_count() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = |threads: &str| {
+        json(&day0(
+            dir.path(),
+            &[
+                "tune",
+                "gemm_db",
+                "--shape",
+                "m=512,n=384,k=256",
+                "--json",
+                "--no-cache",
+                "--threads",
+                threads,
+            ],
+        ))
+    };
+    let (one, two) = (run("1"), run("2"));
+    assert_eq!(one["configs"], two["configs"]);
+    assert_eq!(one["why"], two["why"]);
+    // --no-cache wrote nothing.
+    assert!(!dir.path().join("day0").exists());
+}
+
+#[test]
+fn attention_kernels_tune_the_same_way() {
+    let dir = tempfile::tempdir().unwrap();
+    for (kernel, shape) in [
+        ("flash_prefill", "seq=256,heads=4,kv_heads=2,head_dim=128"),
+        ("sparse_mla", "seq=2,ctx=1024,heads=16,topk=256"),
+        ("attention_decode", "ctx=1000,heads=8,kv_heads=2,page=64"),
+    ] {
+        let v = json(&day0(
+            dir.path(),
+            &["tune", kernel, "--shape", shape, "--json"],
+        ));
+        let configs = v["configs"].as_array().unwrap();
+        assert!(v["best"].is_object(), "{kernel}: nothing ran");
+        // Tiles that do not cover the head dims are kept, marked, last.
+        let last = configs.last().unwrap();
+        assert_eq!(last["status"], "refused", "{kernel}");
+        assert!(
+            v["spot_checks"][0]["ok"] == true,
+            "{kernel}: {}",
+            v["spot_checks"]
+        );
+    }
+}
+
+#[test]
+fn the_plot_is_an_svg_heat_map() {
+    let dir = tempfile::tempdir().unwrap();
+    let svg = dir.path().join("heat.svg");
+    let out = day0(
+        dir.path(),
+        &[
+            "tune",
+            "gemm_persistent",
+            "--shape",
+            "512x512x512",
+            "--plot",
+            svg.to_str().unwrap(),
+        ],
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("why:") && text.contains("spot check"),
+        "{text}"
+    );
+    let svg = std::fs::read_to_string(svg).unwrap();
+    assert!(svg.starts_with("<svg") && svg.contains("BM=") && svg.contains("BN="));
+}
+
+#[test]
+fn bad_input_is_a_clear_error_not_a_panic() {
+    let dir = tempfile::tempdir().unwrap();
+    for (args, says) in [
+        (
+            vec!["tune", "gemmm", "--shape", "64x64x64"],
+            "no tunable kernel",
+        ),
+        (vec!["tune", "gemm", "--shape", "64x64"], "--shape"),
+        (vec!["tune", "gemm", "--shape", "0x64x64"], "--shape"),
+        (
+            vec!["tune", "gemm", "--shape", "m=4,n=4,q=4"],
+            "unknown key `q`",
+        ),
+        (
+            vec!["tune", "flash_prefill", "--shape", "seq=64"],
+            "heads is required",
+        ),
+        (
+            vec![
+                "tune",
+                "flash_prefill",
+                "--shape",
+                "seq=64,heads=6,kv_heads=4",
+            ],
+            "not a multiple",
+        ),
+        (
+            vec!["tune", "sparse_mla", "--shape", "seq=4,ctx=2"],
+            "seq = 4 > ctx = 2",
+        ),
+        (
+            vec![
+                "tune",
+                "gemm",
+                "--shape",
+                "64x64x64",
+                "--impl",
+                "flash_prefill",
+            ],
+            "--impl flash_prefill",
+        ),
+        (
+            vec!["tune", "gemm", "--shape", "64x64x64", "--dtype", "fp4"],
+            "--dtype",
+        ),
+        (
+            vec!["tune", "gemm", "--shape", "64x64x64", "--device", "nope"],
+            "--device",
+        ),
+    ] {
+        let out = day0(dir.path(), &args);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{args:?} succeeded");
+        assert!(err.contains(says), "{args:?}: {err}");
+        assert!(!err.contains("panicked"), "{args:?}: {err}");
+    }
+}
+
+#[test]
+fn kernels_lists_the_registry_by_operator() {
+    let dir = tempfile::tempdir().unwrap();
+    let v = json(&day0(dir.path(), &["kernels", "--json"]));
+    let ops = v.as_array().unwrap();
+    let gemm = ops.iter().find(|o| o["op"] == "gemm").expect("gemm listed");
+    let names: Vec<&str> = gemm["implementations"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| i["name"].as_str().unwrap())
+        .collect();
+    assert!(
+        names.len() >= 4 && names.contains(&"gemm_persistent"),
+        "{names:?}"
+    );
+    assert!(gemm["implementations"][0]["kind"].is_string());
+    let text = day0(dir.path(), &["kernels"]);
+    assert!(text.status.success());
+    assert!(String::from_utf8_lossy(&text.stdout).contains("sparse_mla"));
+}
