@@ -1,26 +1,72 @@
 //! `Tensor<T>`: a tensor in device memory, as a kernel sees it.
 
 use crate::elem::Elem;
-use std::cell::UnsafeCell;
 use std::marker::PhantomData;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 
 static NEXT_ID: AtomicU64 = AtomicU64::new(1);
 
 /// Device memory backing a functional tensor.
 ///
-/// Programs of one launch run on host threads at once and write disjoint windows of their output
-/// tensors, like blocks on an accelerator; overlapping writes are a kernel bug (a race), exactly as on
-/// hardware.
+/// Programs of one launch run on host threads at once, like blocks on an accelerator, and read
+/// and write windows of the same tensors. Every element is an [`AtomicU32`] holding the `f32`'s
+/// bits, accessed with `Relaxed` loads and stores, so concurrent access is defined behaviour *by
+/// construction*: no `&mut` to the buffer (or to any part of it) is ever formed while a launch
+/// runs, and no `&[f32]` view is handed out that another thread could write under. A kernel whose
+/// programs do overlap (a race, as on hardware) gets some interleaving of the values, never
+/// undefined behaviour; the hazard checks (`crate::hazard`) then report the race by line and
+/// element. `Relaxed` is enough: a launch joins its programs (rayon) before anyone reads the
+/// results, and the join orders everything. On x86-64 and AArch64 a relaxed 32-bit load or store is
+/// a plain move, so the functional path keeps its speed (copies are a few percent of a GEMM's
+/// time, next to its multiply-accumulates).
 pub(crate) struct DeviceMem {
-    data: UnsafeCell<Vec<f32>>,
+    cells: Box<[AtomicU32]>,
 }
 
-// SAFETY: see the type's documentation: concurrent access is to disjoint windows, by construction of
-// the kernels; readers of a tensor never run concurrently with writers of the same elements.
-unsafe impl Sync for DeviceMem {}
-unsafe impl Send for DeviceMem {}
+impl DeviceMem {
+    fn new(values: Vec<f32>) -> DeviceMem {
+        DeviceMem {
+            cells: values
+                .into_iter()
+                .map(|v| AtomicU32::new(v.to_bits()))
+                .collect(),
+        }
+    }
+
+    /// Element `i`.
+    ///
+    /// # Panics
+    /// If `i` is past the memory (views are clipped to their memory, so this is a front-end bug).
+    #[inline]
+    pub(crate) fn get(&self, i: usize) -> f32 {
+        f32::from_bits(self.cells[i].load(Ordering::Relaxed))
+    }
+
+    /// Copies `dst.len()` elements starting at memory index `start` into `dst`.
+    ///
+    /// # Panics
+    /// If the range passes the end of the memory (a front-end bug: views are clipped).
+    #[inline]
+    pub(crate) fn read(&self, start: usize, dst: &mut [f32]) {
+        let src = &self.cells[start..start + dst.len()];
+        for (d, s) in dst.iter_mut().zip(src) {
+            *d = f32::from_bits(s.load(Ordering::Relaxed));
+        }
+    }
+
+    /// Writes `src` at memory index `start`.
+    ///
+    /// # Panics
+    /// If the range passes the end of the memory (a front-end bug: views are clipped).
+    #[inline]
+    pub(crate) fn write(&self, start: usize, src: &[f32]) {
+        let dst = &self.cells[start..start + src.len()];
+        for (d, s) in dst.iter().zip(src) {
+            d.store(s.to_bits(), Ordering::Relaxed);
+        }
+    }
+}
 
 /// A row-major tensor in (simulated) device memory. Kernels address it as a matrix: the last
 /// dimension is the columns and all leading dimensions fold into rows.
@@ -37,6 +83,10 @@ pub struct Tensor<T: Elem> {
     /// window of a wider tensor (see [`Tensor::col_range`]).
     stride: usize,
     mem: Option<Arc<DeviceMem>>,
+    /// Whether this is a view a kernel clipped itself ([`Tensor::at`], [`Tensor::rows_clipped`],
+    /// [`Tensor::cols_clipped`]) or one derived from such a view: a window wholly outside it is by
+    /// design (an expert with no rows), not an out-of-bounds access (see `crate::hazard`).
+    clipped: bool,
     _t: PhantomData<T>,
 }
 
@@ -63,11 +113,8 @@ impl<T: Elem> Tensor<T> {
             shape: shape.to_vec(),
             offset: 0,
             stride: shape.last().copied().unwrap_or(1),
-            mem: mem.map(|v| {
-                Arc::new(DeviceMem {
-                    data: UnsafeCell::new(v),
-                })
-            }),
+            mem: mem.map(|v| Arc::new(DeviceMem::new(v))),
+            clipped: false,
             _t: PhantomData,
         }
     }
@@ -137,16 +184,15 @@ impl<T: Elem> Tensor<T> {
 
     /// Copies the data out, row-major over the view's shape (`None` for a shape-only tensor).
     pub fn to_vec(&self) -> Option<Vec<f32>> {
-        let d = self.data()?;
-        if self.is_dense() {
-            return Some(d[..self.len()].to_vec());
+        let m = self.mem.as_deref()?;
+        let (rows, cols) = (self.rows(), self.cols());
+        let mut out = vec![0.0; rows * cols];
+        if cols > 0 {
+            for (r, row) in out.chunks_exact_mut(cols).enumerate() {
+                m.read(self.offset + r * self.stride, row);
+            }
         }
-        let c = self.cols();
-        Some(
-            (0..self.rows())
-                .flat_map(|r| d[r * self.stride..r * self.stride + c].iter().copied())
-                .collect(),
-        )
+        Some(out)
     }
 
     /// The `index`-th sub-tensor along the first dimension, sharing memory: `x.at(h)` of a
@@ -167,6 +213,7 @@ impl<T: Elem> Tensor<T> {
             offset: self.offset,
             stride: self.stride,
             mem: self.mem.clone(),
+            clipped: true,
             _t: PhantomData,
         };
         if index < first {
@@ -195,6 +242,7 @@ impl<T: Elem> Tensor<T> {
             offset: self.offset + start * self.stride,
             stride: self.stride,
             mem: self.mem.clone(),
+            clipped: true,
             _t: PhantomData,
         }
     }
@@ -222,6 +270,7 @@ impl<T: Elem> Tensor<T> {
             offset: self.offset + start,
             stride: self.stride,
             mem: self.mem.clone(),
+            clipped: true,
             _t: PhantomData,
         }
     }
@@ -248,6 +297,7 @@ impl<T: Elem> Tensor<T> {
             offset: self.offset,
             stride: shape.last().copied().unwrap_or(1),
             mem: self.mem.clone(),
+            clipped: self.clipped,
             _t: PhantomData,
         })
     }
@@ -269,6 +319,7 @@ impl<T: Elem> Tensor<T> {
             offset: self.offset + start * self.stride,
             stride: self.stride,
             mem: self.mem.clone(),
+            clipped: self.clipped,
             _t: PhantomData,
         })
     }
@@ -291,6 +342,7 @@ impl<T: Elem> Tensor<T> {
             offset: self.offset + start,
             stride: self.stride,
             mem: self.mem.clone(),
+            clipped: self.clipped,
             _t: PhantomData,
         })
     }
@@ -316,21 +368,43 @@ impl<T: Elem> Tensor<T> {
         self.offset
     }
 
-    /// Read access to the data during a launch: the memory from the view's first element to its
-    /// last; row `r` starts at `r * row_stride()`.
-    pub(crate) fn data(&self) -> Option<&[f32]> {
-        // SAFETY: see `DeviceMem`.
-        let len = match self.rows() {
-            0 => 0,
-            r => (r - 1) * self.stride + self.cols(),
-        };
-        let len = if self.cols() == 0 { 0 } else { len };
-        self.mem
-            .as_ref()
-            .map(|m| unsafe { &(&*m.data.get())[self.offset..self.offset + len] })
+    /// Whether this view was clipped inside a kernel (see the field's documentation).
+    pub(crate) fn is_clipped(&self) -> bool {
+        self.clipped
     }
 
-    /// Writes `vals` (row-major `rows×cols`, already clipped) at (`row`, `col`).
+    /// Elements of memory the view spans: from its first element to its last (row `r` starts at
+    /// `r * row_stride()`); 0 for an empty view.
+    pub(crate) fn span(&self) -> usize {
+        match (self.rows(), self.cols()) {
+            (0, _) | (_, 0) => 0,
+            (r, c) => (r - 1) * self.stride + c,
+        }
+    }
+
+    /// Element `i` of the view's span (`i < span()`), `None` for a shape-only tensor. Used during
+    /// launches by any number of programs at once (see [`DeviceMem`]).
+    pub(crate) fn span_get(&self, i: usize) -> Option<f32> {
+        debug_assert!(i < self.span());
+        self.mem.as_ref().map(|m| m.get(self.offset + i))
+    }
+
+    /// Copies `dst.len()` elements of the view's span starting at `i` into `dst`; false for a
+    /// shape-only tensor. The range must lie inside the span.
+    pub(crate) fn span_read(&self, i: usize, dst: &mut [f32]) -> bool {
+        debug_assert!(i + dst.len() <= self.span());
+        match &self.mem {
+            Some(m) => {
+                m.read(self.offset + i, dst);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Writes `vals` (row-major `rows×cols` with row pitch `src_stride`, already clipped to the
+    /// view) at (`row`, `col`), row by row into exactly the window: other programs may be reading
+    /// or writing other windows of the same memory at the same time (see [`DeviceMem`]).
     pub(crate) fn write_window(
         &self,
         row: usize,
@@ -345,12 +419,10 @@ impl<T: Elem> Tensor<T> {
             return;
         }
         if let Some(m) = &self.mem {
-            let c = self.stride;
-            // SAFETY: see `DeviceMem`: programs write disjoint windows.
-            let data = unsafe { &mut *m.data.get() };
+            debug_assert!(row + rows <= self.rows() && col + cols <= self.cols());
             for r in 0..rows {
-                let dst = self.offset + (row + r) * c + col;
-                data[dst..dst + cols].copy_from_slice(&vals[r * src_stride..r * src_stride + cols]);
+                let dst = self.offset + (row + r) * self.stride + col;
+                m.write(dst, &vals[r * src_stride..r * src_stride + cols]);
             }
         }
     }
@@ -392,5 +464,41 @@ impl Tensor<crate::elem::fp8e4m3> {
             .map(|c| accel_sim::formats::fp8::decode_e4m3(*c))
             .collect();
         Tensor::from_f32(shape, &v)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Programs of a launch on host threads: writers of disjoint windows, a writer racing another
+    /// on the same window, and readers of windows being written, all at once. With device memory
+    /// of atomics this is defined behaviour (Miri: `cargo +nightly miri test -p dsl-core --lib
+    /// tensor`); with the former `UnsafeCell<Vec<f32>>` and `&mut` of the whole buffer it was not.
+    #[test]
+    fn concurrent_windows_are_defined_behaviour() {
+        let t = Tensor::<f32>::poisoned(&[4, 6]);
+        let head = t.cols_clipped(2, 3);
+        std::thread::scope(|s| {
+            for p in 0..4usize {
+                let (t, head) = (&t, &head);
+                s.spawn(move || {
+                    let vals = [p as f32 + 1.0; 6];
+                    // Disjoint rows, then an overlapping window every program writes (a race).
+                    t.write_window(p, 0, 1, 6, &vals, 6);
+                    head.write_window(0, 0, 1, 3, &vals, 3);
+                    let mut row = [0.0; 3];
+                    assert!(head.span_read(0, &mut row));
+                    assert!(t.span_get(p * 6).is_some());
+                });
+            }
+            s.spawn(|| t.to_vec());
+        });
+        let v = t.to_vec().unwrap();
+        for p in 1..4 {
+            assert_eq!(v[p * 6], p as f32 + 1.0);
+        }
+        // The raced elements hold one of the writers' values, never a torn or invented one.
+        assert!(v[2..5].iter().all(|x| (1.0..=4.0).contains(x)));
     }
 }
