@@ -4,10 +4,12 @@
 //! the calling line, so every simulated cycle is attributed to a line of the kernel.
 
 use crate::elem::Elem;
+use crate::hazard::{Access, ArgView, ProgramHazards, Taint};
 use crate::tile::Tile;
 use accel_sim::program::{BufId, Instr, ProgramTrace, Recorder};
 use accel_sim::SimError;
 use std::marker::PhantomData;
+use std::sync::Arc;
 
 /// One program's context: grid position, backend, current line and recorded instructions.
 pub struct Ctx {
@@ -18,6 +20,10 @@ pub struct Ctx {
     pub(crate) kernel: &'static str,
     pub(crate) trace: Recorder,
     pub(crate) error: Option<SimError>,
+    /// Hazard state of a checked functional launch (`None`: unchecked, or cost-only).
+    pub(crate) hz: Option<Box<ProgramHazards>>,
+    /// The launch's tensor arguments, for naming tensors in hazard messages.
+    pub(crate) args: Arc<[ArgView]>,
 }
 
 impl Ctx {
@@ -36,7 +42,41 @@ impl Ctx {
             kernel,
             trace: reference.map_or_else(Recorder::new, Recorder::following),
             error: None,
+            hz: None,
+            args: Arc::from(Vec::new()),
         }
+    }
+
+    /// A context for one program outside any launch (program 0 of a one-program grid), whose
+    /// recorded instructions [`Ctx::finish`] returns: for testing intrinsics one by one, and for
+    /// tools that want an intrinsic's instruction without a launch. Hazard checks of single
+    /// programs (bounds, unwritten tiles, with `check_finite` non-finite stores) are on; races
+    /// need a launch.
+    pub fn standalone(kernel: &'static str, functional: bool, check_finite: bool) -> Ctx {
+        let mut ctx = Ctx::new(kernel, [0; 3], [1; 3], functional, None);
+        if functional {
+            ctx.hz = Some(Box::new(ProgramHazards::new(&crate::hazard::Hazards {
+                enabled: true,
+                coverage: false,
+                check_finite,
+            })));
+        }
+        ctx
+    }
+
+    /// The program's recorded instructions, or the first error it hit (a kernel error or a
+    /// hazard), as a launch would return it.
+    pub fn finish(self) -> Result<ProgramTrace, SimError> {
+        match self.error {
+            Some(e) => Err(e),
+            None => Ok(self.trace.finish()),
+        }
+    }
+
+    /// The first error recorded so far, if any (it does not stop the program: intrinsics keep
+    /// going so a launch records a whole trace; the launch returns the error).
+    pub fn error(&self) -> Option<&SimError> {
+        self.error.as_ref()
     }
 
     /// Sets the source line of the next intrinsic (inserted by `#[kernel]`).
@@ -79,8 +119,136 @@ impl Ctx {
         }
     }
 
-    /// Records an instruction at the current line.
+    /// Records an instruction at the current line. In a checked launch, an instruction that reads
+    /// a tainted tile (made by `empty` and not written, or loaded from outside a tensor) is a
+    /// hazard; one that writes a tile wholly clears its taint.
     pub(crate) fn issue(&mut self, ins: Instr) {
+        if let Some(h) = self.hz.as_deref_mut() {
+            if !h.taints.is_empty() {
+                self.check_taints(&ins);
+            }
+        }
         self.trace.exec(&ins);
+    }
+
+    /// Clears the taint of a tile an intrinsic has just written wholly.
+    pub(crate) fn untaint(&mut self, buf: BufId) {
+        if let Some(h) = self.hz.as_deref_mut() {
+            h.taints.retain(|(b, _)| *b != buf);
+        }
+    }
+
+    /// Marks a tile as not readable until written (see [`Taint`]).
+    pub(crate) fn taint(&mut self, buf: BufId, taint: Taint) {
+        if let Some(h) = self.hz.as_deref_mut() {
+            h.taints.push((buf, taint));
+        }
+    }
+
+    #[cold]
+    fn check_taints(&mut self, ins: &Instr) {
+        let Some(h) = self.hz.as_deref() else {
+            return;
+        };
+        let hit = ins.reads().iter().find_map(|r| {
+            h.taints
+                .iter()
+                .find(|(b, _)| b == r)
+                .map(|(_, t)| t.clone())
+        });
+        match hit {
+            Some(Taint::Empty { line }) => self.fail(format!(
+                "hazard: reads on-chip data never written: the tile made by `empty` at line {line} is read here before any intrinsic wrote it (`mma` reads its accumulator: start it with `zeros`, or write the tile with `load_into` first)"
+            )),
+            Some(Taint::Outside { line, what }) => {
+                let here = self.line;
+                self.line = line;
+                self.fail(format!(
+                    "hazard: out-of-bounds load: {what}, and line {here} reads the tile; no element of the window is inside the tensor, so it is not a ragged edge (clip the view with `rows_clipped`/`cols_clipped`/`at` if empty windows are intended)"
+                ));
+                self.line = here;
+            }
+            None => {}
+        }
+        if let Some(w) = ins.write {
+            if !ins.reads().contains(&w) {
+                self.untaint(w);
+            }
+        }
+    }
+
+    /// Notes a load's window (checked launches that look for races or coverage).
+    #[inline]
+    pub(crate) fn note_read(
+        &mut self,
+        mem: u64,
+        start: usize,
+        stride: usize,
+        rows: usize,
+        cols: usize,
+    ) {
+        self.note(false, mem, start, stride, rows, cols);
+    }
+
+    /// Notes a store's window (checked launches that look for races or coverage).
+    #[inline]
+    pub(crate) fn note_write(
+        &mut self,
+        mem: u64,
+        start: usize,
+        stride: usize,
+        rows: usize,
+        cols: usize,
+    ) {
+        self.note(true, mem, start, stride, rows, cols);
+    }
+
+    #[inline]
+    fn note(
+        &mut self,
+        write: bool,
+        mem: u64,
+        start: usize,
+        stride: usize,
+        rows: usize,
+        cols: usize,
+    ) {
+        if rows == 0 || cols == 0 {
+            return;
+        }
+        let line = self.line;
+        if let Some(log) = self.hz.as_deref_mut().and_then(|h| h.log.as_mut()) {
+            let a = Access {
+                mem,
+                start,
+                stride,
+                rows,
+                cols,
+                line,
+            };
+            if write {
+                log.writes.push(a);
+            } else {
+                log.reads.push(a);
+            }
+        }
+    }
+
+    /// Whether this program runs bounds and taint checks.
+    #[inline]
+    pub(crate) fn checked(&self) -> bool {
+        self.hz.as_deref().is_some_and(|h| h.enabled)
+    }
+
+    /// Whether stores of non-finite values are errors.
+    #[inline]
+    pub(crate) fn check_finite(&self) -> bool {
+        self.hz.as_deref().is_some_and(|h| h.check_finite)
+    }
+
+    /// Names a tensor by its launch parameter when it is one (`` `x` ``), else by its type and
+    /// shape.
+    pub(crate) fn tensor_name<T: Elem>(&self, t: &crate::tensor::Tensor<T>) -> String {
+        crate::hazard::name_tensor(&self.args, t.id(), &|| format!("{t:?}"))
     }
 }

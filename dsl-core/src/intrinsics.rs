@@ -17,6 +17,7 @@
 
 use crate::ctx::Ctx;
 use crate::elem::{Elem, Float};
+use crate::hazard::Taint;
 use crate::tensor::Tensor;
 use crate::tile::Tile;
 use accel_sim::functional::{self as f, Binary, Reduce, Unary};
@@ -68,32 +69,48 @@ fn load_impl<const R: usize, const C: usize, T: Elem>(
     fill: f32,
     blocking: bool,
 ) -> Tile<T, R, C> {
+    let tile = ctx.new_tile::<T, R, C>(None);
+    load_window(ctx, tile, t, row, col, fill, blocking)
+}
+
+/// Fills `tile` (wholly) from the `R×C` window at (`row`, `col`) of `t` and records the load:
+/// what [`load`], [`load_async`], their `_or` forms and [`load_into`] share.
+fn load_window<const R: usize, const C: usize, T: Elem>(
+    ctx: &mut Ctx,
+    mut tile: Tile<T, R, C>,
+    t: &Tensor<T>,
+    row: usize,
+    col: usize,
+    fill: f32,
+    blocking: bool,
+) -> Tile<T, R, C> {
     let (rows, cols) = (t.rows(), t.cols());
     let vr = rows.saturating_sub(row).min(R);
     let vc = cols.saturating_sub(col).min(C);
-    let data = if ctx.functional {
+    // (A window wholly outside the tensor, vc == 0 or vr == 0, copies nothing.)
+    let (vr_data, stride) = (if vc == 0 { 0 } else { vr }, t.row_stride());
+    if ctx.functional {
         let mut fv = [fill];
         T::round(&mut fv);
-        let mut v = vec![fv[0]; R * C];
-        match t.data() {
-            Some(src) => {
-                // (A window wholly outside the tensor, vc == 0, copies nothing.)
-                let stride = t.row_stride();
-                for r in 0..if vc == 0 { 0 } else { vr } {
-                    let s = (row + r) * stride + col;
-                    v[r * C..r * C + vc].copy_from_slice(&src[s..s + vc]);
-                }
+        let mut v = tile.data.take().unwrap_or_default();
+        v.clear();
+        v.resize(R * C, fv[0]);
+        if t.has_data() {
+            for r in 0..vr_data {
+                t.span_read((row + r) * stride + col, &mut v[r * C..r * C + vc]);
             }
-            None => ctx.fail(format!(
+        } else {
+            ctx.fail(format!(
                 "functional launch given a shape-only tensor {t:?}; create it with data"
-            )),
+            ));
         }
-        Some(v)
-    } else {
-        None
-    };
-    let mut tile = ctx.new_tile::<T, R, C>(data);
+        tile.data = Some(v);
+        if ctx.checked() {
+            ctx.note_read(t.id(), t.offset() + row * stride + col, stride, vr_data, vc);
+        }
+    }
     tile.valid = if vc == 0 { [0, 0] } else { [vr, vc] };
+    tile.fill = false;
     let bytes = T::DTYPE.bytes_for((vr * vc) as u64);
     let region = Region {
         tensor: t.id(),
@@ -103,6 +120,21 @@ fn load_impl<const R: usize, const C: usize, T: Elem>(
     };
     let ins = Instr::new(Op::Load { bytes, region }, ctx.line, &[], Some(tile.buf));
     ctx.issue(if blocking { ins.blocking() } else { ins });
+    if ctx.checked() && R > 0 && C > 0 && (row >= rows || col >= cols) && !t.is_clipped() {
+        // Read later, this tile would be the fill value, not data (see `crate::hazard`).
+        let what = format!(
+            "line {} loads the {R}x{C} window at [{row}, {col}] of {}, which has {rows} rows and {cols} columns",
+            ctx.line,
+            ctx.tensor_name(t)
+        );
+        ctx.taint(
+            tile.buf,
+            Taint::Outside {
+                line: ctx.line,
+                what,
+            },
+        );
+    }
     tile
 }
 
@@ -158,7 +190,10 @@ pub fn load_async_or<const R: usize, const C: usize, T: Elem>(
     load_impl(ctx, t, row, col, fill, false)
 }
 
-/// Stores `tile` to the window at (`row`, `col`) of `t`; elements outside the tensor are dropped.
+/// Stores `tile` to the window at (`row`, `col`) of `t`; elements outside the tensor are dropped
+/// (a ragged edge). In a hazard-checked launch a window that starts outside a tensor the kernel did
+/// not clip itself is an error, and with `check_finite` so is a stored NaN or ±∞ (see
+/// [`crate::hazard`]).
 pub fn store<T: Elem, const R: usize, const C: usize>(
     ctx: &mut Ctx,
     t: &Tensor<T>,
@@ -166,8 +201,9 @@ pub fn store<T: Elem, const R: usize, const C: usize>(
     col: usize,
     tile: &Tile<T, R, C>,
 ) {
-    let vr = t.rows().saturating_sub(row).min(R);
-    let vc = t.cols().saturating_sub(col).min(C);
+    let (rows, cols) = (t.rows(), t.cols());
+    let vr = rows.saturating_sub(row).min(R);
+    let vc = cols.saturating_sub(col).min(C);
     if ctx.functional {
         if let Some(d) = &tile.data {
             if t.has_data() {
@@ -177,6 +213,38 @@ pub fn store<T: Elem, const R: usize, const C: usize>(
                     "functional launch given a shape-only output tensor {t:?}"
                 ));
             }
+            if ctx.check_finite() && vc > 0 {
+                let bad = (0..vr).find_map(|r| {
+                    d[r * C..r * C + vc]
+                        .iter()
+                        .position(|x| !x.is_finite())
+                        .map(|c| (r, c, d[r * C + c]))
+                });
+                if let Some((r, c, x)) = bad {
+                    let name = ctx.tensor_name(t);
+                    ctx.fail(format!(
+                        "non-finite value: this line stores {x} into {name}[{}, {}] (tile element [{r}, {c}]); the first launch and line to produce one",
+                        row + r,
+                        col + c
+                    ));
+                }
+            }
+        }
+        if ctx.checked() {
+            if R > 0 && C > 0 && (row >= rows || col >= cols) && !t.is_clipped() {
+                let name = ctx.tensor_name(t);
+                ctx.fail(format!(
+                    "hazard: out-of-bounds store: the {R}x{C} window at [{row}, {col}] of {name}, which has {rows} rows and {cols} columns; no element of it is inside the tensor, so it is not a ragged edge (clip the view with `rows_clipped`/`cols_clipped`/`at` if empty windows are intended)"
+                ));
+            }
+            let stride = t.row_stride();
+            ctx.note_write(
+                t.id(),
+                t.offset() + row * stride + col,
+                stride,
+                if vc == 0 { 0 } else { vr },
+                vc,
+            );
         }
     }
     let bytes = T::DTYPE.bytes_for((vr * vc) as u64);
@@ -239,6 +307,44 @@ pub fn full<T: Elem, const R: usize, const C: usize>(ctx: &mut Ctx, value: f32) 
 /// Usage: `zeros::<f32, R, C>()`
 pub fn zeros<T: Elem, const R: usize, const C: usize>(ctx: &mut Ctx) -> Tile<T, R, C> {
     full::<T, R, C>(ctx, 0.0)
+}
+
+/// A new tile whose contents are undefined until an intrinsic writes it wholly ([`load_into`]):
+/// on-chip memory reserved without a fill, so no vector pass is spent on values that will be
+/// overwritten (a buffer of a manual double-buffering ring). Reading it first — including as the
+/// accumulator of an `mma`, which adds to it — is a hazard (an error at the reading line) in a
+/// checked launch; unchecked, it reads NaN. Issues no instruction.
+///
+/// Usage: `empty::<f32, R, C>()`
+pub fn empty<T: Elem, const R: usize, const C: usize>(ctx: &mut Ctx) -> Tile<T, R, C> {
+    let data = ctx.functional.then(|| vec![f32::NAN; R * C]);
+    let t = ctx.new_tile::<T, R, C>(data);
+    if ctx.checked() {
+        ctx.taint(t.buf, Taint::Empty { line: ctx.line });
+    }
+    t
+}
+
+/// [`load`] into an existing tile (its previous contents are replaced wholly, padding included):
+/// reuses the tile's on-chip buffer instead of allocating one, e.g. to fill an [`empty`] tile.
+/// Waits for the data, like [`load`].
+///
+/// Usage: `load_into(&mut tile, tensor, row, col)`
+pub fn load_into<T: Elem, const R: usize, const C: usize>(
+    ctx: &mut Ctx,
+    tile: &mut Tile<T, R, C>,
+    t: &Tensor<T>,
+    row: usize,
+    col: usize,
+) {
+    let taken = Tile {
+        buf: tile.buf,
+        data: tile.data.take(),
+        _t: std::marker::PhantomData,
+        valid: tile.valid,
+        fill: tile.fill,
+    };
+    *tile = load_window(ctx, taken, t, row, col, 0.0, true);
 }
 
 /// The useful FLOP of an MMA whose operands hold `vm×vk` and `vk×vn` of the problem's data, and
@@ -1037,19 +1143,19 @@ pub fn eye<T: Elem, const N: usize>(ctx: &mut Ctx) -> Tile<T, N, N> {
     out
 }
 
-/// Entry `i` of index data (`None` in cost-only runs: `fallback`) as a scalar; a negative,
-/// non-finite or out-of-range entry is a kernel error naming `holder()` (the tensor or tile; only
-/// formatted on error).
+/// Entry `i` of index data of `len` entries read by `get` (`None` in cost-only runs: `fallback`)
+/// as a scalar; a negative, non-finite or out-of-range entry is a kernel error naming `holder()`
+/// (the tensor or tile; only formatted on error).
 fn read_index(
     ctx: &mut Ctx,
-    data: Option<&[f32]>,
+    data: Option<(usize, &dyn Fn(usize) -> f32)>,
     i: usize,
     fallback: usize,
     holder: &dyn Fn() -> String,
 ) -> usize {
     match data {
-        Some(d) if i < d.len() => {
-            let v = d[i];
+        Some((len, get)) if i < len => {
+            let v = get(i);
             if v.is_finite() && v >= 0.0 {
                 v as usize
             } else {
@@ -1060,11 +1166,10 @@ fn read_index(
                 0
             }
         }
-        Some(d) => {
+        Some((len, _)) => {
             ctx.fail(format!(
-                "index position {i} is outside {} ({} entries)",
-                holder(),
-                d.len()
+                "index position {i} is outside {} ({len} entries)",
+                holder()
             ));
             0
         }
@@ -1082,7 +1187,14 @@ pub fn load_index(ctx: &mut Ctx, t: &Tensor<i32>, i: usize, fallback: usize) -> 
     } else {
         usize::MAX
     };
-    let value = read_index(ctx, t.data(), at, fallback, &|| format!("tensor {t:?}"));
+    let get = |j: usize| t.span_get(j).unwrap_or(f32::NAN);
+    let data = t
+        .has_data()
+        .then_some((t.span(), &get as &dyn Fn(usize) -> f32));
+    let value = read_index(ctx, data, at, fallback, &|| format!("tensor {t:?}"));
+    if ctx.checked() && at < t.span() {
+        ctx.note_read(t.id(), t.offset() + at, 1, 1, 1);
+    }
     let region = Region {
         tensor: t.id(),
         offset: (t.offset() + i) as u64,
@@ -1103,9 +1215,12 @@ pub fn index_at<const R: usize, const C: usize>(
     i: usize,
     fallback: usize,
 ) -> usize {
-    let value = read_index(ctx, t.data.as_deref(), i, fallback, &|| {
-        format!("tile {t:?}")
-    });
+    let get = |j: usize| t.data.as_ref().map_or(f32::NAN, |d| d[j]);
+    let data = t
+        .data
+        .as_ref()
+        .map(|d| (d.len(), &get as &dyn Fn(usize) -> f32));
+    let value = read_index(ctx, data, i, fallback, &|| format!("tile {t:?}"));
     let op = Op::Vector {
         elems: 1,
         dtype: DType::I32,
@@ -1211,32 +1326,42 @@ pub fn gather_rows<const R: usize, const C: usize, T: Elem>(
     let vc = row_len.saturating_sub(col).min(C);
     let data = if ctx.functional {
         let mut v = vec![0.0f32; R * C];
-        match (pool.data(), block_table.data(), idx.data()) {
-            _ if !block_table.is_dense() || !idx.is_dense() => ctx.fail(
+        let checked = ctx.checked();
+        if !block_table.is_dense() || !idx.is_dense() {
+            ctx.fail(
                 "gather_rows: the block table and the index list must be dense (not column windows)"
                     .into(),
-            ),
-            (Some(p), Some(bt), Some(ix)) => {
-                for r in 0..rows {
-                    let s = ix[i0 + r] as usize;
-                    let Some(pg) = bt.get(s / page) else {
-                        ctx.fail(format!(
-                            "gather_rows: token {s} is past the block table ({} pages)",
-                            bt.len()
-                        ));
-                        break;
-                    };
-                    let src = (*pg as usize * page + s % page) * pitch + col;
-                    if src + vc > p.len() {
-                        ctx.fail(format!(
-                            "gather_rows: token {s} maps outside the pool {pool:?}"
-                        ));
-                        break;
-                    }
-                    v[r * C..r * C + vc].copy_from_slice(&p[src..src + vc]);
+            );
+        } else if pool.has_data() && block_table.has_data() && idx.has_data() {
+            let (bt_len, pool_span) = (block_table.span(), pool.span());
+            for r in 0..rows {
+                let s = idx.span_get(i0 + r).unwrap_or(0.0) as usize;
+                let Some(pg) =
+                    (s / page < bt_len).then(|| block_table.span_get(s / page).unwrap_or(0.0))
+                else {
+                    ctx.fail(format!(
+                        "gather_rows: token {s} is past the block table ({bt_len} pages)"
+                    ));
+                    break;
+                };
+                let src = (pg as usize * page + s % page) * pitch + col;
+                if src + vc > pool_span {
+                    ctx.fail(format!(
+                        "gather_rows: token {s} maps outside the pool {pool:?}"
+                    ));
+                    break;
+                }
+                pool.span_read(src, &mut v[r * C..r * C + vc]);
+                if checked {
+                    ctx.note_read(block_table.id(), block_table.offset() + s / page, 1, 1, 1);
+                    ctx.note_read(pool.id(), pool.offset() + src, pitch, 1, vc);
                 }
             }
-            _ => ctx.fail("gather_rows: functional launch given shape-only tensors".into()),
+            if checked {
+                ctx.note_read(idx.id(), idx.offset() + i0, 1, 1, rows);
+            }
+        } else {
+            ctx.fail("gather_rows: functional launch given shape-only tensors".into());
         }
         T::round(&mut v);
         Some(v)

@@ -1,6 +1,7 @@
 //! Launching a kernel: kernel metadata, tunable configurations, backends and the launcher.
 
 use crate::ctx::Ctx;
+use crate::hazard::{self, ArgView, Hazards, ProgramHazards, ProgramLog};
 use crate::memo::{ArgKey, LaunchMemo};
 use accel_sim::program::ProgramTrace;
 use accel_sim::schedule::{LaunchInfo, LaunchSim};
@@ -258,6 +259,9 @@ pub struct Launcher {
     /// Reports of cost-only launches already simulated, shared by this launcher's clones (see
     /// [`crate::memo`]); `None` simulates every launch.
     pub memo: Option<Arc<LaunchMemo>>,
+    /// Hazard checks of functional launches (see [`crate::hazard`]): on by default unless
+    /// `DAY0_HAZARDS=0`; coverage and non-finite checks opt-in.
+    pub hazards: Hazards,
 }
 
 impl Launcher {
@@ -269,7 +273,31 @@ impl Launcher {
             threads: None,
             trace: false,
             memo: None,
+            hazards: Hazards::from_env(),
         }
+    }
+
+    /// Same launcher with hazard checks on or off (bounds, unwritten tiles, races between
+    /// programs; see [`crate::hazard`]). Off is the fastest functional launch; the opt-in checks
+    /// keep their settings.
+    pub fn with_hazards(mut self, on: bool) -> Launcher {
+        self.hazards.enabled = on;
+        self
+    }
+
+    /// Same launcher, checking (`on`) that every element of every tensor argument a launch stores
+    /// into is written by some program (a grid that misses part of an output).
+    pub fn with_coverage(mut self, on: bool) -> Launcher {
+        self.hazards.coverage = on;
+        self
+    }
+
+    /// Same launcher, making (`on`) a store of NaN or ±∞ an error naming the line, the tensor and
+    /// the element: the first launch and line that produce a non-finite value (what the CLI's
+    /// `--check-finite` asks for).
+    pub fn with_check_finite(mut self, on: bool) -> Launcher {
+        self.hazards.check_finite = on;
+        self
     }
 
     /// Loads a preset by name (or `.toml` path) and makes a functional launcher.
@@ -336,6 +364,24 @@ impl Launcher {
                     trace: None,
                 })
             }
+            _ if self.backend == Backend::Functional && self.hazards.any() => {
+                // Name the tensor arguments in hazard messages.
+                let mut key = ArgKey::views_only();
+                describe(&mut key);
+                let args: Vec<ArgView> = key
+                    .into_views()
+                    .into_iter()
+                    .map(|(i, mem, offset, rows, cols, stride)| ArgView {
+                        name: meta.params.get(i).copied().unwrap_or("?"),
+                        mem,
+                        offset,
+                        rows,
+                        cols,
+                        stride,
+                    })
+                    .collect();
+                self.run_with(meta, config, grid, Arc::from(args), body)
+            }
             _ => self.run(meta, config, grid, body),
         }
     }
@@ -352,13 +398,25 @@ impl Launcher {
         grid: [usize; 3],
         body: &(dyn Fn(&mut Ctx) + Sync),
     ) -> Result<Launch, SimError> {
+        self.run_with(meta, config, grid, Arc::from(Vec::new()), body)
+    }
+
+    /// [`Launcher::run`] with the launch's tensor arguments, which hazard messages name.
+    fn run_with(
+        &self,
+        meta: &KernelMeta,
+        config: &Config,
+        grid: [usize; 3],
+        args: Arc<[ArgView]>,
+        body: &(dyn Fn(&mut Ctx) + Sync),
+    ) -> Result<Launch, SimError> {
         if grid.contains(&0) {
             return Err(SimError::Launch {
                 kernel: meta.name.to_string(),
                 message: format!("empty grid {grid:?}: every axis needs at least one program (are the tensors empty?)"),
             });
         }
-        let work = || self.run_inner(meta, config, grid, body);
+        let work = || self.run_inner(meta, config, grid, &args, body);
         match self.threads {
             Some(n) => rayon::ThreadPoolBuilder::new()
                 .num_threads(n.max(1))
@@ -377,9 +435,11 @@ impl Launcher {
         meta: &KernelMeta,
         config: &Config,
         grid: [usize; 3],
+        args: &Arc<[ArgView]>,
         body: &(dyn Fn(&mut Ctx) + Sync),
     ) -> Result<Launch, SimError> {
         let functional = self.backend == Backend::Functional;
+        let checked = functional && self.hazards.any();
         let info = LaunchInfo {
             kernel: meta.name,
             config: config.0.clone(),
@@ -397,12 +457,18 @@ impl Launcher {
                 i / (grid[0] * grid[1]),
             ]
         };
+        // Each program's trace, and in a checked launch the windows it read and wrote.
         let run_one = |i: usize, reference: Option<&ProgramTrace>| {
             let mut ctx = Ctx::new(meta.name, pid_of(i), grid, functional, reference);
+            if checked {
+                ctx.hz = Some(Box::new(ProgramHazards::new(&self.hazards)));
+                ctx.args = Arc::clone(args);
+            }
             body(&mut ctx);
+            let log = ctx.hz.take().and_then(|h| h.log);
             match ctx.error {
-                Some(e) => Err(e),
-                None => Ok(ctx.trace.finish()),
+                Some(e) => (Err(e), log),
+                None => (Ok(ctx.trace.finish()), log),
             }
         };
         // Cost-only: program 0 is recorded in full and the others follow it: programs that issue
@@ -413,7 +479,7 @@ impl Launcher {
         let mut reference = if functional {
             None
         } else {
-            let first = run_one(0, None)?;
+            let first = run_one(0, None).0?;
             sim.push(first.clone())?;
             start = 1;
             Some(first)
@@ -423,17 +489,24 @@ impl Launcher {
         // any thread count.
         let batch = (self.preset.cores as usize).max(1);
         let mut recorded: Vec<Result<ProgramTrace, SimError>> = Vec::new();
+        let mut logs: Vec<ProgramLog> = Vec::new();
         while start < total {
             let end = (start + batch).min(total);
             let (next, timed) = rayon::join(
                 || {
-                    (start..end)
+                    let (traces, wave_logs): (Vec<_>, Vec<_>) = (start..end)
                         .into_par_iter()
                         .map(|i| run_one(i, reference.as_ref()))
-                        .collect::<Vec<_>>()
+                        .unzip();
+                    (traces, wave_logs)
                 },
                 || push_all(&mut sim, std::mem::take(&mut recorded)),
             );
+            let (next, wave_logs) = next;
+            if checked {
+                // One log per program, in program order (a program without one logged nothing).
+                logs.extend(wave_logs.into_iter().map(Option::unwrap_or_default));
+            }
             timed?;
             if let Some(r) = &reference {
                 if let Some(new) = next_reference(r, &next) {
@@ -444,6 +517,16 @@ impl Launcher {
             start = end;
         }
         push_all(&mut sim, recorded)?;
+        if checked && self.hazards.records() {
+            hazard::check_launch(
+                meta.name,
+                grid,
+                &logs,
+                args,
+                self.hazards.enabled,
+                self.hazards.coverage,
+            )?;
+        }
         let (report, trace) = sim.finish()?;
         Ok(Launch { report, trace })
     }

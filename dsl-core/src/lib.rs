@@ -34,6 +34,7 @@
 
 pub mod ctx;
 pub mod elem;
+pub mod hazard;
 pub mod intrinsics;
 pub mod launch;
 pub mod memo;
@@ -44,6 +45,7 @@ pub use accel_sim::{self, DevicePreset, Report, SimError};
 pub use ctx::Ctx;
 pub use dsl_macros::kernel;
 pub use elem::{bf16, f16, fp8e4m3, Elem, Float};
+pub use hazard::Hazards;
 pub use launch::{Backend, Config, IntoGrid, KernelMeta, Launch, Launcher};
 pub use memo::{ArgKey, LaunchArg, LaunchMemo};
 pub use tensor::Tensor;
@@ -52,6 +54,7 @@ pub use tile::Tile;
 /// Everything a kernel file needs: `use dsl_core::prelude::*;`.
 pub mod prelude {
     pub use crate::elem::{bf16, f16, fp8e4m3, Elem, Float};
+    pub use crate::hazard::Hazards;
     pub use crate::intrinsics::cdiv;
     pub use crate::launch::{Backend, Config, Launch, Launcher};
     pub use crate::tensor::Tensor;

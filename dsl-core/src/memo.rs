@@ -47,6 +47,7 @@ macro_rules! scalar_arg {
         impl LaunchArg for $t {
             fn describe(&self, key: &mut ArgKey) {
                 let $v = *self;
+                key.args += 1;
                 key.words.push($tag);
                 key.words.push($bits);
             }
@@ -73,19 +74,35 @@ impl<T: Elem> LaunchArg for Tensor<T> {
         key.words.extend(self.shape().iter().map(|d| *d as u64));
         key.words.push(self.row_stride() as u64);
         key.tensor(self.id(), self.offset());
-        match self.data() {
-            None => key.words.push(0),
-            Some(d) => {
-                key.words.push(1);
-                key.words.push(d.len() as u64);
-                if d.len() <= INLINE_VALUES {
-                    key.words.extend(d.iter().map(|v| v.to_bits() as u64));
-                } else {
-                    // A large tensor with data (a real weight in a cost-only run of a checkpoint)
-                    // is keyed by a 128-bit digest rather than copied into the memo.
-                    key.words.extend([digest(d, 0), digest(d, 1)]);
-                }
-            }
+        key.args += 1;
+        if let Some(names) = &mut key.views {
+            // A hazard-checked functional launch wants only where the argument lies.
+            let at = key.args - 1;
+            names.push((
+                at,
+                self.id(),
+                self.offset(),
+                self.rows(),
+                self.cols(),
+                self.row_stride(),
+            ));
+            return;
+        }
+        if !self.has_data() {
+            key.words.push(0);
+            return;
+        }
+        let n = self.span();
+        let value = |i: usize| self.span_get(i).unwrap_or(f32::NAN).to_bits();
+        key.words.push(1);
+        key.words.push(n as u64);
+        if n <= INLINE_VALUES {
+            key.words.extend((0..n).map(|i| value(i) as u64));
+        } else {
+            // A large tensor with data (a real weight in a cost-only run of a checkpoint)
+            // is keyed by a 128-bit digest rather than copied into the memo.
+            key.words
+                .extend([digest(n, &value, 0), digest(n, &value, 1)]);
         }
     }
 }
@@ -93,16 +110,20 @@ impl<T: Elem> LaunchArg for Tensor<T> {
 /// Tensors with at most this many values are keyed by their values, larger ones by a digest.
 const INLINE_VALUES: usize = 4096;
 
-/// A 64-bit digest of `values` (SipHash with fixed keys, so the same on every run), salted.
-fn digest(values: &[f32], salt: u64) -> u64 {
+/// A 64-bit digest of the `n` values' bits `value(i)` (SipHash with fixed keys, so the same on
+/// every run), salted.
+fn digest(n: usize, value: &dyn Fn(usize) -> u32, salt: u64) -> u64 {
     use std::hash::{Hash, Hasher};
     let mut h = std::collections::hash_map::DefaultHasher::new();
     salt.hash(&mut h);
-    for v in values {
-        v.to_bits().hash(&mut h);
+    for i in 0..n {
+        value(i).hash(&mut h);
     }
     h.finish()
 }
+
+/// Where a tensor argument lies: (argument index, memory, offset, rows, columns, row pitch).
+pub(crate) type ViewNote = (usize, u64, usize, usize, usize, usize);
 
 /// The arguments of one launch, written by [`LaunchArg::describe`]: a flat list of words, with
 /// tensor identities replaced by their aliasing class and offsets made relative to the class.
@@ -113,9 +134,28 @@ pub struct ArgKey {
     memories: Vec<u64>,
     /// (word index of the offset, class, absolute offset), filled in by [`ArgKey::finish`].
     offsets: Vec<(usize, usize, usize)>,
+    /// Arguments described so far (every top-level `describe` counts one).
+    args: usize,
+    /// When set, tensors only note where they lie (argument index, memory, offset, rows, columns,
+    /// row pitch), for naming them in hazard messages; no words are written.
+    views: Option<Vec<ViewNote>>,
 }
 
 impl ArgKey {
+    /// A key that only collects where each tensor argument lies (see [`ArgKey::views`]).
+    pub(crate) fn views_only() -> ArgKey {
+        ArgKey {
+            views: Some(Vec::new()),
+            ..ArgKey::default()
+        }
+    }
+
+    /// The tensor arguments noted by a [`ArgKey::views_only`] key: (argument index, memory,
+    /// offset, rows, columns, row pitch).
+    pub(crate) fn into_views(self) -> Vec<ViewNote> {
+        self.views.unwrap_or_default()
+    }
+
     fn tensor(&mut self, id: u64, offset: usize) {
         let class = match self.memories.iter().position(|m| *m == id) {
             Some(c) => c,

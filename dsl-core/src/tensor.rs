@@ -10,17 +10,87 @@ static NEXT_ID: AtomicU64 = AtomicU64::new(1);
 
 /// Device memory backing a functional tensor.
 ///
-/// Programs of one launch run on host threads at once and write disjoint windows of their output
-/// tensors, like blocks on an accelerator; overlapping writes are a kernel bug (a race), exactly as on
-/// hardware.
+/// Programs of one launch run on host threads at once, like blocks on an accelerator, and read
+/// and write windows of the same tensors. The memory is a slice of [`UnsafeCell`]s and is only ever
+/// accessed through raw pointers to exactly the elements an access touches (one row of a window at
+/// a time): no `&mut` to the buffer or any part of it, and no `&[f32]` over it, is formed while a
+/// launch runs, so programs touching disjoint elements never alias a reference another thread
+/// writes under.
+///
+/// # The invariant
+///
+/// Within one launch, an element that one program stores is neither loaded nor stored by another
+/// program of the launch (a race, as on hardware). Accesses of different launches are ordered:
+/// a launch joins its programs before it returns. A program may read and write its own elements
+/// in any order. Every access is bounds-checked against the memory (views are clipped to it, so a
+/// failed check is a front-end bug, reported by a panic, never an access outside the buffer).
+///
+/// The hazard checks (`crate::hazard`, on by default in functional launches) verify the invariant
+/// for every launch from each program's recorded windows and report a violation by kernel, line and
+/// element; they run after the launch, so they name a race rather than prevent it, and a kernel
+/// that races is in error whatever the memory model. Element-wise atomics would make even a racing
+/// kernel defined, but cost about a fifth of the functional GEMM's speed (unvectorised copies:
+/// measured, see the hazard commit's report), so copies stay `memcpy`s.
 pub(crate) struct DeviceMem {
-    data: UnsafeCell<Vec<f32>>,
+    cells: Box<[UnsafeCell<f32>]>,
 }
 
-// SAFETY: see the type's documentation: concurrent access is to disjoint windows, by construction of
-// the kernels; readers of a tensor never run concurrently with writers of the same elements.
+// SAFETY: every access goes through raw pointers to exactly the elements touched, under the
+// invariant above (no element written by one thread while another reads or writes it, within a
+// launch; launches are ordered by rayon's join). `UnsafeCell` gives the write permission through a
+// shared reference.
 unsafe impl Sync for DeviceMem {}
-unsafe impl Send for DeviceMem {}
+
+impl DeviceMem {
+    fn new(values: Vec<f32>) -> DeviceMem {
+        DeviceMem {
+            cells: values.into_iter().map(UnsafeCell::new).collect(),
+        }
+    }
+
+    /// Pointer to element `start`, after checking that `len` elements from it are in the memory.
+    ///
+    /// # Panics
+    /// If the range passes the end of the memory (a front-end bug: views are clipped).
+    #[inline]
+    fn at(&self, start: usize, len: usize) -> *mut f32 {
+        assert!(
+            start
+                .checked_add(len)
+                .is_some_and(|end| end <= self.cells.len()),
+            "device memory access {start}+{len} past {} elements",
+            self.cells.len()
+        );
+        // In bounds (checked above); `UnsafeCell<f32>` has the layout of `f32`, and the pointer
+        // derives from the whole slice, so it covers the `len` elements that follow.
+        UnsafeCell::raw_get(self.cells[start..].as_ptr())
+    }
+
+    /// Element `i`.
+    #[inline]
+    pub(crate) fn get(&self, i: usize) -> f32 {
+        // SAFETY: in bounds (`at`); no other program writes it during the launch (invariant).
+        unsafe { *self.at(i, 1) }
+    }
+
+    /// Copies `dst.len()` elements starting at memory index `start` into `dst`.
+    #[inline]
+    pub(crate) fn read(&self, start: usize, dst: &mut [f32]) {
+        let src = self.at(start, dst.len());
+        // SAFETY: in bounds (`at`); `dst` is the caller's own buffer, so the ranges do not overlap;
+        // no other program writes these elements during the launch (invariant).
+        unsafe { std::ptr::copy_nonoverlapping(src, dst.as_mut_ptr(), dst.len()) }
+    }
+
+    /// Writes `src` at memory index `start`.
+    #[inline]
+    pub(crate) fn write(&self, start: usize, src: &[f32]) {
+        let dst = self.at(start, src.len());
+        // SAFETY: in bounds (`at`); `src` is the caller's own buffer, so the ranges do not overlap;
+        // no other program reads or writes these elements during the launch (invariant).
+        unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), dst, src.len()) }
+    }
+}
 
 /// A row-major tensor in (simulated) device memory. Kernels address it as a matrix: the last
 /// dimension is the columns and all leading dimensions fold into rows.
@@ -37,6 +107,10 @@ pub struct Tensor<T: Elem> {
     /// window of a wider tensor (see [`Tensor::col_range`]).
     stride: usize,
     mem: Option<Arc<DeviceMem>>,
+    /// Whether this is a view a kernel clipped itself ([`Tensor::at`], [`Tensor::rows_clipped`],
+    /// [`Tensor::cols_clipped`]) or one derived from such a view: a window wholly outside it is by
+    /// design (an expert with no rows), not an out-of-bounds access (see `crate::hazard`).
+    clipped: bool,
     _t: PhantomData<T>,
 }
 
@@ -63,11 +137,8 @@ impl<T: Elem> Tensor<T> {
             shape: shape.to_vec(),
             offset: 0,
             stride: shape.last().copied().unwrap_or(1),
-            mem: mem.map(|v| {
-                Arc::new(DeviceMem {
-                    data: UnsafeCell::new(v),
-                })
-            }),
+            mem: mem.map(|v| Arc::new(DeviceMem::new(v))),
+            clipped: false,
             _t: PhantomData,
         }
     }
@@ -137,16 +208,15 @@ impl<T: Elem> Tensor<T> {
 
     /// Copies the data out, row-major over the view's shape (`None` for a shape-only tensor).
     pub fn to_vec(&self) -> Option<Vec<f32>> {
-        let d = self.data()?;
-        if self.is_dense() {
-            return Some(d[..self.len()].to_vec());
+        let m = self.mem.as_deref()?;
+        let (rows, cols) = (self.rows(), self.cols());
+        let mut out = vec![0.0; rows * cols];
+        if cols > 0 {
+            for (r, row) in out.chunks_exact_mut(cols).enumerate() {
+                m.read(self.offset + r * self.stride, row);
+            }
         }
-        let c = self.cols();
-        Some(
-            (0..self.rows())
-                .flat_map(|r| d[r * self.stride..r * self.stride + c].iter().copied())
-                .collect(),
-        )
+        Some(out)
     }
 
     /// The `index`-th sub-tensor along the first dimension, sharing memory: `x.at(h)` of a
@@ -167,6 +237,7 @@ impl<T: Elem> Tensor<T> {
             offset: self.offset,
             stride: self.stride,
             mem: self.mem.clone(),
+            clipped: true,
             _t: PhantomData,
         };
         if index < first {
@@ -195,6 +266,7 @@ impl<T: Elem> Tensor<T> {
             offset: self.offset + start * self.stride,
             stride: self.stride,
             mem: self.mem.clone(),
+            clipped: true,
             _t: PhantomData,
         }
     }
@@ -222,6 +294,7 @@ impl<T: Elem> Tensor<T> {
             offset: self.offset + start,
             stride: self.stride,
             mem: self.mem.clone(),
+            clipped: true,
             _t: PhantomData,
         }
     }
@@ -248,6 +321,7 @@ impl<T: Elem> Tensor<T> {
             offset: self.offset,
             stride: shape.last().copied().unwrap_or(1),
             mem: self.mem.clone(),
+            clipped: self.clipped,
             _t: PhantomData,
         })
     }
@@ -269,6 +343,7 @@ impl<T: Elem> Tensor<T> {
             offset: self.offset + start * self.stride,
             stride: self.stride,
             mem: self.mem.clone(),
+            clipped: self.clipped,
             _t: PhantomData,
         })
     }
@@ -291,6 +366,7 @@ impl<T: Elem> Tensor<T> {
             offset: self.offset + start,
             stride: self.stride,
             mem: self.mem.clone(),
+            clipped: self.clipped,
             _t: PhantomData,
         })
     }
@@ -316,21 +392,43 @@ impl<T: Elem> Tensor<T> {
         self.offset
     }
 
-    /// Read access to the data during a launch: the memory from the view's first element to its
-    /// last; row `r` starts at `r * row_stride()`.
-    pub(crate) fn data(&self) -> Option<&[f32]> {
-        // SAFETY: see `DeviceMem`.
-        let len = match self.rows() {
-            0 => 0,
-            r => (r - 1) * self.stride + self.cols(),
-        };
-        let len = if self.cols() == 0 { 0 } else { len };
-        self.mem
-            .as_ref()
-            .map(|m| unsafe { &(&*m.data.get())[self.offset..self.offset + len] })
+    /// Whether this view was clipped inside a kernel (see the field's documentation).
+    pub(crate) fn is_clipped(&self) -> bool {
+        self.clipped
     }
 
-    /// Writes `vals` (row-major `rows×cols`, already clipped) at (`row`, `col`).
+    /// Elements of memory the view spans: from its first element to its last (row `r` starts at
+    /// `r * row_stride()`); 0 for an empty view.
+    pub(crate) fn span(&self) -> usize {
+        match (self.rows(), self.cols()) {
+            (0, _) | (_, 0) => 0,
+            (r, c) => (r - 1) * self.stride + c,
+        }
+    }
+
+    /// Element `i` of the view's span (`i < span()`), `None` for a shape-only tensor. Used during
+    /// launches by any number of programs at once (see [`DeviceMem`]).
+    pub(crate) fn span_get(&self, i: usize) -> Option<f32> {
+        debug_assert!(i < self.span());
+        self.mem.as_ref().map(|m| m.get(self.offset + i))
+    }
+
+    /// Copies `dst.len()` elements of the view's span starting at `i` into `dst`; false for a
+    /// shape-only tensor. The range must lie inside the span.
+    pub(crate) fn span_read(&self, i: usize, dst: &mut [f32]) -> bool {
+        debug_assert!(i + dst.len() <= self.span());
+        match &self.mem {
+            Some(m) => {
+                m.read(self.offset + i, dst);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Writes `vals` (row-major `rows×cols` with row pitch `src_stride`, already clipped to the
+    /// view) at (`row`, `col`), row by row into exactly the window: other programs may be reading
+    /// or writing other windows of the same memory at the same time (see [`DeviceMem`]).
     pub(crate) fn write_window(
         &self,
         row: usize,
@@ -345,12 +443,10 @@ impl<T: Elem> Tensor<T> {
             return;
         }
         if let Some(m) = &self.mem {
-            let c = self.stride;
-            // SAFETY: see `DeviceMem`: programs write disjoint windows.
-            let data = unsafe { &mut *m.data.get() };
+            debug_assert!(row + rows <= self.rows() && col + cols <= self.cols());
             for r in 0..rows {
-                let dst = self.offset + (row + r) * c + col;
-                data[dst..dst + cols].copy_from_slice(&vals[r * src_stride..r * src_stride + cols]);
+                let dst = self.offset + (row + r) * self.stride + col;
+                m.write(dst, &vals[r * src_stride..r * src_stride + cols]);
             }
         }
     }
@@ -392,5 +488,52 @@ impl Tensor<crate::elem::fp8e4m3> {
             .map(|c| accel_sim::formats::fp8::decode_e4m3(*c))
             .collect();
         Tensor::from_f32(shape, &v)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Programs of a launch on host threads: writers of disjoint windows (rows, and a column
+    /// window of a row nobody else writes) while readers read windows nobody writes and the
+    /// host-side `to_vec` reads other rows, all at once. Defined behaviour under the invariant of
+    /// [`DeviceMem`] (checked by Miri: `cargo +nightly miri test -p dsl-core --lib tensor`); with
+    /// the former `&mut` of the whole `Vec` per store it was not, even for disjoint windows.
+    #[test]
+    fn concurrent_disjoint_windows_are_defined_behaviour() {
+        let t = Tensor::<f32>::from_f32(&[5, 6], &[0.5; 30]).unwrap();
+        let head = t.rows_clipped(4, 5).cols_clipped(2, 3);
+        std::thread::scope(|s| {
+            for p in 0..4usize {
+                let (t, head) = (&t, &head);
+                s.spawn(move || {
+                    let vals = [p as f32 + 1.0; 6];
+                    t.write_window(p, 0, 1, 3, &vals, 6);
+                    if p == 0 {
+                        head.write_window(0, 0, 1, 3, &vals, 3);
+                    }
+                    let mut row = [0.0; 3];
+                    assert!(t.span_read(p * 6 + 3, &mut row));
+                    assert_eq!(row, [0.5; 3]);
+                    assert_eq!(t.span_get(4 * 6), Some(0.5));
+                });
+            }
+        });
+        let v = t.to_vec().unwrap();
+        for p in 0..4 {
+            assert_eq!(
+                &v[p * 6..p * 6 + 6],
+                &[
+                    p as f32 + 1.0,
+                    p as f32 + 1.0,
+                    p as f32 + 1.0,
+                    0.5,
+                    0.5,
+                    0.5
+                ]
+            );
+        }
+        assert_eq!(&v[24..30], &[0.5, 0.5, 1.0, 1.0, 1.0, 0.5]);
     }
 }
