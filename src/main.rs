@@ -313,6 +313,10 @@ struct CommonArgs {
     /// Host threads for the functional run (results and cycles do not depend on it).
     #[arg(long)]
     threads: Option<usize>,
+    /// Functional runs: stop at the first launch that stores a NaN or ±∞, naming the kernel, its
+    /// line, the tensor and the element.
+    #[arg(long)]
+    check_finite: bool,
     /// Seed of the random inputs.
     #[arg(long, default_value_t = 7)]
     seed: u64,
@@ -447,7 +451,8 @@ fn launcher_for(c: &CommonArgs) -> Result<Launcher, String> {
     if let Some(t) = c.threads {
         l = l.with_threads(t);
     }
-    Ok(l.with_trace(c.trace.is_some()))
+    Ok(l.with_trace(c.trace.is_some())
+        .with_check_finite(c.check_finite))
 }
 
 /// Parses `BMxBNxBK`.

@@ -70,6 +70,10 @@ pub struct ForwardArgs {
     /// Print JSON instead of a table.
     #[arg(long)]
     json: bool,
+    /// Numeric runs: stop at the first launch that stores a NaN or ±∞, naming the kernel, its
+    /// line, the tensor and the element.
+    #[arg(long)]
+    check_finite: bool,
 }
 
 /// Arguments of `day0 validate`.
@@ -103,8 +107,11 @@ fn runner(
     device: &str,
     capacity: usize,
     precision: Precision,
+    check_finite: bool,
 ) -> Result<Runner, String> {
-    let launcher = Launcher::for_device(device).map_err(|e| e.to_string())?;
+    let launcher = Launcher::for_device(device)
+        .map_err(|e| e.to_string())?
+        .with_check_finite(check_finite);
     Runner::load_at(dir, launcher, capacity, precision).map_err(|e| e.to_string())
 }
 
@@ -510,6 +517,7 @@ pub fn forward(args: ForwardArgs) -> Result<(), String> {
         &args.device,
         args.tokens.len() + args.generate,
         args.precision.unwrap_or(Precision::F32),
+        args.check_finite,
     )?;
     let clock_ghz = r.device().clock_ghz;
     if args.record_routing.is_some() {
@@ -612,7 +620,13 @@ pub fn validate_cmd(args: ValidateArgs) -> Result<(), String> {
                 args.reference.display()
             )
         })?;
-    let mut r = runner(&args.model_dir, &args.device, ids.len(), args.precision)?;
+    let mut r = runner(
+        &args.model_dir,
+        &args.device,
+        ids.len(),
+        args.precision,
+        false,
+    )?;
     let v = validate(&mut r, &ids, &reference, args.threshold).map_err(|e| e.to_string())?;
     if args.json {
         let diffs: Vec<serde_json::Value> = v

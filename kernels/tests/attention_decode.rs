@@ -102,7 +102,9 @@ proptest! {
         prop_assert_eq!(out.len(), contexts.len() * group * case.v_head_dim);
         prop_assert!(out.iter().all(|v| v.is_finite()), "an output element was not written");
         let err = run.report.max_rel_error.unwrap();
-        prop_assert!(err <= if bf16 { 1e-2 } else { 1e-5 }, "{contexts:?} {case:?}: {err}");
+        // bf16: 2e-2, twice the one-sequence bound: the maximum is over up to four sequences'
+        // outputs, each with bf16 probabilities over up to 300 keys.
+        prop_assert!(err <= if bf16 { 2e-2 } else { 1e-5 }, "{contexts:?} {case:?}: {err}");
         let cost = run_decode_latent_batch(&l.clone().with_backend(Backend::CostOnly), &case, &contexts)
             .unwrap();
         prop_assert_eq!(cost.report.cycles, run.report.cycles);
