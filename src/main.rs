@@ -478,6 +478,18 @@ fn kernel_gemm(args: GemmArgs) -> Result<(), String> {
         ));
     }
     let c = &args.common;
+    if !c.cost_only {
+        // A, B and C as f32 values, the f64 reference's copies of all three, and slack.
+        let elems = (args.m as u128) * (args.k as u128)
+            + (args.k as u128) * (args.n as u128)
+            + (args.m as u128) * (args.n as u128);
+        let need = u64::try_from(elems.saturating_mul(16)).unwrap_or(u64::MAX);
+        day0::host_memory::check(
+            need,
+            &format!("a functional {}x{}x{} GEMM", args.m, args.n, args.k),
+            "add --cost-only (cycles without numbers), or smaller --m/--n/--k",
+        )?;
+    }
     let launcher = launcher_for(c)?;
     let variant = match args.variant {
         VariantArg::Db => GemmVariant::DoubleBuffered,

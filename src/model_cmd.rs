@@ -512,6 +512,14 @@ pub fn forward(args: ForwardArgs) -> Result<(), String> {
     if args.tokens.is_empty() {
         return Err("--tokens: give the prompt's token ids (comma-separated)".into());
     }
+    // Every weight is held as f32 values on the host in a functional run.
+    let cfg =
+        model::config::load_config(&model_dir.join("config.json")).map_err(|e| e.to_string())?;
+    day0::host_memory::check(
+        model::plan::params::count(&cfg).total().saturating_mul(4),
+        &format!("a functional forward of {}", model_dir.display()),
+        "cost it with `--config DIR/config.json --cost-only` instead (cycles without numbers)",
+    )?;
     let mut r = runner(
         &model_dir,
         &args.device,

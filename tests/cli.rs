@@ -829,3 +829,42 @@ fn trace_is_written_or_refused() {
         assert!(std::fs::metadata(&path).is_err(), "{args:?} wrote a trace");
     }
 }
+
+/// A functional run whose values would not fit in host memory is refused up front, naming
+/// `--cost-only`; the same shape cost-only runs. (`DAY0_HOST_MEMORY_BYTES` stands in for a small
+/// machine.)
+#[test]
+fn functional_runs_beyond_host_memory_are_refused_up_front() {
+    let small = |args: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_day0"))
+            .args(args)
+            .env("DAY0_HOST_MEMORY_BYTES", "100000")
+            .output()
+            .expect("day0 runs")
+    };
+    let gemm = ["kernel", "gemm", "--m", "512", "--n", "512", "--k", "512"];
+    let out = small(&gemm);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("host memory") && err.contains("--cost-only"),
+        "{err}"
+    );
+    let out = small(&[&gemm[..], &["--cost-only"]].concat());
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let dir = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/model/testdata/tiny/deepseek_v3"
+    );
+    let out = small(&["forward", "--model-dir", dir, "--tokens", "1,2,3"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("host memory") && err.contains("--cost-only"),
+        "{err}"
+    );
+}

@@ -212,47 +212,66 @@ impl DevicePreset {
             field: Some(field.to_string()),
             message: message.to_string(),
         };
+        // Upper bounds far beyond any real chip: a figure past one is a typo or a wrong unit,
+        // and would overflow the timing model's arithmetic (a clock of 1e300 GHz did).
         let positive_f = [
-            ("clock_ghz", self.clock_ghz),
-            ("hbm.bandwidth_gbps", self.hbm.bandwidth_gbps),
-            ("l2.bandwidth_gbps", self.l2.bandwidth_gbps),
+            ("clock_ghz", self.clock_ghz, 100.0),
+            ("hbm.bandwidth_gbps", self.hbm.bandwidth_gbps, 1e6),
+            ("l2.bandwidth_gbps", self.l2.bandwidth_gbps, 1e6),
             (
                 "dma.bytes_per_cycle_per_core",
                 self.dma.bytes_per_cycle_per_core,
+                1e6,
             ),
-            ("link.bandwidth_gbps", self.link.bandwidth_gbps),
+            ("link.bandwidth_gbps", self.link.bandwidth_gbps, 1e6),
         ];
-        for (f, v) in positive_f {
+        for (f, v, max) in positive_f {
             if !(v.is_finite() && v > 0.0) {
                 return Err(bad(f, &format!("must be a positive number, got {v}")));
             }
+            if v > max {
+                return Err(bad(f, &too_large(v, max)));
+            }
         }
-        for (f, v) in [
-            ("hbm.latency_ns", self.hbm.latency_ns),
-            ("link.latency_us", self.link.latency_us),
-            ("l2.latency_ns", self.l2.latency_ns),
+        for (f, v, max) in [
+            ("hbm.latency_ns", self.hbm.latency_ns, 1e9),
+            ("link.latency_us", self.link.latency_us, 1e6),
+            ("l2.latency_ns", self.l2.latency_ns, 1e9),
         ] {
             if !(v.is_finite() && v >= 0.0) {
                 return Err(bad(f, &format!("must be a non-negative number, got {v}")));
             }
+            if v > max {
+                return Err(bad(f, &too_large(v, max)));
+            }
         }
         let positive_u = [
-            ("cores", self.cores),
-            ("matrix.frag_m", self.matrix.frag_m),
-            ("matrix.frag_n", self.matrix.frag_n),
-            ("matrix.frag_k", self.matrix.frag_k),
-            ("vector.f32_lanes", self.vector.f32_lanes),
+            ("cores", self.cores, 1 << 20),
+            ("matrix.frag_m", self.matrix.frag_m, 1 << 16),
+            ("matrix.frag_n", self.matrix.frag_n, 1 << 16),
+            ("matrix.frag_k", self.matrix.frag_k, 1 << 16),
+            ("vector.f32_lanes", self.vector.f32_lanes, 1 << 20),
             (
                 "vector.transcendental_factor",
                 self.vector.transcendental_factor,
+                1 << 16,
             ),
-            ("sram.bytes_per_core", self.sram.bytes_per_core),
-            ("hbm.capacity_bytes", self.hbm.capacity_bytes),
+            ("sram.bytes_per_core", self.sram.bytes_per_core, 1 << 40),
+            ("hbm.capacity_bytes", self.hbm.capacity_bytes, 1 << 56),
         ];
-        for (f, v) in positive_u {
+        for (f, v, max) in positive_u {
             if v == 0 {
                 return Err(bad(f, "must be greater than zero"));
             }
+            if v > max {
+                return Err(bad(f, &too_large(v as f64, max as f64)));
+            }
+        }
+        if self.l2.capacity_bytes > 1 << 48 {
+            return Err(bad(
+                "l2.capacity_bytes",
+                &too_large(self.l2.capacity_bytes as f64, (1u64 << 48) as f64),
+            ));
         }
         if self.matrix.flop_per_cycle.is_empty() {
             return Err(bad(
@@ -273,10 +292,19 @@ impl DevicePreset {
                     "must be a positive number",
                 ));
             }
+            if *v > 1e9 {
+                return Err(bad(
+                    &format!("matrix.flop_per_cycle.{k}"),
+                    &too_large(*v, 1e9),
+                ));
+            }
         }
         if let Some(a) = &self.systolic {
             if a.rows == 0 || a.cols == 0 {
                 return Err(bad("systolic", "rows and cols must be greater than zero"));
+            }
+            if a.rows > 1 << 16 || a.cols > 1 << 16 {
+                return Err(bad("systolic", "rows and cols must be at most 65536"));
             }
         }
         if let Some(a) = &self.accumulators {
@@ -284,6 +312,12 @@ impl DevicePreset {
                 return Err(bad(
                     "accumulators.bytes_per_core",
                     "must be greater than zero",
+                ));
+            }
+            if a.bytes_per_core > 1 << 40 {
+                return Err(bad(
+                    "accumulators.bytes_per_core",
+                    &too_large(a.bytes_per_core as f64, (1u64 << 40) as f64),
                 ));
             }
         }
@@ -384,4 +418,9 @@ mod tests {
         let s = DevicePreset::load("tpu-v9").unwrap_err().to_string();
         assert!(s.contains("npu-910b") && s.contains("h200"), "{s}");
     }
+}
+
+/// The refusal of a preset figure beyond any real chip.
+fn too_large(v: f64, max: f64) -> String {
+    format!("{v} is above {max}, beyond any real chip (a typo, or a wrong unit?)")
 }

@@ -93,6 +93,9 @@ case("preset-missing-field", SUITE, 1, "preset.toml",
      {"preset.toml": "\n".join(l for l in good_preset.splitlines() if not l.startswith("cores"))})
 case("preset-zero-cores", SUITE, 1, "cores",
      {"preset.toml": "\n".join("cores = 0" if l.startswith("cores") else l for l in good_preset.splitlines())})
+case("preset-absurd-clock", SUITE, 1, "clock_ghz",
+     {"preset.toml": "\n".join("clock_ghz = 1e300" if l.startswith("clock_ghz") else l
+                               for l in good_preset.splitlines())})
 
 # Workloads.
 kimi = cfg(KIMI)
