@@ -383,6 +383,11 @@ fn field_of_toml_error(msg: &str) -> Option<String> {
     Some(msg[start..end].to_string())
 }
 
+/// The refusal of a preset figure beyond any real chip.
+fn too_large(v: f64, max: f64) -> String {
+    format!("{v} is above {max}, beyond any real chip (a typo, or a wrong unit?)")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -418,9 +423,4 @@ mod tests {
         let s = DevicePreset::load("tpu-v9").unwrap_err().to_string();
         assert!(s.contains("npu-910b") && s.contains("h200"), "{s}");
     }
-}
-
-/// The refusal of a preset figure beyond any real chip.
-fn too_large(v: f64, max: f64) -> String {
-    format!("{v} is above {max}, beyond any real chip (a typo, or a wrong unit?)")
 }
