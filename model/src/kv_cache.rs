@@ -297,6 +297,32 @@ impl PagedKvCache {
         Ok(new_len)
     }
 
+    /// Shortens `seq` to `tokens` tokens (no longer than it is), returning the pages past them to
+    /// the pool: undoing an append whose step failed, or dropping rejected speculative tokens.
+    /// Returns how many pages were released.
+    pub fn truncate(&mut self, seq: SeqId, tokens: usize) -> Result<usize, KvCacheError> {
+        let keep = self.pages_for(tokens);
+        let state = self
+            .seqs
+            .get_mut(&seq)
+            .ok_or(KvCacheError::UnknownSequence { seq })?;
+        if tokens > state.len {
+            return Err(KvCacheError::TokenOutOfRange {
+                seq,
+                token: tokens,
+                len: state.len,
+            });
+        }
+        let dropped = state.pages.split_off(keep);
+        state.len = tokens;
+        // Pushed in reverse so the first dropped page is the next one handed out again.
+        for &page in dropped.iter().rev() {
+            self.owner[page] = None;
+            self.free.push(page);
+        }
+        Ok(dropped.len())
+    }
+
     /// Ends `seq`: its pages return to the pool. Returns how many pages were released.
     pub fn free(&mut self, seq: SeqId) -> Result<usize, KvCacheError> {
         let state = self

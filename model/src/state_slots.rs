@@ -27,14 +27,14 @@
 use crate::kv_cache::{KvGeometry, SeqId};
 use dsl_core::prelude::*;
 use dsl_core::{Report, SimError};
-use kernels::linear_attention::conv::{short_conv4, zero_state};
+use kernels::linear_attention::conv::{launch_short_conv, zero_state};
 use kernels::linear_attention::reference::Decay;
 use kernels::linear_attention::runner::{launch_delta, DeltaMode, DeltaTensors};
 use std::collections::BTreeMap;
 use std::fmt;
 
-/// Taps of the short convolution (Qwen3-Next `linear_conv_kernel_dim`, Kimi Linear
-/// `short_conv_kernel_size`: both 4); the state keeps the previous `CONV_KERNEL − 1` inputs.
+/// Taps of the short convolution in Qwen3-Next (`linear_conv_kernel_dim`) and Kimi Linear
+/// (`short_conv_kernel_size`): both 4. Other releases use 2 to 8 ([`LinearLayerGeometry::conv_kernel`]).
 pub const CONV_KERNEL: usize = 4;
 
 /// Bytes per state element (f32).
@@ -53,14 +53,37 @@ pub struct LinearLayerGeometry {
     pub dk: usize,
     /// Value head dimension.
     pub dv: usize,
+    /// Taps of the short convolution; the state keeps the inputs of the previous
+    /// `max(conv_kernel − 1, 1)` tokens.
+    pub conv_kernel: usize,
 }
 
 impl LinearLayerGeometry {
+    /// The geometry of a model's linear-attention layers.
+    pub fn of(l: &crate::config::LinearAttnDims) -> LinearLayerGeometry {
+        LinearLayerGeometry {
+            decay: match l.decay {
+                crate::config::Decay::Scalar => Decay::Scalar,
+                crate::config::Decay::PerChannel => Decay::PerChannel,
+            },
+            k_heads: l.key_heads,
+            v_heads: l.value_heads,
+            dk: l.key_head_dim,
+            dv: l.value_head_dim,
+            conv_kernel: l.conv_kernel,
+        }
+    }
+
     /// Checks the geometry: everything ≥ 1, `k_heads` divides `v_heads`.
     pub fn validate(&self) -> Result<(), StateSlotError> {
-        if self.k_heads == 0 || self.v_heads == 0 || self.dk == 0 || self.dv == 0 {
+        if self.k_heads == 0
+            || self.v_heads == 0
+            || self.dk == 0
+            || self.dv == 0
+            || self.conv_kernel == 0
+        {
             return Err(StateSlotError::InvalidGeometry {
-                message: format!("{self:?}: heads and head dims must be ≥ 1"),
+                message: format!("{self:?}: heads, head dims and conv taps must be ≥ 1"),
             });
         }
         if self.v_heads / self.k_heads * self.k_heads != self.v_heads {
@@ -86,9 +109,15 @@ impl LinearLayerGeometry {
         [qk, qk, self.v_heads * self.dv]
     }
 
-    /// Convolution state elements: `(CONV_KERNEL − 1) · (2 · k_heads · dk + v_heads · dv)`.
+    /// Rows of the convolution state: the inputs of the previous `conv_kernel − 1` tokens (one
+    /// row kept for a 1-tap convolution, whose kernels still take a state).
+    pub fn conv_rows(&self) -> usize {
+        self.conv_kernel.saturating_sub(1).max(1)
+    }
+
+    /// Convolution state elements: `conv_rows · (2 · k_heads · dk + v_heads · dv)`.
     pub fn conv_elements(&self) -> usize {
-        (CONV_KERNEL - 1) * self.conv_channels().iter().sum::<usize>()
+        self.conv_rows() * self.conv_channels().iter().sum::<usize>()
     }
 
     /// State bytes of one sequence in this layer (recurrent + conv, f32) — whatever its length.
@@ -168,21 +197,26 @@ impl From<SimError> for StateSlotError {
     }
 }
 
-/// One layer's device tensors, each `[capacity, ...]`.
+/// One layer's device tensors, slot-major: slot `i` owns rows `i · rows ..` of each.
 #[derive(Debug)]
 struct LayerTensors {
-    /// `[capacity, v_heads · dk, dv]`.
+    /// `[capacity · v_heads · dk, dv]`: per slot the delta-rule state, head `h` in rows `h · dk ..`.
     recurrent: Tensor<f32>,
-    /// q, k, v convolution histories, `[capacity, CONV_KERNEL − 1, channels]` each.
-    conv: [Tensor<f32>; 3],
+    /// `[capacity · conv_rows, q | k | v channels]`: per slot the convolution history, oldest
+    /// first (one tensor, so a model that convolves `[q | k | v]` together launches once).
+    conv: Tensor<f32>,
 }
 
-/// One sequence's state in one layer: views into the slot tensors (writes go to the slot).
+/// One sequence's state in one layer: views into the slot tensors (writes go to the slot, and a
+/// kernel may update them in place).
 #[derive(Debug, Clone)]
 pub struct LayerState {
     /// Delta-rule state `[v_heads · dk, dv]` (head `h` in rows `h · dk ..`).
     pub recurrent: Tensor<f32>,
-    /// Convolution histories of q, k and v, `[CONV_KERNEL − 1, channels]` each, oldest first.
+    /// Convolution history of `[q | k | v]`, `[conv_rows, 2 · k_heads · dk + v_heads · dv]`,
+    /// oldest first.
+    pub conv_all: Tensor<f32>,
+    /// The q, k and v columns of `conv_all`.
     pub conv: [Tensor<f32>; 3],
 }
 
@@ -200,7 +234,7 @@ pub struct StepInputs<'a, T: Float> {
     pub g: &'a Tensor<f32>,
     /// `[tokens, v_heads]`.
     pub beta: &'a Tensor<f32>,
-    /// Convolution weights of q, k, v, tap-major `[CONV_KERNEL, channels]` each.
+    /// Convolution weights of q, k, v, tap-major `[conv_kernel, channels]` each.
     pub conv_weights: [&'a Tensor<f32>; 3],
     /// Output `[tokens, v_heads · dv]` (before the gated norm).
     pub o: &'a Tensor<T>,
@@ -246,14 +280,17 @@ impl StateSlots {
                     Ok(Tensor::shape_only(shape))
                 }
             };
-            let [cq, ck, cv] = g.conv_channels();
+            let rows = |per_slot: usize| {
+                per_slot
+                    .checked_mul(capacity)
+                    .ok_or_else(|| StateSlotError::InvalidGeometry {
+                        message: format!("{capacity} slots of {per_slot} rows overflow"),
+                    })
+            };
+            let channels: usize = g.conv_channels().iter().sum();
             layers.push(LayerTensors {
-                recurrent: tensor(&[capacity, g.v_heads * g.dk, g.dv])?,
-                conv: [
-                    tensor(&[capacity, CONV_KERNEL - 1, cq])?,
-                    tensor(&[capacity, CONV_KERNEL - 1, ck])?,
-                    tensor(&[capacity, CONV_KERNEL - 1, cv])?,
-                ],
+                recurrent: tensor(&[rows(g.v_heads * g.dk)?, g.dv])?,
+                conv: tensor(&[rows(g.conv_rows())?, channels])?,
             });
         }
         Ok(StateSlots {
@@ -317,12 +354,10 @@ impl StateSlots {
             });
         };
         let mut reports = Vec::new();
-        for l in &self.layers {
-            let rec = l.recurrent.at(slot);
-            reports.push(zero_state::launch(launcher, &Config::new(), &rec)?.report);
-            for c in &l.conv {
-                let view = c.at(slot);
-                reports.push(zero_state::launch(launcher, &Config::new(), &view)?.report);
+        for layer in 0..self.layers.len() {
+            let st = self.state_at(slot, layer)?;
+            for t in [&st.recurrent, &st.conv_all] {
+                reports.push(zero_state::launch(launcher, &Config::new(), t)?.report);
             }
         }
         self.free.pop();
@@ -342,17 +377,41 @@ impl StateSlots {
 
     /// `seq`'s state in linear layer `layer`: views into the slot tensors.
     pub fn layer_state(&self, seq: SeqId, layer: usize) -> Result<LayerState, StateSlotError> {
-        let slot = self.slot(seq)?;
-        let l = self
-            .layers
-            .get(layer)
-            .ok_or(StateSlotError::LayerOutOfRange {
-                layer,
-                layers: self.layers.len(),
-            })?;
+        self.state_at(self.slot(seq)?, layer)
+    }
+
+    /// Slot `slot`'s views in linear layer `layer` (host-side windows, so a kernel stepping
+    /// outside them is reported as out of bounds).
+    fn state_at(&self, slot: usize, layer: usize) -> Result<LayerState, StateSlotError> {
+        let (l, g) = match (self.layers.get(layer), self.geometry.get(layer)) {
+            (Some(l), Some(g)) => (l, g),
+            _ => {
+                return Err(StateSlotError::LayerOutOfRange {
+                    layer,
+                    layers: self.layers.len(),
+                })
+            }
+        };
+        let bad = |message: String| StateSlotError::InvalidGeometry { message };
+        let rec_rows = g.v_heads * g.dk;
+        let recurrent = l
+            .recurrent
+            .row_range(slot * rec_rows, rec_rows)
+            .map_err(bad)?;
+        let conv_all = l
+            .conv
+            .row_range(slot * g.conv_rows(), g.conv_rows())
+            .map_err(bad)?;
+        let [cq, ck, cv] = g.conv_channels();
+        let conv = [
+            conv_all.col_range(0, cq).map_err(bad)?,
+            conv_all.col_range(cq, ck).map_err(bad)?,
+            conv_all.col_range(cq + ck, cv).map_err(bad)?,
+        ];
         Ok(LayerState {
-            recurrent: l.recurrent.at(slot),
-            conv: [l.conv[0].at(slot), l.conv[1].at(slot), l.conv[2].at(slot)],
+            recurrent,
+            conv_all,
+            conv,
         })
     }
 
@@ -405,16 +464,13 @@ impl StateSlots {
                 Tensor::shape_only(&[tokens, cols])
             }
         };
-        let conv_cfg = Config::new();
         let mut reports = Vec::new();
         let mut convolved = Vec::with_capacity(3);
         for (i, (input, cols)) in [(x.q, cq), (x.k, ck), (x.v, cv)].into_iter().enumerate() {
             let y = scratch(cols);
             let s = &st.conv[i];
-            reports.push(
-                short_conv4::launch(launcher, &conv_cfg, input, x.conv_weights[i], s, s, &y)?
-                    .report,
-            );
+            // In place: each state row is read before a lower one is written.
+            reports.push(launch_short_conv(launcher, input, x.conv_weights[i], s, s, &y)?.report);
             convolved.push(y);
         }
         let mode = if tokens == 1 {

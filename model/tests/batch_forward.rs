@@ -64,6 +64,8 @@ fn a_batch_gives_each_sequence_the_logits_it_gets_alone() {
         let seqs = sequences();
         let want: Vec<Vec<Vec<f32>>> = seqs.iter().map(|(p, d)| alone(name, p, d)).collect();
         let mut r = runner(name);
+        // A page (64 tokens) per sequence.
+        r.serve(3, 3 * 64).unwrap();
         assert_eq!(r.add_sequence().unwrap(), 1);
         assert_eq!(r.add_sequence().unwrap(), 2);
         let mut got: Vec<Vec<Vec<f32>>> = vec![Vec::new(); 3];
@@ -115,6 +117,10 @@ fn bad_batches_are_errors() {
         e.contains("sequence 1") && e.contains("add_sequence"),
         "{e}"
     );
+    // The default pools hold sequence 0 only.
+    let e = r.add_sequence().unwrap_err().to_string();
+    assert!(e.contains("Runner::serve"), "{e}");
+    r.serve(2, 2 * CAPACITY).unwrap();
     r.add_sequence().unwrap();
     let e = r
         .forward_batch(&[(1, &[3][..]), (1, &[4][..])])
@@ -128,4 +134,69 @@ fn bad_batches_are_errors() {
         .forward_batch(&[(0, &[1][..]), (1, &long[..])])
         .unwrap_err();
     assert!(e.to_string().contains("cache slots"), "{e}");
+}
+
+#[test]
+fn released_sequences_give_their_pages_and_slots_back() {
+    let mut r = runner("qwen3_next");
+    // Two sequences at a time, and pages for 2 × 64 tokens: each admits, runs and leaves.
+    r.serve(2, 128).unwrap();
+    let empty = r.pool_usage();
+    assert_eq!(
+        (empty.sequences, empty.slots_in_use, empty.pages_in_use),
+        (1, 1, 0)
+    );
+    let s = r.add_sequence().unwrap();
+    assert!(r.add_sequence().is_err(), "only two slots");
+    r.forward_batch(&[(0, &[1, 2, 3][..]), (s, &[4, 5][..])])
+        .unwrap();
+    let busy = r.pool_usage();
+    assert_eq!((busy.sequences, busy.tokens, busy.pages_in_use), (2, 5, 2));
+    r.release_sequence(s).unwrap();
+    assert!(r.release_sequence(s).is_err(), "released twice");
+    assert!(
+        r.forward_batch(&[(s, &[1][..])]).is_err(),
+        "a released sequence"
+    );
+    r.audit_pools().unwrap();
+    let after = r.pool_usage();
+    assert_eq!(
+        (after.sequences, after.slots_in_use, after.pages_in_use),
+        (1, 1, 1)
+    );
+    // Ids are never reused; the freed slot serves the next one.
+    assert_eq!(r.add_sequence().unwrap(), s + 1);
+    // Resizing needs empty pools.
+    assert!(r.serve(4, 256).to_string_err().contains("release"));
+}
+
+trait ErrText {
+    fn to_string_err(self) -> String;
+}
+
+impl<T, E: std::fmt::Display> ErrText for Result<T, E> {
+    fn to_string_err(self) -> String {
+        self.err().map(|e| e.to_string()).unwrap_or_default()
+    }
+}
+
+#[test]
+fn a_full_pool_refuses_a_step_and_leaves_every_sequence_as_it_was() {
+    let mut r = runner("deepseek_v3");
+    // One page of 64 tokens for two sequences.
+    r.serve(2, 64).unwrap();
+    let s = r.add_sequence().unwrap();
+    r.forward_batch(&[(0, &[1, 2][..])]).unwrap();
+    let before = r.pool_usage();
+    let e = r
+        .forward_batch(&[(0, &[3][..]), (s, &[4][..])])
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("page") && e.contains("release"), "{e}");
+    assert_eq!(r.pool_usage(), before);
+    assert_eq!(r.sequence_position(0), Some(2));
+    assert_eq!(r.sequence_position(s), Some(0));
+    r.audit_pools().unwrap();
+    // Sequence 0 alone still runs on.
+    r.forward_batch(&[(0, &[3][..])]).unwrap();
 }

@@ -14,6 +14,7 @@ use std::collections::{BTreeMap, BTreeSet};
 enum Op {
     Allocate(u64, usize),
     Append(u64, usize),
+    Truncate(u64, usize),
     Free(u64),
 }
 
@@ -22,6 +23,7 @@ fn op() -> impl Strategy<Value = Op> {
     prop_oneof![
         (0u64..6, 0usize..40).prop_map(|(s, t)| Op::Allocate(s, t)),
         (0u64..6, 0usize..40).prop_map(|(s, t)| Op::Append(s, t)),
+        (0u64..6, 0usize..40).prop_map(|(s, t)| Op::Truncate(s, t)),
         (0u64..6).prop_map(Op::Free),
     ]
 }
@@ -131,6 +133,19 @@ proptest! {
                                 prop_assert_eq!(r, Ok(len + tokens));
                                 shadow.insert(id, len + tokens);
                             }
+                        }
+                    }
+                }
+                Op::Truncate(id, tokens) => {
+                    let r = cache.truncate(SeqId(id), tokens);
+                    match shadow.get(&id).copied() {
+                        None => prop_assert_eq!(r, Err(KvCacheError::UnknownSequence { seq: SeqId(id) })),
+                        Some(len) if tokens > len => prop_assert_eq!(r, Err(KvCacheError::TokenOutOfRange {
+                            seq: SeqId(id), token: tokens, len,
+                        })),
+                        Some(len) => {
+                            prop_assert_eq!(r, Ok(len.div_ceil(page_size) - tokens.div_ceil(page_size)));
+                            shadow.insert(id, tokens);
                         }
                     }
                 }

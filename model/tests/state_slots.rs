@@ -23,6 +23,7 @@ fn gdn() -> LinearLayerGeometry {
         v_heads: 2,
         dk: 32,
         dv: 16,
+        conv_kernel: CONV_KERNEL,
     }
 }
 
@@ -33,6 +34,7 @@ fn kda() -> LinearLayerGeometry {
         v_heads: 2,
         dk: 16,
         dv: 16,
+        conv_kernel: CONV_KERNEL,
     }
 }
 
@@ -230,8 +232,8 @@ fn allocation_bookkeeping_and_errors() {
     let reports = slots.allocate(&l, SeqId(7)).unwrap();
     assert_eq!(
         reports.len(),
-        4,
-        "one memset per state tensor: recurrent + 3 conv histories"
+        2,
+        "one memset per state tensor: recurrent + the q|k|v conv history"
     );
     assert_eq!(slots.slot(SeqId(7)).unwrap(), 0);
     assert_eq!(
@@ -304,6 +306,7 @@ fn cost_only_slots_and_steps() {
         v_heads: 32,
         dk: 128,
         dv: 128,
+        conv_kernel: CONV_KERNEL,
     };
     let mut slots = StateSlots::new(&l, &[geo], 64).unwrap();
     slots.allocate(&l, SeqId(1)).unwrap();
@@ -348,7 +351,8 @@ fn state_is_constant_in_context_while_the_kv_cache_grows() {
             k_heads: 16,
             v_heads: 32,
             dk: 128,
-            dv: 128
+            dv: 128,
+            conv_kernel: CONV_KERNEL,
         };
         36
     ];

@@ -101,10 +101,13 @@ pub(crate) fn moe(
     if let Some(r) = ops.routing.recorded_layer(l) {
         r.experts = Some(sel.clone());
     }
-    let step = ops.routing.step;
-    ops.routing
-        .loads
-        .push((step, routing::ExpertLoad::of(&sel, e)));
+    // Cost-only runs report the loads; a functional runner serving for hours keeps no history.
+    if ops.mem.shape_only {
+        let step = ops.routing.step;
+        ops.routing
+            .loads
+            .push((step, routing::ExpertLoad::of(&sel, e)));
+    }
     let plan_err = |source| ForwardError::Kernel {
         op: "moe.routing_plan".into(),
         layer,

@@ -5,29 +5,40 @@
 
 use super::ops::{view, Mem, Ops, RopeTables};
 use super::params::GqaWeights;
+use super::sequences::{SeqPages, PAGE};
 use super::ForwardError;
 use crate::config::GqaDims;
 use dsl_core::Tensor;
 
-/// Per-sequence key/value cache of one attention layer.
-pub(crate) struct KvCache {
-    /// `[capacity, kv_heads·D]`.
+/// One attention layer's paged key and value pools, shared by every sequence (pages from the
+/// runner's allocator, [`super::sequences`]).
+pub(crate) struct KvPool {
+    /// `[pages·PAGE, kv_heads·D]`.
     pub k: Tensor<f32>,
-    /// `[capacity, kv_heads·D]`.
+    /// `[pages·PAGE, kv_heads·D]`.
     pub v: Tensor<f32>,
 }
 
-impl KvCache {
-    /// An empty (poisoned) cache for `capacity` tokens.
-    pub fn new(g: &GqaDims, capacity: usize, mem: Mem) -> KvCache {
-        KvCache {
-            k: mem.act(capacity, g.kv_heads * g.head_dim),
-            v: mem.act(capacity, g.kv_heads * g.head_dim),
+impl KvPool {
+    /// An empty (poisoned) pool of `pages` pages.
+    pub fn new(g: &GqaDims, pages: usize, mem: Mem) -> KvPool {
+        let rows = pages * PAGE;
+        KvPool {
+            k: mem.act(rows, g.kv_heads * g.head_dim),
+            v: mem.act(rows, g.kv_heads * g.head_dim),
         }
+    }
+
+    /// A pool as pages `[pages, PAGE, W]`, as the paged decode kernel reads it.
+    fn paged(t: &Tensor<f32>, what: &str) -> Result<Tensor<f32>, ForwardError> {
+        view(t.reshaped(&[t.rows() / PAGE, PAGE, t.cols()]), what)
     }
 }
 
-/// Gated GQA over `x [T, H]` (already normed) at positions `pos0 ..`; appends to `cache`.
+/// Gated GQA over `x [T, H]` (already normed) at positions `pos0 ..`; appends the new keys and
+/// values to the sequence's `pages` of `pool`. One token attends over the pages directly (paged
+/// split-KV decode); a chunk runs flash attention over its context, gathered from the pages when
+/// earlier tokens are cached.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn forward(
     ops: &mut Ops,
@@ -35,7 +46,8 @@ pub(crate) fn forward(
     w: &GqaWeights,
     x: &Tensor<f32>,
     pos0: usize,
-    cache: &KvCache,
+    pool: &KvPool,
+    pages: &SeqPages,
     rope: &RopeTables,
     eps: f64,
 ) -> Result<Tensor<f32>, ForwardError> {
@@ -62,9 +74,8 @@ pub(crate) fn forward(
         (qg, None)
     };
     let k = ops.linear("attn.k_proj", x, &w.k_proj)?;
-    let k_new = view(cache.k.row_range(pos0, t), "key cache rows")?;
-    let v_new = view(cache.v.row_range(pos0, t), "value cache rows")?;
-    ops.linear_into("attn.v_proj", x, &w.v_proj, &v_new)?;
+    let k_new = ops.mem.act(t, hkv * d);
+    let v_new = ops.linear("attn.v_proj", x, &w.v_proj)?;
     let (q, k) = match (&w.q_norm, &w.k_norm) {
         (Some(qn), Some(kn)) => {
             // Per-head norms: the same RMSNorm over rows of D.
@@ -81,17 +92,35 @@ pub(crate) fn forward(
     };
     ops.rope_into("rope", &q, rope, d, 0, &q)?;
     ops.rope_into("rope", &k, rope, d, 0, &k_new)?;
-    let k_all = view(cache.k.row_range(0, ctx), "key cache")?;
-    let v_all = view(cache.v.row_range(0, ctx), "value cache")?;
-    let o = ops.attention(
-        "attn.attention",
-        &q,
-        &k_all,
-        &v_all,
-        d,
-        d,
-        (d as f64).powf(-0.5),
-    )?;
+    for (new, pool) in [(&k_new, &pool.k), (&v_new, &pool.v)] {
+        ops.kv_append("attn.cache_append", new, &pages.table, pool, pos0, PAGE)?;
+    }
+    let scale = (d as f64).powf(-0.5);
+    let o = if t == 1 {
+        ops.gqa_decode(
+            "attn.decode",
+            &q,
+            &KvPool::paged(&pool.k, "key pool")?,
+            &KvPool::paged(&pool.v, "value pool")?,
+            &pages.table_t,
+            ctx,
+            hkv,
+            d,
+            d,
+            scale,
+        )?
+    } else {
+        let (k_all, v_all) = if pos0 == 0 {
+            (k_new, v_new)
+        } else {
+            let rows = pages.rows(ctx);
+            (
+                ops.gather_rows("attn.gather_context", &pool.k, &rows)?,
+                ops.gather_rows("attn.gather_context", &pool.v, &rows)?,
+            )
+        };
+        ops.attention("attn.attention", &q, &k_all, &v_all, d, d, scale)?
+    };
     let o = match gate {
         Some(gate) => ops.sigmoid_mul("attn.output_gate", &gate, &o)?,
         None => o,

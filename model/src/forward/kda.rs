@@ -43,7 +43,7 @@ pub(crate) fn forward(
     l: &LinearAttnDims,
     w: &KdaWeights,
     x: &Tensor<f32>,
-    st: &mut LinearState,
+    st: &LinearState,
     eps: f64,
 ) -> Result<Tensor<f32>, ForwardError> {
     let t = x.rows();
@@ -90,12 +90,12 @@ pub(crate) fn forward(
         g,
         beta,
         state_in: st.state.clone(),
-        state_out: st.spare.clone(),
+        state_out: st.state.clone(),
         o: o.clone(),
     };
     let launch = launch_delta(&ops.launcher, Decay::PerChannel, mode, &config, &tensors);
+    // In place (one launch, no tile retry that could find the state half-written).
     ops.book_sequence(op, launch)?;
-    st.swap_state();
 
     let gate = ops.linear("kda.g_a_proj", x, &w.g_a)?;
     let gate = ops.linear("kda.g_b_proj", &gate, &w.g_b)?;

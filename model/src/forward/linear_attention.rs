@@ -3,42 +3,38 @@
 //! the gates, the delta rule (chunked for prompts, recurrent for single tokens) carrying the
 //! per-head `dk × dv` state, the gated RMSNorm and the output projection.
 
-use super::ops::{first_fitting, view, Mem, Ops};
+use super::ops::{first_fitting_in_place, view, Ops};
 use super::params::LinearAttnWeights;
 use super::ForwardError;
 use crate::config::LinearAttnDims;
+use crate::state_slots::LayerState;
 use dsl_core::prelude::*;
+use kernels::linear_attention::reference::Decay;
+use kernels::linear_attention::runner::{launch_delta, DeltaMode, DeltaTensors};
 use kernels::linear_attention::{chunked, conv, gates};
 
-/// Per-sequence state of one linear-attention layer (constant in context length).
+/// A sequence's state in one linear-attention layer: views into its state slot
+/// ([`crate::state_slots`]), updated in place by the convolution and the delta rule.
 pub(crate) struct LinearState {
-    /// Recurrent state `[Nv·dk, dv]`, ping-ponged with `spare` (a kernel reads one, writes the other).
+    /// Recurrent state `[Nv·dk, dv]`.
     pub state: Tensor<f32>,
-    pub spare: Tensor<f32>,
-    /// Conv inputs of the last `K − 1` tokens `[K − 1, conv_dim]`, ping-ponged the same way.
+    /// Conv inputs of the last `K − 1` tokens `[K − 1, conv_dim]` (`[q | k | v]` channels).
     pub conv: Tensor<f32>,
-    pub conv_spare: Tensor<f32>,
 }
 
 impl LinearState {
-    /// Zero state (a new sequence).
-    pub fn new(l: &LinearAttnDims, mem: Mem) -> Result<LinearState, ForwardError> {
-        let conv_dim = 2 * l.key_heads * l.key_head_dim + l.value_heads * l.value_head_dim;
-        // The inputs of the last `K − 1` tokens (one row kept for a 1-tap convolution).
-        let conv_rows = l.conv_kernel.saturating_sub(1).max(1);
-        let zeros = |r: usize, c: usize| mem.zeros(&[r, c], "zero state");
-        Ok(LinearState {
-            state: zeros(l.value_heads * l.key_head_dim, l.value_head_dim)?,
-            spare: mem.act(l.value_heads * l.key_head_dim, l.value_head_dim),
-            conv: zeros(conv_rows, conv_dim)?,
-            conv_spare: mem.act(conv_rows, conv_dim),
-        })
+    /// The views of a state slot.
+    pub fn of_slot(slot: LayerState) -> LinearState {
+        LinearState {
+            state: slot.recurrent,
+            conv: slot.conv_all,
+        }
     }
 
     /// The short causal convolution (with SiLU) of `mixed [T, conv_dim]` continuing from the
-    /// rolling conv state, which it advances; booked as `op`. GDN and KDA both run it.
+    /// rolling conv state, which it advances in place; booked as `op`. GDN and KDA both run it.
     pub fn short_conv(
-        &mut self,
+        &self,
         ops: &mut Ops,
         op: &str,
         mixed: &Tensor<f32>,
@@ -46,15 +42,42 @@ impl LinearState {
     ) -> Result<Tensor<f32>, ForwardError> {
         let y = ops.mem.act(mixed.rows(), mixed.cols());
         let launch =
-            conv::launch_short_conv(&ops.launcher, mixed, taps, &self.conv, &self.conv_spare, &y);
+            conv::launch_short_conv(&ops.launcher, mixed, taps, &self.conv, &self.conv, &y);
         ops.book_sequence(op, launch)?;
-        std::mem::swap(&mut self.conv, &mut self.conv_spare);
         Ok(y)
     }
 
-    /// After a delta-rule launch that read `state` and wrote `spare`: the new state is current.
-    pub fn swap_state(&mut self) {
-        std::mem::swap(&mut self.state, &mut self.spare);
+    /// The delta rule over `tensors` (whose state is this one, in place): recurrent for one
+    /// token, chunked for several with the largest chunk whose tiles fit the card's on-chip
+    /// memory (C = 64 on most cards; a smaller SRAM, an H800's 228 KB, takes C = 32). The
+    /// chunked form's result does not depend on C beyond rounding; each C is tried cost-only
+    /// first, so an overflow never leaves the state half-written.
+    pub fn delta(
+        &self,
+        ops: &mut Ops,
+        decay: Decay,
+        ops_names: (&str, &str),
+        tensors: &DeltaTensors<f32>,
+    ) -> Result<(), ForwardError> {
+        let t = tensors.q.rows();
+        let (op, mode) = if t == 1 {
+            (ops_names.0, DeltaMode::Recurrent)
+        } else {
+            (ops_names.1, DeltaMode::Chunked)
+        };
+        let chunks: Vec<i64> = if t == 1 {
+            vec![64]
+        } else {
+            let mut c = kernels::tile_choice::declared(&chunked::chunked_delta::META, "C");
+            c.retain(|v| *v <= 64);
+            c.sort_unstable_by(|a, b| b.cmp(a));
+            c
+        };
+        let launch = first_fitting_in_place(&ops.launcher, chunks, |launcher, c| {
+            let config = Config::new().with("C", c);
+            launch_delta(launcher, decay, mode, &config, tensors)
+        });
+        ops.book_sequence(op, launch)
     }
 }
 
@@ -64,7 +87,7 @@ pub(crate) fn forward(
     l: &LinearAttnDims,
     w: &LinearAttnWeights,
     x: &Tensor<f32>,
-    st: &mut LinearState,
+    st: &LinearState,
     eps: f64,
 ) -> Result<Tensor<f32>, ForwardError> {
     let t = x.rows();
@@ -122,8 +145,6 @@ pub(crate) fn forward(
     ops.book("linear_attn.gates", launch)?;
 
     let o = ops.mem.act(t, v_w);
-    use kernels::linear_attention::reference::Decay;
-    use kernels::linear_attention::runner::{launch_delta, DeltaMode, DeltaTensors};
     if ops.batched_decode && t > 1 {
         // A batched cost-only decode: the t sequences' recurrences in one launch over t·Nv
         // heads, each sequence with its own state (shape only: nothing is stored).
@@ -147,23 +168,6 @@ pub(crate) fn forward(
         );
         ops.book("linear_attn.delta_recurrent", launch)?;
     } else {
-        let (op, mode) = if t == 1 {
-            ("linear_attn.delta_recurrent", DeltaMode::Recurrent)
-        } else {
-            ("linear_attn.delta_chunked", DeltaMode::Chunked)
-        };
-        // The largest chunk whose tiles fit the card's on-chip memory: C = 64 on most cards; a
-        // smaller SRAM (an H800's 228 KB) takes C = 32. The chunked form's result does not
-        // depend on C beyond rounding, and a retry rewrites every output: the kernel reads
-        // `state` and writes only `spare` and `o`. (The recurrent form ignores C.)
-        let chunks: Vec<i64> = if t == 1 {
-            vec![64]
-        } else {
-            let mut c = kernels::tile_choice::declared(&chunked::chunked_delta::META, "C");
-            c.retain(|v| *v <= 64);
-            c.sort_unstable_by(|a, b| b.cmp(a));
-            c
-        };
         let tensors = DeltaTensors {
             q: view(y.col_range(0, qk_w), "conv q")?,
             k: view(y.col_range(qk_w, qk_w), "conv k")?,
@@ -171,15 +175,15 @@ pub(crate) fn forward(
             g: g.clone(),
             beta: beta.clone(),
             state_in: st.state.clone(),
-            state_out: st.spare.clone(),
+            state_out: st.state.clone(),
             o: o.clone(),
         };
-        let launch = first_fitting(chunks, |c| {
-            let config = Config::new().with("C", c);
-            launch_delta(&ops.launcher, Decay::Scalar, mode, &config, &tensors)
-        });
-        ops.book_sequence(op, launch)?;
-        st.swap_state();
+        st.delta(
+            ops,
+            Decay::Scalar,
+            ("linear_attn.delta_recurrent", "linear_attn.delta_chunked"),
+            &tensors,
+        )?;
     }
 
     let normed = ops.mem.act(t, v_w);

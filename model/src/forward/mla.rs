@@ -14,68 +14,71 @@
 
 use super::ops::{view, Mem, Ops, RopeTables};
 use super::params::MlaWeights;
+use super::sequences::{SeqPages, PAGE};
 use super::ForwardError;
 use crate::config::{IndexerDims, MlaDims};
 use dsl_core::Tensor;
 
-/// Tokens per page of the latent and indexer-key caches (a declared page size of the DSA kernels).
-pub(crate) const PAGE: usize = 64;
-
-/// Per-sequence latent cache of one MLA layer: `capacity` rows in whole pages, allocated
-/// contiguously (page `i` of the sequence is pool page `i`; the block table is the identity).
-pub(crate) struct LatentCache {
+/// One MLA layer's paged latent pool, shared by every sequence (pages from the runner's
+/// allocator, [`super::sequences`]).
+pub(crate) struct LatentPool {
     /// `[pages·PAGE, kv_lora_rank + qk_rope_head_dim]`: `[c_kv | k_pe]` per token.
     pub latent: Tensor<f32>,
-    /// `c_kv` columns of `latent`.
-    pub c_kv: Tensor<f32>,
-    /// `k_pe` columns of `latent` (already rotated).
-    pub k_pe: Tensor<f32>,
-    /// DeepSeek-V3.2: the indexer's key cache `[pages·PAGE, index_head_dim]`.
+    /// DeepSeek-V3.2: the indexer's key pool `[pages·PAGE, index_head_dim]`.
     pub index_keys: Option<Tensor<f32>>,
-    /// The identity block table `[pages]`.
-    pub block_table: Tensor<i32>,
 }
 
-impl LatentCache {
-    /// An empty (poisoned) cache for at least `capacity` tokens.
+impl LatentPool {
+    /// An empty (poisoned) pool of `pages` pages.
     pub fn new(
         m: &MlaDims,
         index_head_dim: Option<usize>,
-        capacity: usize,
+        pages: usize,
         mem: Mem,
-    ) -> Result<LatentCache, ForwardError> {
-        let pages = capacity.div_ceil(PAGE).max(1);
+    ) -> Result<LatentPool, ForwardError> {
         let rows = pages * PAGE;
-        let latent = mem.act(rows, m.kv_lora_rank + m.qk_rope_head_dim);
-        let ids: Vec<i32> = (0..pages as i32).collect();
-        Ok(LatentCache {
-            c_kv: view(latent.col_range(0, m.kv_lora_rank), "c_kv columns")?,
-            k_pe: view(
-                latent.col_range(m.kv_lora_rank, m.qk_rope_head_dim),
-                "k_pe columns",
-            )?,
-            latent,
+        Ok(LatentPool {
+            latent: mem.act(rows, m.kv_lora_rank + m.qk_rope_head_dim),
             index_keys: index_head_dim.map(|d| mem.act(rows, d)),
-            block_table: view(Tensor::from_indices(&[pages], &ids), "block table")?,
         })
     }
 
     fn pages(&self) -> usize {
         self.latent.rows() / PAGE
     }
+
+    /// The pool as pages `[pages, PAGE, d]`, as the paged kernels read it.
+    fn paged(&self) -> Result<Tensor<f32>, ForwardError> {
+        let d = self.latent.cols();
+        view(
+            self.latent.reshaped(&[self.pages(), PAGE, d]),
+            "latent pool",
+        )
+    }
 }
 
-/// Queries `[T, H·qk]` (rotary part rotated) and, on the q_lora path, the normed q latent the
-/// DSA indexer also reads; the new tokens' latent rows are written into the cache.
+/// What [`prepare`] gives the attention: queries `[T, H·qk]` (rotary part rotated), on the
+/// q_lora path the normed q latent the DSA indexer also reads, and the new tokens' latent rows
+/// `[T, d]` (already appended to the pool).
+struct Prepared {
+    q: Tensor<f32>,
+    q_resid: Option<Tensor<f32>>,
+    new_latent: Tensor<f32>,
+}
+
+/// Projects the queries and the new tokens' latents, and appends the latents to the sequence's
+/// pages of the pool.
+#[allow(clippy::too_many_arguments)]
 fn prepare(
     ops: &mut Ops,
     m: &MlaDims,
     w: &MlaWeights,
     x: &Tensor<f32>,
     pos0: usize,
-    cache: &LatentCache,
+    pool: &LatentPool,
+    pages: &SeqPages,
     rope: &RopeTables,
-) -> Result<(Tensor<f32>, Option<Tensor<f32>>), ForwardError> {
+) -> Result<Prepared, ForwardError> {
     let t = x.rows();
     let (nope, rd) = (m.qk_nope_head_dim, m.qk_rope_head_dim);
     // q_a_layernorm and kv_a_layernorm use eps 1e-6 whatever rms_norm_eps says (transformers).
@@ -97,8 +100,9 @@ fn prepare(
         ops.rope_into("rope", &q, rope, nope + rd, nope, &q)?;
     }
     let ckv = ops.linear("mla.kv_a_proj_with_mqa", x, &w.kv_a)?;
-    let c_new = view(cache.c_kv.row_range(pos0, t), "latent cache rows")?;
-    let pe_new = view(cache.k_pe.row_range(pos0, t), "rope-key cache rows")?;
+    let new_latent = ops.mem.act(t, m.kv_lora_rank + rd);
+    let c_new = view(new_latent.col_range(0, m.kv_lora_rank), "new c_kv")?;
+    let pe_new = view(new_latent.col_range(m.kv_lora_rank, rd), "new k_pe")?;
     let ckv_c = view(ckv.col_range(0, m.kv_lora_rank), "c_kv columns")?;
     let ckv_pe = view(ckv.col_range(m.kv_lora_rank, rd), "k_pe columns")?;
     ops.rmsnorm_into("mla.kv_a_layernorm", &ckv_c, &w.kv_a_norm, 1e-6, &c_new)?;
@@ -108,11 +112,41 @@ fn prepare(
         // Kimi Linear's MLA has no positional encoding: the shared key part is cached as is.
         ops.copy("mla.k_pe", &ckv_pe, &pe_new)?;
     }
-    Ok((q, q_resid))
+    ops.kv_append(
+        "mla.cache_append",
+        &new_latent,
+        &pages.table,
+        &pool.latent,
+        pos0,
+        PAGE,
+    )?;
+    Ok(Prepared {
+        q,
+        q_resid,
+        new_latent,
+    })
+}
+
+/// The sequence's latent rows `0 .. ctx` in one tensor `[ctx, d]`: the new rows themselves when
+/// they are the whole context, else gathered from its pages.
+fn context_rows(
+    ops: &mut Ops,
+    op: &str,
+    pool: &Tensor<f32>,
+    pages: &SeqPages,
+    new: &Tensor<f32>,
+    ctx: usize,
+) -> Result<Tensor<f32>, ForwardError> {
+    if new.rows() == ctx {
+        Ok(new.clone())
+    } else {
+        ops.gather_rows(op, pool, &pages.rows(ctx))
+    }
 }
 
 /// Dense MLA over `x [T, H]` (already normed) whose tokens sit at positions `pos0 .. pos0 + T`;
-/// appends their latents to `cache` and returns the `o_proj` output `[T, H]`. A prompt expands
+/// appends their latents to the sequence's `pages` of `pool` and returns the `o_proj` output
+/// `[T, H]`. A prompt expands
 /// the context's keys and values and runs flash attention; one token (decode) attends over the
 /// latent cache with absorbed queries (paged split-KV decode with one latent head).
 #[allow(clippy::too_many_arguments)]
@@ -122,7 +156,8 @@ pub(crate) fn forward(
     w: &MlaWeights,
     x: &Tensor<f32>,
     pos0: usize,
-    cache: &LatentCache,
+    pool: &LatentPool,
+    pages: &SeqPages,
     rope: &RopeTables,
     scale: f64,
 ) -> Result<Tensor<f32>, ForwardError> {
@@ -134,7 +169,7 @@ pub(crate) fn forward(
         m.heads,
     );
     let qk = nope + rd;
-    let (q, _) = prepare(ops, m, w, x, pos0, cache, rope)?;
+    let Prepared { q, new_latent, .. } = prepare(ops, m, w, x, pos0, pool, pages, rope)?;
     if x.rows() == 1 || ops.batched_decode {
         // Decode: attention over the latent cache itself (absorbed queries, one latent kv head,
         // values = the first kv_lora_rank columns of each latent row, each row read once), as
@@ -146,11 +181,10 @@ pub(crate) fn forward(
         let q_abs = absorb_queries(ops, m, w, &q)?;
         let q3 = view(q_abs.reshaped(&[b, heads, d]), "absorbed query")?;
         let (pool, tables, lens) = if b == 1 {
-            let pages = cache.pages();
-            let pool = view(cache.latent.reshaped(&[pages, PAGE, d]), "latent pool")?;
-            let tables = view(cache.block_table.reshaped(&[1, pages]), "block table")?;
+            let n = pages.table.len();
+            let tables = view(pages.table_t.reshaped(&[1, n]), "block table")?;
             let lens = view(Tensor::from_indices(&[1], &[ctx as i32]), "context length")?;
-            (pool, tables, lens)
+            (pool.paged()?, tables, lens)
         } else {
             let pages = (pos0 + 1).div_ceil(PAGE);
             (
@@ -167,10 +201,18 @@ pub(crate) fn forward(
     }
 
     // Prefill: expand the whole context: kv [ctx, H·(nope+v)], then per-head keys and values.
-    let c_all = view(cache.c_kv.row_range(0, ctx), "latent cache")?;
-    let pe_all = view(cache.k_pe.row_range(0, ctx), "rope-key cache")?;
-    // The expansion reads this sequence's whole context: per-sequence work.
+    // The gather and the expansion read this sequence's whole context: per-sequence work.
     ops.sequence_scope = true;
+    let all = context_rows(
+        ops,
+        "mla.gather_context",
+        &pool.latent,
+        pages,
+        &new_latent,
+        ctx,
+    )?;
+    let c_all = view(all.col_range(0, m.kv_lora_rank), "latent context")?;
+    let pe_all = view(all.col_range(m.kv_lora_rank, rd), "rope-key context")?;
     let kv = ops.linear("mla.kv_b_proj", &c_all, &w.kv_b)?;
     let k = ops.mem.act(ctx, heads * qk);
     let v = ops.mem.act(ctx, heads * vd);
@@ -208,7 +250,8 @@ pub(crate) fn forward_sparse(
     w: &MlaWeights,
     x: &Tensor<f32>,
     pos0: usize,
-    cache: &LatentCache,
+    pool: &LatentPool,
+    pages: &SeqPages,
     rope: &RopeTables,
     rope_half: &RopeTables,
     scale: f64,
@@ -217,13 +260,13 @@ pub(crate) fn forward_sparse(
     let ctx = pos0 + t;
     let (heads, r) = (m.heads, m.kv_lora_rank);
     let d = r + m.qk_rope_head_dim;
-    let (Some(iw), Some(keys)) = (&w.indexer, &cache.index_keys) else {
+    let (Some(iw), Some(keys)) = (&w.indexer, &pool.index_keys) else {
         return Err(ForwardError::Internal {
             what: "sparse MLA".into(),
             message: "no indexer weights or key cache".into(),
         });
     };
-    let (q, q_resid) = prepare(ops, m, w, x, pos0, cache, rope)?;
+    let Prepared { q, q_resid, .. } = prepare(ops, m, w, x, pos0, pool, pages, rope)?;
     let q_resid = q_resid.ok_or_else(|| ForwardError::Internal {
         what: "DSA indexer".into(),
         message: "needs the q_lora latent".into(),
@@ -235,24 +278,30 @@ pub(crate) fn forward_sparse(
     ops.rope_into("rope", &q_idx, rope_half, ix.head_dim, 0, &q_idx)?;
     let k_raw = ops.linear("indexer.wk", x, &iw.wk)?;
     let k_normed = ops.layernorm("indexer.k_norm", &k_raw, &iw.k_norm_w, &iw.k_norm_b, 1e-6)?;
-    let k_new = view(keys.row_range(pos0, t), "indexer key cache rows")?;
+    let k_new = ops.mem.act(t, ix.head_dim);
     ops.rope_into("rope", &k_normed, rope_half, ix.head_dim, 0, &k_new)?;
+    ops.kv_append(
+        "indexer.cache_append",
+        &k_new,
+        &pages.table,
+        keys,
+        pos0,
+        PAGE,
+    )?;
     let head_w = ops.linear("indexer.weights_proj", x, &iw.weights_proj)?;
-    let pages = cache.pages();
     let key_pool = view(
-        keys.reshaped(&[pages, PAGE, ix.head_dim]),
+        keys.reshaped(&[pool.pages(), PAGE, ix.head_dim]),
         "indexer key pool",
     )?;
-    let scores = ops.indexer_scores(&q_idx, &head_w, &key_pool, &cache.block_table, ctx, ix)?;
+    let scores = ops.indexer_scores(&q_idx, &head_w, &key_pool, &pages.table_t, ctx, ix)?;
     let selected = ops.topk_select(&scores, ctx, ix.topk)?;
 
     let q_abs = absorb_queries(ops, m, w, &q)?;
     let q3 = view(q_abs.reshaped(&[t, heads, d]), "absorbed queries")?;
-    let pool = view(cache.latent.reshaped(&[pages, PAGE, d]), "latent pool")?;
     let o_lat = ops.sparse_mla(
         &q3,
-        &pool,
-        &cache.block_table,
+        &pool.paged()?,
+        &pages.table_t,
         &selected,
         ctx,
         ix.topk,

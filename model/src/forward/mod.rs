@@ -3,9 +3,10 @@
 //! RoPE, attention, router, expert dispatch/GEMMs/combine, lm_head — with the simulated cycles of
 //! each booked per operator ([`OpStats`]).
 //!
-//! A [`Runner`] holds one sequence: [`Runner::forward`] appends tokens (a prompt, then one token per
-//! decode step) to its per-layer caches and returns their logits; [`Runner::generate`] is greedy
-//! generation on top. Everything runs in f32 so results can be compared with transformers' f32
+//! A [`Runner`] serves sequences: [`Runner::forward`] appends tokens (a prompt, then one token per
+//! decode step) to sequence 0's caches and returns their logits, [`Runner::forward_batch`] steps
+//! several sequences at once; every sequence's caches and states live in the runner's paged pools
+//! and state slots ([`sequences`]). [`Runner::generate`] is greedy generation on top. Everything runs in f32 so results can be compared with transformers' f32
 //! forward to 1e-4.
 
 mod ffn;
@@ -16,15 +17,18 @@ mod mla;
 pub mod ops;
 mod params;
 pub mod routing;
+mod sequences;
 pub mod validate;
 
 pub use ops::{OpStats, Traffic};
+pub use sequences::PoolUsage;
 
 use crate::config::{load_config, AttentionKind, FfnKind, ModelConfig, ModelError, RopeScaling};
 use crate::weights::{Checkpoint, WeightError};
 use dsl_core::{Launcher, SimError};
 use ops::{Ops, RopeTables};
 use params::{AttnWeights, FfnWeights, ModelWeights};
+use sequences::{LayerStore, SequenceStore};
 use std::collections::BTreeMap;
 use std::fmt;
 use std::path::Path;
@@ -192,13 +196,6 @@ pub fn argmax(v: &[f32]) -> usize {
     best
 }
 
-/// Per-layer sequence state.
-enum LayerCache {
-    Latent(mla::LatentCache),
-    Kv(gated_attention::KvCache),
-    Linear(linear_attention::LinearState),
-}
-
 fn internal(what: &str) -> ForwardError {
     ForwardError::Internal {
         what: what.to_string(),
@@ -232,72 +229,18 @@ impl std::str::FromStr for Precision {
     }
 }
 
-/// One sequence's caches and states for every layer, each holding `capacity` tokens.
-fn new_caches(
-    cfg: &ModelConfig,
-    capacity: usize,
-    mem: ops::Mem,
-) -> Result<Vec<LayerCache>, ForwardError> {
-    let mut caches = Vec::new();
-    for spec in &cfg.layers {
-        match &spec.attention {
-            AttentionKind::Mla | AttentionKind::SparseMla => {
-                let m = cfg.mla.as_ref().ok_or_else(|| ForwardError::Unsupported {
-                    what: "MLA layers without MLA dimensions".into(),
-                })?;
-                let index_dim = match (&spec.attention, &cfg.indexer) {
-                    (AttentionKind::SparseMla, Some(ix)) => Some(ix.head_dim),
-                    (AttentionKind::SparseMla, None) => {
-                        return Err(ForwardError::Unsupported {
-                            what: "sparse MLA layers without indexer dimensions".into(),
-                        })
-                    }
-                    _ => None,
-                };
-                caches.push(LayerCache::Latent(mla::LatentCache::new(
-                    m, index_dim, capacity, mem,
-                )?));
-            }
-            AttentionKind::Gqa => {
-                let g = cfg.gqa.as_ref().ok_or_else(|| ForwardError::Unsupported {
-                    what: "attention layers without attention dimensions".into(),
-                })?;
-                caches.push(LayerCache::Kv(gated_attention::KvCache::new(
-                    g, capacity, mem,
-                )));
-            }
-            AttentionKind::LinearAttention => {
-                let l = cfg
-                    .linear_attention
-                    .as_ref()
-                    .ok_or_else(|| ForwardError::Unsupported {
-                        what: "linear-attention layers without their dimensions".into(),
-                    })?;
-                caches.push(LayerCache::Linear(linear_attention::LinearState::new(
-                    l, mem,
-                )?));
-            }
-            AttentionKind::Unknown(k) => {
-                return Err(ForwardError::Unsupported {
-                    what: format!("`{k}` attention"),
-                })
-            }
-        }
-    }
-    Ok(caches)
-}
-
 /// One model on the simulator, serving one sequence (sequence 0, [`Runner::forward`]) or several
-/// in one step ([`Runner::add_sequence`], [`Runner::forward_batch`]).
+/// in one step ([`Runner::add_sequence`], [`Runner::forward_batch`]), their caches and states in
+/// shared pools ([`sequences`]): sequences come and go ([`Runner::release_sequence`]) within the
+/// pools' fixed size ([`Runner::serve`]).
 pub struct Runner {
     cfg: ModelConfig,
     weights: ModelWeights,
     ops: Ops,
-    caches: Vec<LayerCache>,
+    /// Every layer's paged pool or state slots, and who owns what.
+    store: SequenceStore,
+    /// Tokens one sequence may hold (the positions its rotary tables cover).
     capacity: usize,
-    len: usize,
-    /// Sequences 1.. of a batch (sequence 0 is `caches`/`len`).
-    extra: Vec<Sequence>,
     inv_freq: Vec<f64>,
     attention_factor: f64,
     interleaved: bool,
@@ -305,12 +248,6 @@ pub struct Runner {
     memoise: bool,
     blocks: Blocks,
     last_layers: Vec<LayerCost>,
-}
-
-/// A sequence's own caches and states, and how many tokens they hold.
-struct Sequence {
-    caches: Vec<LayerCache>,
-    len: usize,
 }
 
 /// One sequence's part of a batched step: which sequence, where its tokens start, how many, and
@@ -321,18 +258,6 @@ struct Part {
     pos0: usize,
     tokens: usize,
     row0: usize,
-}
-
-/// The caches of sequence `seq` (0 is the runner's own).
-fn seq_caches<'a>(
-    own: &'a mut [LayerCache],
-    extra: &'a mut [Sequence],
-    seq: usize,
-) -> &'a mut [LayerCache] {
-    match seq {
-        0 => own,
-        s => &mut extra[s - 1].caches,
-    }
 }
 
 /// Which blocks of each decoder layer a cost-only step runs. The cluster planner prices attention
@@ -480,7 +405,9 @@ impl Runner {
         capacity: usize,
     ) -> Result<Runner, ForwardError> {
         let mem = ops::Mem::for_launcher(&launcher);
-        let caches = new_caches(&cfg, capacity, mem)?;
+        // One sequence (sequence 0) of `capacity` tokens until `serve` sizes the pools for more.
+        let mut store = SequenceStore::new(&cfg, &launcher, 1, capacity)?;
+        store.admit(&launcher)?;
         let theta = cfg.rope.as_ref().map(|r| r.theta).unwrap_or(10000.0);
         // DeepSeek rotates the qk_rope_head_dim part of each head (pairs interleaved when
         // configured); Qwen3-Next the first partial_rotary_factor of each head, half-split.
@@ -512,10 +439,8 @@ impl Runner {
                 batched_decode: false,
                 routing: routing::RoutingState::new(),
             },
-            caches,
+            store,
             capacity,
-            len: 0,
-            extra: Vec::new(),
             inv_freq,
             attention_factor,
             interleaved,
@@ -541,25 +466,69 @@ impl Runner {
         &self.ops.stats
     }
 
-    /// Tokens in the caches.
+    /// Tokens in sequence 0's caches (0 once it is released).
     pub fn position(&self) -> usize {
-        self.len
+        self.store.len(0).unwrap_or(0)
     }
 
-    /// Adds an empty sequence with its own caches and states (the same capacity as the runner's)
-    /// and returns its id, for [`Runner::forward_batch`]. Sequence 0 is the runner's own.
-    pub fn add_sequence(&mut self) -> Result<usize, ForwardError> {
-        let caches = new_caches(&self.cfg, self.capacity, self.ops.mem)?;
-        self.extra.push(Sequence { caches, len: 0 });
-        Ok(self.extra.len())
-    }
-
-    /// Tokens in sequence `seq`'s caches (`None` for an unknown sequence).
-    pub fn sequence_position(&self, seq: usize) -> Option<usize> {
-        match seq {
-            0 => Some(self.len),
-            s => self.extra.get(s - 1).map(|q| q.len),
+    /// Sizes the pools for up to `max_sequences` live sequences sharing `pool_tokens` tokens of
+    /// cache pages in every attention layer (each sequence still holds at most the runner's
+    /// capacity). Allowed while no sequence holds a token; sequence 0 is admitted again, empty,
+    /// and later ids continue from 1.
+    pub fn serve(&mut self, max_sequences: usize, pool_tokens: usize) -> Result<(), ForwardError> {
+        let usage = self.store.usage();
+        if usage.tokens > 0 {
+            return Err(ForwardError::Workload {
+                flag: "serve".into(),
+                message: format!(
+                    "the pools hold {} tokens of {} sequences; resize them before any token is                      run, or release every sequence first",
+                    usage.tokens, usage.sequences
+                ),
+            });
         }
+        if max_sequences == 0 {
+            return Err(ForwardError::Workload {
+                flag: "serve".into(),
+                message: "a runner serves at least one sequence".into(),
+            });
+        }
+        let mut store =
+            SequenceStore::new(&self.cfg, &self.ops.launcher, max_sequences, pool_tokens)?;
+        store.admit(&self.ops.launcher)?;
+        self.store = store;
+        Ok(())
+    }
+
+    /// Admits a new, empty sequence (a state slot, zeroed on the device, and an empty block
+    /// table) and returns its id, for [`Runner::forward_batch`]. Sequence 0 is the runner's own;
+    /// ids are never reused. Fails when every slot is taken.
+    pub fn add_sequence(&mut self) -> Result<usize, ForwardError> {
+        let (id, reports) = self.store.admit(&self.ops.launcher)?;
+        for report in reports {
+            self.ops.book_report("state_slots.zero", Ok(report))?;
+        }
+        Ok(id)
+    }
+
+    /// Ends sequence `seq`: its cache pages and its state slot return to the pools.
+    pub fn release_sequence(&mut self, seq: usize) -> Result<(), ForwardError> {
+        self.store.release(seq)
+    }
+
+    /// Tokens in sequence `seq`'s caches (`None` for a sequence that is not live).
+    pub fn sequence_position(&self, seq: usize) -> Option<usize> {
+        self.store.len(seq)
+    }
+
+    /// How full the pools are: live sequences, tokens, pages and state slots in use.
+    pub fn pool_usage(&self) -> PoolUsage {
+        self.store.usage()
+    }
+
+    /// Checks the pools' bookkeeping (every page and slot free or owned by exactly one live
+    /// sequence, both allocators agreeing on who is live); `Err` names what is broken.
+    pub fn audit_pools(&self) -> Result<(), String> {
+        self.store.audit()
     }
 
     /// Whether a cost-only runner times one layer of each kind per step and books its cost for the
@@ -610,8 +579,9 @@ impl Runner {
         self.ops.routing.recording.take()
     }
 
-    /// The expert load of every MoE layer run so far: (step, load). Layers the layer memo booked
-    /// without running are not listed (they repeat one that is).
+    /// Cost-only runners: the expert load of every MoE layer run so far: (step, load). Layers the
+    /// layer memo booked without running are not listed (they repeat one that is). Functional
+    /// runners keep none (a serving runner would otherwise grow with every step).
     pub fn expert_loads(&self) -> &[(usize, routing::ExpertLoad)] {
         &self.ops.routing.loads
     }
@@ -642,8 +612,17 @@ impl Runner {
                 capacity: self.capacity,
             });
         }
-        self.len = position;
-        Ok(())
+        // Sequence 0's pages cover the skipped tokens (bookkeeping only: nothing is stored).
+        let len = self.store.len(0).ok_or_else(|| ForwardError::Workload {
+            flag: "seek".into(),
+            message: "sequence 0 was released".into(),
+        })?;
+        if position < len {
+            self.store.truncate(0, position);
+            Ok(())
+        } else {
+            self.store.extend(0, position - len)
+        }
     }
 
     /// Cost-only runners: run only some blocks of each layer (see [`Blocks`]).
@@ -706,13 +685,15 @@ impl Runner {
         let mut ids = Vec::new();
         let mut parts = Vec::with_capacity(batch.len());
         for (i, (seq, tokens)) in batch.iter().enumerate() {
-            let pos0 = self.sequence_position(*seq).ok_or_else(|| ForwardError::Workload {
-                flag: "batch".into(),
-                message: format!(
-                    "entry {i} names sequence {seq}, but the runner has {} (add one with add_sequence)",
-                    self.extra.len() + 1
-                ),
-            })?;
+            let pos0 = self
+                .sequence_position(*seq)
+                .ok_or_else(|| ForwardError::Workload {
+                    flag: "batch".into(),
+                    message: format!(
+                        "entry {i} names sequence {seq}, which is not live (admit one with \
+                     add_sequence)"
+                    ),
+                })?;
             if batch[..i].iter().any(|(s, _)| s == seq) {
                 return Err(ForwardError::Workload {
                     flag: "batch".into(),
@@ -769,7 +750,22 @@ impl Runner {
                 layers: Vec::new(),
             });
         }
+        // Pages for every sequence's new tokens, all or nothing; a step that fails gives them
+        // back (its rows in the pools are garbage that later tokens overwrite).
+        for (i, p) in parts.iter().enumerate() {
+            if let Err(e) = self.store.extend(p.seq, p.tokens) {
+                for q in &parts[..i] {
+                    self.store.truncate(q.seq, q.pos0);
+                }
+                return Err(e);
+            }
+        }
         let out = self.forward_step(&ids, &parts);
+        if out.is_err() {
+            for p in &parts {
+                self.store.truncate(p.seq, p.pos0);
+            }
+        }
         self.ops.routing.step += 1;
         out
     }
@@ -797,6 +793,10 @@ impl Runner {
         }
         let single = parts.len() == 1;
         let capture = self.capture && single;
+        let pages = parts
+            .iter()
+            .map(|p| self.store.seq_pages(p.seq))
+            .collect::<Result<Vec<_>, _>>()?;
         let mut hidden_states = Vec::new();
 
         self.ops.layer = None;
@@ -840,16 +840,15 @@ impl Runner {
                 n
             } else {
                 let mut outs = Vec::with_capacity(parts.len());
-                for (p, (rope, rope_half)) in parts.iter().zip(&ropes) {
+                for ((p, (rope, rope_half)), pages) in parts.iter().zip(&ropes).zip(&pages) {
                     let n_p = if single {
                         n.clone()
                     } else {
                         ops::view(n.row_range(p.row0, p.tokens), "a sequence's rows")?
                     };
                     let pos0 = p.pos0;
-                    let cache = &mut seq_caches(&mut self.caches, &mut self.extra, p.seq)[l];
-                    let a_p = match (&lw.attn, cache) {
-                        (AttnWeights::Gqa(w), LayerCache::Kv(cache)) => {
+                    let a_p = match (&lw.attn, &self.store.layers[l]) {
+                        (AttnWeights::Gqa(w), LayerStore::Kv(pool)) => {
                             let g = self
                                 .cfg
                                 .gqa
@@ -861,28 +860,35 @@ impl Runner {
                                 w,
                                 &n_p,
                                 pos0,
-                                cache,
+                                pool,
+                                pages,
                                 rope,
                                 eps,
                             )?
                         }
-                        (AttnWeights::Linear(w), LayerCache::Linear(st)) => {
+                        (AttnWeights::Linear(w), LayerStore::Linear(li)) => {
                             let la = self
                                 .cfg
                                 .linear_attention
                                 .as_ref()
                                 .ok_or_else(|| internal("linear-attention dims"))?;
-                            linear_attention::forward(&mut self.ops, la, w, &n_p, st, eps)?
+                            let st = linear_attention::LinearState::of_slot(
+                                self.store.state(p.seq, *li)?,
+                            );
+                            linear_attention::forward(&mut self.ops, la, w, &n_p, &st, eps)?
                         }
-                        (AttnWeights::Kda(w), LayerCache::Linear(st)) => {
+                        (AttnWeights::Kda(w), LayerStore::Linear(li)) => {
                             let la = self
                                 .cfg
                                 .linear_attention
                                 .as_ref()
                                 .ok_or_else(|| internal("linear-attention dims"))?;
-                            kda::forward(&mut self.ops, la, w, &n_p, st, eps)?
+                            let st = linear_attention::LinearState::of_slot(
+                                self.store.state(p.seq, *li)?,
+                            );
+                            kda::forward(&mut self.ops, la, w, &n_p, &st, eps)?
                         }
-                        (AttnWeights::Mla(w), LayerCache::Latent(cache)) => {
+                        (AttnWeights::Mla(w), LayerStore::Latent(pool)) => {
                             let m =
                                 self.cfg
                                     .mla
@@ -905,7 +911,8 @@ impl Runner {
                                     w,
                                     &n_p,
                                     pos0,
-                                    cache,
+                                    pool,
+                                    pages,
                                     rope,
                                     rope_half,
                                     scale,
@@ -916,7 +923,8 @@ impl Runner {
                                     w,
                                     &n_p,
                                     pos0,
-                                    cache,
+                                    pool,
+                                    pages,
                                     rope,
                                     scale,
                                 )?,
@@ -999,12 +1007,6 @@ impl Runner {
         };
         let logits = self.ops.linear("lm_head", &n, &self.weights.lm_head)?;
         let logits = logits.to_vec().unwrap_or_default();
-        for p in parts {
-            match p.seq {
-                0 => self.len += p.tokens,
-                s => self.extra[s - 1].len += p.tokens,
-            }
-        }
         if single {
             return Ok(vec![StepOutput {
                 logits,

@@ -181,6 +181,33 @@ impl Mem {
     }
 }
 
+/// [`first_fitting`] for a launch that updates a tensor in place (a sequence's state slot): an
+/// overflow found while a functional launch runs may already have written part of the state, so
+/// each choice is first tried on a cost-only copy of the launcher, which writes nothing, and only
+/// the first that fits runs on the data.
+pub(crate) fn first_fitting_in_place<C: Copy, T>(
+    launcher: &Launcher,
+    tiles: impl IntoIterator<Item = C>,
+    mut launch: impl FnMut(&Launcher, C) -> Result<T, SimError>,
+) -> Result<T, SimError> {
+    if launcher.backend == dsl_core::Backend::CostOnly {
+        return first_fitting(tiles, |c| launch(launcher, c));
+    }
+    let probe = launcher.clone().with_backend(dsl_core::Backend::CostOnly);
+    let choice = first_fitting(tiles, |c| launch(&probe, c).map(|_| c))?;
+    launch(launcher, choice)
+}
+
+/// A paged kernel's declared key tiles `BK` that stay within one page, largest first.
+fn page_tiles(meta: &dsl_core::KernelMeta, page: usize) -> Vec<i64> {
+    let mut bks: Vec<i64> = kernels::tile_choice::declared(meta, "BK")
+        .into_iter()
+        .filter(|b| *b as usize <= page)
+        .collect();
+    bks.sort_unstable_by(|a, b| b.cmp(a));
+    bks
+}
+
 /// A view error (a programming error in the layer code, reported, not panicked).
 pub(crate) fn view<T>(r: Result<T, String>, what: &str) -> Result<T, ForwardError> {
     r.map_err(|message| ForwardError::Internal {
@@ -231,7 +258,11 @@ impl Ops {
     }
 
     /// Books a launch that returns only its report (the MoE runners).
-    fn book_report(&mut self, op: &str, r: Result<Report, SimError>) -> Result<(), ForwardError> {
+    pub(crate) fn book_report(
+        &mut self,
+        op: &str,
+        r: Result<Report, SimError>,
+    ) -> Result<(), ForwardError> {
         match r {
             Ok(report) => {
                 let e = self.stats.per_op.entry(op.to_string()).or_default();
@@ -487,11 +518,7 @@ impl Ops {
         // 64-row page of 576-wide latent rows fits a 512 KB NPU core, an H100-class SM's 228 KB
         // in smaller tiles; then the same with 16-head query tiles. The launch reads `q` and the
         // pool and writes only the partials, so a retry after an overflow is safe.
-        let mut bks: Vec<i64> = kernels::tile_choice::declared(&paged_decode_latent::META, "BK")
-            .into_iter()
-            .filter(|b| *b as usize <= page)
-            .collect();
-        bks.sort_unstable_by(|a, b| b.cmp(a));
+        let mut bks = page_tiles(&paged_decode_latent::META, page);
         if bks.is_empty() {
             bks.push(0);
         }
@@ -594,6 +621,110 @@ impl Ops {
         });
         self.book_sequence(op, r)?;
         Ok(o)
+    }
+
+    /// Writes `new [n, W]`, a sequence's tokens `start .. start + n`, into the paged
+    /// `pool [pages·page, W]` through the sequence's `block_table` (row by row, so a tile may
+    /// straddle pages).
+    pub fn kv_append(
+        &mut self,
+        op: &str,
+        new: &Tensor<f32>,
+        block_table: &[usize],
+        pool: &Tensor<f32>,
+        start: usize,
+        page: usize,
+    ) -> Result<(), ForwardError> {
+        let r = kernels::attention::kv_append::run_kv_cache_append(
+            &self.launcher,
+            new,
+            block_table,
+            pool,
+            start,
+            page,
+        );
+        self.book_sequence(op, r)
+    }
+
+    /// Rows `rows` of `table` gathered into a new `[rows.len(), W]` tensor (a sequence's context
+    /// out of a paged pool, for a kernel that reads it contiguously).
+    pub fn gather_rows(
+        &mut self,
+        op: &str,
+        table: &Tensor<f32>,
+        rows: &[i32],
+    ) -> Result<Tensor<f32>, ForwardError> {
+        let out = self.mem.act(rows.len(), table.cols());
+        let r = kernels::embedding::run_embedding(&self.launcher, rows, table, &out);
+        self.book_sequence(op, r)?;
+        Ok(out)
+    }
+
+    /// One decode token's grouped-query attention over a sequence's paged cache: `q [1, H·D]`
+    /// against `k_pool [pages, page, Hkv·D]` and `v_pool [pages, page, Hkv·DV]` through
+    /// `block_table [n]` for `ctx` tokens, split-KV over up to 8 page ranges, then the combine
+    /// ([`paged_decode_split`]). Returns `[1, H·DV]`.
+    ///
+    /// [`paged_decode_split`]: kernels::attention::decode::paged_decode_split
+    #[allow(clippy::too_many_arguments)]
+    pub fn gqa_decode(
+        &mut self,
+        op: &str,
+        q: &Tensor<f32>,
+        k_pool: &Tensor<f32>,
+        v_pool: &Tensor<f32>,
+        block_table: &Tensor<i32>,
+        ctx: usize,
+        kv_heads: usize,
+        head_dim: usize,
+        v_head_dim: usize,
+        scale: f64,
+    ) -> Result<Tensor<f32>, ForwardError> {
+        use kernels::attention::decode::{
+            combine_config, decode_combine, decode_config, paged_decode_split,
+        };
+        let heads = q.cols() / head_dim.max(1);
+        let group = heads / kv_heads.max(1);
+        let page = k_pool.shape().get(1).copied().unwrap_or(1);
+        let splits = ctx.div_ceil(page.max(1)).clamp(1, 8);
+        let q3 = view(q.reshaped(&[kv_heads, group, head_dim]), "decode query")?;
+        let o_part = self
+            .mem
+            .poisoned::<f32>(&[splits, kv_heads, group, v_head_dim]);
+        let lse_part = self.mem.poisoned::<f32>(&[splits, kv_heads, group, 1]);
+        let o = self.mem.act(heads, v_head_dim);
+        // The largest key tile within a page that fits the core (wide heads overflow an
+        // H100-class SM at 64 keys). The launch writes only the partials: a retry is safe.
+        let r = first_fitting(page_tiles(&paged_decode_split::META, page), |bk| {
+            let base = Config::new().with("BK", bk);
+            decode_config(
+                &paged_decode_split::META,
+                &base,
+                head_dim,
+                v_head_dim,
+                page,
+                group,
+            )
+            .and_then(|cfg| {
+                paged_decode_split::launch(
+                    &self.launcher,
+                    &cfg,
+                    &q3,
+                    k_pool,
+                    v_pool,
+                    block_table,
+                    &o_part,
+                    &lse_part,
+                    ctx,
+                    scale as f32,
+                )
+            })
+        });
+        self.book_sequence(&format!("{op}_split"), r)?;
+        let r = combine_config(v_head_dim)
+            .and_then(|cfg| decode_combine::launch(&self.launcher, &cfg, &o_part, &lse_part, &o));
+        self.book_sequence(&format!("{op}_combine"), r)?;
+        view(o.reshaped(&[1, heads * v_head_dim]), "decode output")
     }
 }
 
