@@ -41,3 +41,14 @@ pub fn check(need: u64, what: &str, fix: &str) -> Result<(), String> {
         _ => Ok(()),
     }
 }
+
+/// Bytes a functional kernel run holds for tensors of `elements` values in all: each value as
+/// f32 on the device, an f64 copy for the reference, the reference's own output, with slack
+/// (16 bytes a value), saturating rather than overflowing for absurd shapes.
+pub fn functional_bytes(elements: &[u128]) -> u64 {
+    let total = elements
+        .iter()
+        .fold(0u128, |a, e| a.saturating_add(*e))
+        .saturating_mul(16);
+    u64::try_from(total).unwrap_or(u64::MAX)
+}

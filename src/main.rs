@@ -480,12 +480,9 @@ fn kernel_gemm(args: GemmArgs) -> Result<(), String> {
     let c = &args.common;
     if !c.cost_only {
         // A, B and C as f32 values, the f64 reference's copies of all three, and slack.
-        let elems = (args.m as u128) * (args.k as u128)
-            + (args.k as u128) * (args.n as u128)
-            + (args.m as u128) * (args.n as u128);
-        let need = u64::try_from(elems.saturating_mul(16)).unwrap_or(u64::MAX);
+        let (m, n, k) = (args.m as u128, args.n as u128, args.k as u128);
         day0::host_memory::check(
-            need,
+            day0::host_memory::functional_bytes(&[m * k, k * n, m * n]),
             &format!("a functional {}x{}x{} GEMM", args.m, args.n, args.k),
             "add --cost-only (cycles without numbers), or smaller --m/--n/--k",
         )?;
@@ -742,6 +739,29 @@ fn kernel_expert_ffn(args: ExpertFfnArgs) -> Result<(), String> {
     use kernels::moe::expert_gemm::{run_expert_ffn, ExpertFfnCase, WeightPath};
     let c = &args.common;
     refuse_trace(c, "kernel expert-ffn")?;
+    if !c.cost_only {
+        // Every expert's three projections (dequantised for the reference), the tokens, and the
+        // intermediate activations of each routed token.
+        let (e, t, h, i) = (
+            args.experts as u128,
+            args.tokens as u128,
+            args.hidden as u128,
+            args.inter as u128,
+        );
+        day0::host_memory::check(
+            day0::host_memory::functional_bytes(&[
+                e.saturating_mul(3).saturating_mul(h).saturating_mul(i),
+                2 * t * h,
+                3 * t * i,
+            ]),
+            &format!(
+                "a functional expert FFN ({} experts, {} tokens, hidden {}, intermediate {})",
+                args.experts, args.tokens, args.hidden, args.inter
+            ),
+            "add --cost-only (cycles without numbers), or fewer --experts/--tokens or smaller \
+             --hidden/--inter",
+        )?;
+    }
     let launcher = launcher_for(c)?;
     let mut paths = Vec::new();
     if args.weights.is_none() || args.weights == Some(WeightsArg::Mxfp4) {
@@ -848,6 +868,46 @@ fn kernel_attention(args: AttentionArgs) -> Result<(), String> {
     let tol = tolerance(dtype);
     if args.kind != AttentionKind::Prefill {
         refuse_trace(c, "kernel attention (other kinds than prefill)")?;
+    }
+    if !c.cost_only {
+        // Queries and outputs per query token, keys and values (or MLA latents, indexer keys)
+        // per context token, and one head's f64 score matrix in the reference.
+        let (s, x) = (args.seq as u128, ctx as u128);
+        let heads = args.heads as u128;
+        let (mla, dsa) = match args.kind {
+            AttentionKind::Prefill | AttentionKind::Decode => (false, false),
+            AttentionKind::MlaDecode => (true, false),
+            AttentionKind::DsaDecode | AttentionKind::DsaPrefill => (true, true),
+        };
+        // MLA caches one latent row per token (kv heads 1, values inside the keys).
+        let (kvh, hd, vhd) = if mla {
+            (1, (args.kv_lora + args.rope_dim) as u128, 0)
+        } else {
+            (
+                args.kv_heads.unwrap_or(args.heads) as u128,
+                args.head_dim as u128,
+                args.v_head_dim.unwrap_or(args.head_dim) as u128,
+            )
+        };
+        let (ih, id) = if dsa {
+            (args.index_heads as u128, args.index_dim as u128)
+        } else {
+            (0, 0)
+        };
+        day0::host_memory::check(
+            day0::host_memory::functional_bytes(&[
+                s * heads * (hd + vhd.max(args.kv_lora as u128)),
+                x.saturating_mul(kvh * (hd + vhd) + id),
+                s * ih * id,
+                s.saturating_mul(x) / 2,
+            ]),
+            &format!(
+                "a functional attention of {} queries over {ctx} tokens ({} heads)",
+                args.seq, args.heads
+            ),
+            "add --cost-only (cycles without numbers), or a shorter --seq/--ctx or fewer \
+             --heads",
+        )?;
     }
     match args.kind {
         AttentionKind::Prefill => {}
@@ -1019,6 +1079,30 @@ fn kernel_linear_attention(args: LinearAttentionArgs) -> Result<(), String> {
     use kernels::linear_attention::runner::{chunk_sweep, run_delta, DeltaCase, DeltaMode};
     let c = &args.common;
     refuse_trace(c, "kernel linear-attention")?;
+    if !c.cost_only {
+        // q, k (heads·dk per token), v and o (value heads·dv), per-channel gates, and the state
+        // in and out.
+        let (t, h, dk, dv) = (
+            args.seq as u128,
+            args.heads as u128,
+            args.dk as u128,
+            args.dv as u128,
+        );
+        let vh = args.v_heads.unwrap_or(args.heads) as u128;
+        day0::host_memory::check(
+            day0::host_memory::functional_bytes(&[
+                2 * t * h * dk,
+                2 * t * vh * dv,
+                t * vh * dk,
+                2 * vh * dk * dv,
+            ]),
+            &format!(
+                "a functional linear attention of {} tokens ({} heads, dk {}, dv {})",
+                args.seq, args.heads, args.dk, args.dv
+            ),
+            "add --cost-only (cycles without numbers), or a shorter --seq or fewer --heads",
+        )?;
+    }
     let launcher = launcher_for(c)?;
     let dtype = match args.dtype {
         DtypeArg::Bf16 => GemmDtype::Bf16,

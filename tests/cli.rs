@@ -856,6 +856,67 @@ fn functional_runs_beyond_host_memory_are_refused_up_front() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
+    // Every kernel command that runs numbers checks too.
+    for cmd in [
+        &[
+            "kernel",
+            "attention",
+            "--kind",
+            "prefill",
+            "--seq",
+            "512",
+            "--heads",
+            "8",
+        ][..],
+        &[
+            "kernel",
+            "attention",
+            "--kind",
+            "mla-decode",
+            "--seq",
+            "1",
+            "--heads",
+            "16",
+            "--ctx",
+            "4096",
+        ],
+        &[
+            "kernel",
+            "linear-attention",
+            "--kind",
+            "gdn",
+            "--seq",
+            "1024",
+            "--heads",
+            "4",
+        ],
+        &[
+            "kernel",
+            "expert-ffn",
+            "--experts",
+            "8",
+            "--tokens",
+            "64",
+            "--hidden",
+            "256",
+            "--inter",
+            "128",
+        ],
+    ] {
+        let out = small(cmd);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{cmd:?}: {err}");
+        assert!(
+            err.contains("host memory") && err.contains("--cost-only"),
+            "{cmd:?}: {err}"
+        );
+        let out = small(&[cmd, &["--cost-only"]].concat());
+        assert!(
+            out.status.success(),
+            "{cmd:?} --cost-only: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
     let dir = concat!(
         env!("CARGO_MANIFEST_DIR"),
         "/model/testdata/tiny/deepseek_v3"
