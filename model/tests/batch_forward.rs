@@ -200,3 +200,25 @@ fn a_full_pool_refuses_a_step_and_leaves_every_sequence_as_it_was() {
     // Sequence 0 alone still runs on.
     r.forward_batch(&[(0, &[3][..])]).unwrap();
 }
+
+#[test]
+fn mla_decodes_of_a_step_attend_in_one_launch_per_layer() {
+    let mut r = runner("deepseek_v3");
+    r.serve(3, 3 * 64).unwrap();
+    let (a, b) = (r.add_sequence().unwrap(), r.add_sequence().unwrap());
+    r.forward_batch(&[(0, &[1, 2, 3][..]), (a, &[4, 5][..]), (b, &[6][..])])
+        .unwrap();
+    let launches = |r: &Runner| r.stats().per_op.get("mla.decode_split").map_or(0, |e| e.0);
+    let before = launches(&r);
+    // Three decodes (and a prefill chunk, which runs on its own) in one step.
+    r.forward_batch(&[(a, &[7][..]), (0, &[8][..]), (b, &[9, 10][..])])
+        .unwrap();
+    r.forward_batch(&[(a, &[11][..]), (0, &[12][..]), (b, &[13][..])])
+        .unwrap();
+    let layers = r.config().num_layers() as u64;
+    assert_eq!(
+        launches(&r) - before,
+        2 * layers,
+        "one batched decode launch per layer and step"
+    );
+}

@@ -66,17 +66,24 @@ struct Prepared {
     new_latent: Tensor<f32>,
 }
 
-/// Projects the queries and the new tokens' latents, and appends the latents to the sequence's
-/// pages of the pool.
-#[allow(clippy::too_many_arguments)]
+/// One sequence's rows in a step's input: its first row, how many, the position of the first, and
+/// its pages.
+pub(crate) struct SeqRows<'a> {
+    pub row0: usize,
+    pub rows: usize,
+    pub pos0: usize,
+    pub pages: &'a SeqPages,
+}
+
+/// Projects the queries and the new tokens' latents of `x` (rows of one or more sequences, `rope`
+/// at each row's position), and appends each sequence's latents to its pages of the pool.
 fn prepare(
     ops: &mut Ops,
     m: &MlaDims,
     w: &MlaWeights,
     x: &Tensor<f32>,
-    pos0: usize,
+    seqs: &[SeqRows],
     pool: &LatentPool,
-    pages: &SeqPages,
     rope: &RopeTables,
 ) -> Result<Prepared, ForwardError> {
     let t = x.rows();
@@ -112,14 +119,24 @@ fn prepare(
         // Kimi Linear's MLA has no positional encoding: the shared key part is cached as is.
         ops.copy("mla.k_pe", &ckv_pe, &pe_new)?;
     }
-    ops.kv_append(
-        "mla.cache_append",
-        &new_latent,
-        &pages.table,
-        &pool.latent,
-        pos0,
-        PAGE,
-    )?;
+    for sq in seqs {
+        let rows = if seqs.len() == 1 {
+            new_latent.clone()
+        } else {
+            view(
+                new_latent.row_range(sq.row0, sq.rows),
+                "a sequence's latents",
+            )?
+        };
+        ops.kv_append(
+            "mla.cache_append",
+            &rows,
+            &sq.pages.table,
+            &pool.latent,
+            sq.pos0,
+            PAGE,
+        )?;
+    }
     Ok(Prepared {
         q,
         q_resid,
@@ -144,24 +161,22 @@ fn context_rows(
     }
 }
 
-/// Dense MLA over `x [T, H]` (already normed) whose tokens sit at positions `pos0 .. pos0 + T`;
-/// appends their latents to the sequence's `pages` of `pool` and returns the `o_proj` output
-/// `[T, H]`. A prompt expands
-/// the context's keys and values and runs flash attention; one token (decode) attends over the
-/// latent cache with absorbed queries (paged split-KV decode with one latent head).
-#[allow(clippy::too_many_arguments)]
+/// Dense MLA over `x [T, H]` (already normed): the rows of one sequence (a prompt chunk or one
+/// decode token), or one decode token of each of several sequences (`seqs`, with `rope` at each
+/// row's position). Appends the new latents to each sequence's pages of `pool` and returns the
+/// `o_proj` output `[T, H]`. A prompt expands the context's keys and values and runs flash
+/// attention; decode tokens attend over the latent pages with absorbed queries, the whole batch
+/// in one launch (paged split-KV decode with one latent head).
 pub(crate) fn forward(
     ops: &mut Ops,
     m: &MlaDims,
     w: &MlaWeights,
     x: &Tensor<f32>,
-    pos0: usize,
+    seqs: &[SeqRows],
     pool: &LatentPool,
-    pages: &SeqPages,
     rope: &RopeTables,
     scale: f64,
 ) -> Result<Tensor<f32>, ForwardError> {
-    let ctx = pos0 + x.rows();
     let (nope, rd, vd, heads) = (
         m.qk_nope_head_dim,
         m.qk_rope_head_dim,
@@ -169,36 +184,67 @@ pub(crate) fn forward(
         m.heads,
     );
     let qk = nope + rd;
-    let Prepared { q, new_latent, .. } = prepare(ops, m, w, x, pos0, pool, pages, rope)?;
-    if x.rows() == 1 || ops.batched_decode {
-        // Decode: attention over the latent cache itself (absorbed queries, one latent kv head,
-        // values = the first kv_lora_rank columns of each latent row, each row read once), as
-        // serving engines run MLA decode — nothing is expanded per step. A batched cost-only
-        // decode runs its `b` sequences in one launch over a shared pool of `b` sequences'
-        // pages (shape only: nothing is stored; sequence `s` holds pool pages `s·T..`).
-        let b = x.rows();
-        let (r, d) = (m.kv_lora_rank, m.kv_lora_rank + rd);
+    let (r, d) = (m.kv_lora_rank, m.kv_lora_rank + rd);
+    let Prepared { q, new_latent, .. } = prepare(ops, m, w, x, seqs, pool, rope)?;
+    let b = x.rows();
+    if ops.batched_decode && b > 1 {
+        // A batched cost-only decode: `b` sequences at one position, in one launch over a
+        // shared pool of `b` sequences' pages (shape only: nothing is stored; sequence `s` holds
+        // pool pages `s·T..`).
+        let pos0 = seqs.first().map_or(0, |sq| sq.pos0);
         let q_abs = absorb_queries(ops, m, w, &q)?;
         let q3 = view(q_abs.reshaped(&[b, heads, d]), "absorbed query")?;
-        let (pool, tables, lens) = if b == 1 {
-            let n = pages.table.len();
-            let tables = view(pages.table_t.reshaped(&[1, n]), "block table")?;
-            let lens = view(Tensor::from_indices(&[1], &[ctx as i32]), "context length")?;
-            (pool.paged()?, tables, lens)
-        } else {
-            let pages = (pos0 + 1).div_ceil(PAGE);
-            (
-                ops.mem.poisoned(&[b * pages, PAGE, d]),
-                Tensor::shape_only(&[b, pages]),
-                Tensor::shape_only(&[b]),
-            )
-        };
-        let max_ctx = if b == 1 { ctx } else { pos0 + 1 };
-        let o_lat = ops.latent_decode(&q3, &pool, &tables, &lens, max_ctx, r, scale)?;
+        let pages = (pos0 + 1).div_ceil(PAGE);
+        let o_lat = ops.latent_decode(
+            &q3,
+            &ops.mem.poisoned(&[b * pages, PAGE, d]),
+            &Tensor::shape_only(&[b, pages]),
+            &Tensor::shape_only(&[b]),
+            pos0 + 1,
+            r,
+            scale,
+        )?;
         let o_lat = view(o_lat.reshaped(&[b, heads * r]), "latent outputs")?;
         let o = values_from_latent(ops, m, w, &o_lat)?;
         return ops.linear("mla.o_proj", &o, &w.o_proj);
     }
+    if seqs.iter().all(|sq| sq.rows == 1) {
+        // Decode: attention over the latent pages themselves (absorbed queries, one latent kv
+        // head, values = the first kv_lora_rank columns of each latent row, each row read once),
+        // as serving engines run MLA decode — nothing is expanded per step. Every sequence in one
+        // launch, each through its own row of the block tables for its own length.
+        let n = seqs.len();
+        let q_abs = absorb_queries(ops, m, w, &q)?;
+        let q3 = view(q_abs.reshaped(&[n, heads, d]), "absorbed query")?;
+        let width = seqs
+            .iter()
+            .map(|sq| sq.pages.table.len())
+            .max()
+            .unwrap_or(1);
+        // Rows padded with page 0: a sequence's entries past its length are never read.
+        let mut tables = vec![0i32; n * width];
+        for (i, sq) in seqs.iter().enumerate() {
+            for (j, p) in sq.pages.table.iter().enumerate() {
+                tables[i * width + j] = *p as i32;
+            }
+        }
+        let lens: Vec<i32> = seqs.iter().map(|sq| (sq.pos0 + 1) as i32).collect();
+        let max_ctx = seqs.iter().map(|sq| sq.pos0 + 1).max().unwrap_or(1);
+        let tables = view(Tensor::from_indices(&[n, width], &tables), "block tables")?;
+        let lens = view(Tensor::from_indices(&[n], &lens), "context lengths")?;
+        let o_lat = ops.latent_decode(&q3, &pool.paged()?, &tables, &lens, max_ctx, r, scale)?;
+        let o_lat = view(o_lat.reshaped(&[n, heads * r]), "latent outputs")?;
+        let o = values_from_latent(ops, m, w, &o_lat)?;
+        return ops.linear("mla.o_proj", &o, &w.o_proj);
+    }
+    let [sq] = seqs else {
+        return Err(ForwardError::Internal {
+            what: "MLA".into(),
+            message: "several sequences in one call must each bring one decode token".into(),
+        });
+    };
+    let (pos0, pages) = (sq.pos0, sq.pages);
+    let ctx = pos0 + b;
 
     // Prefill: expand the whole context: kv [ctx, H·(nope+v)], then per-head keys and values.
     // The gather and the expansion read this sequence's whole context: per-sequence work.
@@ -266,7 +312,13 @@ pub(crate) fn forward_sparse(
             message: "no indexer weights or key cache".into(),
         });
     };
-    let Prepared { q, q_resid, .. } = prepare(ops, m, w, x, pos0, pool, pages, rope)?;
+    let seq = [SeqRows {
+        row0: 0,
+        rows: t,
+        pos0,
+        pages,
+    }];
+    let Prepared { q, q_resid, .. } = prepare(ops, m, w, x, &seq, pool, rope)?;
     let q_resid = q_resid.ok_or_else(|| ForwardError::Internal {
         what: "DSA indexer".into(),
         message: "needs the q_lora latent".into(),

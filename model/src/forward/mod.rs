@@ -25,7 +25,7 @@ pub use sequences::PoolUsage;
 
 use crate::config::{load_config, AttentionKind, FfnKind, ModelConfig, ModelError, RopeScaling};
 use crate::weights::{Checkpoint, WeightError};
-use dsl_core::{Launcher, SimError};
+use dsl_core::{Launcher, SimError, Tensor};
 use ops::{Ops, RopeTables};
 use params::{AttnWeights, FfnWeights, ModelWeights};
 use sequences::{LayerStore, SequenceStore};
@@ -258,6 +258,14 @@ struct Part {
     pos0: usize,
     tokens: usize,
     row0: usize,
+}
+
+/// MLA's softmax scale: `qk_head_dim^-1/2`, times YaRN's mscale² when the rope scaling says so.
+fn mla_scale(cfg: &ModelConfig, m: &crate::config::MlaDims) -> f64 {
+    cfg.rope
+        .as_ref()
+        .map(|r| r.mla_softmax_scale(m.qk_head_dim()))
+        .unwrap_or((m.qk_head_dim() as f64).powf(-0.5))
 }
 
 /// Which blocks of each decoder layer a cost-only step runs. The cluster planner prices attention
@@ -839,8 +847,57 @@ impl Runner {
             let a = if !blocks.attention {
                 n
             } else {
-                let mut outs = Vec::with_capacity(parts.len());
-                for ((p, (rope, rope_half)), pages) in parts.iter().zip(&ropes).zip(&pages) {
+                let mut outs: Vec<Option<Tensor<f32>>> = vec![None; parts.len()];
+                // Dense MLA: the step's single-token decodes attend in one launch.
+                let dense_mla = matches!(lw.attn, AttnWeights::Mla(_))
+                    && !matches!(
+                        (&spec.attention, &self.cfg.indexer),
+                        (AttentionKind::SparseMla, Some(_))
+                    );
+                let decodes: Vec<usize> =
+                    (0..parts.len()).filter(|&i| parts[i].tokens == 1).collect();
+                if dense_mla && decodes.len() > 1 {
+                    let (AttnWeights::Mla(w), LayerStore::Latent(pool)) =
+                        (&lw.attn, &self.store.layers[l])
+                    else {
+                        return Err(internal("an MLA layer's weights and cache"));
+                    };
+                    let m = self.cfg.mla.as_ref().ok_or_else(|| internal("MLA dims"))?;
+                    let rows: Vec<i32> = decodes.iter().map(|&i| parts[i].row0 as i32).collect();
+                    let x = if rows.windows(2).all(|w| w[1] == w[0] + 1) {
+                        ops::view(n.row_range(rows[0] as usize, rows.len()), "decode rows")?
+                    } else {
+                        self.ops.gather_rows("attention.batch_rows", &n, &rows)?
+                    };
+                    let positions: Vec<usize> = decodes.iter().map(|&i| parts[i].pos0).collect();
+                    let rope = RopeTables::new(
+                        &positions,
+                        &self.inv_freq,
+                        self.attention_factor,
+                        self.interleaved,
+                    )?;
+                    let seqs: Vec<mla::SeqRows> = decodes
+                        .iter()
+                        .enumerate()
+                        .map(|(j, &i)| mla::SeqRows {
+                            row0: j,
+                            rows: 1,
+                            pos0: parts[i].pos0,
+                            pages: &pages[i],
+                        })
+                        .collect();
+                    let scale = mla_scale(&self.cfg, m);
+                    let o = mla::forward(&mut self.ops, m, w, &x, &seqs, pool, &rope, scale)?;
+                    for (j, &i) in decodes.iter().enumerate() {
+                        outs[i] = Some(ops::view(o.row_range(j, 1), "a decode row")?);
+                    }
+                }
+                for (((p, (rope, rope_half)), pages), out) in
+                    parts.iter().zip(&ropes).zip(&pages).zip(outs.iter_mut())
+                {
+                    if out.is_some() {
+                        continue;
+                    }
                     let n_p = if single {
                         n.clone()
                     } else {
@@ -897,12 +954,7 @@ impl Runner {
                                         what: "MLA layer".into(),
                                         message: "no MLA dims".into(),
                                     })?;
-                            let scale = self
-                                .cfg
-                                .rope
-                                .as_ref()
-                                .map(|r| r.mla_softmax_scale(m.qk_head_dim()))
-                                .unwrap_or((m.qk_head_dim() as f64).powf(-0.5));
+                            let scale = mla_scale(&self.cfg, m);
                             match (&self.cfg.layers[l].attention, &self.cfg.indexer) {
                                 (AttentionKind::SparseMla, Some(ix)) => mla::forward_sparse(
                                     &mut self.ops,
@@ -922,9 +974,13 @@ impl Runner {
                                     m,
                                     w,
                                     &n_p,
-                                    pos0,
+                                    &[mla::SeqRows {
+                                        row0: 0,
+                                        rows: p.tokens,
+                                        pos0,
+                                        pages,
+                                    }],
                                     pool,
-                                    pages,
                                     rope,
                                     scale,
                                 )?,
@@ -934,10 +990,16 @@ impl Runner {
                             return Err(internal("a layer's weights and cache of different kinds"))
                         }
                     };
-                    outs.push(a_p);
+                    *out = Some(a_p);
                 }
+                let outs = outs
+                    .into_iter()
+                    .collect::<Option<Vec<_>>>()
+                    .ok_or_else(|| internal("a sequence's attention output"))?;
                 if single {
-                    outs.pop().ok_or_else(|| internal("the attention output"))?
+                    outs.into_iter()
+                        .next()
+                        .ok_or_else(|| internal("the attention output"))?
                 } else {
                     // The sequences' rows back in one tensor, for the batched blocks after.
                     let all = self.ops.mem.act(t, outs[0].cols());
