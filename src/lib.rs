@@ -7,6 +7,7 @@
 //! - [`model`]: model configs and forward passes;
 //! - [`calibrate`]: `day0 calibrate`, predictions against published measurements of real chips;
 //! - [`charts`]: the SVG charts of `day0 run --plot` and `day0 scale --plot`;
+//! - [`compare`]: `day0 compare`, an operator's implementations side by side on the same inputs;
 //! - [`host_memory`]: functional runs that would not fit in host memory are refused up front;
 //! - [`suite`]: the built-in kernel suite (`day0 suite`, and step 2 of `day0 run`);
 //! - [`tune`]: tile-shape sweeps over a kernel's tunable space, and `day0 tune` (ranked, explained,
@@ -19,6 +20,7 @@ pub use model;
 
 pub mod calibrate;
 pub mod charts;
+pub mod compare;
 pub mod host_memory;
 pub mod suite;
 pub mod tune;

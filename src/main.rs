@@ -52,6 +52,9 @@ enum Command {
     /// Tune a kernel: every configuration of its tunable space at a shape, cost-only and in
     /// parallel, ranked by cycles, the winner explained and spot-checked against the f64 reference.
     Tune(tune_cmd::TuneArgs),
+    /// Compare an operator's implementations on the same random inputs: each at its best tiles
+    /// for the shape, its max relative error against the f64 reference and its cycles.
+    Compare(tune_cmd::CompareArgs),
     /// List every registered kernel implementation, grouped by operator.
     Kernels {
         /// Print JSON.
@@ -389,6 +392,7 @@ fn run(cli: Cli) -> Result<(), String> {
         Command::Validate(args) => model_cmd::validate_cmd(args),
         Command::Tune(args) => tune_cmd::tune_cmd(args),
         Command::Kernels { json } => tune_cmd::kernels_cmd(json),
+        Command::Compare(args) => tune_cmd::compare_cmd(args),
         Command::Kernel(KernelCommand::Gemm(args)) => kernel_gemm(args),
         Command::Kernel(KernelCommand::ExpertFfn(args)) => kernel_expert_ffn(args),
         Command::Kernel(KernelCommand::Attention(args)) => kernel_attention(args),

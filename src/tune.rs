@@ -181,8 +181,8 @@ pub fn resolve(kernel: &str, only: &[String]) -> Result<Target, String> {
         }
         names.dedup();
         return Err(format!(
-            "`day0 tune {kernel}`: no tunable kernel of that name; `day0 tune` knows {} \
-             (`day0 kernels` lists every registered implementation)",
+            "`{kernel}`: no tunable kernel of that name; `day0 tune` and `day0 compare` know \
+             {} (`day0 kernels` lists every registered implementation)",
             names.join(", ")
         ));
     };
@@ -469,6 +469,49 @@ impl Shape {
             } => format!(
                 "ctx={ctx},heads={heads},kv_heads={kv_heads},head_dim={head_dim},v_head_dim={v_head_dim},page={page},splits={splits}"
             ),
+        }
+    }
+
+    /// Values a functional run of this shape holds (inputs, outputs and, for attention, one
+    /// head's score matrix in the reference), for the host-memory check.
+    pub fn functional_elements(&self) -> u128 {
+        let u = |x: usize| x as u128;
+        match *self {
+            Shape::Gemm { m, n, k } => u(m) * u(k) + u(k) * u(n) + u(m) * u(n),
+            Shape::Prefill {
+                seq,
+                ctx,
+                heads,
+                kv_heads,
+                head_dim,
+                v_head_dim,
+            } => {
+                let w = u(head_dim) + u(v_head_dim);
+                u(seq) * u(heads) * w + u(ctx) * u(kv_heads) * w + u(seq) * u(ctx) / 2
+            }
+            Shape::SparseMla {
+                seq,
+                ctx,
+                heads,
+                topk,
+                kv_lora,
+                rope,
+                ..
+            } => {
+                let d = u(kv_lora) + u(rope);
+                u(ctx) * d + 2 * u(seq) * u(heads) * d + u(seq) * u(topk)
+            }
+            Shape::Decode {
+                ctx,
+                heads,
+                kv_heads,
+                head_dim,
+                v_head_dim,
+                ..
+            } => {
+                let w = u(head_dim) + u(v_head_dim);
+                u(ctx) * u(kv_heads) * w + u(heads) * w
+            }
         }
     }
 

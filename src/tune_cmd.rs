@@ -117,6 +117,85 @@ pub fn tune_cmd(args: TuneArgs) -> Result<(), String> {
     check(&result)
 }
 
+/// `day0 compare`.
+#[derive(Args)]
+#[command(after_long_help = "\
+Each implementation runs at its fastest tiles for the shape (from `day0 tune`'s sweep, cached),
+then functionally on the same seeded random inputs; the exit status is non-zero when one is
+outside its dtype's tolerance. --shape takes the syntax of `day0 tune` (see `day0 tune --help`);
+without it a small shape of the operator runs.")]
+pub struct CompareArgs {
+    /// An operator (gemm, attention_prefill, sparse_mla, attention_decode).
+    op: String,
+    /// Only these implementations (repeatable, at least two to compare), e.g. `--impl gemm_db`.
+    #[arg(long = "impl", value_name = "NAME")]
+    impls: Vec<String>,
+    /// The problem shape (default: a small one that runs functionally in seconds).
+    #[arg(long)]
+    shape: Option<String>,
+    /// Device preset name or path to a preset .toml file.
+    #[arg(long, default_value = "npu-910b")]
+    device: String,
+    /// Input dtype: bf16 or f32 (default as `day0 tune`).
+    #[arg(long)]
+    dtype: Option<String>,
+    /// Cycles only, no numbers (for shapes too large to run functionally).
+    #[arg(long)]
+    cost_only: bool,
+    /// Print one JSON object (`implementations`: fastest first).
+    #[arg(long)]
+    json: bool,
+}
+
+/// Runs `day0 compare`.
+pub fn compare_cmd(args: CompareArgs) -> Result<(), String> {
+    let target = tune::resolve(&args.op, &args.impls)?;
+    let shape = match &args.shape {
+        Some(text) => Shape::parse(target.family, text)?,
+        None => day0::compare::default_shape(&target)?,
+    };
+    let dtype = match &args.dtype {
+        Some(d) => tune::parse_dtype(d)?,
+        None => target.family.default_dtype(),
+    };
+    let preset = accel_sim::DevicePreset::load(&args.device)
+        .map_err(|e| format!("--device {}: {e}", args.device))?;
+    if !args.cost_only {
+        let need = shape.functional_elements();
+        day0::host_memory::check(
+            day0::host_memory::functional_bytes(&[need]),
+            &format!("a functional comparison at {}", shape.canonical()),
+            "add --cost-only (cycles without numbers), or a smaller --shape",
+        )?;
+    }
+    let req = TuneRequest {
+        kernel: args.op.clone(),
+        target,
+        shape,
+        dtype,
+        preset,
+        threads: None,
+    };
+    let c = day0::compare::compare(&req, args.cost_only)?;
+    if args.json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&c).map_err(|e| e.to_string())?
+        );
+    } else {
+        print!("{}", day0::compare::table(&c));
+    }
+    match c.implementations.iter().find(|e| !e.ok) {
+        Some(e) => Err(format!(
+            "{} is outside tolerance: max rel error {:.2e} > {:.0e}",
+            e.implementation,
+            e.max_rel_error.unwrap_or(f64::NAN),
+            e.tolerance
+        )),
+        None => Ok(()),
+    }
+}
+
 /// The exit status of a result: an error when nothing runs or a spot check failed.
 fn check(r: &TuneResult) -> Result<(), String> {
     if r.best.is_none() {

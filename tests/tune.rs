@@ -252,3 +252,66 @@ fn kernels_lists_the_registry_by_operator() {
     assert!(text.status.success());
     assert!(String::from_utf8_lossy(&text.stdout).contains("sparse_mla"));
 }
+
+/// `day0 compare`: every implementation of an operator on the same inputs, each at its own best
+/// tiles, with its error against the f64 reference and its cycles, fastest first.
+#[test]
+fn compare_runs_each_implementation_on_the_same_inputs() {
+    let dir = tempfile::tempdir().unwrap();
+    let c = json(&day0(
+        dir.path(),
+        &["compare", "gemm", "--shape", "192x160x256", "--json"],
+    ));
+    assert_eq!(c["functional"], true);
+    let impls = c["implementations"].as_array().expect("a list");
+    let names: Vec<&str> = impls
+        .iter()
+        .map(|e| e["implementation"].as_str().unwrap())
+        .collect();
+    for want in ["gemm", "gemm_db", "gemm_pipelined", "gemm_persistent"] {
+        assert!(names.contains(&want), "{names:?}");
+    }
+    let cycles: Vec<u64> = impls
+        .iter()
+        .map(|e| e["cycles"].as_u64().unwrap())
+        .collect();
+    assert!(
+        cycles.windows(2).all(|w| w[0] <= w[1]),
+        "fastest first: {cycles:?}"
+    );
+    for e in impls {
+        let err = e["max_rel_error"].as_f64().expect("a functional error");
+        assert!(err > 0.0 && err <= e["tolerance"].as_f64().unwrap(), "{e}");
+        assert_eq!(e["ok"], true);
+        assert!(e["speedup"].as_f64().unwrap() >= 1.0);
+    }
+    assert_eq!(impls.last().unwrap()["speedup"].as_f64(), Some(1.0));
+    // Restricted to two, and the table form.
+    let out = day0(
+        dir.path(),
+        &[
+            "compare",
+            "attention_prefill",
+            "--impl",
+            "flash_prefill",
+            "--impl",
+            "flash_prefill_pipelined",
+            "--shape",
+            "seq=96,heads=4,kv_heads=2,head_dim=64",
+        ],
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        text.contains("flash_prefill_pipelined") && text.contains("f64 reference"),
+        "{text}"
+    );
+    // An unknown operator is an error naming the known ones.
+    let out = day0(dir.path(), &["compare", "conv2d"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("gemm"));
+}
