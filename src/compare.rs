@@ -62,7 +62,7 @@ pub fn default_shape(target: &Target) -> Result<Shape, String> {
 
 /// The fastest configuration of `meta` at the request's shape: from the tune cache when present,
 /// else a cost-only sweep of its space (cached for next time).
-fn best_config(req: &TuneRequest, meta: &'static dsl_core::KernelMeta) -> Result<Row, String> {
+pub fn best_config(req: &TuneRequest, meta: &'static dsl_core::KernelMeta) -> Result<Row, String> {
     let one = TuneRequest {
         kernel: meta.name.to_string(),
         target: Target {

@@ -9,6 +9,7 @@
 //! - [`charts`]: the SVG charts of `day0 run --plot` and `day0 scale --plot`;
 //! - [`compare`]: `day0 compare`, an operator's implementations side by side on the same inputs;
 //! - [`host_memory`]: functional runs that would not fit in host memory are refused up front;
+//! - [`profile`]: `day0 profile`, a kernel's source annotated with each line's cycles and waits;
 //! - [`suite`]: the built-in kernel suite (`day0 suite`, and step 2 of `day0 run`);
 //! - [`tune`]: tile-shape sweeps over a kernel's tunable space, and `day0 tune` (ranked, explained,
 //!   spot-checked, cached).
@@ -22,5 +23,6 @@ pub mod calibrate;
 pub mod charts;
 pub mod compare;
 pub mod host_memory;
+pub mod profile;
 pub mod suite;
 pub mod tune;

@@ -55,6 +55,9 @@ enum Command {
     /// Compare an operator's implementations on the same random inputs: each at its best tiles
     /// for the shape, its max relative error against the f64 reference and its cycles.
     Compare(tune_cmd::CompareArgs),
+    /// Profile a kernel by source line: each line's critical-path cycles, the engine it
+    /// occupied, and its DMA waits and stalls.
+    Profile(tune_cmd::ProfileArgs),
     /// List every registered kernel implementation, grouped by operator.
     Kernels {
         /// Print JSON.
@@ -393,6 +396,7 @@ fn run(cli: Cli) -> Result<(), String> {
         Command::Tune(args) => tune_cmd::tune_cmd(args),
         Command::Kernels { json } => tune_cmd::kernels_cmd(json),
         Command::Compare(args) => tune_cmd::compare_cmd(args),
+        Command::Profile(args) => tune_cmd::profile_cmd(args),
         Command::Kernel(KernelCommand::Gemm(args)) => kernel_gemm(args),
         Command::Kernel(KernelCommand::ExpertFfn(args)) => kernel_expert_ffn(args),
         Command::Kernel(KernelCommand::Attention(args)) => kernel_attention(args),

@@ -987,6 +987,18 @@ pub fn evaluate(
     shape: &Shape,
     dtype: GemmDtype,
 ) -> Result<accel_sim::Report, accel_sim::SimError> {
+    evaluate_traced(launcher, meta, config, shape, dtype).map(|(report, _)| report)
+}
+
+/// [`evaluate`], with the launch's timeline when the launcher records one (`with_trace`) and the
+/// kernel runs as one launch (the paged decode chains its combine: no timeline).
+pub fn evaluate_traced(
+    launcher: &Launcher,
+    meta: &KernelMeta,
+    config: &dsl_core::Config,
+    shape: &Shape,
+    dtype: GemmDtype,
+) -> Result<(accel_sim::Report, Option<accel_sim::trace::ChromeTrace>), accel_sim::SimError> {
     let refuse = |message: String| accel_sim::SimError::Launch {
         kernel: meta.name.to_string(),
         message,
@@ -1011,7 +1023,8 @@ pub fn evaluate(
                 config: config.clone(),
                 seed: SPOT_SEED,
             };
-            Ok(run_gemm(launcher, &case)?.launch.report)
+            let l = run_gemm(launcher, &case)?.launch;
+            Ok((l.report, l.trace))
         }
         Shape::Prefill {
             seq,
@@ -1036,7 +1049,8 @@ pub fn evaluate(
                 config: config.clone(),
                 seed: SPOT_SEED,
             };
-            Ok(run_prefill_with(launcher, &case, kernel)?.launch.report)
+            let l = run_prefill_with(launcher, &case, kernel)?.launch;
+            Ok((l.report, l.trace))
         }
         Shape::SparseMla { .. } => match dtype {
             GemmDtype::F32 => run_sparse_mla::<f32>(launcher, config, shape),
@@ -1045,7 +1059,8 @@ pub fn evaluate(
         Shape::Decode { .. } => match dtype {
             GemmDtype::F32 => run_paged_decode::<f32>(launcher, config, shape),
             GemmDtype::Bf16 => run_paged_decode::<half::bf16>(launcher, config, shape),
-        },
+        }
+        .map(|r| (r, None)),
     }
 }
 
@@ -1150,7 +1165,7 @@ fn run_sparse_mla<T: dsl_core::Float>(
     launcher: &Launcher,
     config: &dsl_core::Config,
     shape: &Shape,
-) -> Result<accel_sim::Report, accel_sim::SimError> {
+) -> Result<(accel_sim::Report, Option<accel_sim::trace::ChromeTrace>), accel_sim::SimError> {
     use kernels::attention::reference::{gather_pages, mqa_sparse, MqaShape};
     use kernels::attention::sparse::sparse_mla;
     let Shape::SparseMla {
@@ -1220,7 +1235,7 @@ fn run_sparse_mla<T: dsl_core::Float>(
         )
     };
     let sm_scale = 1.0 / (d as f32).sqrt();
-    let mut report = sparse_mla::launch(
+    let launch = sparse_mla::launch(
         launcher,
         config,
         &q,
@@ -1231,8 +1246,8 @@ fn run_sparse_mla<T: dsl_core::Float>(
         ctx,
         topk,
         sm_scale,
-    )?
-    .report;
+    )?;
+    let (mut report, trace) = (launch.report, launch.trace);
     if let (Some(out), Some(qv), Some(kvp)) = (o.to_vec(), q.to_vec(), kv_pool.to_vec()) {
         let rows = gather_pages(&kvp, d, page, &table, ctx).map_err(|e| fail(e.to_string()))?;
         let ms = MqaShape {
@@ -1246,7 +1261,7 @@ fn run_sparse_mla<T: dsl_core::Float>(
             mqa_sparse(&qv, &rows, &picks, ms, sm_scale as f64).map_err(|e| fail(e.to_string()))?;
         report.max_rel_error = Some(kernels::reference::rel_error(&out, &want));
     }
-    Ok(report)
+    Ok((report, trace))
 }
 
 /// A 64-bit FNV-1a hash: stable across Rust versions and platforms (std's hasher is not

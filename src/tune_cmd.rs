@@ -196,6 +196,105 @@ pub fn compare_cmd(args: CompareArgs) -> Result<(), String> {
     }
 }
 
+/// `day0 profile`.
+#[derive(Args)]
+#[command(after_long_help = "\
+Every cycle of the launch's critical core (the one that finishes last) is charged to the line busy
+on the most critical engine at that cycle (matrix, then vector, then DMA in, then DMA out); cycles
+with no engine busy are `idle`. The lines' cycles and `idle` add up to the launch's cycles.
+--shape takes the syntax of `day0 tune` (see `day0 tune --help`). The paged decode runs as two
+launches (split and combine) and is not profiled as one.")]
+pub struct ProfileArgs {
+    /// One implementation (gemm, gemm_db, gemm_pipelined, gemm_persistent, flash_prefill,
+    /// flash_prefill_pipelined, sparse_mla).
+    kernel: String,
+    /// The problem shape.
+    #[arg(long)]
+    shape: String,
+    /// Tiles, e.g. `BM=128,BN=128,BK=64` (default: the fastest for the shape, from `day0 tune`).
+    #[arg(long)]
+    config: Option<String>,
+    /// Device preset name or path to a preset .toml file.
+    #[arg(long, default_value = "npu-910b")]
+    device: String,
+    /// Input dtype: bf16 or f32 (default as `day0 tune`).
+    #[arg(long)]
+    dtype: Option<String>,
+    /// Print one JSON object.
+    #[arg(long)]
+    json: bool,
+}
+
+/// Parses `K=V,K=V` tiles.
+fn parse_config(text: &str) -> Result<dsl_core::Config, String> {
+    let mut cfg = dsl_core::Config::new();
+    for part in text.split(',').filter(|p| !p.trim().is_empty()) {
+        let (k, v) = part
+            .split_once('=')
+            .ok_or_else(|| format!("--config {text}: `{part}` is not KEY=VALUE"))?;
+        let v: i64 = v
+            .trim()
+            .parse()
+            .map_err(|_| format!("--config {text}: `{v}` is not an integer"))?;
+        cfg = cfg.with(k.trim(), v);
+    }
+    Ok(cfg)
+}
+
+/// Runs `day0 profile`.
+pub fn profile_cmd(args: ProfileArgs) -> Result<(), String> {
+    let mut target = tune::resolve(&args.kernel, &[])?;
+    // `gemm` names both the operator and its naive implementation: profile the implementation.
+    if target.impls.iter().any(|m| m.name == args.kernel) {
+        target.impls.retain(|m| m.name == args.kernel);
+    }
+    let [meta] = target.impls[..] else {
+        return Err(format!(
+            "`{}` has {} implementations; profile one of them: {}",
+            args.kernel,
+            target.impls.len(),
+            target
+                .impls
+                .iter()
+                .map(|m| m.name)
+                .collect::<Vec<_>>()
+                .join(", ")
+        ));
+    };
+    let shape = Shape::parse(target.family, &args.shape)?;
+    let dtype = match &args.dtype {
+        Some(d) => tune::parse_dtype(d)?,
+        None => target.family.default_dtype(),
+    };
+    let preset = accel_sim::DevicePreset::load(&args.device)
+        .map_err(|e| format!("--device {}: {e}", args.device))?;
+    let config = match &args.config {
+        Some(text) => parse_config(text)?,
+        None => {
+            let req = TuneRequest {
+                kernel: args.kernel.clone(),
+                target: target.clone(),
+                shape,
+                dtype,
+                preset: preset.clone(),
+                threads: None,
+            };
+            dsl_core::Config(day0::compare::best_config(&req, meta)?.config)
+        }
+    };
+    let launcher = dsl_core::Launcher::new(preset);
+    let p = day0::profile::profile(&launcher, meta, &config, &shape, dtype)?;
+    if args.json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&p).map_err(|e| e.to_string())?
+        );
+    } else {
+        print!("{}", day0::profile::table(&p));
+    }
+    Ok(())
+}
+
 /// The exit status of a result: an error when nothing runs or a spot check failed.
 fn check(r: &TuneResult) -> Result<(), String> {
     if r.best.is_none() {

@@ -315,3 +315,75 @@ fn compare_runs_each_implementation_on_the_same_inputs() {
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stderr).contains("gemm"));
 }
+
+/// `day0 profile`: every cycle of the launch is charged to a source line or to `idle`, so the
+/// per-line cycles add up to the kernel's total; the matrix line of a GEMM is on the matrix unit
+/// and its loads wait on DMA.
+#[test]
+fn a_profile_charges_every_cycle_to_a_line() {
+    let dir = tempfile::tempdir().unwrap();
+    for (kernel, shape, config) in [
+        ("gemm_db", "256x192x320", Some("BM=64,BN=64,BK=64")),
+        ("gemm", "128x128x128", None),
+        ("gemm_persistent", "300x200x256", None),
+        (
+            "flash_prefill",
+            "seq=96,heads=4,kv_heads=2,head_dim=64",
+            None,
+        ),
+        ("sparse_mla", "seq=2,ctx=512,heads=16,topk=128", None),
+    ] {
+        let mut args = vec!["profile", kernel, "--shape", shape, "--json"];
+        if let Some(c) = config {
+            args.extend(["--config", c]);
+        }
+        let p = json(&day0(dir.path(), &args));
+        let lines = p["lines"].as_array().expect("lines");
+        let charged: u64 = lines.iter().map(|l| l["cycles"].as_u64().unwrap()).sum();
+        let idle = p["idle_cycles"].as_u64().unwrap();
+        let total = p["cycles"].as_u64().unwrap();
+        assert!(total > 0, "{kernel}");
+        assert_eq!(charged + idle, total, "{kernel}: lines + idle = the launch");
+        for l in lines {
+            let c = l["cycles"].as_u64().unwrap();
+            let split =
+                l["compute_cycles"].as_u64().unwrap() + l["dma_wait_cycles"].as_u64().unwrap();
+            assert_eq!(split, c, "{kernel} line {}", l["line"]);
+            assert!(!l["code"].as_str().unwrap().is_empty(), "{kernel}: {l}");
+        }
+        let on = |engine: &str| {
+            lines
+                .iter()
+                .filter(|l| l["engine"] == engine)
+                .map(|l| l["cycles"].as_u64().unwrap())
+                .sum::<u64>()
+        };
+        assert!(on("matrix") > 0 && on("dma_in") > 0, "{kernel}: {p}");
+        if let Some(c) = config {
+            let cfg = &p["config"];
+            assert_eq!(cfg["BM"], 64, "{c}: the given tiles ran");
+        }
+    }
+    // An operator with several implementations, a chained launch, a bad config: errors.
+    for args in [
+        &["profile", "attention_prefill", "--shape", "seq=64,heads=4"][..],
+        &[
+            "profile",
+            "paged_decode_split",
+            "--shape",
+            "ctx=256,heads=4",
+        ],
+        &[
+            "profile",
+            "gemm_db",
+            "--shape",
+            "128x128x128",
+            "--config",
+            "BM",
+        ],
+    ] {
+        let out = day0(dir.path(), args);
+        assert_eq!(out.status.code(), Some(1), "{args:?}");
+        assert!(!String::from_utf8_lossy(&out.stderr).contains("panicked"));
+    }
+}
