@@ -10,7 +10,7 @@ use accel_sim::{DevicePreset, Report, SimError};
 use dsl_core::{bf16, fp8e4m3, Backend, Config, Launcher, Tensor};
 use kernels::attention::decode::{
     combine_config, decode_combine, decode_config, paged_decode_split, run_decode,
-    run_decode_latent, DecodeCase,
+    run_decode_gqa_batch, run_decode_latent, DecodeCase,
 };
 use kernels::attention::fp8_kv::paged_decode_split_fp8;
 use kernels::attention::kv_append::run_kv_cache_append;
@@ -89,6 +89,7 @@ const CHECKED: &[&str] = &[
     "attention_decode_combine",
     "attention_decode_fp8",
     "attention_decode_latent",
+    "attention_decode_batch",
     "dsa_indexer_decode",
     "dsa_indexer_prefill",
     "dsa_topk",
@@ -653,6 +654,32 @@ fn run_model_op(device: &str, op: &str, x: &[usize; 8]) -> Labelled {
                 run_decode_latent(&l, &case).map(|r| r.report),
             )
         }
+        "attention_decode_batch" => {
+            // Up to 4 sequences with their own contexts (drawn from the seed) in one launch.
+            let (kv, group, hd) = (dim(x[1], 1, 8), dim(x[5], 1, 16), dim(x[2], 1, 300));
+            let (seqs, longest) = (dim(x[6] / 7, 1, 4), dim(x[0], 1, 4096));
+            let mut rng = Rng::new(seed);
+            let contexts: Vec<usize> = (0..seqs)
+                .map(|_| 1 + (rng.next_u64() % longest as u64) as usize)
+                .collect();
+            let case = DecodeCase {
+                heads: kv * group,
+                kv_heads: kv,
+                head_dim: hd,
+                v_head_dim: dim(x[3], 1, 300),
+                shared_kv: false,
+                ctx: 0,
+                page_size: dim(x[4], 1, 300),
+                splits: dim(x[6], 1, 16),
+                dtype: GemmDtype::Bf16,
+                fp8_kv: false,
+                seed,
+            };
+            one(
+                format!("{op} contexts {contexts:?} {case:?}"),
+                run_decode_gqa_batch(&l, &case, &contexts).map(|r| r.report),
+            )
+        }
         "dsa_decode" | "dsa_prefill" => {
             let prefill = op == "dsa_prefill";
             let ctx = dim(x[0], 1, if prefill { 1024 } else { 8192 });
@@ -914,6 +941,11 @@ const MODEL_RUNNERS: &[(&str, &[&str])] = &[
     (
         "attention_decode_latent",
         &["attention_decode_latent", "attention_decode_combine"],
+    ),
+    // GQA decodes of a batch of sequences in one launch over the shared pools.
+    (
+        "attention_decode_batch",
+        &["attention_decode_batch", "attention_decode_combine"],
     ),
     (
         "dsa_decode",

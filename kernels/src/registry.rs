@@ -200,6 +200,12 @@ pub fn all() -> Vec<Implementation> {
             summary: "split-KV paged decode (flash-decoding): BK keys of a page at a time, run-time head dims and page size",
         },
         Implementation {
+            op: "attention_decode_batch",
+            kind: ImplKind::Dsl,
+            meta: &crate::attention::decode::paged_decode_gqa_batch::META,
+            summary: "batched GQA split-KV paged decode: S sequences, their own block tables and lengths, one launch over a shared pool",
+        },
+        Implementation {
             op: "attention_decode_latent",
             kind: ImplKind::DslTuned,
             meta: &crate::attention::decode::paged_decode_latent::META,

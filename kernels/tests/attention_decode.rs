@@ -8,7 +8,8 @@
 use dsl_core::prelude::*;
 use dsl_core::SimError;
 use kernels::attention::decode::{
-    run_decode, run_decode_latent, run_decode_latent_batch, DecodeCase,
+    decode_config, paged_decode_gqa_batch, run_decode, run_decode_gqa_batch, run_decode_latent,
+    run_decode_latent_batch, DecodeCase,
 };
 use kernels::attention::fp8_kv::{
     quantize_per_token, E4M3_SUBNORMAL_HALF_STEP, E4M3_UNIT_ROUNDOFF,
@@ -130,6 +131,138 @@ fn batched_latent_decode_refuses_empty_batches() {
     let l = launcher();
     assert!(run_decode_latent_batch(&l, &case, &[]).is_err());
     assert!(run_decode_latent_batch(&l, &case, &[10, 0]).is_err());
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(16))]
+
+    /// A batch of GQA decodes in one launch: each sequence's `Hkv·G` output rows equal the f64
+    /// reference of that sequence alone (pages scattered through one shared pool). One context
+    /// is kept short (≤ 16 tokens, one page) so that, with several splits, its other splits are
+    /// empty and the combine must weigh them by zero. Outputs are poisoned before the run, so an
+    /// element never written fails. Cost-only gives the functional run's cycles.
+    #[test]
+    fn batched_gqa_decode_gives_each_sequence_its_own_answer(
+        others in prop::collection::vec(1usize..300, 0..4),
+        short in 1usize..17, short_at in 0usize..4,
+        kv_heads in prop::sample::select(vec![1usize, 2, 4]),
+        group in prop::sample::select(vec![1usize, 2, 4]),
+        head_dim in prop::sample::select(vec![64usize, 128]),
+        page_size in prop::sample::select(vec![16usize, 64]),
+        splits in 1usize..6, bf16 in any::<bool>(), seed in any::<u64>(),
+    ) {
+        let mut contexts = others;
+        contexts.insert(short_at.min(contexts.len()), short);
+        let case = DecodeCase {
+            heads: kv_heads * group, kv_heads, head_dim, v_head_dim: head_dim, shared_kv: false,
+            ctx: 0, page_size, splits,
+            dtype: if bf16 { GemmDtype::Bf16 } else { GemmDtype::F32 }, fp8_kv: false, seed,
+        };
+        let l = launcher();
+        let run = run_decode_gqa_batch(&l, &case, &contexts).unwrap();
+        let out = run.output.as_ref().unwrap();
+        prop_assert_eq!(out.len(), contexts.len() * case.heads * head_dim);
+        prop_assert!(out.iter().all(|v| v.is_finite()), "an output element was not written");
+        let err = run.report.max_rel_error.unwrap();
+        // bf16: 2e-2, as the latent batch: the maximum is over up to four sequences' outputs,
+        // each with bf16 probabilities over up to 300 keys.
+        prop_assert!(err <= if bf16 { 2e-2 } else { 1e-5 }, "{contexts:?} {case:?}: {err}");
+        let cost = run_decode_gqa_batch(&l.clone().with_backend(Backend::CostOnly), &case, &contexts)
+            .unwrap();
+        prop_assert_eq!(cost.report.cycles, run.report.cycles);
+    }
+}
+
+/// The batched GQA decode in a cost-only run with shape-only tensors (no table or length data:
+/// every context is `max_ctx`, sequence `s`'s pages `s·T..`): it reads every key and value row of
+/// every sequence once (none twice), and costs cycles.
+#[test]
+fn batched_gqa_decode_cost_only_reads_every_kv_row() {
+    let (seqs, kv_heads, group, d, dv, page, splits) = (3, 2, 4, 128, 128, 64, 4);
+    let ctx: usize = 500;
+    let width = ctx.div_ceil(page);
+    let l = launcher().with_backend(Backend::CostOnly);
+    let cfg = decode_config(
+        &paged_decode_gqa_batch::META,
+        &Config::new(),
+        d,
+        dv,
+        page,
+        group,
+    )
+    .unwrap();
+    let launch = paged_decode_gqa_batch::launch(
+        &l,
+        &cfg,
+        &Tensor::<bf16>::shape_only(&[seqs * kv_heads, group, d]),
+        &Tensor::<bf16>::shape_only(&[seqs * width, page, kv_heads * d]),
+        &Tensor::<bf16>::shape_only(&[seqs * width, page, kv_heads * dv]),
+        &Tensor::<i32>::shape_only(&[seqs, width]),
+        &Tensor::<i32>::shape_only(&[seqs]),
+        &Tensor::<f32>::shape_only(&[splits, seqs * kv_heads, group, dv]),
+        &Tensor::<f32>::shape_only(&[splits, seqs * kv_heads, group, 1]),
+        ctx,
+        1.0 / (d as f32).sqrt(),
+    )
+    .unwrap();
+    let kv_bytes = (seqs * ctx * kv_heads * (d + dv) * 2) as u64;
+    let read = launch.report.hbm_read_bytes;
+    assert!(
+        read >= kv_bytes,
+        "{read} bytes read, the K/V rows are {kv_bytes}"
+    );
+    // Beyond the K/V rows only the queries, lengths and tables: no row is read twice (a second
+    // read of one page of one head would add 64 of 1500 rows' worth, > 2%).
+    assert!(
+        read < kv_bytes + kv_bytes / 50,
+        "{read} bytes read, the K/V rows are {kv_bytes}"
+    );
+    assert!(launch.report.cycles > 0);
+}
+
+/// The batched GQA decode refuses, with an error, what it cannot run: an empty batch, an empty
+/// context, pages of 0 tokens, heads that are not a multiple of the kv heads, a shared (latent)
+/// pool and an FP8 cache.
+#[test]
+fn batched_gqa_decode_refuses_bad_batches() {
+    let case = DecodeCase {
+        heads: 8,
+        kv_heads: 2,
+        head_dim: 64,
+        v_head_dim: 64,
+        shared_kv: false,
+        ctx: 0,
+        page_size: 16,
+        splits: 2,
+        dtype: GemmDtype::F32,
+        fp8_kv: false,
+        seed: 1,
+    };
+    let l = launcher();
+    assert!(run_decode_gqa_batch(&l, &case, &[40, 7]).is_ok());
+    assert!(run_decode_gqa_batch(&l, &case, &[]).is_err());
+    assert!(run_decode_gqa_batch(&l, &case, &[10, 0]).is_err());
+    let bad = [
+        DecodeCase {
+            page_size: 0,
+            ..case.clone()
+        },
+        DecodeCase {
+            heads: 7,
+            ..case.clone()
+        },
+        DecodeCase {
+            shared_kv: true,
+            ..case.clone()
+        },
+        DecodeCase {
+            fp8_kv: true,
+            ..case.clone()
+        },
+    ];
+    for c in bad {
+        assert!(run_decode_gqa_batch(&l, &c, &[10]).is_err(), "{c:?}");
+    }
 }
 
 /// The latent decode refuses what it cannot run (separate pools, an FP8 cache) with an error.

@@ -9,6 +9,11 @@
 //! - `block_table [n]` (i32): the sequence's pages in logical order;
 //! - partials `o_part [S, Hkv, G, DV]`, `lse_part [S, Hkv, G, 1]` (f32) for `S` splits;
 //! - output `o [Hkv·G, DV]`.
+//!
+//! Batched launches ([`paged_decode_latent()`], [`paged_decode_gqa_batch()`]) serve `S` sequences
+//! at once (`S` here counts sequences, not splits): queries `[S·Hkv, G, D]`,
+//! `block_tables [S, T]`, `ctx_lens [S]` (i32), partials `[splits, S·Hkv, G, DV]`, output
+//! `[S·Hkv·G, DV]`.
 
 use super::fp8_kv::{paged_decode_split_fp8, Fp8Tensors};
 use super::reference::{attention_decode_paged, mqa_dense, AttnShape, MqaShape};
@@ -279,6 +284,105 @@ pub fn decode_latent_config(
     crate::tile_choice::cover(meta, &base, &[("BD", head_dim, "head_dim")])
 }
 
+/// Split-KV decode of grouped-query attention for a batch of sequences in one launch: the GQA
+/// counterpart of [`paged_decode_latent()`], so a serving step's single-token decodes over one
+/// shared paged cache cost one launch instead of one per sequence. Sequence `s` has one decode
+/// token whose queries are `q[s·Hkv + h] [G, D]` for each key/value head `h`
+/// (`q [S·Hkv, G, D]`), its pages in row `s` of `block_tables [S, T]` and its context length in
+/// `ctx_lens[s]`; all sequences share `k_pool [pages, P, Hkv·D]` and `v_pool [pages, P, Hkv·DV]`
+/// (laid out as [`paged_decode_split()`]'s). Partials go to row `s·Hkv + h` of
+/// `o_part [splits, S·Hkv, G, DV]` and `lse_part [splits, S·Hkv, G, 1]`; [`decode_combine`] over
+/// them gives `o [S·Hkv·G, DV]`, each sequence's `Hkv·G` query heads in order.
+///
+/// A program (grid: `S·Hkv` rows × head blocks of `BH`, × splits) reads its sequence's length
+/// (one 4-byte read), splits that sequence's pages evenly over the grid's splits and reads each
+/// of its key/value head's rows once, `BK` keys of a page at a time; a split with no pages (a
+/// context shorter than the others) writes a zero partial and a log-sum-exp of −∞, which the
+/// combine weighs by zero. In a cost-only run without data, every context is `max_ctx` and
+/// sequence `s`'s page `p` is pool page `s·T + p`, as an allocator gives distinct sequences
+/// distinct pages.
+#[kernel(
+    grid = (q.shape()[0] * cdiv(q.shape()[1], BH), o_part.shape()[0]),
+    tunable(
+        BH = [16, 64, 128],
+        BK = [64, 16, 128],
+        BD = [128, 16, 32, 64, 256, 576],
+        BDV = [128, 16, 32, 64, 256, 512]
+    ),
+    constraint(BDV <= BD && BD <= 2 * BDV),
+    helpers(online_softmax_step, split_rows, split_pages, store_split_partials)
+)]
+// `is_multiple_of` is not in the DSL's method subset; `% 64 == 0` is.
+#[allow(clippy::too_many_arguments, clippy::manual_is_multiple_of)]
+pub fn paged_decode_gqa_batch<T: Float>(
+    q: &Tensor<T>,
+    k_pool: &Tensor<T>,
+    v_pool: &Tensor<T>,
+    block_tables: &Tensor<i32>,
+    ctx_lens: &Tensor<i32>,
+    o_part: &Tensor<f32>,
+    lse_part: &Tensor<f32>,
+    max_ctx: usize,
+    sm_scale: f32,
+) {
+    let (d, dv, page_size) = (q.shape()[2], o_part.shape()[3], k_pool.shape()[1]);
+    require(
+        d <= BD && dv <= BDV,
+        "the BD/BDV tiles must cover the head dims (decode_config picks covering tiles)",
+    );
+    // The key/value heads per sequence follow from the batch: q holds S·Hkv rows of heads.
+    let kv_heads = q.shape()[0] / ctx_lens.shape()[0];
+    let (row, r0) = split_rows::<BH>(q.shape()[1]);
+    let (seq, kvh) = (row / kv_heads, row % kv_heads);
+    let tq = load_async::<BH, BD>(&q.at(row), r0, 0);
+    let ctx_len = load_index(ctx_lens, seq, max_ctx);
+    let (p0, p1) = split_pages(ctx_len, page_size);
+    let table = block_tables.at(seq);
+    let first_page = seq * block_tables.cols();
+    let kh = k_pool.cols_clipped(kvh * d, d);
+    let vh = v_pool.cols_clipped(kvh * dv, dv);
+    let mut m = full::<f32, BH, 1>(f32::NEG_INFINITY);
+    let mut l = zeros::<f32, BH, 1>();
+    let mut acc = zeros::<f32, BH, BDV>();
+    if p1 == p0 {
+        // No pages in this split: a zero partial that the combine weighs by e^−∞ = 0 (acc / l
+        // would be 0 / 0 = NaN, which a zero weight does not cancel).
+        let split = program_id(1);
+        store(&o_part.at(split).at(row), r0, 0, &acc);
+        store(&lse_part.at(split).at(row), r0, 0, &m);
+    } else {
+        // The split's block-table entries, 64 pages at a time, as a tile: `index_at` reads one
+        // from it without a trip to memory (a `load_index` per page would put a 4-byte read and
+        // its latency between every two pages).
+        let mut idx = load::<1, 64>(&table, 0, p0);
+        for p in p0..p1 {
+            if p > p0 && (p - p0) % 64 == 0 {
+                idx = load::<1, 64>(&table, 0, p);
+            }
+            let page = index_at(&idx, (p - p0) % 64, first_page + p);
+            // Keys past the page (a tile wider than it) or past the context score −∞; rows of
+            // the last page past the context are never read (a cache holds garbage there, and a
+            // value of NaN times a zero probability would still poison the output).
+            let limit = usize::min(ctx_len, (p + 1) * page_size);
+            let valid = limit - p * page_size;
+            let (kp, vp) = (
+                kh.at(page).rows_clipped(0, valid),
+                vh.at(page).rows_clipped(0, valid),
+            );
+            for kb in (0..valid).step_by(BK) {
+                let tk = load_async::<BK, BD>(&kp, kb, 0);
+                let tv = load_async::<BK, BDV>(&vp, kb, 0);
+                let mut s = zeros::<f32, BH, BK>();
+                mma_bt(&mut s, &tq, &tk);
+                let s = mask_keys(&scale(&s, sm_scale), 0, p * page_size + kb, limit, false);
+                let pr = online_softmax_step(&s, &mut m, &mut l, &mut acc);
+                mma(&mut acc, &cast::<T>(&pr), &tv);
+            }
+        }
+        store_split_partials(o_part, lse_part, row, r0, &m, &l, &acc);
+    }
+}
+
 /// Merges split partials: `o = Σ_s e^(lse_s − m) o_s / Σ_s e^(lse_s − m)`, `m = max_s lse_s`.
 /// The value head dim is a run-time value (`o`'s columns), covered by `BDV`-wide tiles.
 #[kernel(grid = (cdiv(o.rows(), BH),), tunable(BH = [16, 64, 128], BDV = [128, 16, 32, 64, 256, 512]))]
@@ -547,6 +651,163 @@ fn run_latent_batch<T: Float>(
         dequantized_error: None,
         kv_cache_bytes: (d * tokens) as u64 * T::DTYPE.bytes_for(1),
         kv_cache_bytes_bf16: (2 * d * tokens) as u64,
+    })
+}
+
+/// A batch of GQA decodes in **one** [`paged_decode_gqa_batch()`] launch: sequence `s` has
+/// context `contexts[s]` (each its own length), its pages scattered through one shared pool with
+/// spare pages, as an allocator leaves it; heads, kv heads, dims, page size, splits, dtype and
+/// seed come from `case` (its `ctx` is ignored). Checked against the f64 reference of each
+/// sequence alone ([`attention_decode_paged`], as [`run_decode`]); the output is
+/// `[S·heads, v_head_dim]`. Separate key and value pools and a bf16/f32 cache only: `shared_kv`
+/// (use [`run_decode_latent_batch`]) and `fp8_kv` are refused with an error.
+pub fn run_decode_gqa_batch(
+    launcher: &Launcher,
+    case: &DecodeCase,
+    contexts: &[usize],
+) -> Result<DecodeRun, SimError> {
+    let fail = |message: String| SimError::Launch {
+        kernel: paged_decode_gqa_batch::META.name.into(),
+        message,
+    };
+    if contexts.is_empty() || contexts.contains(&0) || case.page_size == 0 {
+        return Err(fail(
+            "a batch needs at least one sequence, each with context ≥ 1, and pages of ≥ 1 token"
+                .into(),
+        ));
+    }
+    if case.shared_kv || case.fp8_kv {
+        return Err(fail(
+            "the batched GQA decode needs separate key and value pools and a bf16 or f32 cache \
+             (a shared latent pool: run_decode_latent_batch)"
+                .into(),
+        ));
+    }
+    // Zero heads or dims, and heads that are not a multiple of kv_heads, are refused here.
+    AttnShape {
+        sq: 1,
+        skv: 1,
+        heads: case.heads,
+        kv_heads: case.kv_heads,
+        head_dim: case.head_dim,
+        v_head_dim: case.v_head_dim,
+    }
+    .validate()
+    .map_err(|e| fail(e.to_string()))?;
+    let group = case.heads / case.kv_heads;
+    let cfg = decode_config(
+        &paged_decode_gqa_batch::META,
+        &Config::new(),
+        case.head_dim,
+        case.v_head_dim,
+        case.page_size,
+        group,
+    )?;
+    match case.dtype {
+        GemmDtype::F32 => run_gqa_batch::<f32>(launcher, case, contexts, &cfg),
+        GemmDtype::Bf16 => run_gqa_batch::<bf16>(launcher, case, contexts, &cfg),
+    }
+}
+
+fn run_gqa_batch<T: Float>(
+    launcher: &Launcher,
+    case: &DecodeCase,
+    contexts: &[usize],
+    cfg: &Config,
+) -> Result<DecodeRun, SimError> {
+    let fail = |message: String| SimError::Launch {
+        kernel: paged_decode_gqa_batch::META.name.into(),
+        message,
+    };
+    let (b, hkv, d, dv, page) = (
+        contexts.len(),
+        case.kv_heads,
+        case.head_dim,
+        case.v_head_dim,
+        case.page_size,
+    );
+    let group = case.heads / hkv;
+    let pages: Vec<usize> = contexts.iter().map(|c| c.div_ceil(page)).collect();
+    let width = pages.iter().copied().max().unwrap_or(1);
+    let splits = case.splits.clamp(1, width);
+    // Every sequence's pages drawn from one scrambled pool with spare pages; table rows past a
+    // sequence's pages are padding the kernel never reads. The pool holds at least `S·T` pages,
+    // the pages a cost-only run without table data reads (sequence `s`'s page `p` at `s·T + p`).
+    let pool_pages = (pages.iter().sum::<usize>() + 3).max(b * width);
+    let mut rng = crate::testdata::Rng::new(case.seed);
+    let mut free: Vec<usize> = (0..pool_pages).collect();
+    for i in (1..free.len()).rev() {
+        free.swap(i, (rng.next_u64() % (i as u64 + 1)) as usize);
+    }
+    let tables: Vec<Vec<usize>> = pages.iter().map(|n| free.drain(..*n).collect()).collect();
+    let mut t = crate::testdata::CaseTensors::new(
+        launcher,
+        case.seed ^ 0x5eed,
+        paged_decode_gqa_batch::META.name,
+    );
+    let q = t.input::<T>(&[b * hkv, group, d], 0.0, 1.0)?;
+    let k_pool = t.input::<T>(&[pool_pages, page, hkv * d], 0.0, 1.0)?;
+    let v_pool = t.input::<T>(&[pool_pages, page, hkv * dv], 0.0, 1.0)?;
+    let flat: Vec<i32> = tables
+        .iter()
+        .flat_map(|row| (0..width).map(|i| row.get(i).copied().unwrap_or(0) as i32))
+        .collect();
+    let lens: Vec<i32> = contexts.iter().map(|c| *c as i32).collect();
+    // Tables and lengths carry data in cost-only runs too, so those model the same page ranges.
+    let block_tables = Tensor::<i32>::from_indices(&[b, width], &flat).map_err(fail)?;
+    let ctx_lens = Tensor::<i32>::from_indices(&[b], &lens).map_err(fail)?;
+    let o_part = t.output::<f32>(&[splits, b * hkv, group, dv]);
+    let lse_part = t.output::<f32>(&[splits, b * hkv, group, 1]);
+    let o = t.output::<T>(&[b * case.heads, dv]);
+    let sm_scale = 1.0 / (d as f32).sqrt();
+    let max_ctx = contexts.iter().copied().max().unwrap_or(1);
+    let split = paged_decode_gqa_batch::launch(
+        launcher,
+        cfg,
+        &q,
+        &k_pool,
+        &v_pool,
+        &block_tables,
+        &ctx_lens,
+        &o_part,
+        &lse_part,
+        max_ctx,
+        sm_scale,
+    )?;
+    let combine = decode_combine::launch(launcher, &combine_config(dv)?, &o_part, &lse_part, &o)?;
+    let mut report =
+        dsl_core::Report::chain("paged_decode_gqa_batch", &[split.report, combine.report])
+            .expect("two launches");
+    let output = o.to_vec();
+    if let (Some(out), Some(qv), Some(kv), Some(vv)) =
+        (&output, q.to_vec(), k_pool.to_vec(), v_pool.to_vec())
+    {
+        let q_len = case.heads * d;
+        let mut want = Vec::with_capacity(out.len());
+        for (s, ctx) in contexts.iter().enumerate() {
+            let shape = AttnShape {
+                sq: 1,
+                skv: *ctx,
+                heads: case.heads,
+                kv_heads: hkv,
+                head_dim: d,
+                v_head_dim: dv,
+            };
+            let qs = &qv[s * q_len..(s + 1) * q_len];
+            want.extend(
+                attention_decode_paged(qs, &kv, &vv, &tables[s], page, shape, sm_scale as f64)
+                    .map_err(|e| fail(e.to_string()))?,
+            );
+        }
+        report.max_rel_error = Some(crate::reference::rel_error(out, &want));
+    }
+    let values = (hkv * (d + dv) * contexts.iter().sum::<usize>()) as u64;
+    Ok(DecodeRun {
+        report,
+        output,
+        dequantized_error: None,
+        kv_cache_bytes: values * T::DTYPE.bytes_for(1),
+        kv_cache_bytes_bf16: 2 * values,
     })
 }
 
