@@ -222,3 +222,28 @@ fn mla_decodes_of_a_step_attend_in_one_launch_per_layer() {
         "one batched decode launch per layer and step"
     );
 }
+
+#[test]
+fn gqa_decodes_of_a_step_attend_in_one_launch_per_layer() {
+    let mut r = runner("qwen3_next");
+    r.serve(3, 3 * 64).unwrap();
+    let (a, b) = (r.add_sequence().unwrap(), r.add_sequence().unwrap());
+    r.forward_batch(&[(0, &[1, 2, 3][..]), (a, &[4, 5][..]), (b, &[6][..])])
+        .unwrap();
+    let launches = |r: &Runner| r.stats().per_op.get("attn.decode_split").map_or(0, |e| e.0);
+    let before = launches(&r);
+    r.forward_batch(&[(a, &[7][..]), (0, &[8][..]), (b, &[9][..])])
+        .unwrap();
+    let full = r
+        .config()
+        .layers
+        .iter()
+        .filter(|l| l.attention == model::config::AttentionKind::Gqa)
+        .count() as u64;
+    assert!(full > 0);
+    assert_eq!(
+        launches(&r) - before,
+        full,
+        "one batched decode launch per GQA layer"
+    );
+}

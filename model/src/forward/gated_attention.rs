@@ -5,7 +5,7 @@
 
 use super::ops::{view, Mem, Ops, RopeTables};
 use super::params::GqaWeights;
-use super::sequences::{SeqPages, PAGE};
+use super::sequences::{SeqRows, PAGE};
 use super::ForwardError;
 use crate::config::GqaDims;
 use dsl_core::Tensor;
@@ -35,24 +35,24 @@ impl KvPool {
     }
 }
 
-/// Gated GQA over `x [T, H]` (already normed) at positions `pos0 ..`; appends the new keys and
-/// values to the sequence's `pages` of `pool`. One token attends over the pages directly (paged
-/// split-KV decode); a chunk runs flash attention over its context, gathered from the pages when
-/// earlier tokens are cached.
+/// Gated GQA over `x [T, H]` (already normed): the rows of one sequence (a prompt chunk or one
+/// decode token), or one decode token of each of several sequences (`seqs`, with `rope` at each
+/// row's position). Appends the new keys and values to each sequence's pages of `pool`. Decode
+/// tokens attend over the pages directly, the whole batch in one launch (paged split-KV decode);
+/// a chunk runs flash attention over its context, gathered from the pages when earlier tokens
+/// are cached.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn forward(
     ops: &mut Ops,
     g: &GqaDims,
     w: &GqaWeights,
     x: &Tensor<f32>,
-    pos0: usize,
+    seqs: &[SeqRows],
     pool: &KvPool,
-    pages: &SeqPages,
     rope: &RopeTables,
     eps: f64,
 ) -> Result<Tensor<f32>, ForwardError> {
     let (t, d, hq, hkv) = (x.rows(), g.head_dim, g.heads, g.kv_heads);
-    let ctx = pos0 + t;
     let qg = ops.linear("attn.q_proj", x, &w.q_proj)?;
     let (q, gate) = if g.output_gate {
         let (q, gate) = (ops.mem.act(t, hq * d), ops.mem.act(t, hq * d));
@@ -92,24 +92,48 @@ pub(crate) fn forward(
     };
     ops.rope_into("rope", &q, rope, d, 0, &q)?;
     ops.rope_into("rope", &k, rope, d, 0, &k_new)?;
-    for (new, pool) in [(&k_new, &pool.k), (&v_new, &pool.v)] {
-        ops.kv_append("attn.cache_append", new, &pages.table, pool, pos0, PAGE)?;
+    for sq in seqs {
+        for (new, pool) in [(&k_new, &pool.k), (&v_new, &pool.v)] {
+            let rows = if seqs.len() == 1 {
+                new.clone()
+            } else {
+                view(new.row_range(sq.row0, sq.rows), "a sequence's rows")?
+            };
+            ops.kv_append(
+                "attn.cache_append",
+                &rows,
+                &sq.pages.table,
+                pool,
+                sq.pos0,
+                PAGE,
+            )?;
+        }
     }
     let scale = (d as f64).powf(-0.5);
-    let o = if t == 1 {
+    let o = if seqs.iter().all(|sq| sq.rows == 1) {
+        let (tables, lens, max_ctx) = SeqRows::decode_tables(seqs)?;
         ops.gqa_decode(
             "attn.decode",
             &q,
             &KvPool::paged(&pool.k, "key pool")?,
             &KvPool::paged(&pool.v, "value pool")?,
-            &pages.table_t,
-            ctx,
+            &tables,
+            &lens,
+            max_ctx,
             hkv,
             d,
             d,
             scale,
         )?
     } else {
+        let [sq] = seqs else {
+            return Err(ForwardError::Internal {
+                what: "GQA".into(),
+                message: "several sequences in one call must each bring one decode token".into(),
+            });
+        };
+        let (pos0, pages) = (sq.pos0, sq.pages);
+        let ctx = pos0 + t;
         let (k_all, v_all) = if pos0 == 0 {
             (k_new, v_new)
         } else {

@@ -14,7 +14,7 @@
 
 use super::ops::{view, Mem, Ops, RopeTables};
 use super::params::MlaWeights;
-use super::sequences::{SeqPages, PAGE};
+use super::sequences::{SeqPages, SeqRows, PAGE};
 use super::ForwardError;
 use crate::config::{IndexerDims, MlaDims};
 use dsl_core::Tensor;
@@ -64,15 +64,6 @@ struct Prepared {
     q: Tensor<f32>,
     q_resid: Option<Tensor<f32>>,
     new_latent: Tensor<f32>,
-}
-
-/// One sequence's rows in a step's input: its first row, how many, the position of the first, and
-/// its pages.
-pub(crate) struct SeqRows<'a> {
-    pub row0: usize,
-    pub rows: usize,
-    pub pos0: usize,
-    pub pages: &'a SeqPages,
 }
 
 /// Projects the queries and the new tokens' latents of `x` (rows of one or more sequences, `rope`
@@ -216,22 +207,7 @@ pub(crate) fn forward(
         let n = seqs.len();
         let q_abs = absorb_queries(ops, m, w, &q)?;
         let q3 = view(q_abs.reshaped(&[n, heads, d]), "absorbed query")?;
-        let width = seqs
-            .iter()
-            .map(|sq| sq.pages.table.len())
-            .max()
-            .unwrap_or(1);
-        // Rows padded with page 0: a sequence's entries past its length are never read.
-        let mut tables = vec![0i32; n * width];
-        for (i, sq) in seqs.iter().enumerate() {
-            for (j, p) in sq.pages.table.iter().enumerate() {
-                tables[i * width + j] = *p as i32;
-            }
-        }
-        let lens: Vec<i32> = seqs.iter().map(|sq| (sq.pos0 + 1) as i32).collect();
-        let max_ctx = seqs.iter().map(|sq| sq.pos0 + 1).max().unwrap_or(1);
-        let tables = view(Tensor::from_indices(&[n, width], &tables), "block tables")?;
-        let lens = view(Tensor::from_indices(&[n], &lens), "context lengths")?;
+        let (tables, lens, max_ctx) = SeqRows::decode_tables(seqs)?;
         let o_lat = ops.latent_decode(&q3, &pool.paged()?, &tables, &lens, max_ctx, r, scale)?;
         let o_lat = view(o_lat.reshaped(&[n, heads * r]), "latent outputs")?;
         let o = values_from_latent(ops, m, w, &o_lat)?;

@@ -849,20 +849,16 @@ impl Runner {
             } else {
                 let mut outs: Vec<Option<Tensor<f32>>> = vec![None; parts.len()];
                 // Dense MLA: the step's single-token decodes attend in one launch.
+                // Dense MLA and GQA: the step's single-token decodes attend in one launch.
                 let dense_mla = matches!(lw.attn, AttnWeights::Mla(_))
                     && !matches!(
                         (&spec.attention, &self.cfg.indexer),
                         (AttentionKind::SparseMla, Some(_))
                     );
+                let batchable = dense_mla || matches!(lw.attn, AttnWeights::Gqa(_));
                 let decodes: Vec<usize> =
                     (0..parts.len()).filter(|&i| parts[i].tokens == 1).collect();
-                if dense_mla && decodes.len() > 1 {
-                    let (AttnWeights::Mla(w), LayerStore::Latent(pool)) =
-                        (&lw.attn, &self.store.layers[l])
-                    else {
-                        return Err(internal("an MLA layer's weights and cache"));
-                    };
-                    let m = self.cfg.mla.as_ref().ok_or_else(|| internal("MLA dims"))?;
+                if batchable && decodes.len() > 1 {
                     let rows: Vec<i32> = decodes.iter().map(|&i| parts[i].row0 as i32).collect();
                     let x = if rows.windows(2).all(|w| w[1] == w[0] + 1) {
                         ops::view(n.row_range(rows[0] as usize, rows.len()), "decode rows")?
@@ -876,18 +872,39 @@ impl Runner {
                         self.attention_factor,
                         self.interleaved,
                     )?;
-                    let seqs: Vec<mla::SeqRows> = decodes
+                    let seqs: Vec<sequences::SeqRows> = decodes
                         .iter()
                         .enumerate()
-                        .map(|(j, &i)| mla::SeqRows {
+                        .map(|(j, &i)| sequences::SeqRows {
                             row0: j,
                             rows: 1,
                             pos0: parts[i].pos0,
                             pages: &pages[i],
                         })
                         .collect();
-                    let scale = mla_scale(&self.cfg, m);
-                    let o = mla::forward(&mut self.ops, m, w, &x, &seqs, pool, &rope, scale)?;
+                    let o = match (&lw.attn, &self.store.layers[l]) {
+                        (AttnWeights::Mla(w), LayerStore::Latent(pool)) => {
+                            let m = self.cfg.mla.as_ref().ok_or_else(|| internal("MLA dims"))?;
+                            let scale = mla_scale(&self.cfg, m);
+                            mla::forward(&mut self.ops, m, w, &x, &seqs, pool, &rope, scale)?
+                        }
+                        (AttnWeights::Gqa(w), LayerStore::Kv(pool)) => {
+                            let g = self.cfg.gqa.as_ref().ok_or_else(|| internal("GQA dims"))?;
+                            gated_attention::forward(
+                                &mut self.ops,
+                                g,
+                                w,
+                                &x,
+                                &seqs,
+                                pool,
+                                &rope,
+                                eps,
+                            )?
+                        }
+                        _ => {
+                            return Err(internal("a layer's weights and cache of different kinds"))
+                        }
+                    };
                     for (j, &i) in decodes.iter().enumerate() {
                         outs[i] = Some(ops::view(o.row_range(j, 1), "a decode row")?);
                     }
@@ -916,9 +933,13 @@ impl Runner {
                                 g,
                                 w,
                                 &n_p,
-                                pos0,
+                                &[sequences::SeqRows {
+                                    row0: 0,
+                                    rows: p.tokens,
+                                    pos0,
+                                    pages,
+                                }],
                                 pool,
-                                pages,
                                 rope,
                                 eps,
                             )?
@@ -974,7 +995,7 @@ impl Runner {
                                     m,
                                     w,
                                     &n_p,
-                                    &[mla::SeqRows {
+                                    &[sequences::SeqRows {
                                         row0: 0,
                                         rows: p.tokens,
                                         pos0,

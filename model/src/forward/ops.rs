@@ -660,12 +660,13 @@ impl Ops {
         Ok(out)
     }
 
-    /// One decode token's grouped-query attention over a sequence's paged cache: `q [1, H·D]`
-    /// against `k_pool [pages, page, Hkv·D]` and `v_pool [pages, page, Hkv·DV]` through
-    /// `block_table [n]` for `ctx` tokens, split-KV over up to 8 page ranges, then the combine
-    /// ([`paged_decode_split`]). Returns `[1, H·DV]`.
+    /// One decode token of each of `S` sequences, grouped-query attention over their pages of
+    /// one shared paged cache, in one launch: `q [S, H·D]` against `k_pool [pages, page, Hkv·D]`
+    /// and `v_pool [pages, page, Hkv·DV]`, sequence `s` through row `s` of `block_tables [S, T]`
+    /// for `ctx_lens[s]` tokens (at most `max_ctx`), split-KV over up to 8 page ranges, then the
+    /// combine ([`paged_decode_gqa_batch`]). Returns `[S, H·DV]`.
     ///
-    /// [`paged_decode_split`]: kernels::attention::decode::paged_decode_split
+    /// [`paged_decode_gqa_batch`]: kernels::attention::decode::paged_decode_gqa_batch
     #[allow(clippy::too_many_arguments)]
     pub fn gqa_decode(
         &mut self,
@@ -673,58 +674,67 @@ impl Ops {
         q: &Tensor<f32>,
         k_pool: &Tensor<f32>,
         v_pool: &Tensor<f32>,
-        block_table: &Tensor<i32>,
-        ctx: usize,
+        block_tables: &Tensor<i32>,
+        ctx_lens: &Tensor<i32>,
+        max_ctx: usize,
         kv_heads: usize,
         head_dim: usize,
         v_head_dim: usize,
         scale: f64,
     ) -> Result<Tensor<f32>, ForwardError> {
         use kernels::attention::decode::{
-            combine_config, decode_combine, decode_config, paged_decode_split,
+            combine_config, decode_combine, decode_config, paged_decode_gqa_batch,
         };
+        let seqs = q.rows();
         let heads = q.cols() / head_dim.max(1);
         let group = heads / kv_heads.max(1);
         let page = k_pool.shape().get(1).copied().unwrap_or(1);
-        let splits = ctx.div_ceil(page.max(1)).clamp(1, 8);
-        let q3 = view(q.reshaped(&[kv_heads, group, head_dim]), "decode query")?;
+        let splits = max_ctx.div_ceil(page.max(1)).clamp(1, 8);
+        let q3 = view(
+            q.reshaped(&[seqs * kv_heads, group, head_dim]),
+            "decode queries",
+        )?;
         let o_part = self
             .mem
-            .poisoned::<f32>(&[splits, kv_heads, group, v_head_dim]);
-        let lse_part = self.mem.poisoned::<f32>(&[splits, kv_heads, group, 1]);
-        let o = self.mem.act(heads, v_head_dim);
+            .poisoned::<f32>(&[splits, seqs * kv_heads, group, v_head_dim]);
+        let lse_part = self
+            .mem
+            .poisoned::<f32>(&[splits, seqs * kv_heads, group, 1]);
+        let o = self.mem.act(seqs * heads, v_head_dim);
         // The largest key tile within a page that fits the core (wide heads overflow an
         // H100-class SM at 64 keys). The launch writes only the partials: a retry is safe.
-        let r = first_fitting(page_tiles(&paged_decode_split::META, page), |bk| {
+        let meta = &paged_decode_gqa_batch::META;
+        let r = first_fitting(page_tiles(meta, page), |bk| {
             let base = Config::new().with("BK", bk);
-            decode_config(
-                &paged_decode_split::META,
-                &base,
-                head_dim,
-                v_head_dim,
-                page,
-                group,
-            )
-            .and_then(|cfg| {
-                paged_decode_split::launch(
+            decode_config(meta, &base, head_dim, v_head_dim, page, group).and_then(|cfg| {
+                paged_decode_gqa_batch::launch(
                     &self.launcher,
                     &cfg,
                     &q3,
                     k_pool,
                     v_pool,
-                    block_table,
+                    block_tables,
+                    ctx_lens,
                     &o_part,
                     &lse_part,
-                    ctx,
+                    max_ctx,
                     scale as f32,
                 )
             })
         });
-        self.book_sequence(&format!("{op}_split"), r)?;
+        // One sequence's launch is per-sequence work; a batched launch already covers the batch.
+        let book = |ops: &mut Ops, op: &str, r| {
+            if seqs > 1 {
+                ops.book(op, r)
+            } else {
+                ops.book_sequence(op, r)
+            }
+        };
+        book(self, &format!("{op}_split"), r)?;
         let r = combine_config(v_head_dim)
             .and_then(|cfg| decode_combine::launch(&self.launcher, &cfg, &o_part, &lse_part, &o));
-        self.book_sequence(&format!("{op}_combine"), r)?;
-        view(o.reshaped(&[1, heads * v_head_dim]), "decode output")
+        book(self, &format!("{op}_combine"), r)?;
+        view(o.reshaped(&[seqs, heads * v_head_dim]), "decode output")
     }
 }
 

@@ -60,6 +60,44 @@ impl SeqPages {
     }
 }
 
+/// One sequence's rows in a step's input: its first row, how many, the position of the first, and
+/// its pages.
+pub(crate) struct SeqRows<'a> {
+    pub row0: usize,
+    pub rows: usize,
+    pub pos0: usize,
+    pub pages: &'a SeqPages,
+}
+
+impl SeqRows<'_> {
+    /// Block tables `[S, T]` (rows padded with page 0: entries past a sequence's length are
+    /// never read) and context lengths `[S]` of one decode token per sequence, and the longest
+    /// context, for a batched decode kernel.
+    pub fn decode_tables(
+        seqs: &[SeqRows],
+    ) -> Result<(Tensor<i32>, Tensor<i32>, usize), ForwardError> {
+        let n = seqs.len();
+        let width = seqs
+            .iter()
+            .map(|sq| sq.pages.table.len())
+            .max()
+            .unwrap_or(1);
+        let mut tables = vec![0i32; n * width];
+        for (i, sq) in seqs.iter().enumerate() {
+            for (j, p) in sq.pages.table.iter().enumerate() {
+                tables[i * width + j] = *p as i32;
+            }
+        }
+        let lens: Vec<i32> = seqs.iter().map(|sq| (sq.pos0 + 1) as i32).collect();
+        let max_ctx = seqs.iter().map(|sq| sq.pos0 + 1).max().unwrap_or(1);
+        Ok((
+            view(Tensor::from_indices(&[n, width], &tables), "block tables")?,
+            view(Tensor::from_indices(&[n], &lens), "context lengths")?,
+            max_ctx,
+        ))
+    }
+}
+
 /// Every layer's pool and the bookkeeping of which sequence owns what.
 pub(crate) struct SequenceStore {
     /// Page allocator: one block table per live sequence, shared by every attention layer.
