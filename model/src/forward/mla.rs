@@ -158,6 +158,7 @@ fn context_rows(
 /// `o_proj` output `[T, H]`. A prompt expands the context's keys and values and runs flash
 /// attention; decode tokens attend over the latent pages with absorbed queries, the whole batch
 /// in one launch (paged split-KV decode with one latent head).
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn forward(
     ops: &mut Ops,
     m: &MlaDims,
