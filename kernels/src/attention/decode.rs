@@ -559,6 +559,53 @@ pub fn run_decode_latent_batch(
     }
 }
 
+/// A batch's pages for the batched decode runners: every sequence's pages drawn from one
+/// scrambled pool with spare pages, as an allocator leaves it, its block-table rows (padded past
+/// its pages with entries the kernel never reads), lengths, the split count and the longest
+/// context. The pool holds at least `S·T` pages, the pages a cost-only run without table data
+/// reads (sequence `s`'s page `p` at `s·T + p`). Tables and lengths carry data in cost-only runs
+/// too, so those model the same page ranges.
+struct BatchPages {
+    tables: Vec<Vec<usize>>,
+    pool_pages: usize,
+    splits: usize,
+    max_ctx: usize,
+    block_tables: Tensor<i32>,
+    ctx_lens: Tensor<i32>,
+}
+
+impl BatchPages {
+    fn new(case: &DecodeCase, contexts: &[usize], kernel: &str) -> Result<BatchPages, SimError> {
+        let fail = |message: String| SimError::Launch {
+            kernel: kernel.into(),
+            message,
+        };
+        let (b, page) = (contexts.len(), case.page_size);
+        let pages: Vec<usize> = contexts.iter().map(|c| c.div_ceil(page)).collect();
+        let width = pages.iter().copied().max().unwrap_or(1);
+        let pool_pages = (pages.iter().sum::<usize>() + 3).max(b * width);
+        let mut rng = crate::testdata::Rng::new(case.seed);
+        let mut free: Vec<usize> = (0..pool_pages).collect();
+        for i in (1..free.len()).rev() {
+            free.swap(i, (rng.next_u64() % (i as u64 + 1)) as usize);
+        }
+        let tables: Vec<Vec<usize>> = pages.iter().map(|n| free.drain(..*n).collect()).collect();
+        let flat: Vec<i32> = tables
+            .iter()
+            .flat_map(|row| (0..width).map(|i| row.get(i).copied().unwrap_or(0) as i32))
+            .collect();
+        let lens: Vec<i32> = contexts.iter().map(|c| *c as i32).collect();
+        Ok(BatchPages {
+            pool_pages,
+            splits: case.splits.clamp(1, width),
+            max_ctx: contexts.iter().copied().max().unwrap_or(1),
+            block_tables: Tensor::<i32>::from_indices(&[b, width], &flat).map_err(fail)?,
+            ctx_lens: Tensor::<i32>::from_indices(&[b], &lens).map_err(fail)?,
+            tables,
+        })
+    }
+}
+
 fn run_latent_batch<T: Float>(
     launcher: &Launcher,
     case: &DecodeCase,
@@ -576,19 +623,14 @@ fn run_latent_batch<T: Float>(
         case.v_head_dim,
         case.page_size,
     );
-    let pages: Vec<usize> = contexts.iter().map(|c| c.div_ceil(page)).collect();
-    let width = pages.iter().copied().max().unwrap_or(1);
-    let splits = case.splits.clamp(1, width);
-    // Every sequence's pages drawn from one scrambled pool with spare pages; table rows past a
-    // sequence's pages are padding the kernel never reads. The pool holds at least `S·T` pages,
-    // the pages a cost-only run without table data reads (sequence `s`'s page `p` at `s·T + p`).
-    let pool_pages = (pages.iter().sum::<usize>() + 3).max(contexts.len() * width);
-    let mut rng = crate::testdata::Rng::new(case.seed);
-    let mut free: Vec<usize> = (0..pool_pages).collect();
-    for i in (1..free.len()).rev() {
-        free.swap(i, (rng.next_u64() % (i as u64 + 1)) as usize);
-    }
-    let tables: Vec<Vec<usize>> = pages.iter().map(|n| free.drain(..*n).collect()).collect();
+    let BatchPages {
+        tables,
+        pool_pages,
+        splits,
+        max_ctx,
+        block_tables,
+        ctx_lens,
+    } = BatchPages::new(case, contexts, paged_decode_latent::META.name)?;
     let mut t = crate::testdata::CaseTensors::new(
         launcher,
         case.seed ^ 0x5eed,
@@ -596,18 +638,10 @@ fn run_latent_batch<T: Float>(
     );
     let q = t.input::<T>(&[b, g, d], 0.0, 1.0)?;
     let pool = t.input::<T>(&[pool_pages, page, d], 0.0, 1.0)?;
-    let flat: Vec<i32> = tables
-        .iter()
-        .flat_map(|row| (0..width).map(|i| row.get(i).copied().unwrap_or(0) as i32))
-        .collect();
-    let lens: Vec<i32> = contexts.iter().map(|c| *c as i32).collect();
-    let block_tables = Tensor::<i32>::from_indices(&[b, width], &flat).map_err(fail)?;
-    let ctx_lens = Tensor::<i32>::from_indices(&[b], &lens).map_err(fail)?;
     let o_part = t.output::<f32>(&[splits, b, g, dv]);
     let lse_part = t.output::<f32>(&[splits, b, g, 1]);
     let o = t.output::<T>(&[b * g, dv]);
     let sm_scale = 1.0 / (d as f32).sqrt();
-    let max_ctx = contexts.iter().copied().max().unwrap_or(1);
     let split = paged_decode_latent::launch(
         launcher,
         cfg,
@@ -727,19 +761,14 @@ fn run_gqa_batch<T: Float>(
         case.page_size,
     );
     let group = case.heads / hkv;
-    let pages: Vec<usize> = contexts.iter().map(|c| c.div_ceil(page)).collect();
-    let width = pages.iter().copied().max().unwrap_or(1);
-    let splits = case.splits.clamp(1, width);
-    // Every sequence's pages drawn from one scrambled pool with spare pages; table rows past a
-    // sequence's pages are padding the kernel never reads. The pool holds at least `S·T` pages,
-    // the pages a cost-only run without table data reads (sequence `s`'s page `p` at `s·T + p`).
-    let pool_pages = (pages.iter().sum::<usize>() + 3).max(b * width);
-    let mut rng = crate::testdata::Rng::new(case.seed);
-    let mut free: Vec<usize> = (0..pool_pages).collect();
-    for i in (1..free.len()).rev() {
-        free.swap(i, (rng.next_u64() % (i as u64 + 1)) as usize);
-    }
-    let tables: Vec<Vec<usize>> = pages.iter().map(|n| free.drain(..*n).collect()).collect();
+    let BatchPages {
+        tables,
+        pool_pages,
+        splits,
+        max_ctx,
+        block_tables,
+        ctx_lens,
+    } = BatchPages::new(case, contexts, paged_decode_gqa_batch::META.name)?;
     let mut t = crate::testdata::CaseTensors::new(
         launcher,
         case.seed ^ 0x5eed,
@@ -748,19 +777,10 @@ fn run_gqa_batch<T: Float>(
     let q = t.input::<T>(&[b * hkv, group, d], 0.0, 1.0)?;
     let k_pool = t.input::<T>(&[pool_pages, page, hkv * d], 0.0, 1.0)?;
     let v_pool = t.input::<T>(&[pool_pages, page, hkv * dv], 0.0, 1.0)?;
-    let flat: Vec<i32> = tables
-        .iter()
-        .flat_map(|row| (0..width).map(|i| row.get(i).copied().unwrap_or(0) as i32))
-        .collect();
-    let lens: Vec<i32> = contexts.iter().map(|c| *c as i32).collect();
-    // Tables and lengths carry data in cost-only runs too, so those model the same page ranges.
-    let block_tables = Tensor::<i32>::from_indices(&[b, width], &flat).map_err(fail)?;
-    let ctx_lens = Tensor::<i32>::from_indices(&[b], &lens).map_err(fail)?;
     let o_part = t.output::<f32>(&[splits, b * hkv, group, dv]);
     let lse_part = t.output::<f32>(&[splits, b * hkv, group, 1]);
     let o = t.output::<T>(&[b * case.heads, dv]);
     let sm_scale = 1.0 / (d as f32).sqrt();
-    let max_ctx = contexts.iter().copied().max().unwrap_or(1);
     let split = paged_decode_gqa_batch::launch(
         launcher,
         cfg,
