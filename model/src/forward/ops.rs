@@ -506,9 +506,7 @@ impl Ops {
         v_dim: usize,
         scale: f64,
     ) -> Result<Tensor<f32>, ForwardError> {
-        use kernels::attention::decode::{
-            combine_config, decode_combine, decode_latent_config, paged_decode_latent,
-        };
+        use kernels::attention::decode::{decode_latent_config, paged_decode_latent};
         let (seqs, heads, d, page) = (q.shape()[0], q.shape()[1], q.shape()[2], pool.shape()[1]);
         let splits = max_ctx.div_ceil(page).clamp(1, 8);
         let o_part = self.mem.poisoned::<f32>(&[splits, seqs, heads, v_dim]);
@@ -551,20 +549,35 @@ impl Ops {
                 )
             })
         });
-        // One sequence's launch is per-sequence work; a batched launch already covers the batch.
-        let batched = seqs > 1;
+        self.book_decode("mla.decode", seqs, r, &o_part, &lse_part, &o)?;
+        Ok(o)
+    }
+
+    /// Books a split-KV decode launch of `seqs` sequences as `{op}_split`, then runs and books the
+    /// combine of its partials into `o` as `{op}_combine`. One sequence's launches are
+    /// per-sequence work; a batched launch already covers the batch.
+    fn book_decode(
+        &mut self,
+        op: &str,
+        seqs: usize,
+        split: Result<Launch, SimError>,
+        o_part: &Tensor<f32>,
+        lse_part: &Tensor<f32>,
+        o: &Tensor<f32>,
+    ) -> Result<(), ForwardError> {
+        use kernels::attention::decode::{combine_config, decode_combine};
         let book = |ops: &mut Ops, op: &str, r| {
-            if batched {
+            if seqs > 1 {
                 ops.book(op, r)
             } else {
                 ops.book_sequence(op, r)
             }
         };
-        book(self, "mla.decode_split", r)?;
+        book(self, &format!("{op}_split"), split)?;
+        let v_dim = o.cols();
         let r = combine_config(v_dim)
-            .and_then(|cfg| decode_combine::launch(&self.launcher, &cfg, &o_part, &lse_part, &o));
-        book(self, "mla.decode_combine", r)?;
-        Ok(o)
+            .and_then(|cfg| decode_combine::launch(&self.launcher, &cfg, o_part, lse_part, o));
+        book(self, &format!("{op}_combine"), r)
     }
 
     /// Causal attention of `q [Sq, H·D]` over `k [Skv, Hkv·D]`, `v [Skv, Hkv·DV]`: the queries are
@@ -682,9 +695,7 @@ impl Ops {
         v_head_dim: usize,
         scale: f64,
     ) -> Result<Tensor<f32>, ForwardError> {
-        use kernels::attention::decode::{
-            combine_config, decode_combine, decode_config, paged_decode_gqa_batch,
-        };
+        use kernels::attention::decode::{decode_config, paged_decode_gqa_batch};
         let seqs = q.rows();
         let heads = q.cols() / head_dim.max(1);
         let group = heads / kv_heads.max(1);
@@ -722,18 +733,7 @@ impl Ops {
                 )
             })
         });
-        // One sequence's launch is per-sequence work; a batched launch already covers the batch.
-        let book = |ops: &mut Ops, op: &str, r| {
-            if seqs > 1 {
-                ops.book(op, r)
-            } else {
-                ops.book_sequence(op, r)
-            }
-        };
-        book(self, &format!("{op}_split"), r)?;
-        let r = combine_config(v_head_dim)
-            .and_then(|cfg| decode_combine::launch(&self.launcher, &cfg, &o_part, &lse_part, &o));
-        book(self, &format!("{op}_combine"), r)?;
+        self.book_decode(op, seqs, r, &o_part, &lse_part, &o)?;
         view(o.reshaped(&[seqs, heads * v_head_dim]), "decode output")
     }
 }
