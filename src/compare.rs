@@ -14,7 +14,8 @@ use std::collections::BTreeMap;
 pub struct Entry {
     /// Kernel name.
     pub implementation: String,
-    /// What it is: `dsl` (a `#[kernel]` prototype; every registered implementation today).
+    /// How it was written, from the registry: `dsl` (a `#[kernel]` prototype) or `dsl-tuned` (a
+    /// DSL kernel with explicit prefetch or buffering).
     pub kind: String,
     /// The tiles it ran with (its fastest configuration at this shape).
     pub config: BTreeMap<String, i64>,
@@ -47,6 +48,22 @@ pub struct Comparison {
     pub functional: bool,
     /// One entry per implementation, fastest first.
     pub implementations: Vec<Entry>,
+}
+
+/// The registry's word for how an implementation was written.
+pub fn kind_name(kind: kernels::registry::ImplKind) -> &'static str {
+    match kind {
+        kernels::registry::ImplKind::Dsl => "dsl",
+        kernels::registry::ImplKind::DslTuned => "dsl-tuned",
+    }
+}
+
+/// How the registry says `meta` was written (`dsl` when it is not registered).
+fn kind_of(meta: &dsl_core::KernelMeta) -> &'static str {
+    kernels::registry::all()
+        .into_iter()
+        .find(|i| i.meta.name == meta.name)
+        .map_or("dsl", |i| kind_name(i.kind))
 }
 
 /// A shape small enough to run functionally in seconds, per family, when `--shape` is not given.
@@ -113,7 +130,7 @@ pub fn compare(req: &TuneRequest, cost_only: bool) -> Result<Comparison, String>
         let err = report.max_rel_error;
         entries.push(Entry {
             implementation: meta.name.to_string(),
-            kind: "dsl".into(),
+            kind: kind_of(meta).into(),
             config: best.config,
             cycles: report.cycles,
             time_us: report.cycles as f64 / (req.preset.clock_ghz * 1e3),
@@ -157,7 +174,7 @@ pub fn table(c: &Comparison) -> String {
         }
     );
     s.push_str(&format!(
-        "{:<26} {:<5} {:>12} {:>10} {:>8}  {:>12}  config\n",
+        "{:<26} {:<9} {:>12} {:>10} {:>8}  {:>12}  config\n",
         "implementation", "kind", "cycles", "µs", "speedup", "max rel err"
     ));
     for e in &c.implementations {
@@ -166,7 +183,7 @@ pub fn table(c: &Comparison) -> String {
             None => "-".into(),
         };
         s.push_str(&format!(
-            "{:<26} {:<5} {:>12} {:>10.1} {:>7.2}x  {:>12}  {}\n",
+            "{:<26} {:<9} {:>12} {:>10.1} {:>7.2}x  {:>12}  {}\n",
             e.implementation,
             e.kind,
             e.cycles,

@@ -354,11 +354,8 @@ fn run_with_progress(req: &TuneRequest) -> Result<TuneResult, String> {
 /// Runs `day0 kernels`: every registered implementation grouped by operator (in registry order),
 /// with its kind and summary.
 pub fn kernels_cmd(json: bool) -> Result<(), String> {
-    use kernels::registry::{all, ImplKind};
-    let kind = |k: ImplKind| match k {
-        ImplKind::Dsl => "dsl",
-        ImplKind::DslTuned => "dsl-tuned",
-    };
+    use kernels::registry::all;
+    let kind = day0::compare::kind_name;
     let mut ops: Vec<(&str, Vec<kernels::registry::Implementation>)> = Vec::new();
     for i in all() {
         match ops.iter_mut().find(|(op, _)| *op == i.op) {
