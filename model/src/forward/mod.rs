@@ -921,6 +921,13 @@ impl Runner {
                         ops::view(n.row_range(p.row0, p.tokens), "a sequence's rows")?
                     };
                     let pos0 = p.pos0;
+                    // This sequence's rows, for the layers that also take several sequences.
+                    let one = [sequences::SeqRows {
+                        row0: 0,
+                        rows: p.tokens,
+                        pos0,
+                        pages,
+                    }];
                     let a_p = match (&lw.attn, &self.store.layers[l]) {
                         (AttnWeights::Gqa(w), LayerStore::Kv(pool)) => {
                             let g = self
@@ -933,12 +940,7 @@ impl Runner {
                                 g,
                                 w,
                                 &n_p,
-                                &[sequences::SeqRows {
-                                    row0: 0,
-                                    rows: p.tokens,
-                                    pos0,
-                                    pages,
-                                }],
+                                &one,
                                 pool,
                                 rope,
                                 eps,
@@ -995,12 +997,7 @@ impl Runner {
                                     m,
                                     w,
                                     &n_p,
-                                    &[sequences::SeqRows {
-                                        row0: 0,
-                                        rows: p.tokens,
-                                        pos0,
-                                        pages,
-                                    }],
+                                    &one,
                                     pool,
                                     rope,
                                     scale,
