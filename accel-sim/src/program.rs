@@ -189,8 +189,6 @@ struct Body {
     n_loads: usize,
     /// Liveness, computed once per body (see [`ProgramTrace::last_uses`]).
     last_uses: OnceLock<Vec<u32>>,
-    /// Matrix accumulators, computed once per body (see [`ProgramTrace::accumulators`]).
-    accumulators: OnceLock<Vec<bool>>,
     /// The operands as the timing model walks them, computed once per body (see [`Walk`]).
     walk: OnceLock<Walk>,
 }
@@ -199,8 +197,13 @@ struct Body {
 pub(crate) const SLOT_RELEASE: u32 = 1 << 31;
 /// Set in a [`Walk`] allocation slot when a matrix instruction accumulates into the buffer.
 pub(crate) const SLOT_ACC: u32 = 1 << 30;
+/// Set in a [`Walk`] accumulator allocation slot when the next event is an element-wise op that
+/// writes it from a register-resident tile at least as large whose last use that event is
+/// (flash attention's `acc = acc · α` rescale, the softmax of the scores): registers are updated
+/// in place, so the old and the new tile never hold accumulator storage together.
+pub(crate) const SLOT_IN_PLACE: u32 = 1 << 29;
 /// The slot number in a [`Walk`] slot.
-pub(crate) const SLOT_MASK: u32 = SLOT_ACC - 1;
+pub(crate) const SLOT_MASK: u32 = SLOT_IN_PLACE - 1;
 
 /// A body's buffers renamed to *slots* for the timing model: a slot is reused once its buffer's
 /// last use is past, so the timing model's per-buffer state is as small as the most buffers
@@ -437,9 +440,19 @@ impl ProgramTrace {
             let n = self.body.n_bufs as usize;
             let mut last = vec![0u32; n];
             let mut acc = vec![false; n];
+            let mut bytes_of = vec![0u64; n];
+            // Per buffer written by an element-wise op right after its allocation: that event and
+            // its reads (in-place candidates, decided once every last use is known).
+            let mut from: Vec<Option<(u32, [BufId; 4], u8)>> = vec![None; n];
+            let mut just_allocated: Option<BufId> = None;
             for (i, (_, ev)) in self.views().enumerate() {
                 match ev {
-                    EventView::Alloc { buf, .. } => last[buf as usize] = i as u32,
+                    EventView::Alloc { buf, bytes, .. } => {
+                        last[buf as usize] = i as u32;
+                        bytes_of[buf as usize] = bytes;
+                        just_allocated = Some(buf);
+                        continue;
+                    }
                     EventView::Exec { ins, reads, write } => {
                         for b in reads.iter().chain(write.iter()) {
                             last[*b as usize] = i as u32;
@@ -447,7 +460,47 @@ impl ProgramTrace {
                         if let (Op::Mma { .. }, Some(w)) = (&ins.op, write) {
                             acc[w as usize] = true;
                         }
+                        if let (Op::Vector { .. }, Some(w)) = (&ins.op, write) {
+                            if just_allocated == Some(w) && reads.len() <= 4 {
+                                let mut r = [0; 4];
+                                r[..reads.len()].copy_from_slice(reads);
+                                from[w as usize] = Some((i as u32, r, reads.len() as u8));
+                            }
+                        }
                     }
+                }
+                just_allocated = None;
+            }
+            // The read an element-wise result can take the registers of: one at least as large
+            // whose last use is this op.
+            let source = |w: usize, acc: &[bool], want_acc: bool| {
+                let (at, reads, n_reads) = from[w]?;
+                reads[..n_reads as usize].iter().copied().find(|&r| {
+                    r as usize != w
+                        && last[r as usize] == at
+                        && bytes_of[r as usize] >= bytes_of[w]
+                        && (!want_acc || acc[r as usize])
+                })
+            };
+            // Register-resident tiles (devices whose accumulators live apart, e.g. Hopper's
+            // register file): an element-wise op updates registers in place, as flash attention
+            // does. Backwards, latest buffer first: a tile updated in place into an accumulator
+            // is one (the zero-filled `acc`, rescaled, then accumulated into). Then forwards: a
+            // dying accumulator's element-wise result stays in its registers (the scores, their
+            // softmax and its bf16 cast).
+            let mut in_place = vec![false; n];
+            for w in (0..n).rev() {
+                if acc[w] {
+                    if let Some(r) = source(w, &acc, false) {
+                        in_place[w] = true;
+                        acc[r as usize] = true;
+                    }
+                }
+            }
+            for w in 0..n {
+                if !acc[w] && source(w, &acc, true).is_some() {
+                    in_place[w] = true;
+                    acc[w] = true;
                 }
             }
             let mut slot_of = vec![0u32; n];
@@ -464,11 +517,14 @@ impl ProgramTrace {
                             n_slots += 1;
                             n_slots - 1
                         });
-                        assert!(slot < SLOT_ACC, "fewer than 2^30 buffers live at once");
+                        assert!(slot <= SLOT_MASK, "fewer than 2^29 buffers live at once");
                         slot_of[buf as usize] = slot;
                         let mut a = slot;
                         if acc[buf as usize] {
                             a |= SLOT_ACC;
+                        }
+                        if in_place[buf as usize] {
+                            a |= SLOT_IN_PLACE;
                         }
                         if last[buf as usize] == i {
                             a |= SLOT_RELEASE;
@@ -535,27 +591,16 @@ impl ProgramTrace {
         })
     }
 
-    /// For each buffer, whether a matrix instruction accumulates into it: on devices whose
+    /// For each buffer, whether it is a matrix accumulator: a matrix instruction accumulates
+    /// into it, or it is updated in place into one (see [`SLOT_IN_PLACE`]). On devices whose
     /// accumulators live apart from the scratchpad (registers, see
     /// [`crate::preset::Accumulators`]) such tiles count against that capacity instead.
-    /// Computed once per recorded body.
-    pub fn accumulators(&self) -> &[bool] {
-        self.body.accumulators.get_or_init(|| {
-            let mut acc = vec![false; self.body.n_bufs as usize];
-            for (_, ev) in self.views() {
-                if let EventView::Exec {
-                    ins,
-                    write: Some(w),
-                    ..
-                } = ev
-                {
-                    if matches!(ins.op, crate::isa::Op::Mma { .. }) {
-                        acc[w as usize] = true;
-                    }
-                }
-            }
-            acc
-        })
+    pub fn accumulators(&self) -> Vec<bool> {
+        self.walk()
+            .alloc
+            .iter()
+            .map(|a| a & SLOT_ACC != 0)
+            .collect()
     }
 }
 
@@ -858,7 +903,6 @@ impl Full {
                 store_bytes,
                 n_loads,
                 last_uses: OnceLock::new(),
-                accumulators: OnceLock::new(),
                 walk: OnceLock::new(),
             },
             index,

@@ -27,7 +27,9 @@ use crate::error::SimError;
 use crate::isa::{mma_cycles, vector_cycles, Engine, Op, VectorClass};
 use crate::memory::{Class, Level};
 use crate::preset::DevicePreset;
-use crate::program::{Cursor, Event, ProgramTrace, WalkView, SLOT_ACC, SLOT_MASK, SLOT_RELEASE};
+use crate::program::{
+    Cursor, Event, ProgramTrace, WalkView, SLOT_ACC, SLOT_IN_PLACE, SLOT_MASK, SLOT_RELEASE,
+};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
@@ -549,12 +551,19 @@ impl CoreRun {
                 WalkView::Alloc { slot, bytes, line } if slot & acc_mask != 0 => {
                     let limit = acc_cap.unwrap_or(cap);
                     self.live_acc += bytes;
-                    if self.live_acc > limit {
+                    // Updated in place from a tile the next event releases: the two never
+                    // hold registers together.
+                    let peak = if slot & SLOT_IN_PLACE != 0 {
+                        self.live_acc - bytes
+                    } else {
+                        self.live_acc
+                    };
+                    if peak > limit {
                         return Err(SimError::SramOverflow {
                             kernel: cx.kernel.to_string(),
                             line,
                             code: (cx.line_code)(line),
-                            needed: self.live_acc,
+                            needed: peak,
                             capacity: limit,
                         });
                     }

@@ -45,6 +45,17 @@ pub fn at_least(meta: &KernelMeta, name: &str, size: usize) -> Option<i64> {
         .find(|v| *v as usize >= size)
 }
 
+/// The declared values of `name` that are ≤ `size`, largest first (the tiles to try in turn
+/// when the largest may not fit on chip, e.g. key tiles within a page).
+pub fn up_to(meta: &KernelMeta, name: &str, size: usize) -> Vec<i64> {
+    let mut v: Vec<i64> = declared(meta, name)
+        .into_iter()
+        .filter(|b| *b as usize <= size)
+        .collect();
+    v.reverse();
+    v
+}
+
 /// Whether `value` is one of the declared values of `name` (for tunables that must equal a shape
 /// exactly, such as a head dimension).
 pub fn is_declared(meta: &KernelMeta, name: &str, value: usize) -> bool {

@@ -41,6 +41,38 @@ pub fn online_softmax_step<const BH: usize, const BK: usize, const DV: usize>(
     pr
 }
 
+/// Requests key block `b` of a latent decode split (its page through the 64-entry block-table
+/// tile `idx`, reloaded when `b` starts a new 64-page window); past the split's last block, a
+/// window past the last page's rows, which moves nothing.
+#[kernel(helper)]
+#[allow(clippy::too_many_arguments, clippy::manual_is_multiple_of)]
+pub fn next_latent_block<T: Float, const BK: usize, const BD: usize>(
+    kh: &Tensor<T>,
+    table: &Tensor<i32>,
+    idx: &mut Tile<i32, 1, 64>,
+    b: usize,
+    blocks: usize,
+    p0: usize,
+    p1: usize,
+    per_page: usize,
+    first_page: usize,
+    ctx_len: usize,
+    page_size: usize,
+) -> Tile<T, BK, BD> {
+    let pn = usize::min(p0 + b / per_page, p1 - 1);
+    if b < blocks && b % per_page == 0 && (pn - p0) % 64 == 0 && pn > p0 {
+        *idx = load::<1, 64>(table, 0, pn);
+    }
+    let page_n = index_at(idx, (pn - p0) % 64, first_page + pn);
+    let kbn = if b < blocks {
+        (b % per_page) * BK
+    } else {
+        page_size
+    };
+    let valid_n = usize::min(ctx_len, (pn + 1) * page_size) - pn * page_size;
+    load_async::<BK, BD>(&kh.at(page_n).rows_clipped(0, valid_n), kbn, 0)
+}
+
 /// The work of one split-KV decode program (grid: head blocks × splits): its key/value head, its
 /// first query row and its page range `p0..p1` of pages of `page_size` tokens (balanced, never
 /// empty: the runner keeps splits ≤ pages).
@@ -170,15 +202,16 @@ pub fn paged_decode_split<T: Float>(
 /// distinct sequences distinct pages.
 ///
 /// The key blocks of a split are one stream (`⌈P / BK⌉` blocks per page, a block never crossing a
-/// page): block `b + 1`'s tile is requested before block `b` is computed, its page read from a
-/// tile of 64 block-table entries loaded once per 64 pages, so neither a table read nor the
-/// tile's latency sits between two blocks. The extra `D − dv` value columns cost matrix work only
+/// page), pipelined as FlashMLA and FA3 do: block `b + 1`'s scores go to the matrix unit before
+/// block `b`'s softmax, so the two units overlap, and block `b + 2`'s tile is requested then
+/// (three key tiles live). Pages come from a tile of 64 block-table entries loaded once per 64
+/// pages, so neither a table read nor a tile's latency sits between two blocks. The extra `D − dv` value columns cost matrix work only
 /// (memory-bound shapes do not see it; compute-bound ones pay `(D − dv) / (D + dv)` more FLOP in
 /// the value product).
 #[kernel(
     grid = (q.shape()[0] * cdiv(q.shape()[1], BH), o_part.shape()[0]),
     tunable(BH = [16, 64, 32], BK = [64, 16, 32], BD = [576, 128, 256, 512]),
-    helpers(online_softmax_step, split_rows, split_pages, store_split_partials)
+    helpers(online_softmax_step, split_rows, split_pages, store_split_partials, next_latent_block)
 )]
 // `is_multiple_of` is not in the DSL's method subset; `% 64 == 0` is.
 #[allow(clippy::too_many_arguments, clippy::manual_is_multiple_of)]
@@ -224,31 +257,42 @@ pub fn paged_decode_latent<T: Float>(
         let page0 = index_at(&idx, 0, first_page + p0);
         let valid0 = usize::min(ctx_len, (p0 + 1) * page_size) - p0 * page_size;
         let mut tk = load_async::<BK, BD>(&kh.at(page0).rows_clipped(0, valid0), 0, 0);
+        // Block 1's tile (past the split's last block: a window past the last page's rows, which
+        // moves nothing), then block 0's scores.
+        let mut tk1 = next_latent_block::<T, BK, BD>(
+            &kh, &table, &mut idx, 1, blocks, p0, p1, per_page, first_page, ctx_len, page_size,
+        );
+        let mut s = zeros::<f32, BH, BK>();
+        mma_bt(&mut s, &tq, &tk);
         for b in 0..blocks {
             let p = p0 + b / per_page;
             let kb = (b % per_page) * BK;
-            // Block b + 1's tile, requested before block b is computed (past the split's last
-            // block: a window past the last page's rows, which moves nothing).
-            let pn = usize::min(p0 + (b + 1) / per_page, p1 - 1);
-            if b + 1 < blocks && (b + 1) % per_page == 0 && (pn - p0) % 64 == 0 {
-                idx = load::<1, 64>(&table, 0, pn);
+            // Block b + 1's scores first: the matrix unit runs them during this block's softmax.
+            let mut s_next = zeros::<f32, BH, BK>();
+            if b + 1 < blocks {
+                mma_bt(&mut s_next, &tq, &tk1);
             }
-            let page_n = index_at(&idx, (pn - p0) % 64, first_page + pn);
-            let kbn = if b + 1 < blocks {
-                ((b + 1) % per_page) * BK
-            } else {
-                page_size
-            };
-            let valid_n = usize::min(ctx_len, (pn + 1) * page_size) - pn * page_size;
-            let next = load_async::<BK, BD>(&kh.at(page_n).rows_clipped(0, valid_n), kbn, 0);
+            let tk2 = next_latent_block::<T, BK, BD>(
+                &kh,
+                &table,
+                &mut idx,
+                b + 2,
+                blocks,
+                p0,
+                p1,
+                per_page,
+                first_page,
+                ctx_len,
+                page_size,
+            );
             let limit = usize::min(ctx_len, (p + 1) * page_size);
-            let mut s = zeros::<f32, BH, BK>();
-            mma_bt(&mut s, &tq, &tk);
-            let s = mask_keys(&scale(&s, sm_scale), 0, p * page_size + kb, limit, false);
-            let pr = online_softmax_step(&s, &mut m, &mut l, &mut acc);
+            let sc = mask_keys(&scale(&s, sm_scale), 0, p * page_size + kb, limit, false);
+            let pr = online_softmax_step(&sc, &mut m, &mut l, &mut acc);
             // The key tile is the value tile: its first dv columns are the latent values.
             mma(&mut acc, &cast::<T>(&pr), &tk);
-            tk = next;
+            s = s_next;
+            tk = tk1;
+            tk1 = tk2;
         }
         store_split_partials(o_part, lse_part, seq, r0, &m, &l, &acc);
     }
@@ -552,11 +596,10 @@ pub fn run_decode_latent_batch(
                 .into(),
         ));
     }
-    let cfg = decode_latent_config(&Config::new(), case.head_dim, case.page_size, case.heads)?;
-    match case.dtype {
-        GemmDtype::F32 => run_latent_batch::<f32>(launcher, case, contexts, &cfg),
-        GemmDtype::Bf16 => run_latent_batch::<bf16>(launcher, case, contexts, &cfg),
-    }
+    latent_fitting(case, case.heads, |cfg| match case.dtype {
+        GemmDtype::F32 => run_latent_batch::<f32>(launcher, case, contexts, cfg),
+        GemmDtype::Bf16 => run_latent_batch::<bf16>(launcher, case, contexts, cfg),
+    })
 }
 
 /// A batch's pages for the batched decode runners: every sequence's pages drawn from one
@@ -868,21 +911,54 @@ fn run_decode_with(
     } else {
         &paged_decode_split::META
     };
-    let cfg = if latent {
-        decode_latent_config(&Config::new(), case.head_dim, case.page_size, group)?
-    } else {
-        decode_config(
-            meta,
+    let run = |cfg: &Config| match case.dtype {
+        GemmDtype::F32 => run_typed::<f32>(launcher, case, shape, cfg, group, latent),
+        GemmDtype::Bf16 => run_typed::<bf16>(launcher, case, shape, cfg, group, latent),
+    };
+    if latent {
+        return latent_fitting(case, group, run);
+    }
+    run(&decode_config(
+        meta,
+        &Config::new(),
+        case.head_dim,
+        case.v_head_dim,
+        case.page_size,
+        group,
+    )?)
+}
+
+/// Runs the latent decode with the largest key tile within a page that fits the core: the
+/// pipelined kernel holds three key tiles, so at 64 rows 576-wide bf16 rows overflow a 228 KB
+/// SM (and f32 ones a 512 KB NPU core); the next smaller tile is tried then.
+fn latent_fitting(
+    case: &DecodeCase,
+    q_rows: usize,
+    run: impl Fn(&Config) -> Result<DecodeRun, SimError>,
+) -> Result<DecodeRun, SimError> {
+    let mut last = None;
+    for bk in crate::tile_choice::up_to(&paged_decode_latent::META, "BK", case.page_size) {
+        let base = Config::new().with("BK", bk);
+        let r = run(&decode_latent_config(
+            &base,
+            case.head_dim,
+            case.page_size,
+            q_rows,
+        )?);
+        if !matches!(r, Err(SimError::SramOverflow { .. })) {
+            return r;
+        }
+        last = Some(r);
+    }
+    match last {
+        Some(r) => r,
+        // A page smaller than every declared key tile: the default choice.
+        None => run(&decode_latent_config(
             &Config::new(),
             case.head_dim,
-            case.v_head_dim,
             case.page_size,
-            group,
-        )?
-    };
-    match case.dtype {
-        GemmDtype::F32 => run_typed::<f32>(launcher, case, shape, &cfg, group, latent),
-        GemmDtype::Bf16 => run_typed::<bf16>(launcher, case, shape, &cfg, group, latent),
+            q_rows,
+        )?),
     }
 }
 

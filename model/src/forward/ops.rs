@@ -200,12 +200,7 @@ pub(crate) fn first_fitting_in_place<C: Copy, T>(
 
 /// A paged kernel's declared key tiles `BK` that stay within one page, largest first.
 fn page_tiles(meta: &dsl_core::KernelMeta, page: usize) -> Vec<i64> {
-    let mut bks: Vec<i64> = kernels::tile_choice::declared(meta, "BK")
-        .into_iter()
-        .filter(|b| *b as usize <= page)
-        .collect();
-    bks.sort_unstable_by(|a, b| b.cmp(a));
-    bks
+    kernels::tile_choice::up_to(meta, "BK", page)
 }
 
 /// A view error (a programming error in the layer code, reported, not panicked).
