@@ -473,13 +473,13 @@ impl ProgramTrace {
             }
             // The read an element-wise result can take the registers of: one at least as large
             // whose last use is this op.
-            let source = |w: usize, acc: &[bool], want_acc: bool| {
+            let source = |w: usize, ok: &dyn Fn(usize) -> bool| {
                 let (at, reads, n_reads) = from[w]?;
                 reads[..n_reads as usize].iter().copied().find(|&r| {
                     r as usize != w
                         && last[r as usize] == at
                         && bytes_of[r as usize] >= bytes_of[w]
-                        && (!want_acc || acc[r as usize])
+                        && ok(r as usize)
                 })
             };
             // Register-resident tiles (devices whose accumulators live apart, e.g. Hopper's
@@ -488,17 +488,19 @@ impl ProgramTrace {
             // is one (the zero-filled `acc`, rescaled, then accumulated into). Then forwards: a
             // dying accumulator's element-wise result stays in its registers (the scores, their
             // softmax and its bf16 cast).
+            // Only tiles the vector unit made can be register-resident this way: a DMA lands
+            // in the scratchpad.
             let mut in_place = vec![false; n];
             for w in (0..n).rev() {
                 if acc[w] {
-                    if let Some(r) = source(w, &acc, false) {
+                    if let Some(r) = source(w, &|r| from[r].is_some()) {
                         in_place[w] = true;
                         acc[r as usize] = true;
                     }
                 }
             }
             for w in 0..n {
-                if !acc[w] && source(w, &acc, true).is_some() {
+                if !acc[w] && source(w, &|r| acc[r]).is_some() {
                     in_place[w] = true;
                     acc[w] = true;
                 }

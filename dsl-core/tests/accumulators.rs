@@ -53,6 +53,22 @@ fn score_chain(a: &Tensor<f32>, b: &Tensor<f32>, o: &Tensor<f32>) {
     store(o, 0, 0, &exp(&scale(&s, 0.5)));
 }
 
+/// A loaded tile scaled into an accumulator: the accumulator is register-resident, the loaded
+/// tile stays in shared memory, where the DMA put it.
+#[kernel(grid = (1,))]
+fn loaded_into_accumulator(
+    x: &Tensor<f32>,
+    alpha: &Tensor<f32>,
+    a: &Tensor<f32>,
+    b: &Tensor<f32>,
+    o: &Tensor<f32>,
+) {
+    let t = load::<R, C>(x, 0, 0);
+    let mut acc = mul_col(&t, &load::<R, 1>(alpha, 0, 0));
+    mma(&mut acc, &load::<R, 16>(a, 0, 0), &load::<16, C>(b, 0, 0));
+    store(o, 0, 0, &acc);
+}
+
 fn inputs(steps: usize) -> (Tensor<f32>, Tensor<f32>, Tensor<f32>) {
     // Deterministic, non-zero, varied values.
     let val = |i: usize, k: u32| {
@@ -125,4 +141,20 @@ fn the_scores_element_wise_chain_stays_in_registers() {
         .with_backend(Backend::CostOnly);
     let r = score_chain::launch(&launcher, &Config::new(), &a, &bt, &o).unwrap();
     assert!(r.report.cycles > 0);
+}
+
+#[test]
+fn a_loaded_tile_stays_in_shared_memory() {
+    let (a, b, al) = inputs(1);
+    let (x, o) = (Tensor::shape_only(&[R, C]), Tensor::shape_only(&[R, C]));
+    let launcher = Launcher::for_device("h800")
+        .unwrap()
+        .with_backend(Backend::CostOnly);
+    let r =
+        loaded_into_accumulator::launch(&launcher, &Config::new(), &x, &al, &a, &b, &o).unwrap();
+    assert!(
+        r.report.sram_peak_bytes >= (R * C * 4) as u64,
+        "{}",
+        r.report.sram_peak_bytes
+    );
 }

@@ -205,9 +205,9 @@ pub fn paged_decode_split<T: Float>(
 /// page), pipelined as FlashMLA and FA3 do: block `b + 1`'s scores go to the matrix unit before
 /// block `b`'s softmax, so the two units overlap, and block `b + 2`'s tile is requested then
 /// (three key tiles live). Pages come from a tile of 64 block-table entries loaded once per 64
-/// pages, so neither a table read nor a tile's latency sits between two blocks. The extra `D − dv` value columns cost matrix work only
-/// (memory-bound shapes do not see it; compute-bound ones pay `(D − dv) / (D + dv)` more FLOP in
-/// the value product).
+/// pages, so neither a table read nor a tile's latency sits between two blocks. The extra
+/// `D − dv` value columns cost matrix work only (memory-bound shapes do not see it;
+/// compute-bound ones pay `(D − dv) / (D + dv)` more FLOP in the value product).
 #[kernel(
     grid = (q.shape()[0] * cdiv(q.shape()[1], BH), o_part.shape()[0]),
     tunable(BH = [16, 64, 32], BK = [64, 16, 32], BD = [576, 128, 256, 512]),
