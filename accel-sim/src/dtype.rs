@@ -27,6 +27,7 @@ pub enum DType {
 
 impl DType {
     /// Bits per element.
+    #[inline]
     pub const fn bits(self) -> u64 {
         match self {
             DType::F32 | DType::I32 => 32,
@@ -37,6 +38,7 @@ impl DType {
     }
 
     /// Bytes occupied by `n` elements (rounded up to whole bytes).
+    #[inline]
     pub const fn bytes_for(self, n: u64) -> u64 {
         (n * self.bits()).div_ceil(8)
     }

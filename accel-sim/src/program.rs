@@ -768,7 +768,7 @@ impl Recorder {
     }
 
     /// Records that a tile of `bytes` comes into existence at `line`; returns its buffer id.
-    #[inline]
+    #[inline(always)]
     pub fn alloc(&mut self, bytes: u64, line: u32) -> BufId {
         let key = Key::alloc(bytes, line);
         if let State::Follow(f) = &mut self.state {
@@ -779,6 +779,13 @@ impl Recorder {
                 return f.n_bufs - 1;
             }
         }
+        self.alloc_full(key, bytes, line)
+    }
+
+    /// [`Self::alloc`] past the follower's fast path: out of line, so that the fast path inlines
+    /// into every intrinsic without the full recorder's code around it.
+    #[inline(never)]
+    fn alloc_full(&mut self, key: Key, bytes: u64, line: u32) -> BufId {
         let full = self.state.full();
         let buf = full.body.n_bufs;
         full.record(key, || Event::Alloc {
@@ -794,7 +801,7 @@ impl Recorder {
     ///
     /// # Panics
     /// If it names a buffer that [`Self::alloc`] did not return (a front-end bug).
-    #[inline]
+    #[inline(always)]
     pub fn exec(&mut self, ins: &Instr) {
         let key = Key::exec(ins);
         let reads = ins.reads();
@@ -807,6 +814,13 @@ impl Recorder {
                 return;
             }
         }
+        self.exec_full(key, ins);
+    }
+
+    /// [`Self::exec`] past the follower's fast path (out of line, as [`Self::alloc_full`]).
+    #[inline(never)]
+    fn exec_full(&mut self, key: Key, ins: &Instr) {
+        let reads = ins.reads();
         let full = self.state.full();
         let n_bufs = full.body.n_bufs;
         assert!(

@@ -122,6 +122,7 @@ impl Ctx {
     /// Records an instruction at the current line. In a checked launch, an instruction that reads
     /// a tainted tile (made by `empty` and not written, or loaded from outside a tensor) is a
     /// hazard; one that writes a tile wholly clears its taint.
+    #[inline]
     pub(crate) fn issue(&mut self, ins: Instr) {
         if let Some(h) = self.hz.as_deref_mut() {
             if !h.taints.is_empty() {
