@@ -15,7 +15,7 @@ use kernels::attention::decode::{
 use kernels::attention::fp8_kv::paged_decode_split_fp8;
 use kernels::attention::kv_append::run_kv_cache_append;
 use kernels::attention::prefill::{run_prefill_with, PrefillCase, PrefillKernel};
-use kernels::attention::sparse::{run_dsa_decode, run_dsa_prefill, DsaCase};
+use kernels::attention::sparse::{run_dsa_decode, run_dsa_decode_batch, run_dsa_prefill, DsaCase};
 use kernels::embedding::run_embedding;
 use kernels::gemm::{run_gemm, GemmCase, GemmDtype, GemmVariant};
 use kernels::layout::run_copy;
@@ -91,9 +91,12 @@ const CHECKED: &[&str] = &[
     "attention_decode_latent",
     "attention_decode_batch",
     "dsa_indexer_decode",
+    "dsa_indexer_decode_batch",
     "dsa_indexer_prefill",
     "dsa_topk",
+    "dsa_topk_batch",
     "sparse_mla",
+    "sparse_mla_batch",
     "gdn_gates",
     "gated_rmsnorm_silu",
     "kda_gates",
@@ -711,6 +714,32 @@ fn run_model_op(device: &str, op: &str, x: &[usize; 8]) -> Labelled {
                 r.map(|r| vec![r.indexer, r.topk, r.attention]),
             )
         }
+        "dsa_decode_batch" => {
+            // Up to 4 sequences with their own contexts (drawn from the seed) in one launch each.
+            let (seqs, longest) = (dim(x[6] / 7, 1, 4), dim(x[0], 1, 8192));
+            let mut rng = Rng::new(seed);
+            let contexts: Vec<usize> = (0..seqs)
+                .map(|_| 1 + (rng.next_u64() % longest as u64) as usize)
+                .collect();
+            let hd = dim(x[2], 1, if divides(3, x[2]) { 576 } else { 256 });
+            let case = DsaCase {
+                seq: 1,
+                heads: dim(x[1], 1, 128),
+                ctx: 1,
+                topk: dim(x[3], 1, 2048),
+                index_heads: dim(x[5], 1, 64),
+                index_dim: dim(x[6] / 3, 1, 256),
+                head_dim: hd,
+                v_head_dim: dim(x[7], 1, hd.min(512)),
+                page_size: dim(x[4], 1, 128),
+                seed,
+            };
+            parts(
+                format!("{op} contexts {contexts:?} {case:?}"),
+                run_dsa_decode_batch(&l, &case, &contexts)
+                    .map(|r| vec![r.indexer, r.topk, r.attention]),
+            )
+        }
         "gdn_gates" => {
             let (t, h) = (dim(x[0], 1, 4096), dim(x[1], 1, 128));
             let row = || shape::<f32>(&[t, h]);
@@ -954,6 +983,15 @@ const MODEL_RUNNERS: &[(&str, &[&str])] = &[
     (
         "dsa_prefill",
         &["dsa_indexer_prefill", "dsa_topk", "sparse_mla"],
+    ),
+    // DSA decodes of a batch of sequences, one launch per kernel.
+    (
+        "dsa_decode_batch",
+        &[
+            "dsa_indexer_decode_batch",
+            "dsa_topk_batch",
+            "sparse_mla_batch",
+        ],
     ),
     ("gdn_gates", &["gdn_gates"]),
     ("kda_gates", &["kda_gates"]),

@@ -230,6 +230,12 @@ pub fn all() -> Vec<Implementation> {
             summary: "DSA lightning indexer for one query token, one program per page",
         },
         Implementation {
+            op: "dsa_indexer_decode_batch",
+            kind: ImplKind::Dsl,
+            meta: &crate::attention::sparse::indexer_decode_batch::META,
+            summary: "DSA lightning indexer for one query token of each of S sequences: own block tables and lengths, pages past a length written -inf unread",
+        },
+        Implementation {
             op: "dsa_indexer_prefill",
             kind: ImplKind::Dsl,
             meta: &crate::attention::sparse::indexer_prefill::META,
@@ -242,10 +248,22 @@ pub fn all() -> Vec<Implementation> {
             summary: "per-query top-k over the causal candidates, deterministic ties",
         },
         Implementation {
+            op: "dsa_topk_batch",
+            kind: ImplKind::Dsl,
+            meta: &crate::attention::sparse::topk_select_batch::META,
+            summary: "top-k of one decode row per sequence over its own context length",
+        },
+        Implementation {
             op: "sparse_mla",
             kind: ImplKind::Dsl,
             meta: &crate::attention::sparse::sparse_mla::META,
             summary: "absorbed latent MQA over each query's gathered top-k rows",
+        },
+        Implementation {
+            op: "sparse_mla_batch",
+            kind: ImplKind::Dsl,
+            meta: &crate::attention::sparse::sparse_mla_batch::META,
+            summary: "batched DSA decode attention: one token of each of S sequences over its own selection, table and length",
         },
         Implementation {
             op: "gdn_gates",

@@ -8,7 +8,9 @@ use dsl_core::prelude::*;
 use kernels::attention::decode::{decode_combine, paged_decode_split};
 use kernels::attention::prefill::flash_prefill;
 use kernels::attention::reference::gather_pages;
-use kernels::attention::sparse::{run_dsa_decode, run_dsa_prefill, DsaCase, DsaRun};
+use kernels::attention::sparse::{
+    run_dsa_decode, run_dsa_decode_batch, run_dsa_prefill, DsaBatchRun, DsaCase, DsaRun,
+};
 use kernels::reference::rel_error;
 use proptest::prelude::*;
 
@@ -46,8 +48,37 @@ fn assert_matches(run: &DsaRun) -> Result<(), TestCaseError> {
     Ok(())
 }
 
+fn assert_batch_matches(run: &DsaBatchRun) -> Result<(), TestCaseError> {
+    prop_assert!(
+        run.indexer_error.unwrap() <= 1e-5,
+        "indexer {:?}",
+        run.indexer_error
+    );
+    prop_assert_eq!(run.selection_matches, Some(true));
+    prop_assert!(
+        run.attention_error.unwrap() <= 1e-5,
+        "attention {:?}",
+        run.attention_error
+    );
+    Ok(())
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(12))]
+
+    /// One launch per kernel for 1–5 sequences of different lengths (ragged pages, some shorter
+    /// than `topk`, some longer), pages scrambled over one shared pool: each sequence against
+    /// the f64 references.
+    #[test]
+    fn dsa_decode_batch_matches_references(
+        contexts in prop::collection::vec(1usize..400, 1..6),
+        topk in prop::sample::select(vec![16usize, 64]),
+        index_heads in 1usize..9,
+        seed in any::<u64>(),
+    ) {
+        let c = DsaCase { index_heads, ..case(1, 1, topk, seed) };
+        assert_batch_matches(&run_dsa_decode_batch(&launcher(), &c, &contexts).unwrap())?;
+    }
 
     #[test]
     fn dsa_decode_matches_references(ctx in 1usize..600, topk in prop::sample::select(vec![16usize, 64, 256]), seed in any::<u64>()) {
@@ -218,4 +249,31 @@ fn prefill_attention_grows_with_seq_times_topk_and_the_indexer_with_seq_times_co
     let ratio = two.attention.cycles as f64 / one.attention.cycles as f64;
     assert!((1.8..2.3).contains(&ratio), "attention ratio {ratio}");
     assert!(two.indexer.cycles > 3 * one.indexer.cycles);
+}
+
+/// A batched DSA decode step: cost-only cycles equal functional ones (no data decides its work
+/// once the lengths are equal), S sequences in one launch cost less than S launches of one, and
+/// a longer context costs the indexer more, not the attention.
+#[test]
+fn batched_dsa_decode_costs() {
+    let l = launcher();
+    let cost = launcher().with_backend(Backend::CostOnly);
+    let c = case(1, 1, 64, 7);
+    let functional = run_dsa_decode_batch(&l, &c, &[300, 300, 300]).unwrap();
+    let cost_only = run_dsa_decode_batch(&cost, &c, &[300, 300, 300]).unwrap();
+    assert_eq!(functional.total.cycles, cost_only.total.cycles);
+    let four = run_dsa_decode_batch(&cost, &production(1, 1, 2048), &[8192; 4]).unwrap();
+    let one = run_dsa_decode(&cost, &production(1, 8192, 2048)).unwrap();
+    assert!(
+        four.total.cycles < 4 * one.total.cycles,
+        "{} vs 4 × {}",
+        four.total.cycles,
+        one.total.cycles
+    );
+    let longer = run_dsa_decode_batch(&cost, &production(1, 1, 2048), &[32768; 4]).unwrap();
+    assert_eq!(longer.attention.cycles, four.attention.cycles);
+    assert!(longer.indexer.cycles > 2 * four.indexer.cycles);
+    // Bad batches are errors, never panics.
+    assert!(run_dsa_decode_batch(&cost, &c, &[]).is_err());
+    assert!(run_dsa_decode_batch(&cost, &c, &[5, 0]).is_err());
 }

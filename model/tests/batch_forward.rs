@@ -223,6 +223,41 @@ fn mla_decodes_of_a_step_attend_in_one_launch_per_layer() {
     );
 }
 
+/// DeepSeek-V3.2's sparse MLA: the indexer, top-k and sparse attention of a step's decodes run
+/// once per sparse layer for the whole batch (a prefill chunk beside them runs on its own).
+#[test]
+fn dsa_decodes_of_a_step_run_one_launch_per_kernel_and_layer() {
+    let mut r = runner("deepseek_v32");
+    r.serve(3, 3 * 64).unwrap();
+    let (a, b) = (r.add_sequence().unwrap(), r.add_sequence().unwrap());
+    r.forward_batch(&[(0, &[1, 2, 3][..]), (a, &[4, 5][..]), (b, &[6][..])])
+        .unwrap();
+    let ops = ["indexer.scores", "indexer.topk", "mla.sparse_attention"];
+    let launches = |r: &Runner| ops.map(|op| r.stats().per_op.get(op).map_or(0, |e| e.0));
+    let before = launches(&r);
+    r.forward_batch(&[(a, &[7][..]), (0, &[8][..]), (b, &[9][..])])
+        .unwrap();
+    let sparse = r
+        .config()
+        .layers
+        .iter()
+        .filter(|l| l.attention == model::config::AttentionKind::SparseMla)
+        .count() as u64;
+    assert!(sparse > 0);
+    let after = launches(&r);
+    for (i, op) in ops.iter().enumerate() {
+        assert_eq!(
+            after[i] - before[i],
+            sparse,
+            "{op}: one batched launch per sparse layer"
+        );
+    }
+    // A prefill chunk beside two decodes: its own launches, plus the decodes' one.
+    r.forward_batch(&[(a, &[10][..]), (0, &[11][..]), (b, &[12, 13][..])])
+        .unwrap();
+    assert_eq!(launches(&r)[0] - after[0], 2 * sparse);
+}
+
 #[test]
 fn gqa_decodes_of_a_step_attend_in_one_launch_per_layer() {
     let mut r = runner("qwen3_next");

@@ -44,7 +44,7 @@ use dsl_core::SimError;
 /// the context; scores written in logical token order to `scores [1, n·page]`. `q_idx [HI', DI']`
 /// (index heads as rows), the index head dim and the page size (`k_idx_pool [pages, page, DI']`)
 /// are run-time values covered by `HI`/`DI`-wide tiles and a loop over `BK` keys of the page.
-#[kernel(grid = (cdiv(ctx_len, k_idx_pool.shape()[1]),), tunable(HI = [64, 16, 32, 128], DI = [128, 32, 64, 256], BK = [64, 16, 128]))]
+#[kernel(grid = (cdiv(ctx_len, k_idx_pool.shape()[1]),), tunable(HI = [64, 16, 32, 128], DI = [128, 32, 64, 256], BK = [64, 16, 128]), helpers(score_page))]
 pub fn indexer_decode<T: Float>(
     q_idx: &Tensor<T>,
     w: &Tensor<f32>,
@@ -65,18 +65,92 @@ pub fn indexer_decode<T: Float>(
     let tw = load_async::<HI, 1>(w, 0, 0);
     // This page's scores: a key tile wider than the page writes nothing past it.
     let out = scores.cols_clipped(p * page_size, page_size);
-    for kb in (0..page_size).step_by(BK) {
-        let tk = load_async::<BK, DI>(&k_idx_pool.at(page), kb, 0);
+    score_page::<T, HI, DI, BK>(
+        &tq,
+        &tw,
+        &k_idx_pool.at(page),
+        &out,
+        p * page_size,
+        ctx_len,
+        idx_scale,
+    );
+}
+
+/// The indexer scores of one page of keys (`keys [P, DI']`) for one query token's index heads
+/// (`tq`, weights `tw`), `BK` keys at a time, written to `out`'s first row (`−∞` from `ctx_len` on;
+/// the page starts at token `first`).
+#[kernel(helper)]
+#[allow(clippy::too_many_arguments)]
+pub fn score_page<T: Float, const HI: usize, const DI: usize, const BK: usize>(
+    tq: &Tile<T, HI, DI>,
+    tw: &Tile<f32, HI, 1>,
+    keys: &Tensor<T>,
+    out: &Tensor<f32>,
+    first: usize,
+    ctx_len: usize,
+    idx_scale: f32,
+) {
+    for kb in (0..keys.rows()).step_by(BK) {
+        let tk = load_async::<BK, DI>(keys, kb, 0);
         let mut s = zeros::<f32, HI, BK>();
-        mma_bt(&mut s, &tq, &tk);
+        mma_bt(&mut s, tq, &tk);
         let act = relu(&scale(&s, idx_scale));
         let mut score = zeros::<f32, 1, BK>();
-        mma_at(&mut score, &tw, &act);
+        mma_at(&mut score, tw, &act);
         store(
-            &out,
+            out,
             0,
             kb,
-            &mask_keys(&score, 0, p * page_size + kb, ctx_len, false),
+            &mask_keys(&score, 0, first + kb, ctx_len, false),
+        );
+    }
+}
+
+/// Lightning indexer for one query token of each of `S` sequences (batched decode), one program
+/// per (sequence, page): as [`indexer_decode()`] with `q_idx [S, HI', DI']`, `w [S, HI', 1]`,
+/// block tables `[S, T]`, lengths `ctx_lens [S]` and `scores [S, T·P]`. A page past its sequence's
+/// length is written `−∞` without being read, so a step's work follows each sequence's own
+/// context. In a cost-only run without data every length is `max_ctx` and sequence `s`'s page `p`
+/// is pool page `s·T + p`.
+#[kernel(grid = (ctx_lens.len(), cdiv(max_ctx, k_idx_pool.shape()[1])), tunable(HI = [64, 16, 32, 128], DI = [128, 32, 64, 256], BK = [64, 16, 128]), helpers(score_page))]
+#[allow(clippy::too_many_arguments)]
+pub fn indexer_decode_batch<T: Float>(
+    q_idx: &Tensor<T>,
+    w: &Tensor<f32>,
+    k_idx_pool: &Tensor<T>,
+    block_tables: &Tensor<i32>,
+    ctx_lens: &Tensor<i32>,
+    scores: &Tensor<f32>,
+    max_ctx: usize,
+    idx_scale: f32,
+) {
+    require(
+        q_idx.shape()[1] <= HI && q_idx.shape()[2] <= DI,
+        "the HI/DI tiles must cover the index heads and index head dim (dsa_tiles)",
+    );
+    let s = program_id(0);
+    let p = program_id(1);
+    let page_size = k_idx_pool.shape()[1];
+    let ctx_len = load_index(ctx_lens, s, max_ctx);
+    let out = scores
+        .rows_clipped(s, s + 1)
+        .cols_clipped(p * page_size, page_size);
+    if p * page_size >= ctx_len {
+        for kb in (0..page_size).step_by(BK) {
+            store(&out, 0, kb, &full::<f32, 1, BK>(f32::NEG_INFINITY));
+        }
+    } else {
+        let page = load_index(&block_tables.at(s), p, s * block_tables.cols() + p);
+        let tq = load_async::<HI, DI>(&q_idx.at(s), 0, 0);
+        let tw = load_async::<HI, 1>(&w.at(s), 0, 0);
+        score_page::<T, HI, DI, BK>(
+            &tq,
+            &tw,
+            &k_idx_pool.at(page),
+            &out,
+            p * page_size,
+            ctx_len,
+            idx_scale,
         );
     }
 }
@@ -138,7 +212,7 @@ pub fn indexer_prefill<T: Float>(
 /// best first, deterministic ties (see `dsl_core::intrinsics::topk_update`), and writes the token
 /// indices to `selected [sq, K]`. A row with fewer than `K` candidates leaves `−∞`-scored filler
 /// after them; attention reads only the first `min(K, position + 1)`.
-#[kernel(grid = (scores.rows(),), tunable(K = [2048, 16, 64, 256, 512, 1024], C = [1024, 256]))]
+#[kernel(grid = (scores.rows(),), tunable(K = [2048, 16, 64, 256, 512, 1024], C = [1024, 256]), helpers(topk_row))]
 pub fn topk_select(scores: &Tensor<f32>, selected: &Tensor<i32>, ctx_len: usize) {
     require(
         selected.cols() <= K,
@@ -147,6 +221,18 @@ pub fn topk_select(scores: &Tensor<f32>, selected: &Tensor<i32>, ctx_len: usize)
     let t = program_id(0);
     // Candidates after the row's position are −∞ already; skipping them saves the merge passes.
     let end = (ctx_len + t + 1).saturating_sub(scores.rows());
+    topk_row::<K, C>(scores, selected, t, end);
+}
+
+/// Ranks row `t`'s first `end` candidates of `scores`, `C` at a time, and writes the best `K`
+/// token indices (best first, `−1` filler) to row `t` of `selected`.
+#[kernel(helper)]
+pub fn topk_row<const K: usize, const C: usize>(
+    scores: &Tensor<f32>,
+    selected: &Tensor<i32>,
+    t: usize,
+    end: usize,
+) {
     let mut best = full::<f32, 1, K>(f32::NEG_INFINITY);
     let mut best_idx = full::<i32, 1, K>(-1.0);
     for c0 in (0..end).step_by(C) {
@@ -154,6 +240,25 @@ pub fn topk_select(scores: &Tensor<f32>, selected: &Tensor<i32>, ctx_len: usize)
         topk_update(&mut best, &mut best_idx, &cand, c0);
     }
     store(selected, t, 0, &best_idx);
+}
+
+/// Top-`K` selection for one decode token of each of `S` sequences: row `s` of `scores [S, L]`
+/// ranks its sequence's `ctx_lens[s]` candidates (as [`topk_select()`], best first, deterministic
+/// ties) into row `s` of `selected [S, K]`. Cost-only: every length is `max_ctx`.
+#[kernel(grid = (scores.rows(),), tunable(K = [2048, 16, 64, 256, 512, 1024], C = [1024, 256]), helpers(topk_row))]
+pub fn topk_select_batch(
+    scores: &Tensor<f32>,
+    selected: &Tensor<i32>,
+    ctx_lens: &Tensor<i32>,
+    max_ctx: usize,
+) {
+    require(
+        selected.cols() <= K,
+        "the K tile must cover index_topk (the columns of `selected`)",
+    );
+    let s = program_id(0);
+    let end = usize::min(load_index(ctx_lens, s, max_ctx), scores.cols());
+    topk_row::<K, C>(scores, selected, s, end);
 }
 
 /// Sparse gather attention (MQA over the latent cache), for any number of query tokens: one
@@ -167,7 +272,7 @@ pub fn topk_select(scores: &Tensor<f32>, selected: &Tensor<i32>, ctx_len: usize)
     grid = (q.shape()[0], cdiv(q.shape()[1], BH)),
     tunable(BH = [64, 16, 128], BK = [64, 32], BD = [576, 16, 32, 64, 128, 256], BDV = [512, 16, 32, 64, 128, 256]),
     constraint(BDV <= BD && BD <= 2 * BDV),
-    helpers(online_softmax_step)
+    helpers(attend_selection)
 )]
 #[allow(clippy::too_many_arguments)]
 pub fn sparse_mla<T: Float>(
@@ -187,21 +292,93 @@ pub fn sparse_mla<T: Float>(
     let t = program_id(0);
     let r = program_id(1) * BH;
     let count = usize::min(topk, (ctx_len + t + 1).saturating_sub(q.shape()[0]));
-    let sel = selected.at(t);
     let tq = load::<BH, BD>(&q.at(t), r, 0);
+    let out = attend_selection::<T, BH, BK, BD, BDV>(
+        &tq,
+        kv_pool,
+        block_table,
+        &selected.at(t),
+        count,
+        sm_scale,
+    );
+    store(&o.at(t), r, 0, &cast::<T>(&out));
+}
+
+/// Attention of one query tile `tq` (`BH` heads) over the first `count` latent rows of its
+/// selection `sel`, gathered `BK` at a time through `block_table` from `kv_pool`; values are each
+/// row's first `BDV` columns. Returns the normalised output (f32).
+#[kernel(helper, helpers(online_softmax_step))]
+pub fn attend_selection<
+    T: Float,
+    const BH: usize,
+    const BK: usize,
+    const BD: usize,
+    const BDV: usize,
+>(
+    tq: &Tile<T, BH, BD>,
+    kv_pool: &Tensor<T>,
+    block_table: &Tensor<i32>,
+    sel: &Tensor<i32>,
+    count: usize,
+    sm_scale: f32,
+) -> Tile<f32, BH, BDV> {
     let mut m = full::<f32, BH, 1>(f32::NEG_INFINITY);
     let mut l = zeros::<f32, BH, 1>();
     let mut acc = zeros::<f32, BH, BDV>();
     for i0 in (0..count).step_by(BK) {
-        let tk = gather_rows::<BK, BD>(kv_pool, block_table, &sel, i0, count, 0);
-        let tv = gather_rows::<BK, BDV>(kv_pool, block_table, &sel, i0, count, 0);
+        let tk = gather_rows::<BK, BD>(kv_pool, block_table, sel, i0, count, 0);
+        let tv = gather_rows::<BK, BDV>(kv_pool, block_table, sel, i0, count, 0);
         let mut s = zeros::<f32, BH, BK>();
-        mma_bt(&mut s, &tq, &tk);
+        mma_bt(&mut s, tq, &tk);
         let s = mask_keys(&scale(&s, sm_scale), 0, i0, count, false);
         let pr = online_softmax_step(&s, &mut m, &mut l, &mut acc);
         mma(&mut acc, &cast::<T>(&pr), &tv);
     }
-    store(&o.at(t), r, 0, &cast::<T>(&div_col(&acc, &l)));
+    div_col(&acc, &l)
+}
+
+/// Sparse attention for one decode token of each of `S` sequences (batched decode), one program
+/// per (block of `BH` heads, sequence): as [`sparse_mla()`] with `q [S, H, d]`, block tables
+/// `[S, T]`, lengths `ctx_lens [S]` and selections `selected [S, K]`; sequence `s` attends the
+/// first `min(topk, ctx_lens[s])` entries of its selection through its own table. A sequence's
+/// head blocks are neighbouring programs, so they run side by side and all but the first find the
+/// gathered rows in L2. Cost-only: every length is `max_ctx` (the selections' positions are the
+/// identity).
+#[kernel(
+    grid = (cdiv(q.shape()[1], BH), q.shape()[0]),
+    tunable(BH = [64, 16, 128], BK = [64, 32], BD = [576, 16, 32, 64, 128, 256], BDV = [512, 16, 32, 64, 128, 256]),
+    constraint(BDV <= BD && BD <= 2 * BDV),
+    helpers(attend_selection)
+)]
+#[allow(clippy::too_many_arguments)]
+pub fn sparse_mla_batch<T: Float>(
+    q: &Tensor<T>,
+    kv_pool: &Tensor<T>,
+    block_tables: &Tensor<i32>,
+    ctx_lens: &Tensor<i32>,
+    selected: &Tensor<i32>,
+    o: &Tensor<T>,
+    max_ctx: usize,
+    topk: usize,
+    sm_scale: f32,
+) {
+    require(
+        q.shape()[2] <= BD && o.shape()[2] <= BDV,
+        "the BD/BDV tiles must cover the latent dims (dsa_tiles)",
+    );
+    let s = program_id(1);
+    let r = program_id(0) * BH;
+    let count = usize::min(topk, load_index(ctx_lens, s, max_ctx));
+    let tq = load::<BH, BD>(&q.at(s), r, 0);
+    let out = attend_selection::<T, BH, BK, BD, BDV>(
+        &tq,
+        kv_pool,
+        &block_tables.at(s),
+        &selected.at(s),
+        count,
+        sm_scale,
+    );
+    store(&o.at(s), r, 0, &cast::<T>(&out));
 }
 
 /// The DSA tiles for a problem: the indexer's (`HI`/`BQ` covering the index heads or query block,
@@ -377,6 +554,202 @@ pub fn run_dsa_decode(launcher: &Launcher, case: &DsaCase) -> Result<DsaRun, Sim
     run_dsa(launcher, case, "dsa_decode")
 }
 
+/// A batched DSA decode step ([`run_dsa_decode_batch`]): the three launches' reports and, in
+/// functional runs, the worst check over the sequences.
+#[derive(Debug)]
+pub struct DsaBatchRun {
+    /// [`indexer_decode_batch`].
+    pub indexer: dsl_core::Report,
+    /// [`topk_select_batch`].
+    pub topk: dsl_core::Report,
+    /// [`sparse_mla_batch`].
+    pub attention: dsl_core::Report,
+    /// All three chained.
+    pub total: dsl_core::Report,
+    /// Largest indexer error over the sequences (`∞` if a score past a query's context is not
+    /// `−∞`).
+    pub indexer_error: Option<f64>,
+    /// Whether every sequence's selection equals the reference top-k of its own scores.
+    pub selection_matches: Option<bool>,
+    /// Largest attention error over the sequences.
+    pub attention_error: Option<f64>,
+    /// Attention output `[S, heads, v_head_dim]` (functional runs).
+    pub output: Option<Vec<f32>>,
+}
+
+/// Runs one batched DSA decode step (f32) on random data: one query token for each sequence of
+/// context `contexts[s]`, all sequences' pages scrambled over one shared pool, with
+/// [`indexer_decode_batch`], [`topk_select_batch`] and [`sparse_mla_batch`] (one launch each).
+/// `case.ctx` and `case.seq` are ignored. Functional runs check each sequence against the f64
+/// references as [`run_dsa_decode`] does.
+pub fn run_dsa_decode_batch(
+    launcher: &Launcher,
+    case: &DsaCase,
+    contexts: &[usize],
+) -> Result<DsaBatchRun, SimError> {
+    let fail = |message: String| SimError::Launch {
+        kernel: "dsa_decode_batch".into(),
+        message,
+    };
+    if contexts.is_empty() || contexts.contains(&0) {
+        return Err(fail(format!(
+            "every sequence needs a context of at least 1 token, got {contexts:?}"
+        )));
+    }
+    if case.topk == 0 || case.heads == 0 || case.page_size == 0 || case.index_heads == 0 {
+        return Err(fail(format!("empty problem: {case:?}")));
+    }
+    let DsaTiles {
+        indexer: icfg,
+        topk: kcfg,
+        attention: acfg,
+    } = dsa_tiles(
+        true,
+        1,
+        case.index_heads,
+        case.index_dim,
+        case.page_size,
+        case.topk,
+        case.heads,
+        case.head_dim,
+        case.v_head_dim,
+    )?;
+    let (n, ps) = (contexts.len(), case.page_size);
+    let max_ctx = contexts.iter().copied().max().unwrap_or(1);
+    let width_pages = max_ctx.div_ceil(ps);
+    // Every sequence's pages drawn without repeats from one pool with spare pages.
+    let needed: usize = contexts.iter().map(|c| c.div_ceil(ps)).sum();
+    let pool_pages = needed + 2;
+    let mut rng = crate::testdata::Rng::new(case.seed);
+    let mut order: Vec<usize> = (0..pool_pages).collect();
+    for i in (1..order.len()).rev() {
+        order.swap(i, (rng.next_u64() % (i as u64 + 1)) as usize);
+    }
+    let mut next = order.into_iter();
+    let tables: Vec<Vec<usize>> = contexts
+        .iter()
+        .map(|c| next.by_ref().take(c.div_ceil(ps)).collect())
+        .collect();
+    let mut t = crate::testdata::CaseTensors::new(launcher, case.seed ^ 0xba7c, "dsa_decode_batch");
+    let (hi, di) = (case.index_heads, case.index_dim);
+    let q_idx = t.input::<f32>(&[n, hi, di], 0.0, 1.0)?;
+    let w = t.input::<f32>(&[n, hi, 1], 0.0, 1.0 / (hi as f32).sqrt())?;
+    let k_idx_pool = t.input::<f32>(&[pool_pages, ps, di], 0.0, 1.0)?;
+    let q = t.input::<f32>(&[n, case.heads, case.head_dim], 0.0, 1.0)?;
+    let kv_pool = t.input::<f32>(&[pool_pages, ps, case.head_dim], 0.0, 1.0)?;
+    let (block_tables, ctx_lens) = if launcher.backend == Backend::Functional {
+        // Rows padded with page 0 past a sequence's own pages (never read).
+        let flat: Vec<i32> = tables
+            .iter()
+            .flat_map(|tb| (0..width_pages).map(|p| tb.get(p).copied().unwrap_or(0) as i32))
+            .collect();
+        let lens: Vec<i32> = contexts.iter().map(|c| *c as i32).collect();
+        (
+            Tensor::from_indices(&[n, width_pages], &flat).map_err(fail)?,
+            Tensor::from_indices(&[n], &lens).map_err(fail)?,
+        )
+    } else {
+        (
+            Tensor::shape_only(&[n, width_pages]),
+            Tensor::shape_only(&[n]),
+        )
+    };
+    let scores = t.output::<f32>(&[n, width_pages * ps]);
+    let k_sel = kcfg.get("K").unwrap_or(0) as usize;
+    let selected = t.output::<i32>(&[n, k_sel]);
+    let o = t.output::<f32>(&[n, case.heads, case.v_head_dim]);
+    let idx_scale = 1.0 / (di as f32).sqrt();
+    let sm_scale = 1.0 / (case.head_dim as f32).sqrt();
+    let indexer = indexer_decode_batch::launch(
+        launcher,
+        &icfg,
+        &q_idx,
+        &w,
+        &k_idx_pool,
+        &block_tables,
+        &ctx_lens,
+        &scores,
+        max_ctx,
+        idx_scale,
+    )?
+    .report;
+    let topk =
+        topk_select_batch::launch(launcher, &kcfg, &scores, &selected, &ctx_lens, max_ctx)?.report;
+    let attention = sparse_mla_batch::launch(
+        launcher,
+        &acfg,
+        &q,
+        &kv_pool,
+        &block_tables,
+        &ctx_lens,
+        &selected,
+        &o,
+        max_ctx,
+        case.topk,
+        sm_scale,
+    )?
+    .report;
+    let total = dsl_core::Report::chain(
+        "dsa_decode_batch",
+        &[indexer.clone(), topk.clone(), attention.clone()],
+    )
+    .expect("three launches");
+    let mut run = DsaBatchRun {
+        indexer,
+        topk,
+        attention,
+        total,
+        indexer_error: None,
+        selection_matches: None,
+        attention_error: None,
+        output: o.to_vec(),
+    };
+    let host = (
+        q_idx.to_vec(),
+        w.to_vec(),
+        k_idx_pool.to_vec(),
+        q.to_vec(),
+        kv_pool.to_vec(),
+        scores.to_vec(),
+        selected.to_vec(),
+    );
+    if let (Some(qi), Some(wv), Some(kp), Some(qv), Some(kvp), Some(sc), Some(sel)) = host {
+        let out = run.output.as_deref().unwrap_or(&[]);
+        let (mut ie, mut ae, mut same) = (0.0f64, 0.0f64, true);
+        let sw = width_pages * ps;
+        let (qw, ow) = (case.heads * case.head_dim, case.heads * case.v_head_dim);
+        for (s, (table, ctx)) in tables.iter().zip(contexts).enumerate() {
+            let one = DsaCase {
+                seq: 1,
+                ctx: *ctx,
+                ..case.clone()
+            };
+            let data = SequenceData {
+                q_idx: &qi[s * hi * di..][..hi * di],
+                w: &wv[s * hi..][..hi],
+                k_idx_pool: &kp,
+                q: &qv[s * qw..][..qw],
+                kv_pool: &kvp,
+                table,
+                out: &out[s * ow..][..ow],
+                scores: &sc[s * sw..][..sw],
+                selected: &sel[s * k_sel..][..k_sel],
+                k_sel,
+            };
+            let c = check_sequence(&one, &data, (idx_scale, sm_scale))
+                .map_err(|e| fail(e.to_string()))?;
+            ie = ie.max(c.indexer_error);
+            ae = ae.max(c.attention_error);
+            same &= c.selection_matches;
+        }
+        run.indexer_error = Some(ie);
+        run.attention_error = Some(ae);
+        run.selection_matches = Some(same);
+        run.total.max_rel_error = Some(ie.max(ae));
+    }
+    Ok(run)
+}
+
 /// Runs DSA for a block of `case.seq` query tokens (prefill, or a prefill chunk against a cache
 /// that holds the earlier tokens; f32) on random data with a scrambled block table:
 /// [`indexer_prefill`] (seq × context, causal), [`topk_select`] per query row, [`sparse_mla`]
@@ -527,16 +900,14 @@ fn dsa_inputs(launcher: &Launcher, case: &DsaCase) -> Result<DsaInputs, SimError
     })
 }
 
-/// Fills the run's checks: the indexer against [`indexer_scores`] (causal part; the rest must be
-/// `−∞`), each row's selection against [`select_topk`] of the kernel's own scores, and attention
-/// against [`mqa_sparse`] over the kernel's selection.
+/// Fills the run's checks from [`check_sequence`] on the run's one sequence.
 fn check_against_references(
     run: &mut DsaRun,
     case: &DsaCase,
     scores: &[f32],
     selected: &[f32],
     k_sel: usize,
-    (idx_scale, sm_scale): (f32, f32),
+    scales: (f32, f32),
 ) -> Result<(), super::reference::AttnRefError> {
     let i = &run.inputs;
     let (Some(qi), Some(wv), Some(kp), Some(qv), Some(kvp), Some(out)) = (
@@ -549,18 +920,73 @@ fn check_against_references(
     ) else {
         return Ok(());
     };
-    let (sq, ctx) = (case.seq, case.ctx);
+    let c = check_sequence(
+        case,
+        &SequenceData {
+            q_idx: &qi,
+            w: &wv,
+            k_idx_pool: &kp,
+            q: &qv,
+            kv_pool: &kvp,
+            table: &i.table,
+            out,
+            scores,
+            selected,
+            k_sel,
+        },
+        scales,
+    )?;
+    run.indexer_error = Some(c.indexer_error);
+    run.selection_matches = Some(c.selection_matches);
+    run.attention_error = Some(c.attention_error);
+    run.total.max_rel_error = Some(c.indexer_error.max(c.attention_error));
+    Ok(())
+}
+
+/// One sequence's data as [`check_sequence`] reads it (host copies; the pools whole).
+struct SequenceData<'a> {
+    q_idx: &'a [f32],
+    w: &'a [f32],
+    k_idx_pool: &'a [f32],
+    q: &'a [f32],
+    kv_pool: &'a [f32],
+    table: &'a [usize],
+    out: &'a [f32],
+    /// The kernel's scores, `case.seq` rows of equal width.
+    scores: &'a [f32],
+    /// The kernel's selections, `case.seq` rows of `k_sel`.
+    selected: &'a [f32],
+    k_sel: usize,
+}
+
+/// What [`check_sequence`] found.
+struct SequenceCheck {
+    indexer_error: f64,
+    selection_matches: bool,
+    attention_error: f64,
+}
+
+/// Checks one sequence's DSA outputs: the indexer against [`indexer_scores`] (causal part; the
+/// rest must be `−∞`: error `∞` otherwise), each row's selection against [`select_topk`] of the
+/// kernel's own scores, and attention against [`mqa_sparse`] over the kernel's selection.
+fn check_sequence(
+    case: &DsaCase,
+    d: &SequenceData,
+    (idx_scale, sm_scale): (f32, f32),
+) -> Result<SequenceCheck, super::reference::AttnRefError> {
+    let (sq, ctx, k_sel, scores) = (case.seq, case.ctx, d.k_sel, d.scores);
     let width = scores.len() / sq;
     let k_rows =
-        super::reference::gather_pages(&kp, case.index_dim, case.page_size, &i.table, ctx)?;
+        super::reference::gather_pages(d.k_idx_pool, case.index_dim, case.page_size, d.table, ctx)?;
     let ishape = IndexerShape {
         sq,
         skv: ctx,
         index_heads: case.index_heads,
         index_head_dim: case.index_dim,
     };
-    let want = indexer_scores(&qi, &k_rows, &wv, ishape, idx_scale as f64)?;
-    // The kernel's scores over the context, row by row; the causal part compared, the rest −∞.
+    let want = indexer_scores(d.q_idx, &k_rows, d.w, ishape, idx_scale as f64)?;
+    // The kernel's scores over the context, row by row; the causal part compared, the rest −∞
+    // (past the context too: a batched decode writes its whole padded row).
     let own: Vec<f32> = (0..sq)
         .flat_map(|t| scores[t * width..][..ctx].iter().copied())
         .collect();
@@ -573,22 +999,26 @@ fn check_against_references(
             masked_ok &= *g == f32::NEG_INFINITY;
         }
     }
+    masked_ok &= (0..sq).all(|t| {
+        scores[t * width..][ctx..width]
+            .iter()
+            .all(|v| *v == f32::NEG_INFINITY)
+    });
     let err = crate::reference::rel_error(&got_c, &want_c);
-    run.indexer_error = Some(if masked_ok { err } else { f64::INFINITY });
     let own64: Vec<f64> = own.iter().map(|v| *v as f64).collect();
     let want_sel = select_topk(&own64, sq, ctx, case.topk)?;
     let got: Vec<Vec<usize>> = want_sel
         .iter()
         .enumerate()
         .map(|(t, w)| {
-            selected[t * k_sel..][..w.len()]
+            d.selected[t * k_sel..][..w.len()]
                 .iter()
                 .map(|v| *v as usize)
                 .collect()
         })
         .collect();
-    run.selection_matches = Some(got == want_sel);
-    let rows = super::reference::gather_pages(&kvp, case.head_dim, case.page_size, &i.table, ctx)?;
+    let rows =
+        super::reference::gather_pages(d.kv_pool, case.head_dim, case.page_size, d.table, ctx)?;
     let ms = MqaShape {
         sq,
         skv: ctx,
@@ -596,15 +1026,15 @@ fn check_against_references(
         dk: case.head_dim,
         dv: case.v_head_dim,
     };
-    run.attention_error = Some(match mqa_sparse(&qv, &rows, &got, ms, sm_scale as f64) {
-        Ok(want_o) => crate::reference::rel_error(out, &want_o),
+    let attention_error = match mqa_sparse(d.q, &rows, &got, ms, sm_scale as f64) {
+        Ok(want_o) => crate::reference::rel_error(d.out, &want_o),
         // A wrong selection may hold indices the reference refuses (future, repeated): no match.
         Err(_) if got != want_sel => f64::INFINITY,
         Err(e) => return Err(e),
-    });
-    run.total.max_rel_error = run
-        .indexer_error
-        .zip(run.attention_error)
-        .map(|(a, b)| a.max(b));
-    Ok(())
+    };
+    Ok(SequenceCheck {
+        indexer_error: if masked_ok { err } else { f64::INFINITY },
+        selection_matches: got == want_sel,
+        attention_error,
+    })
 }

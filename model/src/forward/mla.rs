@@ -280,6 +280,17 @@ pub(crate) fn forward_sparse(
     scale: f64,
 ) -> Result<Tensor<f32>, ForwardError> {
     let t = x.rows();
+    if ops.batched_decode && t > 1 {
+        // A batched cost-only decode: `t` sequences at one position (their new rows appended as
+        // one block), one launch per kernel.
+        let all = [SeqRows {
+            row0: 0,
+            rows: t,
+            pos0,
+            pages,
+        }];
+        return forward_sparse_decodes(ops, m, ix, w, x, &all, pool, rope, rope_half, scale);
+    }
     let ctx = pos0 + t;
     let (heads, r) = (m.heads, m.kv_lora_rank);
     let d = r + m.qk_rope_head_dim;
@@ -339,6 +350,103 @@ pub(crate) fn forward_sparse(
     )?;
     let o_lat = view(o_lat.reshaped(&[t, heads * r]), "latent outputs")?;
 
+    let o = values_from_latent(ops, m, w, &o_lat)?;
+    ops.linear("mla.o_proj", &o, &w.o_proj)
+}
+
+/// DeepSeek-V3.2 sparse MLA for one decode token of each sequence of `seqs` (rows of `x`, `rope`
+/// and `rope_half` at each row's position): the indexer, top-k and sparse attention each run once
+/// for the whole batch, every sequence through its own block table and length
+/// ([`kernels::attention::sparse::indexer_decode_batch`] and its two companions). In a batched
+/// cost-only decode (shape only) `seqs` is one block of rows, all at one position, and row `s`
+/// holds pool pages `s·T..`, as in [`forward`].
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn forward_sparse_decodes(
+    ops: &mut Ops,
+    m: &MlaDims,
+    ix: &IndexerDims,
+    w: &MlaWeights,
+    x: &Tensor<f32>,
+    seqs: &[SeqRows],
+    pool: &LatentPool,
+    rope: &RopeTables,
+    rope_half: &RopeTables,
+    scale: f64,
+) -> Result<Tensor<f32>, ForwardError> {
+    let n = x.rows();
+    let (heads, r) = (m.heads, m.kv_lora_rank);
+    let d = r + m.qk_rope_head_dim;
+    let (Some(iw), Some(keys)) = (&w.indexer, &pool.index_keys) else {
+        return Err(ForwardError::Internal {
+            what: "sparse MLA".into(),
+            message: "no indexer weights or key cache".into(),
+        });
+    };
+    let Prepared { q, q_resid, .. } = prepare(ops, m, w, x, seqs, pool, rope)?;
+    let q_resid = q_resid.ok_or_else(|| ForwardError::Internal {
+        what: "DSA indexer".into(),
+        message: "needs the q_lora latent".into(),
+    })?;
+    let q_idx = ops.linear("indexer.wq_b", &q_resid, &iw.wq_b)?;
+    ops.rope_into("rope", &q_idx, rope_half, ix.head_dim, 0, &q_idx)?;
+    let k_raw = ops.linear("indexer.wk", x, &iw.wk)?;
+    let k_normed = ops.layernorm("indexer.k_norm", &k_raw, &iw.k_norm_w, &iw.k_norm_b, 1e-6)?;
+    let k_new = ops.mem.act(n, ix.head_dim);
+    ops.rope_into("rope", &k_normed, rope_half, ix.head_dim, 0, &k_new)?;
+    for sq in seqs {
+        ops.kv_append(
+            "indexer.cache_append",
+            &view(
+                k_new.row_range(sq.row0, sq.rows),
+                "a sequence's indexer keys",
+            )?,
+            &sq.pages.table,
+            keys,
+            sq.pos0,
+            PAGE,
+        )?;
+    }
+    let head_w = ops.linear("indexer.weights_proj", x, &iw.weights_proj)?;
+    let (tables, lens, max_ctx, key_pool, latent_pool) = if ops.batched_decode {
+        let max_ctx = seqs.first().map_or(1, |sq| sq.pos0 + 1);
+        let pages = max_ctx.div_ceil(PAGE);
+        (
+            Tensor::shape_only(&[n, pages]),
+            Tensor::shape_only(&[n]),
+            max_ctx,
+            ops.mem.poisoned(&[n * pages, PAGE, ix.head_dim]),
+            ops.mem.poisoned(&[n * pages, PAGE, d]),
+        )
+    } else {
+        let (tables, lens, max_ctx) = SeqRows::decode_tables(seqs)?;
+        let key_pool = view(
+            keys.reshaped(&[pool.pages(), PAGE, ix.head_dim]),
+            "indexer key pool",
+        )?;
+        (tables, lens, max_ctx, key_pool, pool.paged()?)
+    };
+    let q_idx3 = view(
+        q_idx.reshaped(&[n, ix.heads, ix.head_dim]),
+        "indexer queries",
+    )?;
+    let head_w3 = view(head_w.reshaped(&[n, ix.heads, 1]), "indexer head weights")?;
+    let scores =
+        ops.indexer_scores_batch(&q_idx3, &head_w3, &key_pool, &tables, &lens, max_ctx, ix)?;
+    let selected = ops.topk_select_batch(&scores, &lens, max_ctx, ix.topk)?;
+    let q_abs = absorb_queries(ops, m, w, &q)?;
+    let q3 = view(q_abs.reshaped(&[n, heads, d]), "absorbed queries")?;
+    let o_lat = ops.sparse_mla_batch(
+        &q3,
+        &latent_pool,
+        &tables,
+        &lens,
+        &selected,
+        max_ctx,
+        ix.topk,
+        r,
+        scale,
+    )?;
+    let o_lat = view(o_lat.reshaped(&[n, heads * r]), "latent outputs")?;
     let o = values_from_latent(ops, m, w, &o_lat)?;
     ops.linear("mla.o_proj", &o, &w.o_proj)
 }

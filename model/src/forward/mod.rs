@@ -848,14 +848,9 @@ impl Runner {
                 n
             } else {
                 let mut outs: Vec<Option<Tensor<f32>>> = vec![None; parts.len()];
-                // Dense MLA: the step's single-token decodes attend in one launch.
-                // Dense MLA and GQA: the step's single-token decodes attend in one launch.
-                let dense_mla = matches!(lw.attn, AttnWeights::Mla(_))
-                    && !matches!(
-                        (&spec.attention, &self.cfg.indexer),
-                        (AttentionKind::SparseMla, Some(_))
-                    );
-                let batchable = dense_mla || matches!(lw.attn, AttnWeights::Gqa(_));
+                // MLA (dense and sparse) and GQA: the step's single-token decodes attend in one
+                // launch per kernel.
+                let batchable = matches!(lw.attn, AttnWeights::Mla(_) | AttnWeights::Gqa(_));
                 let decodes: Vec<usize> =
                     (0..parts.len()).filter(|&i| parts[i].tokens == 1).collect();
                 if batchable && decodes.len() > 1 {
@@ -886,7 +881,39 @@ impl Runner {
                         (AttnWeights::Mla(w), LayerStore::Latent(pool)) => {
                             let m = self.cfg.mla.as_ref().ok_or_else(|| internal("MLA dims"))?;
                             let scale = mla_scale(&self.cfg, m);
-                            mla::forward(&mut self.ops, m, w, &x, &seqs, pool, &rope, scale)?
+                            match (&spec.attention, &self.cfg.indexer) {
+                                (AttentionKind::SparseMla, Some(ix)) => {
+                                    // The indexer rotates half-split whatever the MLA layout is.
+                                    let rope_half = RopeTables::new(
+                                        &positions,
+                                        &self.inv_freq,
+                                        self.attention_factor,
+                                        false,
+                                    )?;
+                                    mla::forward_sparse_decodes(
+                                        &mut self.ops,
+                                        m,
+                                        ix,
+                                        w,
+                                        &x,
+                                        &seqs,
+                                        pool,
+                                        &rope,
+                                        &rope_half,
+                                        scale,
+                                    )?
+                                }
+                                _ => mla::forward(
+                                    &mut self.ops,
+                                    m,
+                                    w,
+                                    &x,
+                                    &seqs,
+                                    pool,
+                                    &rope,
+                                    scale,
+                                )?,
+                            }
                         }
                         (AttnWeights::Gqa(w), LayerStore::Kv(pool)) => {
                             let g = self.cfg.gqa.as_ref().ok_or_else(|| internal("GQA dims"))?;

@@ -906,6 +906,15 @@ impl Ops {
         let cfg = Config::new().with("K", k).with("C", 256);
         let r = sparse::topk_select::launch(&self.launcher, &cfg, scores, &selected, ctx);
         self.book_sequence("indexer.topk", r)?;
+        self.record_or_replay_selection(selected)
+    }
+
+    /// Records a DSA selection for the layer (functional runs that record routing), or hands back
+    /// the one a replay recorded instead of `selected`.
+    fn record_or_replay_selection(
+        &mut self,
+        selected: Tensor<i32>,
+    ) -> Result<Tensor<i32>, ForwardError> {
         let layer = self.layer.unwrap_or(usize::MAX);
         if let (Some(v), Some(l)) = (selected.to_vec(), self.routing.recorded_layer(layer)) {
             l.selected = Some(v.iter().map(|x| *x as i32).collect());
@@ -969,6 +978,127 @@ impl Ops {
             )
         });
         self.book_sequence("mla.sparse_attention", r)?;
+        Ok(o)
+    }
+
+    /// Indexer scores of one decode token of each of `S` sequences in one launch
+    /// ([`sparse::indexer_decode_batch`]): `q_idx [S, Hi, Di]`, `head_w [S, Hi, 1]`, block
+    /// tables `[S, T]`, lengths `[S]`; returns `[S, T·page]` (`−∞` past each length).
+    #[allow(clippy::too_many_arguments)]
+    pub fn indexer_scores_batch(
+        &mut self,
+        q_idx: &Tensor<f32>,
+        head_w: &Tensor<f32>,
+        key_pool: &Tensor<f32>,
+        block_tables: &Tensor<i32>,
+        ctx_lens: &Tensor<i32>,
+        max_ctx: usize,
+        ix: &IndexerDims,
+    ) -> Result<Tensor<f32>, ForwardError> {
+        let meta = &sparse::indexer_decode_batch::META;
+        let page = key_pool.shape().get(1).copied().unwrap_or(1);
+        let scores = self
+            .mem
+            .poisoned::<f32>(&[q_idx.shape()[0], block_tables.cols() * page]);
+        let bk = kernels::tile_choice::covering(meta, "BK", page, page as i64).unwrap_or(16);
+        let r = kernels::tile_choice::cover(
+            meta,
+            &Config::new().with("BK", bk),
+            &[
+                ("HI", ix.heads, "index_n_heads"),
+                ("DI", ix.head_dim, "index_head_dim"),
+            ],
+        )
+        .and_then(|cfg| {
+            sparse::indexer_decode_batch::launch(
+                &self.launcher,
+                &cfg,
+                q_idx,
+                head_w,
+                key_pool,
+                block_tables,
+                ctx_lens,
+                &scores,
+                max_ctx,
+                (ix.head_dim as f32).powf(-0.5),
+            )
+        });
+        self.book("indexer.scores", r)?;
+        Ok(scores)
+    }
+
+    /// The `topk` best keys of each sequence's score row within its length (`[S, K]`), one
+    /// launch ([`sparse::topk_select_batch`]); recorded and replayed as [`Self::topk_select`].
+    pub fn topk_select_batch(
+        &mut self,
+        scores: &Tensor<f32>,
+        ctx_lens: &Tensor<i32>,
+        max_ctx: usize,
+        topk: usize,
+    ) -> Result<Tensor<i32>, ForwardError> {
+        let meta = &sparse::topk_select_batch::META;
+        let k = meta
+            .smallest_fitting("K", topk, "index_topk")
+            .map_err(|source| ForwardError::Kernel {
+                op: "indexer.topk".into(),
+                layer: self.layer,
+                source,
+            })?;
+        let selected = self.mem.poisoned::<i32>(&[scores.rows(), k as usize]);
+        let cfg = Config::new().with("K", k).with("C", 256);
+        let r = sparse::topk_select_batch::launch(
+            &self.launcher,
+            &cfg,
+            scores,
+            &selected,
+            ctx_lens,
+            max_ctx,
+        );
+        self.book("indexer.topk", r)?;
+        self.record_or_replay_selection(selected)
+    }
+
+    /// Absorbed sparse MLA for one decode token of each of `S` sequences in one launch
+    /// ([`sparse::sparse_mla_batch`]): queries `[S, H, R + rd]`; returns `[S, H, R]`.
+    #[allow(clippy::too_many_arguments)]
+    pub fn sparse_mla_batch(
+        &mut self,
+        q: &Tensor<f32>,
+        pool: &Tensor<f32>,
+        block_tables: &Tensor<i32>,
+        ctx_lens: &Tensor<i32>,
+        selected: &Tensor<i32>,
+        max_ctx: usize,
+        topk: usize,
+        latent_dim: usize,
+        scale: f64,
+    ) -> Result<Tensor<f32>, ForwardError> {
+        let (s, heads, d) = (q.shape()[0], q.shape()[1], q.shape()[2]);
+        let o = self.mem.poisoned::<f32>(&[s, heads, latent_dim]);
+        let r = kernels::tile_choice::cover(
+            &sparse::sparse_mla_batch::META,
+            &Config::new().with("BH", 16).with("BK", 32),
+            &[
+                ("BD", d, "kv_lora_rank + qk_rope_head_dim"),
+                ("BDV", latent_dim, "kv_lora_rank"),
+            ],
+        )
+        .and_then(|cfg| {
+            sparse::sparse_mla_batch::launch(
+                &self.launcher,
+                &cfg,
+                q,
+                pool,
+                block_tables,
+                ctx_lens,
+                selected,
+                &o,
+                max_ctx,
+                topk,
+                scale as f32,
+            )
+        });
+        self.book("mla.sparse_attention", r)?;
         Ok(o)
     }
 }
