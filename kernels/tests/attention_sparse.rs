@@ -34,32 +34,30 @@ fn case(seq: usize, ctx: usize, topk: usize, seed: u64) -> DsaCase {
 }
 
 fn assert_matches(run: &DsaRun) -> Result<(), TestCaseError> {
-    prop_assert!(
-        run.indexer_error.unwrap() <= 1e-5,
-        "indexer {:?}",
-        run.indexer_error
-    );
-    prop_assert_eq!(run.selection_matches, Some(true));
-    prop_assert!(
-        run.attention_error.unwrap() <= 1e-5,
-        "attention {:?}",
-        run.attention_error
-    );
-    Ok(())
+    assert_checks(
+        run.indexer_error,
+        run.selection_matches,
+        run.attention_error,
+    )
 }
 
 fn assert_batch_matches(run: &DsaBatchRun) -> Result<(), TestCaseError> {
-    prop_assert!(
-        run.indexer_error.unwrap() <= 1e-5,
-        "indexer {:?}",
-        run.indexer_error
-    );
-    prop_assert_eq!(run.selection_matches, Some(true));
-    prop_assert!(
-        run.attention_error.unwrap() <= 1e-5,
-        "attention {:?}",
-        run.attention_error
-    );
+    assert_checks(
+        run.indexer_error,
+        run.selection_matches,
+        run.attention_error,
+    )
+}
+
+/// Indexer and attention within 1e-5 of the f64 references, every selection exact.
+fn assert_checks(
+    indexer: Option<f64>,
+    selection: Option<bool>,
+    attention: Option<f64>,
+) -> Result<(), TestCaseError> {
+    prop_assert!(indexer.unwrap() <= 1e-5, "indexer {indexer:?}");
+    prop_assert_eq!(selection, Some(true));
+    prop_assert!(attention.unwrap() <= 1e-5, "attention {attention:?}");
     Ok(())
 }
 

@@ -110,24 +110,7 @@ fn prepare(
         // Kimi Linear's MLA has no positional encoding: the shared key part is cached as is.
         ops.copy("mla.k_pe", &ckv_pe, &pe_new)?;
     }
-    for sq in seqs {
-        let rows = if seqs.len() == 1 {
-            new_latent.clone()
-        } else {
-            view(
-                new_latent.row_range(sq.row0, sq.rows),
-                "a sequence's latents",
-            )?
-        };
-        ops.kv_append(
-            "mla.cache_append",
-            &rows,
-            &sq.pages.table,
-            &pool.latent,
-            sq.pos0,
-            PAGE,
-        )?;
-    }
+    append_rows(ops, "mla.cache_append", &new_latent, seqs, &pool.latent)?;
     Ok(Prepared {
         q,
         q_resid,
@@ -262,6 +245,78 @@ pub(crate) fn forward(
     ops.linear("mla.o_proj", &o, &w.o_proj)
 }
 
+/// Appends each sequence's rows of `new` (`[T, d]`, the rows of `seqs`) to its pages of `pool`.
+fn append_rows(
+    ops: &mut Ops,
+    op: &str,
+    new: &Tensor<f32>,
+    seqs: &[SeqRows],
+    pool: &Tensor<f32>,
+) -> Result<(), ForwardError> {
+    for sq in seqs {
+        let rows = if seqs.len() == 1 {
+            new.clone()
+        } else {
+            view(new.row_range(sq.row0, sq.rows), "a sequence's new rows")?
+        };
+        ops.kv_append(op, &rows, &sq.pages.table, pool, sq.pos0, PAGE)?;
+    }
+    Ok(())
+}
+
+/// What [`prepare_sparse`] gives the DSA attention: the queries (as [`Prepared::q`]), the
+/// indexer's queries `[T, Hi·Di]` (rotated) and per-head weights `[T, Hi]`, and the indexer key
+/// pool the new keys went into.
+struct Indexed<'a> {
+    q: Tensor<f32>,
+    q_idx: Tensor<f32>,
+    head_w: Tensor<f32>,
+    keys: &'a Tensor<f32>,
+}
+
+/// [`prepare`], then the lightning indexer's projections of `x`: queries `[T, Hi·Di]` and this
+/// step's keys, both rotated half-split on their first `qk_rope_head_dim` dims (`rope_half`), and
+/// per-head weights `[T, Hi]` (`Hi^-1/2` folded into weights_proj at load). Each sequence's new
+/// keys are appended to its pages of the indexer key pool.
+#[allow(clippy::too_many_arguments)]
+fn prepare_sparse<'a>(
+    ops: &mut Ops,
+    m: &MlaDims,
+    ix: &IndexerDims,
+    w: &MlaWeights,
+    x: &Tensor<f32>,
+    seqs: &[SeqRows],
+    pool: &'a LatentPool,
+    rope: &RopeTables,
+    rope_half: &RopeTables,
+) -> Result<Indexed<'a>, ForwardError> {
+    let (Some(iw), Some(keys)) = (&w.indexer, &pool.index_keys) else {
+        return Err(ForwardError::Internal {
+            what: "sparse MLA".into(),
+            message: "no indexer weights or key cache".into(),
+        });
+    };
+    let Prepared { q, q_resid, .. } = prepare(ops, m, w, x, seqs, pool, rope)?;
+    let q_resid = q_resid.ok_or_else(|| ForwardError::Internal {
+        what: "DSA indexer".into(),
+        message: "needs the q_lora latent".into(),
+    })?;
+    let q_idx = ops.linear("indexer.wq_b", &q_resid, &iw.wq_b)?;
+    ops.rope_into("rope", &q_idx, rope_half, ix.head_dim, 0, &q_idx)?;
+    let k_raw = ops.linear("indexer.wk", x, &iw.wk)?;
+    let k_normed = ops.layernorm("indexer.k_norm", &k_raw, &iw.k_norm_w, &iw.k_norm_b, 1e-6)?;
+    let k_new = ops.mem.act(x.rows(), ix.head_dim);
+    ops.rope_into("rope", &k_normed, rope_half, ix.head_dim, 0, &k_new)?;
+    append_rows(ops, "indexer.cache_append", &k_new, seqs, keys)?;
+    let head_w = ops.linear("indexer.weights_proj", x, &iw.weights_proj)?;
+    Ok(Indexed {
+        q,
+        q_idx,
+        head_w,
+        keys,
+    })
+}
+
 /// DeepSeek-V3.2 sparse MLA (see the module docs): indexer → top-k → absorbed attention over the
 /// selected latent rows. `rope_half` holds the same angles as `rope` for the indexer's
 /// half-split rotation of the first `qk_rope_head_dim` dims of its heads.
@@ -280,55 +335,26 @@ pub(crate) fn forward_sparse(
     scale: f64,
 ) -> Result<Tensor<f32>, ForwardError> {
     let t = x.rows();
-    if ops.batched_decode && t > 1 {
-        // A batched cost-only decode: `t` sequences at one position (their new rows appended as
-        // one block), one launch per kernel.
-        let all = [SeqRows {
-            row0: 0,
-            rows: t,
-            pos0,
-            pages,
-        }];
-        return forward_sparse_decodes(ops, m, ix, w, x, &all, pool, rope, rope_half, scale);
-    }
-    let ctx = pos0 + t;
-    let (heads, r) = (m.heads, m.kv_lora_rank);
-    let d = r + m.qk_rope_head_dim;
-    let (Some(iw), Some(keys)) = (&w.indexer, &pool.index_keys) else {
-        return Err(ForwardError::Internal {
-            what: "sparse MLA".into(),
-            message: "no indexer weights or key cache".into(),
-        });
-    };
     let seq = [SeqRows {
         row0: 0,
         rows: t,
         pos0,
         pages,
     }];
-    let Prepared { q, q_resid, .. } = prepare(ops, m, w, x, &seq, pool, rope)?;
-    let q_resid = q_resid.ok_or_else(|| ForwardError::Internal {
-        what: "DSA indexer".into(),
-        message: "needs the q_lora latent".into(),
-    })?;
-
-    // Indexer: queries [T, Hi·Di] and this step's keys, both rotated half-split on their first
-    // qk_rope_head_dim dims; per-head weights [T, Hi] (Hi^-1/2 folded into weights_proj at load).
-    let q_idx = ops.linear("indexer.wq_b", &q_resid, &iw.wq_b)?;
-    ops.rope_into("rope", &q_idx, rope_half, ix.head_dim, 0, &q_idx)?;
-    let k_raw = ops.linear("indexer.wk", x, &iw.wk)?;
-    let k_normed = ops.layernorm("indexer.k_norm", &k_raw, &iw.k_norm_w, &iw.k_norm_b, 1e-6)?;
-    let k_new = ops.mem.act(t, ix.head_dim);
-    ops.rope_into("rope", &k_normed, rope_half, ix.head_dim, 0, &k_new)?;
-    ops.kv_append(
-        "indexer.cache_append",
-        &k_new,
-        &pages.table,
+    if ops.batched_decode && t > 1 {
+        // A batched cost-only decode: `t` sequences at one position (their new rows appended as
+        // one block), one launch per kernel.
+        return forward_sparse_decodes(ops, m, ix, w, x, &seq, pool, rope, rope_half, scale);
+    }
+    let ctx = pos0 + t;
+    let (heads, r) = (m.heads, m.kv_lora_rank);
+    let d = r + m.qk_rope_head_dim;
+    let Indexed {
+        q,
+        q_idx,
+        head_w,
         keys,
-        pos0,
-        PAGE,
-    )?;
-    let head_w = ops.linear("indexer.weights_proj", x, &iw.weights_proj)?;
+    } = prepare_sparse(ops, m, ix, w, x, &seq, pool, rope, rope_half)?;
     let key_pool = view(
         keys.reshaped(&[pool.pages(), PAGE, ix.head_dim]),
         "indexer key pool",
@@ -376,37 +402,12 @@ pub(crate) fn forward_sparse_decodes(
     let n = x.rows();
     let (heads, r) = (m.heads, m.kv_lora_rank);
     let d = r + m.qk_rope_head_dim;
-    let (Some(iw), Some(keys)) = (&w.indexer, &pool.index_keys) else {
-        return Err(ForwardError::Internal {
-            what: "sparse MLA".into(),
-            message: "no indexer weights or key cache".into(),
-        });
-    };
-    let Prepared { q, q_resid, .. } = prepare(ops, m, w, x, seqs, pool, rope)?;
-    let q_resid = q_resid.ok_or_else(|| ForwardError::Internal {
-        what: "DSA indexer".into(),
-        message: "needs the q_lora latent".into(),
-    })?;
-    let q_idx = ops.linear("indexer.wq_b", &q_resid, &iw.wq_b)?;
-    ops.rope_into("rope", &q_idx, rope_half, ix.head_dim, 0, &q_idx)?;
-    let k_raw = ops.linear("indexer.wk", x, &iw.wk)?;
-    let k_normed = ops.layernorm("indexer.k_norm", &k_raw, &iw.k_norm_w, &iw.k_norm_b, 1e-6)?;
-    let k_new = ops.mem.act(n, ix.head_dim);
-    ops.rope_into("rope", &k_normed, rope_half, ix.head_dim, 0, &k_new)?;
-    for sq in seqs {
-        ops.kv_append(
-            "indexer.cache_append",
-            &view(
-                k_new.row_range(sq.row0, sq.rows),
-                "a sequence's indexer keys",
-            )?,
-            &sq.pages.table,
-            keys,
-            sq.pos0,
-            PAGE,
-        )?;
-    }
-    let head_w = ops.linear("indexer.weights_proj", x, &iw.weights_proj)?;
+    let Indexed {
+        q,
+        q_idx,
+        head_w,
+        keys,
+    } = prepare_sparse(ops, m, ix, w, x, seqs, pool, rope, rope_half)?;
     let (tables, lens, max_ctx, key_pool, latent_pool) = if ops.batched_decode {
         let max_ctx = seqs.first().map_or(1, |sq| sq.pos0 + 1);
         let pages = max_ctx.div_ceil(PAGE);

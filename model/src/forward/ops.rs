@@ -895,18 +895,22 @@ impl Ops {
         ctx: usize,
         topk: usize,
     ) -> Result<Tensor<i32>, ForwardError> {
-        let k = sparse::topk_select::META
-            .smallest_fitting("K", topk, "index_topk")
-            .map_err(|source| ForwardError::Kernel {
-                op: "indexer.topk".into(),
-                layer: self.layer,
-                source,
-            })?;
+        let k = self.topk_width(&sparse::topk_select::META, topk)?;
         let selected = self.mem.poisoned::<i32>(&[scores.rows(), k as usize]);
         let cfg = Config::new().with("K", k).with("C", 256);
         let r = sparse::topk_select::launch(&self.launcher, &cfg, scores, &selected, ctx);
         self.book_sequence("indexer.topk", r)?;
         self.record_or_replay_selection(selected)
+    }
+
+    /// The top-k kernel's selection width: its smallest declared `K` that holds `topk`.
+    fn topk_width(&self, meta: &dsl_core::KernelMeta, topk: usize) -> Result<i64, ForwardError> {
+        meta.smallest_fitting("K", topk, "index_topk")
+            .map_err(|source| ForwardError::Kernel {
+                op: "indexer.topk".into(),
+                layer: self.layer,
+                source,
+            })
     }
 
     /// Records a DSA selection for the layer (functional runs that record routing), or hands back
@@ -955,15 +959,7 @@ impl Ops {
     ) -> Result<Tensor<f32>, ForwardError> {
         let (t, heads, d) = (q.shape()[0], q.shape()[1], q.shape()[2]);
         let o = self.mem.poisoned::<f32>(&[t, heads, latent_dim]);
-        let r = kernels::tile_choice::cover(
-            &sparse::sparse_mla::META,
-            &Config::new().with("BH", 16).with("BK", 32),
-            &[
-                ("BD", d, "kv_lora_rank + qk_rope_head_dim"),
-                ("BDV", latent_dim, "kv_lora_rank"),
-            ],
-        )
-        .and_then(|cfg| {
+        let r = sparse_attention_config(&sparse::sparse_mla::META, d, latent_dim).and_then(|cfg| {
             sparse::sparse_mla::launch(
                 &self.launcher,
                 &cfg,
@@ -1036,14 +1032,7 @@ impl Ops {
         max_ctx: usize,
         topk: usize,
     ) -> Result<Tensor<i32>, ForwardError> {
-        let meta = &sparse::topk_select_batch::META;
-        let k = meta
-            .smallest_fitting("K", topk, "index_topk")
-            .map_err(|source| ForwardError::Kernel {
-                op: "indexer.topk".into(),
-                layer: self.layer,
-                source,
-            })?;
+        let k = self.topk_width(&sparse::topk_select_batch::META, topk)?;
         let selected = self.mem.poisoned::<i32>(&[scores.rows(), k as usize]);
         let cfg = Config::new().with("K", k).with("C", 256);
         let r = sparse::topk_select_batch::launch(
@@ -1075,15 +1064,8 @@ impl Ops {
     ) -> Result<Tensor<f32>, ForwardError> {
         let (s, heads, d) = (q.shape()[0], q.shape()[1], q.shape()[2]);
         let o = self.mem.poisoned::<f32>(&[s, heads, latent_dim]);
-        let r = kernels::tile_choice::cover(
-            &sparse::sparse_mla_batch::META,
-            &Config::new().with("BH", 16).with("BK", 32),
-            &[
-                ("BD", d, "kv_lora_rank + qk_rope_head_dim"),
-                ("BDV", latent_dim, "kv_lora_rank"),
-            ],
-        )
-        .and_then(|cfg| {
+        let meta = &sparse::sparse_mla_batch::META;
+        let r = sparse_attention_config(meta, d, latent_dim).and_then(|cfg| {
             sparse::sparse_mla_batch::launch(
                 &self.launcher,
                 &cfg,
@@ -1101,6 +1083,23 @@ impl Ops {
         self.book("mla.sparse_attention", r)?;
         Ok(o)
     }
+}
+
+/// The sparse attention's tiles: 16-head query blocks, 32 gathered rows at a time, `BD`/`BDV`
+/// covering the latent row and its value part.
+fn sparse_attention_config(
+    meta: &dsl_core::KernelMeta,
+    d: usize,
+    latent_dim: usize,
+) -> Result<Config, dsl_core::SimError> {
+    kernels::tile_choice::cover(
+        meta,
+        &Config::new().with("BH", 16).with("BK", 32),
+        &[
+            ("BD", d, "kv_lora_rank + qk_rope_head_dim"),
+            ("BDV", latent_dim, "kv_lora_rank"),
+        ],
+    )
 }
 
 /// cos/sin tables for a block of positions (`[T, rot_dim/2]` each) and how to apply them.
