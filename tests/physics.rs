@@ -428,8 +428,13 @@ fn run_model_op(device: &str, op: &str, x: &[usize; 8]) -> Labelled {
                 .collect();
             one(
                 format!("{op} tokens {t} vocab {vocab} hidden {h}"),
-                run_embedding(&l, &ids, &shape::<bf16>(&[vocab, h]), &shape(&[t, h]))
-                    .map(|r| r.report),
+                run_embedding(
+                    &l,
+                    &ids,
+                    &shape::<bf16>(&[vocab, h]),
+                    &shape::<f32>(&[t, h]),
+                )
+                .map(|r| r.report),
             )
         }
         "rope" => {
@@ -462,7 +467,7 @@ fn run_model_op(device: &str, op: &str, x: &[usize; 8]) -> Labelled {
                     &l,
                     &shape::<bf16>(&[n, w]),
                     &table,
-                    &shape(&[pool_pages * page, w]),
+                    &shape::<f32>(&[pool_pages * page, w]),
                     start,
                     page,
                 )

@@ -14,23 +14,25 @@ use dsl_core::SimError;
     grid = (cdiv(out.rows(), BT), cdiv(out.cols(), BH)),
     tunable(BT = [8, 1, 32], BH = [256, 32, 64, 128, 512, 1024])
 )]
-pub fn embedding<T: Float>(ids: &Tensor<i32>, table: &Tensor<T>, out: &Tensor<T>) {
+pub fn embedding<S: Float, D: Float>(ids: &Tensor<i32>, table: &Tensor<S>, out: &Tensor<D>) {
     let (t0, c) = (program_id(0) * BT, program_id(1) * BH);
     for t in t0..usize::min(t0 + BT, out.rows()) {
         // Cost-only runs have no ids: any row costs the same.
         let id = load_index(ids, t, usize::min(t, table.rows().saturating_sub(1)));
-        store(out, t, c, &load::<1, BH>(table, id, c));
+        // A table in another format than the output (a bf16 cache gathered into f32 rows)
+        // converts on chip.
+        store(out, t, c, &cast::<D>(&load::<1, BH>(table, id, c)));
     }
 }
 
 /// Runs [`embedding()`] for `ids` (one per token) over `table [V, H]` into `out [ids.len(), H]`.
 /// An id outside `0..V` is a `SimError::Launch` naming its position and value; mismatched shapes
 /// are one naming both tensors.
-pub fn run_embedding<T: Float>(
+pub fn run_embedding<S: Float, D: Float>(
     launcher: &Launcher,
     ids: &[i32],
-    table: &Tensor<T>,
-    out: &Tensor<T>,
+    table: &Tensor<S>,
+    out: &Tensor<D>,
 ) -> Result<Launch, SimError> {
     let bad = |message: String| SimError::Launch {
         kernel: embedding::META.name.to_string(),

@@ -5,7 +5,7 @@
 
 use dsl_core::Launcher;
 use model::config::load_config;
-use model::forward::{Precision, Runner};
+use model::forward::{CacheFormat, Precision, Runner};
 use std::path::PathBuf;
 
 fn testdata(rel: &str) -> PathBuf {
@@ -159,5 +159,58 @@ fn cost_by_layer_kind_adds_up_to_the_phase() {
             assert!(kinds["head"].per_op.contains_key("lm_head"), "{c}");
             assert!(kinds.len() >= 2, "{c}: {:?}", kinds.keys());
         }
+    }
+}
+
+/// Native precision keeps the KV pools in bf16, the reference path in f32: the attention decode,
+/// whose HBM traffic is the cache it reads, moves about half the bytes, and the cache append
+/// writes half. MLA latents (Kimi-K2) and GQA keys and values (Qwen3-Next) both.
+#[test]
+fn native_precision_caches_bf16() {
+    for (c, decode, append) in [
+        (
+            "kimi_k2_config.json",
+            "mla.decode_split",
+            "mla.cache_append",
+        ),
+        (
+            "tiny/qwen3_next/config.json",
+            "attn.decode_split",
+            "attn.cache_append",
+        ),
+    ] {
+        let bytes = |precision: Precision| {
+            let cfg = load_config(&testdata(c)).unwrap();
+            let mut r = Runner::cost_only_at(cfg, launcher(), 2100, precision).unwrap();
+            let format = r.cache_format();
+            let run = r.cost_run(2048, 3).unwrap();
+            let t = |op: &str| {
+                run.decode
+                    .traffic
+                    .get(op)
+                    .unwrap_or_else(|| panic!("{c}: no {op} in {:?}", run.decode.traffic.keys()))
+                    .hbm_bytes as f64
+            };
+            (format, t(decode), t(append))
+        };
+        let (f32_format, f32_decode, f32_append) = bytes(Precision::F32);
+        let (native_format, native_decode, native_append) = bytes(Precision::Native);
+        assert_eq!(
+            (f32_format, native_format),
+            (CacheFormat::F32, CacheFormat::Bf16),
+            "{c}"
+        );
+        assert_eq!(CacheFormat::Bf16.bytes() * 2, CacheFormat::F32.bytes());
+        // The decode also reads its f32 queries and writes f32 partial outputs: a little over half.
+        let r = native_decode / f32_decode;
+        assert!(
+            (0.5..0.65).contains(&r),
+            "{c}: {decode} bytes bf16/f32 = {r:.3}"
+        );
+        let r = native_append / f32_append;
+        assert!(
+            (0.5..0.8).contains(&r),
+            "{c}: {append} bytes bf16/f32 = {r:.3}"
+        );
     }
 }

@@ -215,8 +215,8 @@ pub fn paged_decode_split<T: Float>(
 )]
 // `is_multiple_of` is not in the DSL's method subset; `% 64 == 0` is.
 #[allow(clippy::too_many_arguments, clippy::manual_is_multiple_of)]
-pub fn paged_decode_latent<T: Float>(
-    q: &Tensor<T>,
+pub fn paged_decode_latent<Q: Float, T: Float>(
+    q: &Tensor<Q>,
     kv_pool: &Tensor<T>,
     block_tables: &Tensor<i32>,
     ctx_lens: &Tensor<i32>,
@@ -232,7 +232,9 @@ pub fn paged_decode_latent<T: Float>(
          (decode_latent_config picks a covering tile)",
     );
     let (seq, r0) = split_rows::<BH>(q.shape()[1]);
-    let tq = load_async::<BH, BD>(&q.at(seq), r0, 0);
+    // Queries in another format than the pool (f32 activations over a bf16 cache) convert on
+    // chip, once per program.
+    let tq = cast::<T>(&load_async::<BH, BD>(&q.at(seq), r0, 0));
     let ctx_len = load_index(ctx_lens, seq, max_ctx);
     let (p0, p1) = split_pages(ctx_len, page_size);
     let table = block_tables.at(seq);
@@ -358,8 +360,8 @@ pub fn decode_latent_config(
 )]
 // `is_multiple_of` is not in the DSL's method subset; `% 64 == 0` is.
 #[allow(clippy::too_many_arguments, clippy::manual_is_multiple_of)]
-pub fn paged_decode_gqa_batch<T: Float>(
-    q: &Tensor<T>,
+pub fn paged_decode_gqa_batch<Q: Float, T: Float>(
+    q: &Tensor<Q>,
     k_pool: &Tensor<T>,
     v_pool: &Tensor<T>,
     block_tables: &Tensor<i32>,
@@ -378,7 +380,8 @@ pub fn paged_decode_gqa_batch<T: Float>(
     let kv_heads = q.shape()[0] / ctx_lens.shape()[0];
     let (row, r0) = split_rows::<BH>(q.shape()[1]);
     let (seq, kvh) = (row / kv_heads, row % kv_heads);
-    let tq = load_async::<BH, BD>(&q.at(row), r0, 0);
+    // Queries convert to the pool's format on chip (see `paged_decode_latent`).
+    let tq = cast::<T>(&load_async::<BH, BD>(&q.at(row), r0, 0));
     let ctx_len = load_index(ctx_lens, seq, max_ctx);
     let (p0, p1) = split_pages(ctx_len, page_size);
     let table = block_tables.at(seq);

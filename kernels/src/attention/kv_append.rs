@@ -18,8 +18,8 @@ use dsl_core::SimError;
     grid = (cdiv(new.rows(), BR), cdiv(new.cols(), BW)),
     tunable(BR = [16, 1, 4, 64], BW = [256, 32, 64, 128, 512, 1024])
 )]
-pub fn kv_cache_append<T: Float>(
-    new: &Tensor<T>,
+pub fn kv_cache_append<S: Float, T: Float>(
+    new: &Tensor<S>,
     block_table: &Tensor<i32>,
     pool: &Tensor<T>,
     start: usize,
@@ -33,7 +33,9 @@ pub fn kv_cache_append<T: Float>(
         // Cost-only runs have no table: the identity page mapping costs the same.
         let page = load_index(block_table, pos / p, pos / p);
         let row = load_async::<1, BW>(new, i, c);
-        store(pool, page * p + pos % p, c, &row);
+        // New rows in another format than the pool (f32 activations, a bf16 cache) convert
+        // on chip, as serving engines' cache writes do.
+        store(pool, page * p + pos % p, c, &cast::<T>(&row));
     }
 }
 
@@ -42,9 +44,9 @@ pub fn kv_cache_append<T: Float>(
 /// `[pages, page_size, W]`). Errors (`SimError::Launch`) name what does not fit: a width that
 /// differs from the pool's, a zero page size, a pool whose rows are not whole pages, a block table
 /// too short for the last position, or a page number outside the pool.
-pub fn run_kv_cache_append<T: Float>(
+pub fn run_kv_cache_append<S: Float, T: Float>(
     launcher: &Launcher,
-    new: &Tensor<T>,
+    new: &Tensor<S>,
     block_table: &[usize],
     pool: &Tensor<T>,
     start: usize,

@@ -45,8 +45,8 @@ use dsl_core::SimError;
 /// (index heads as rows), the index head dim and the page size (`k_idx_pool [pages, page, DI']`)
 /// are run-time values covered by `HI`/`DI`-wide tiles and a loop over `BK` keys of the page.
 #[kernel(grid = (cdiv(ctx_len, k_idx_pool.shape()[1]),), tunable(HI = [64, 16, 32, 128], DI = [128, 32, 64, 256], BK = [64, 16, 128]), helpers(score_page))]
-pub fn indexer_decode<T: Float>(
-    q_idx: &Tensor<T>,
+pub fn indexer_decode<Q: Float, T: Float>(
+    q_idx: &Tensor<Q>,
     w: &Tensor<f32>,
     k_idx_pool: &Tensor<T>,
     block_table: &Tensor<i32>,
@@ -61,7 +61,8 @@ pub fn indexer_decode<T: Float>(
     let p = program_id(0);
     let page_size = k_idx_pool.shape()[1];
     let page = load_index(block_table, p, p);
-    let tq = load_async::<HI, DI>(q_idx, 0, 0);
+    // Queries convert to the key pool's format on chip.
+    let tq = cast::<T>(&load_async::<HI, DI>(q_idx, 0, 0));
     let tw = load_async::<HI, 1>(w, 0, 0);
     // This page's scores: a key tile wider than the page writes nothing past it.
     let out = scores.cols_clipped(p * page_size, page_size);
@@ -114,8 +115,8 @@ pub fn score_page<T: Float, const HI: usize, const DI: usize, const BK: usize>(
 /// is pool page `s·T + p`.
 #[kernel(grid = (ctx_lens.len(), cdiv(max_ctx, k_idx_pool.shape()[1])), tunable(HI = [64, 16, 32, 128], DI = [128, 32, 64, 256], BK = [64, 16, 128]), helpers(score_page))]
 #[allow(clippy::too_many_arguments)]
-pub fn indexer_decode_batch<T: Float>(
-    q_idx: &Tensor<T>,
+pub fn indexer_decode_batch<Q: Float, T: Float>(
+    q_idx: &Tensor<Q>,
     w: &Tensor<f32>,
     k_idx_pool: &Tensor<T>,
     block_tables: &Tensor<i32>,
@@ -141,7 +142,7 @@ pub fn indexer_decode_batch<T: Float>(
         }
     } else {
         let page = load_index(&block_tables.at(s), p, s * block_tables.cols() + p);
-        let tq = load_async::<HI, DI>(&q_idx.at(s), 0, 0);
+        let tq = cast::<T>(&load_async::<HI, DI>(&q_idx.at(s), 0, 0));
         let tw = load_async::<HI, 1>(&w.at(s), 0, 0);
         score_page::<T, HI, DI, BK>(
             &tq,
@@ -163,8 +164,8 @@ pub fn indexer_decode_batch<T: Float>(
 /// and a loop over `BK` keys of the page. A page wholly in the future of the block is written
 /// `−∞` without being read, so the work grows with seq²/2.
 #[kernel(grid = (cdiv(q_idx.rows(), BQ), cdiv(ctx_len, k_idx_pool.shape()[1])), tunable(BQ = [64, 16, 32, 128], DI = [128, 32, 64, 256], BK = [64, 16, 128]))]
-pub fn indexer_prefill<T: Float>(
-    q_idx: &Tensor<T>,
+pub fn indexer_prefill<Q: Float, T: Float>(
+    q_idx: &Tensor<Q>,
     w: &Tensor<f32>,
     k_idx_pool: &Tensor<T>,
     block_table: &Tensor<i32>,
@@ -194,7 +195,11 @@ pub fn indexer_prefill<T: Float>(
             let tk = load_async::<BK, DI>(&k_idx_pool.at(page), kb, 0);
             let mut acc = zeros::<f32, BQ, BK>();
             for j in 0..w.cols() {
-                let tq = load_async::<BQ, DI>(&q_idx.cols_clipped(j * di, di), t0, 0);
+                let tq = cast::<T>(&load_async::<BQ, DI>(
+                    &q_idx.cols_clipped(j * di, di),
+                    t0,
+                    0,
+                ));
                 // The positive scale commutes with ReLU: fold it into the per-token head weights.
                 let wj = scale(&load_async::<BQ, 1>(w, t0, j), idx_scale);
                 let mut s = zeros::<f32, BQ, BK>();
@@ -275,12 +280,12 @@ pub fn topk_select_batch(
     helpers(online_softmax_step)
 )]
 #[allow(clippy::too_many_arguments)]
-pub fn sparse_mla<T: Float>(
-    q: &Tensor<T>,
+pub fn sparse_mla<Q: Float, T: Float>(
+    q: &Tensor<Q>,
     kv_pool: &Tensor<T>,
     block_table: &Tensor<i32>,
     selected: &Tensor<i32>,
-    o: &Tensor<T>,
+    o: &Tensor<Q>,
     ctx_len: usize,
     topk: usize,
     sm_scale: f32,
@@ -293,7 +298,8 @@ pub fn sparse_mla<T: Float>(
     let r = program_id(1) * BH;
     let count = usize::min(topk, (ctx_len + t + 1).saturating_sub(q.shape()[0]));
     let sel = selected.at(t);
-    let tq = load::<BH, BD>(&q.at(t), r, 0);
+    // Queries convert to the pool's format on chip; the output is in the queries'.
+    let tq = cast::<T>(&load::<BH, BD>(&q.at(t), r, 0));
     // The loop of `attend_selection`, written out: `day0 profile` charges a helper's cycles to
     // its call line, and this prototype's profile shows the gather, matrix and softmax lines.
     let mut m = full::<f32, BH, 1>(f32::NEG_INFINITY);
@@ -308,7 +314,7 @@ pub fn sparse_mla<T: Float>(
         let pr = online_softmax_step(&s, &mut m, &mut l, &mut acc);
         mma(&mut acc, &cast::<T>(&pr), &tv);
     }
-    store(&o.at(t), r, 0, &cast::<T>(&div_col(&acc, &l)));
+    store(&o.at(t), r, 0, &cast::<Q>(&div_col(&acc, &l)));
 }
 
 /// Attention of one query tile `tq` (`BH` heads) over the first `count` latent rows of its
@@ -358,13 +364,13 @@ pub fn attend_selection<
     helpers(attend_selection)
 )]
 #[allow(clippy::too_many_arguments)]
-pub fn sparse_mla_batch<T: Float>(
-    q: &Tensor<T>,
+pub fn sparse_mla_batch<Q: Float, T: Float>(
+    q: &Tensor<Q>,
     kv_pool: &Tensor<T>,
     block_tables: &Tensor<i32>,
     ctx_lens: &Tensor<i32>,
     selected: &Tensor<i32>,
-    o: &Tensor<T>,
+    o: &Tensor<Q>,
     max_ctx: usize,
     topk: usize,
     sm_scale: f32,
@@ -376,7 +382,7 @@ pub fn sparse_mla_batch<T: Float>(
     let s = program_id(1);
     let r = program_id(0) * BH;
     let count = usize::min(topk, load_index(ctx_lens, s, max_ctx));
-    let tq = load::<BH, BD>(&q.at(s), r, 0);
+    let tq = cast::<T>(&load::<BH, BD>(&q.at(s), r, 0));
     let out = attend_selection::<T, BH, BK, BD, BDV>(
         &tq,
         kv_pool,
@@ -385,7 +391,7 @@ pub fn sparse_mla_batch<T: Float>(
         count,
         sm_scale,
     );
-    store(&o.at(s), r, 0, &cast::<T>(&out));
+    store(&o.at(s), r, 0, &cast::<Q>(&out));
 }
 
 /// The DSA tiles for a problem: the indexer's (`HI`/`BQ` covering the index heads or query block,

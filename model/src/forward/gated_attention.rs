@@ -3,6 +3,7 @@
 //! query followed by its gate (`[q(D) | gate(D)]`); the cache holds keys (normed and rotated) and
 //! values per token.
 
+use super::cache_format::CacheTensor;
 use super::ops::{view, Mem, Ops, RopeTables};
 use super::params::GqaWeights;
 use super::sequences::{SeqRows, PAGE};
@@ -14,9 +15,9 @@ use dsl_core::Tensor;
 /// runner's allocator, [`super::sequences`]).
 pub(crate) struct KvPool {
     /// `[pages·PAGE, kv_heads·D]`.
-    pub k: Tensor<f32>,
+    pub k: CacheTensor,
     /// `[pages·PAGE, kv_heads·D]`.
-    pub v: Tensor<f32>,
+    pub v: CacheTensor,
 }
 
 impl KvPool {
@@ -24,13 +25,13 @@ impl KvPool {
     pub fn new(g: &GqaDims, pages: usize, mem: Mem) -> KvPool {
         let rows = pages * PAGE;
         KvPool {
-            k: mem.act(rows, g.kv_heads * g.head_dim),
-            v: mem.act(rows, g.kv_heads * g.head_dim),
+            k: mem.cache(&[rows, g.kv_heads * g.head_dim]),
+            v: mem.cache(&[rows, g.kv_heads * g.head_dim]),
         }
     }
 
     /// A pool as pages `[pages, PAGE, W]`, as the paged decode kernel reads it.
-    fn paged(t: &Tensor<f32>, what: &str) -> Result<Tensor<f32>, ForwardError> {
+    fn paged(t: &CacheTensor, what: &str) -> Result<CacheTensor, ForwardError> {
         view(t.reshaped(&[t.rows() / PAGE, PAGE, t.cols()]), what)
     }
 }
@@ -139,8 +140,8 @@ pub(crate) fn forward(
         } else {
             let rows = pages.rows(ctx);
             (
-                ops.gather_rows("attn.gather_context", &pool.k, &rows)?,
-                ops.gather_rows("attn.gather_context", &pool.v, &rows)?,
+                ops.gather_cache_rows("attn.gather_context", &pool.k, &rows)?,
+                ops.gather_cache_rows("attn.gather_context", &pool.v, &rows)?,
             )
         };
         ops.attention("attn.attention", &q, &k_all, &v_all, d, d, scale)?

@@ -12,6 +12,7 @@
 //!   through its value rows) runs on those only. Absorbed and naive forms are the same math
 //!   (`kernels::attention::reference` proves it); transformers masks the naive form instead.
 
+use super::cache_format::CacheTensor;
 use super::ops::{view, Mem, Ops, RopeTables};
 use super::params::MlaWeights;
 use super::sequences::{SeqPages, SeqRows, PAGE};
@@ -23,9 +24,9 @@ use dsl_core::Tensor;
 /// allocator, [`super::sequences`]).
 pub(crate) struct LatentPool {
     /// `[pages·PAGE, kv_lora_rank + qk_rope_head_dim]`: `[c_kv | k_pe]` per token.
-    pub latent: Tensor<f32>,
+    pub latent: CacheTensor,
     /// DeepSeek-V3.2: the indexer's key pool `[pages·PAGE, index_head_dim]`.
-    pub index_keys: Option<Tensor<f32>>,
+    pub index_keys: Option<CacheTensor>,
 }
 
 impl LatentPool {
@@ -38,8 +39,8 @@ impl LatentPool {
     ) -> Result<LatentPool, ForwardError> {
         let rows = pages * PAGE;
         Ok(LatentPool {
-            latent: mem.act(rows, m.kv_lora_rank + m.qk_rope_head_dim),
-            index_keys: index_head_dim.map(|d| mem.act(rows, d)),
+            latent: mem.cache(&[rows, m.kv_lora_rank + m.qk_rope_head_dim]),
+            index_keys: index_head_dim.map(|d| mem.cache(&[rows, d])),
         })
     }
 
@@ -48,7 +49,7 @@ impl LatentPool {
     }
 
     /// The pool as pages `[pages, PAGE, d]`, as the paged kernels read it.
-    fn paged(&self) -> Result<Tensor<f32>, ForwardError> {
+    fn paged(&self) -> Result<CacheTensor, ForwardError> {
         let d = self.latent.cols();
         view(
             self.latent.reshaped(&[self.pages(), PAGE, d]),
@@ -123,7 +124,7 @@ fn prepare(
 fn context_rows(
     ops: &mut Ops,
     op: &str,
-    pool: &Tensor<f32>,
+    pool: &CacheTensor,
     pages: &SeqPages,
     new: &Tensor<f32>,
     ctx: usize,
@@ -131,7 +132,7 @@ fn context_rows(
     if new.rows() == ctx {
         Ok(new.clone())
     } else {
-        ops.gather_rows(op, pool, &pages.rows(ctx))
+        ops.gather_cache_rows(op, pool, &pages.rows(ctx))
     }
 }
 
@@ -172,7 +173,7 @@ pub(crate) fn forward(
         let pages = (pos0 + 1).div_ceil(PAGE);
         let o_lat = ops.latent_decode(
             &q3,
-            &ops.mem.poisoned(&[b * pages, PAGE, d]),
+            &ops.mem.cache(&[b * pages, PAGE, d]),
             &Tensor::shape_only(&[b, pages]),
             &Tensor::shape_only(&[b]),
             pos0 + 1,
@@ -251,7 +252,7 @@ fn append_rows(
     op: &str,
     new: &Tensor<f32>,
     seqs: &[SeqRows],
-    pool: &Tensor<f32>,
+    pool: &CacheTensor,
 ) -> Result<(), ForwardError> {
     for sq in seqs {
         let rows = if seqs.len() == 1 {
@@ -271,7 +272,7 @@ struct Indexed<'a> {
     q: Tensor<f32>,
     q_idx: Tensor<f32>,
     head_w: Tensor<f32>,
-    keys: &'a Tensor<f32>,
+    keys: &'a CacheTensor,
 }
 
 /// [`prepare`], then the lightning indexer's projections of `x`: queries `[T, Hi·Di]` and this
@@ -415,8 +416,8 @@ pub(crate) fn forward_sparse_decodes(
             Tensor::shape_only(&[n, pages]),
             Tensor::shape_only(&[n]),
             max_ctx,
-            ops.mem.poisoned(&[n * pages, PAGE, ix.head_dim]),
-            ops.mem.poisoned(&[n * pages, PAGE, d]),
+            ops.mem.cache(&[n * pages, PAGE, ix.head_dim]),
+            ops.mem.cache(&[n * pages, PAGE, d]),
         )
     } else {
         let (tables, lens, max_ctx) = SeqRows::decode_tables(seqs)?;

@@ -9,6 +9,7 @@
 //! and state slots ([`sequences`]). [`Runner::generate`] is greedy generation on top. Everything runs in f32 so results can be compared with transformers' f32
 //! forward to 1e-4.
 
+pub mod cache_format;
 mod ffn;
 mod gated_attention;
 mod kda;
@@ -20,6 +21,7 @@ pub mod routing;
 mod sequences;
 pub mod validate;
 
+pub use cache_format::CacheFormat;
 pub use ops::{OpStats, Traffic};
 pub use sequences::PoolUsage;
 
@@ -216,6 +218,17 @@ pub enum Precision {
     Native,
 }
 
+impl Precision {
+    /// The format its KV pools hold: f32 on the reference path, bf16 at native precision
+    /// ([`cache_format`]).
+    pub fn cache_format(self) -> CacheFormat {
+        match self {
+            Precision::F32 => CacheFormat::F32,
+            Precision::Native => CacheFormat::Bf16,
+        }
+    }
+}
+
 impl std::str::FromStr for Precision {
     type Err = String;
     fn from_str(s: &str) -> Result<Precision, String> {
@@ -370,7 +383,7 @@ impl Runner {
         precision: Precision,
     ) -> Result<Runner, ForwardError> {
         let weights = ModelWeights::load(&cfg, Some(ckpt), precision)?;
-        Runner::with_weights(cfg, weights, launcher, capacity)
+        Runner::with_weights(cfg, weights, launcher, capacity, precision)
     }
 
     /// A cost-only runner from the configuration alone: shape-only weights and caches, every
@@ -403,7 +416,7 @@ impl Runner {
             None => launcher.with_memo(true),
         };
         let weights = ModelWeights::load(&cfg, None, precision)?;
-        Runner::with_weights(cfg, weights, launcher, capacity)
+        Runner::with_weights(cfg, weights, launcher, capacity, precision)
     }
 
     fn with_weights(
@@ -411,10 +424,11 @@ impl Runner {
         weights: ModelWeights,
         launcher: Launcher,
         capacity: usize,
+        precision: Precision,
     ) -> Result<Runner, ForwardError> {
-        let mem = ops::Mem::for_launcher(&launcher);
+        let mem = ops::Mem::new(&launcher, precision.cache_format());
         // One sequence (sequence 0) of `capacity` tokens until `serve` sizes the pools for more.
-        let mut store = SequenceStore::new(&cfg, &launcher, 1, capacity)?;
+        let mut store = SequenceStore::new(&cfg, mem, &launcher, 1, capacity)?;
         store.admit(&launcher)?;
         let theta = cfg.rope.as_ref().map(|r| r.theta).unwrap_or(10000.0);
         // DeepSeek rotates the qk_rope_head_dim part of each head (pairs interleaved when
@@ -464,6 +478,11 @@ impl Runner {
         &self.cfg
     }
 
+    /// The element format of its KV pools: f32 on the reference path, bf16 at native precision.
+    pub fn cache_format(&self) -> CacheFormat {
+        self.ops.mem.cache
+    }
+
     /// The device the kernels run on.
     pub fn device(&self) -> &dsl_core::DevicePreset {
         &self.ops.launcher.preset
@@ -489,7 +508,7 @@ impl Runner {
             return Err(ForwardError::Workload {
                 flag: "serve".into(),
                 message: format!(
-                    "the pools hold {} tokens of {} sequences; resize them before any token is                      run, or release every sequence first",
+                    "the pools hold {} tokens of {} sequences; resize them before any token is run, or release every sequence first",
                     usage.tokens, usage.sequences
                 ),
             });
@@ -500,8 +519,13 @@ impl Runner {
                 message: "a runner serves at least one sequence".into(),
             });
         }
-        let mut store =
-            SequenceStore::new(&self.cfg, &self.ops.launcher, max_sequences, pool_tokens)?;
+        let mut store = SequenceStore::new(
+            &self.cfg,
+            self.ops.mem,
+            &self.ops.launcher,
+            max_sequences,
+            pool_tokens,
+        )?;
         store.admit(&self.ops.launcher)?;
         self.store = store;
         Ok(())

@@ -5,6 +5,7 @@
 //! This is the only file that knows kernel signatures and tile choices; the layer code reads as
 //! the model's math.
 
+use super::cache_format::{on_cache, CacheFormat, CacheTensor};
 use super::ForwardError;
 use crate::config::{IndexerDims, MoeDims};
 use dsl_core::prelude::*;
@@ -145,14 +146,22 @@ pub(crate) struct Ops {
 pub(crate) struct Mem {
     /// Shapes only, no data.
     pub shape_only: bool,
+    /// The format of the KV pools.
+    pub cache: CacheFormat,
 }
 
 impl Mem {
-    /// For a launcher: shape-only exactly when its launches are cost-only.
-    pub fn for_launcher(l: &Launcher) -> Mem {
+    /// For a launcher: shape-only exactly when its launches are cost-only; KV pools in `cache`.
+    pub fn new(l: &Launcher, cache: CacheFormat) -> Mem {
         Mem {
             shape_only: l.backend == dsl_core::Backend::CostOnly,
+            cache,
         }
+    }
+
+    /// A fresh KV pool tensor of `shape` (NaN-poisoned, or shape only) in the pools' format.
+    pub fn cache(self, shape: &[usize]) -> CacheTensor {
+        CacheTensor::new(self.cache, self, shape)
     }
 
     /// A fresh `[rows, cols]` activation (NaN-poisoned, or shape only).
@@ -494,7 +503,7 @@ impl Ops {
     pub fn latent_decode(
         &mut self,
         q: &Tensor<f32>,
-        pool: &Tensor<f32>,
+        pool: &CacheTensor,
         block_tables: &Tensor<i32>,
         ctx_lens: &Tensor<i32>,
         max_ctx: usize,
@@ -530,7 +539,7 @@ impl Ops {
                 base = base.with("BH", bh);
             }
             decode_latent_config(&base, d, page, heads).and_then(|cfg| {
-                paged_decode_latent::launch(
+                on_cache!(pool, pool => paged_decode_latent::launch(
                     &self.launcher,
                     &cfg,
                     q,
@@ -541,7 +550,7 @@ impl Ops {
                     &lse_part,
                     max_ctx,
                     scale as f32,
-                )
+                ))
             })
         });
         self.book_decode("mla.decode", seqs, r, &o_part, &lse_part, &o)?;
@@ -639,33 +648,44 @@ impl Ops {
         op: &str,
         new: &Tensor<f32>,
         block_table: &[usize],
-        pool: &Tensor<f32>,
+        pool: &CacheTensor,
         start: usize,
         page: usize,
     ) -> Result<(), ForwardError> {
-        let r = kernels::attention::kv_append::run_kv_cache_append(
+        let r = on_cache!(pool, pool => kernels::attention::kv_append::run_kv_cache_append(
             &self.launcher,
             new,
             block_table,
             pool,
             start,
             page,
-        );
+        ));
         self.book_sequence(op, r)
     }
 
-    /// Rows `rows` of `table` gathered into a new `[rows.len(), W]` tensor (a sequence's context
-    /// out of a paged pool, for a kernel that reads it contiguously).
-    pub fn gather_rows(
+    /// Rows `rows` of `table` gathered into a new f32 `[rows.len(), W]` tensor (a sequence's
+    /// rows out of a step's activations).
+    pub fn gather_rows<T: Float>(
         &mut self,
         op: &str,
-        table: &Tensor<f32>,
+        table: &Tensor<T>,
         rows: &[i32],
     ) -> Result<Tensor<f32>, ForwardError> {
         let out = self.mem.act(rows.len(), table.cols());
         let r = kernels::embedding::run_embedding(&self.launcher, rows, table, &out);
         self.book_sequence(op, r)?;
         Ok(out)
+    }
+
+    /// [`Self::gather_rows`] out of a paged pool (a sequence's context, for a kernel that reads
+    /// it contiguously): the rows convert to f32 as they are gathered.
+    pub fn gather_cache_rows(
+        &mut self,
+        op: &str,
+        pool: &CacheTensor,
+        rows: &[i32],
+    ) -> Result<Tensor<f32>, ForwardError> {
+        on_cache!(pool, pool => self.gather_rows(op, pool, rows))
     }
 
     /// One decode token of each of `S` sequences, grouped-query attention over their pages of
@@ -680,8 +700,8 @@ impl Ops {
         &mut self,
         op: &str,
         q: &Tensor<f32>,
-        k_pool: &Tensor<f32>,
-        v_pool: &Tensor<f32>,
+        k_pool: &CacheTensor,
+        v_pool: &CacheTensor,
         block_tables: &Tensor<i32>,
         ctx_lens: &Tensor<i32>,
         max_ctx: usize,
@@ -713,19 +733,36 @@ impl Ops {
         let r = first_fitting(page_tiles(meta, page), |bk| {
             let base = Config::new().with("BK", bk);
             decode_config(meta, &base, head_dim, v_head_dim, page, group).and_then(|cfg| {
-                paged_decode_gqa_batch::launch(
-                    &self.launcher,
-                    &cfg,
-                    &q3,
-                    k_pool,
-                    v_pool,
-                    block_tables,
-                    ctx_lens,
-                    &o_part,
-                    &lse_part,
-                    max_ctx,
-                    scale as f32,
-                )
+                // (A macro: the two arms launch the kernel at different element types.)
+                macro_rules! launch {
+                    ($k:expr, $v:expr) => {
+                        paged_decode_gqa_batch::launch(
+                            &self.launcher,
+                            &cfg,
+                            &q3,
+                            $k,
+                            $v,
+                            block_tables,
+                            ctx_lens,
+                            &o_part,
+                            &lse_part,
+                            max_ctx,
+                            scale as f32,
+                        )
+                    };
+                }
+                match (k_pool, v_pool) {
+                    (CacheTensor::F32(k), CacheTensor::F32(v)) => launch!(k, v),
+                    (CacheTensor::Bf16(k), CacheTensor::Bf16(v)) => launch!(k, v),
+                    _ => Err(SimError::Launch {
+                        kernel: meta.name.to_string(),
+                        message: format!(
+                            "the key pool is {:?} but the value pool {:?}: both pools of a layer take the runner's cache format",
+                            k_pool.format(),
+                            v_pool.format()
+                        ),
+                    }),
+                }
             })
         });
         self.book_decode(op, seqs, r, &o_part, &lse_part, &o)?;
@@ -849,7 +886,7 @@ impl Ops {
         &mut self,
         q_idx: &Tensor<f32>,
         head_w: &Tensor<f32>,
-        key_pool: &Tensor<f32>,
+        key_pool: &CacheTensor,
         block_table: &Tensor<i32>,
         ctx: usize,
         ix: &IndexerDims,
@@ -871,7 +908,7 @@ impl Ops {
             &[("DI", ix.head_dim, "index_head_dim")],
         )
         .and_then(|cfg| {
-            sparse::indexer_prefill::launch(
+            on_cache!(key_pool, key_pool => sparse::indexer_prefill::launch(
                 &self.launcher,
                 &cfg,
                 q_idx,
@@ -881,7 +918,7 @@ impl Ops {
                 &scores,
                 ctx,
                 (ix.head_dim as f32).powf(-0.5),
-            )
+            ))
         });
         self.book_sequence("indexer.scores", r)?;
         Ok(scores)
@@ -949,7 +986,7 @@ impl Ops {
     pub fn sparse_mla(
         &mut self,
         q: &Tensor<f32>,
-        pool: &Tensor<f32>,
+        pool: &CacheTensor,
         block_table: &Tensor<i32>,
         selected: &Tensor<i32>,
         ctx: usize,
@@ -960,7 +997,7 @@ impl Ops {
         let (t, heads, d) = (q.shape()[0], q.shape()[1], q.shape()[2]);
         let o = self.mem.poisoned::<f32>(&[t, heads, latent_dim]);
         let r = sparse_attention_config(&sparse::sparse_mla::META, d, latent_dim).and_then(|cfg| {
-            sparse::sparse_mla::launch(
+            on_cache!(pool, pool => sparse::sparse_mla::launch(
                 &self.launcher,
                 &cfg,
                 q,
@@ -971,7 +1008,7 @@ impl Ops {
                 ctx,
                 topk,
                 scale as f32,
-            )
+            ))
         });
         self.book_sequence("mla.sparse_attention", r)?;
         Ok(o)
@@ -985,7 +1022,7 @@ impl Ops {
         &mut self,
         q_idx: &Tensor<f32>,
         head_w: &Tensor<f32>,
-        key_pool: &Tensor<f32>,
+        key_pool: &CacheTensor,
         block_tables: &Tensor<i32>,
         ctx_lens: &Tensor<i32>,
         max_ctx: usize,
@@ -1006,7 +1043,7 @@ impl Ops {
             ],
         )
         .and_then(|cfg| {
-            sparse::indexer_decode_batch::launch(
+            on_cache!(key_pool, key_pool => sparse::indexer_decode_batch::launch(
                 &self.launcher,
                 &cfg,
                 q_idx,
@@ -1017,7 +1054,7 @@ impl Ops {
                 &scores,
                 max_ctx,
                 (ix.head_dim as f32).powf(-0.5),
-            )
+            ))
         });
         self.book("indexer.scores", r)?;
         Ok(scores)
@@ -1053,7 +1090,7 @@ impl Ops {
     pub fn sparse_mla_batch(
         &mut self,
         q: &Tensor<f32>,
-        pool: &Tensor<f32>,
+        pool: &CacheTensor,
         block_tables: &Tensor<i32>,
         ctx_lens: &Tensor<i32>,
         selected: &Tensor<i32>,
@@ -1066,7 +1103,7 @@ impl Ops {
         let o = self.mem.poisoned::<f32>(&[s, heads, latent_dim]);
         let meta = &sparse::sparse_mla_batch::META;
         let r = sparse_attention_config(meta, d, latent_dim).and_then(|cfg| {
-            sparse::sparse_mla_batch::launch(
+            on_cache!(pool, pool => sparse::sparse_mla_batch::launch(
                 &self.launcher,
                 &cfg,
                 q,
@@ -1078,7 +1115,7 @@ impl Ops {
                 max_ctx,
                 topk,
                 scale as f32,
-            )
+            ))
         });
         self.book("mla.sparse_attention", r)?;
         Ok(o)

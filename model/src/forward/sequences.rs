@@ -116,14 +116,15 @@ fn unsupported(what: &str) -> ForwardError {
 
 impl SequenceStore {
     /// Pools for `max_sequences` live sequences sharing `pool_tokens` tokens of pages (rounded up
-    /// to whole pages) in every attention layer, on `launcher`'s backend.
+    /// to whole pages) in every attention layer, allocated by `mem` (the launcher's backend and the
+    /// pools' format).
     pub fn new(
         cfg: &ModelConfig,
+        mem: Mem,
         launcher: &Launcher,
         max_sequences: usize,
         pool_tokens: usize,
     ) -> Result<SequenceStore, ForwardError> {
-        let mem = Mem::for_launcher(launcher);
         let pool_pages = pool_tokens.div_ceil(PAGE).max(1);
         let pool_err = |e: String| ForwardError::Workload {
             flag: "pool".into(),
