@@ -219,38 +219,52 @@ fn decode_step_agrees_with_the_memory_bound_closed_form() {
     assert_eq!(est.runs(), runs);
 }
 
-/// A batched cost-only decode reads every sequence's own latent cache (b times one sequence's
-/// bytes) in one launch per layer, not one chunk over a single cache.
+/// A batched cost-only decode reads every sequence's own cache (b times one sequence's bytes) in
+/// one launch per attention layer, not one chunk over a single cache: MLA's latent cache
+/// (DeepSeek-V3) and GQA's keys and values (Qwen3-Next's full-attention layers).
 #[test]
 fn a_batched_decode_reads_each_sequences_cache_in_one_launch() {
     use dsl_core::{Backend, Launcher};
+    use model::config::AttentionKind;
     use model::forward::Runner;
-    let cfg = load_model("deepseek-v3").unwrap();
     let launcher = || {
         Launcher::new(accel_sim::DevicePreset::load("h800").unwrap())
             .with_backend(Backend::CostOnly)
     };
     let (b, ctx) = (8, 1000);
-    let decode = |tokens: usize, batched: bool| {
-        let mut r = Runner::cost_only(cfg.clone(), launcher(), ctx + tokens).unwrap();
-        r.batch_decode(batched).unwrap();
-        r.seek(ctx).unwrap();
-        r.forward(&vec![0; tokens]).unwrap();
-        r.stats().clone()
-    };
-    let one = decode(1, false);
-    let batch = decode(b, true);
-    let split = "mla.decode_split";
-    assert_eq!(batch.per_op[split].0, cfg.num_layers() as u64);
-    assert!(!batch.per_sequence.contains(split) && one.per_sequence.contains(split));
-    let bytes = |s: &model::forward::OpStats| s.traffic[split].hbm_bytes as f64;
-    assert!(
-        bytes(&batch) >= 0.9 * b as f64 * bytes(&one),
-        "{} vs {} × {}",
-        bytes(&batch),
-        b,
-        bytes(&one)
-    );
+    for (name, split) in [
+        ("deepseek-v3", "mla.decode_split"),
+        ("qwen3-next-80b", "attn.decode_split"),
+    ] {
+        let cfg = load_model(name).unwrap();
+        let decode = |tokens: usize, batched: bool| {
+            let mut r = Runner::cost_only(cfg.clone(), launcher(), ctx + tokens).unwrap();
+            r.batch_decode(batched).unwrap();
+            r.seek(ctx).unwrap();
+            r.forward(&vec![0; tokens]).unwrap();
+            r.stats().clone()
+        };
+        let one = decode(1, false);
+        let batch = decode(b, true);
+        let attention_layers = cfg
+            .layers
+            .iter()
+            .filter(|l| !matches!(l.attention, AttentionKind::LinearAttention))
+            .count();
+        assert_eq!(batch.per_op[split].0, attention_layers as u64, "{name}");
+        assert!(
+            !batch.per_sequence.contains(split) && one.per_sequence.contains(split),
+            "{name}"
+        );
+        let bytes = |s: &model::forward::OpStats| s.traffic[split].hbm_bytes as f64;
+        assert!(
+            bytes(&batch) >= 0.9 * b as f64 * bytes(&one),
+            "{name}: {} vs {} × {}",
+            bytes(&batch),
+            b,
+            bytes(&one)
+        );
+    }
     // A runner that holds data refuses it.
     let tiny = Path::new(env!("CARGO_MANIFEST_DIR")).join("testdata/tiny/deepseek_v3");
     let mut r = Runner::load(&tiny, launcher().with_backend(Backend::Functional), 16).unwrap();
@@ -281,4 +295,47 @@ fn a_ttft_target_picks_a_plan_that_meets_it() {
     assert!(held.best.estimate.step_s <= t, "{:?}", held.best.estimate);
     assert_ne!(held.best.estimate.plan, free.best.estimate.plan);
     assert!(held.why.contains("target"), "{}", held.why);
+}
+
+/// The estimator prices a decode batch from a batched run plus, for the operators that run once
+/// per sequence, a one-sequence run times the batch. That only adds up when both runs launch the
+/// same per-sequence operators: one the batched run books per sequence but the one-sequence run
+/// lacks would be priced at nothing, and so would one the one-sequence run has that the batched
+/// run never launched (GQA attention was both until its batched decode: the batch ran it as a
+/// prefill chunk, and neither form was priced). Every preset model.
+#[test]
+fn a_batched_decode_and_a_one_sequence_run_launch_the_same_per_sequence_operators() {
+    use dsl_core::{Backend, Launcher};
+    use model::forward::Runner;
+    let launcher = || {
+        Launcher::new(accel_sim::DevicePreset::load("h800").unwrap())
+            .with_backend(Backend::CostOnly)
+    };
+    let (b, ctx) = (4, 3000);
+    for p in MODEL_PRESETS {
+        let cfg = load_model(p.name).unwrap();
+        let decode = |tokens: usize, batched: bool| {
+            let mut r = Runner::cost_only(cfg.clone(), launcher(), ctx + tokens).unwrap();
+            r.batch_decode(batched).unwrap();
+            r.seek(ctx).unwrap();
+            r.forward(&vec![0; tokens]).unwrap();
+            r.stats().clone()
+        };
+        let one = decode(1, false);
+        let batch = decode(b, true);
+        for op in &batch.per_sequence {
+            assert!(
+                one.per_sequence.contains(op),
+                "{}: the batched decode runs {op} per sequence, the one-sequence run does not",
+                p.name
+            );
+        }
+        for op in &one.per_sequence {
+            assert!(
+                batch.per_op.contains_key(op),
+                "{}: the one-sequence decode runs {op}, the batched decode never does",
+                p.name
+            );
+        }
+    }
 }

@@ -111,7 +111,28 @@ pub(crate) fn forward(
         }
     }
     let scale = (d as f64).powf(-0.5);
-    let o = if seqs.iter().all(|sq| sq.rows == 1) {
+    let o = if ops.batched_decode && t > 1 {
+        // A batched cost-only decode (`Runner::batch_decode`): `t` sequences at one position, in
+        // one launch over shape-only pools of `t` sequences' pages (sequence `s` holds pages
+        // `s·T..`), as the MLA layer runs it.
+        let pos0 = seqs.first().map_or(0, |sq| sq.pos0);
+        let pages = (pos0 + 1).div_ceil(PAGE);
+        let mem = ops.mem;
+        let pool = || mem.cache(&[t * pages, PAGE, hkv * d]);
+        ops.gqa_decode(
+            "attn.decode",
+            &q,
+            &pool(),
+            &pool(),
+            &Tensor::shape_only(&[t, pages]),
+            &Tensor::shape_only(&[t]),
+            pos0 + 1,
+            hkv,
+            d,
+            d,
+            scale,
+        )?
+    } else if seqs.iter().all(|sq| sq.rows == 1) {
         let (tables, lens, max_ctx) = SeqRows::decode_tables(seqs)?;
         ops.gqa_decode(
             "attn.decode",
