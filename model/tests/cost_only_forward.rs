@@ -214,3 +214,22 @@ fn native_precision_caches_bf16() {
         );
     }
 }
+
+/// The chunked KDA recurrence takes the largest chunk whose tiles fit the card, as the Gated
+/// DeltaNet layer does: on an h800 (228 KB of shared memory per SM) Kimi-Linear's C = 64
+/// overflows and a smaller chunk runs, where a fixed C made the whole prefill fail.
+#[test]
+fn kda_prefill_takes_a_chunk_that_fits_the_card() {
+    let cfg = load_config(&testdata("kimi_linear_config.json")).unwrap();
+    let h800 = Launcher::for_device("h800").unwrap();
+    let mut r = Runner::cost_only(cfg, h800, 300).unwrap();
+    let run = r.cost_run(256, 2).unwrap();
+    let layers = r
+        .config()
+        .layers
+        .iter()
+        .filter(|l| l.attention == model::config::AttentionKind::LinearAttention)
+        .count() as u64;
+    assert_eq!(run.prefill.per_op["kda.delta_chunked"].0, layers);
+    assert_eq!(run.decode.per_op["kda.delta_recurrent"].0, layers);
+}

@@ -302,7 +302,8 @@ fn a_ttft_target_picks_a_plan_that_meets_it() {
 /// same per-sequence operators: one the batched run books per sequence but the one-sequence run
 /// lacks would be priced at nothing, and so would one the one-sequence run has that the batched
 /// run never launched (GQA attention was both until its batched decode: the batch ran it as a
-/// prefill chunk, and neither form was priced). Every preset model.
+/// prefill chunk, and neither form was priced; KDA's recurrence ran chunked). Every preset model,
+/// and Kimi-Linear (KDA layers).
 #[test]
 fn a_batched_decode_and_a_one_sequence_run_launch_the_same_per_sequence_operators() {
     use dsl_core::{Backend, Launcher};
@@ -312,8 +313,14 @@ fn a_batched_decode_and_a_one_sequence_run_launch_the_same_per_sequence_operator
             .with_backend(Backend::CostOnly)
     };
     let (b, ctx) = (4, 3000);
-    for p in MODEL_PRESETS {
-        let cfg = load_model(p.name).unwrap();
+    let kimi_linear =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("testdata/kimi_linear_config.json");
+    let models = MODEL_PRESETS
+        .iter()
+        .map(|p| p.name.to_string())
+        .chain([kimi_linear.to_string_lossy().into_owned()]);
+    for name in models {
+        let cfg = load_model(&name).unwrap();
         let decode = |tokens: usize, batched: bool| {
             let mut r = Runner::cost_only(cfg.clone(), launcher(), ctx + tokens).unwrap();
             r.batch_decode(batched).unwrap();
@@ -326,15 +333,13 @@ fn a_batched_decode_and_a_one_sequence_run_launch_the_same_per_sequence_operator
         for op in &batch.per_sequence {
             assert!(
                 one.per_sequence.contains(op),
-                "{}: the batched decode runs {op} per sequence, the one-sequence run does not",
-                p.name
+                "{name}: the batched decode runs {op} per sequence, the one-sequence run does not"
             );
         }
         for op in &one.per_sequence {
             assert!(
                 batch.per_op.contains_key(op),
-                "{}: the one-sequence decode runs {op}, the batched decode never does",
-                p.name
+                "{name}: the one-sequence decode runs {op}, the batched decode never does"
             );
         }
     }

@@ -6,7 +6,7 @@
 //! ([`LinearState`]).
 
 use super::linear_attention::LinearState;
-use super::ops::{view, Ops};
+use super::ops::{first_fitting_in_place, view, Ops};
 use super::params::KdaWeights;
 use super::ForwardError;
 use crate::config::LinearAttnDims;
@@ -23,18 +23,19 @@ const CHUNKS: [usize; 3] = [64, 32, 16];
 /// about 80 (see `kernels::linear_attention::chunked`).
 const CHUNK_DECAY_LIMIT: f64 = 80.0;
 
-/// The chunked form's chunk size for log-decays `g`: the largest declared `C` whose worst in-chunk
-/// cumulative decay stays inside [`CHUNK_DECAY_LIMIT`], or `None` when even the smallest would
-/// overflow (the layer then runs the recurrent form, exact at any decay). A cost-only run has no
-/// values and takes the largest `C`.
-fn chunk_for(g: &Tensor<f32>) -> Option<usize> {
+/// The chunked form's chunk sizes for log-decays `g`, largest first: the declared `C`s whose
+/// worst in-chunk cumulative decay stays inside [`CHUNK_DECAY_LIMIT`]; none when even the smallest
+/// would overflow (the layer then runs the recurrent form, exact at any decay). A cost-only run
+/// has no values and may take any. Which of them runs is the largest whose tiles fit the core.
+fn chunks_for(g: &Tensor<f32>) -> Vec<usize> {
     let Some(values) = g.to_vec() else {
-        return Some(CHUNKS[0]);
+        return CHUNKS.to_vec();
     };
     let worst = values.iter().fold(0.0f64, |m, v| m.max(f64::from(v.abs())));
     CHUNKS
         .into_iter()
-        .find(|&c| c as f64 * worst < CHUNK_DECAY_LIMIT)
+        .filter(|&c| c as f64 * worst < CHUNK_DECAY_LIMIT)
+        .collect()
 }
 
 /// KDA over `x [T, H]` (already normed), advancing `st`.
@@ -74,15 +75,34 @@ pub(crate) fn forward(
     ops.book("kda.gates", launch)?;
 
     let o = ops.mem.act(t, value);
-    let (op, mode, config) = match (t, chunk_for(&g)) {
-        (1, _) => ("kda.delta_recurrent", DeltaMode::Recurrent, Config::new()),
-        (_, Some(c)) => (
-            "kda.delta_chunked",
-            DeltaMode::Chunked,
-            Config::new().with("C", c as i64),
-        ),
-        (_, None) => ("kda.delta_recurrent", DeltaMode::Recurrent, Config::new()),
-    };
+    if ops.batched_decode && t > 1 {
+        // A batched cost-only decode (`Runner::batch_decode`): the t sequences' recurrences in
+        // one launch over t·H heads, each sequence with its own state (shape only), as the Gated
+        // DeltaNet layer runs it.
+        let mem = ops.mem;
+        let row = |c: usize| mem.poisoned::<f32>(&[1, t * c]);
+        let state = || mem.poisoned::<f32>(&[t * st.state.rows(), st.state.cols()]);
+        let tensors = DeltaTensors {
+            q: row(key),
+            k: row(key),
+            v: row(value),
+            g: row(key),
+            beta: row(heads),
+            state_in: state(),
+            state_out: state(),
+            o: row(value),
+        };
+        let launch = launch_delta(
+            &ops.launcher,
+            Decay::PerChannel,
+            DeltaMode::Recurrent,
+            &Config::new(),
+            &tensors,
+        );
+        ops.book("kda.delta_recurrent", launch)?;
+        return output(ops, w, x, &o, eps);
+    }
+    let chunks = if t == 1 { Vec::new() } else { chunks_for(&g) };
     let tensors = DeltaTensors {
         q: view(y.col_range(0, key), "conv q")?,
         k: view(y.col_range(key, key), "conv k")?,
@@ -93,13 +113,48 @@ pub(crate) fn forward(
         state_out: st.state.clone(),
         o: o.clone(),
     };
-    let launch = launch_delta(&ops.launcher, Decay::PerChannel, mode, &config, &tensors);
-    // In place (one launch, no tile retry that could find the state half-written).
+    // In place: each chunk size is probed cost-only first, so an SRAM overflow (an H800's
+    // 228 KB takes a smaller C than a 910B's 512 KB) never leaves the state half-written.
+    let (op, launch) = if chunks.is_empty() {
+        let launch = launch_delta(
+            &ops.launcher,
+            Decay::PerChannel,
+            DeltaMode::Recurrent,
+            &Config::new(),
+            &tensors,
+        );
+        ("kda.delta_recurrent", launch)
+    } else {
+        let launch = first_fitting_in_place(&ops.launcher, chunks, |launcher, c| {
+            let config = Config::new().with("C", c as i64);
+            launch_delta(
+                launcher,
+                Decay::PerChannel,
+                DeltaMode::Chunked,
+                &config,
+                &tensors,
+            )
+        });
+        ("kda.delta_chunked", launch)
+    };
     ops.book_sequence(op, launch)?;
+    output(ops, w, x, &o, eps)
+}
 
+/// The output gate (`g_a`/`g_b` low-rank projections), the gated RMSNorm with its sigmoid and
+/// `o_proj`, over the recurrence's output `o [T, Hv·dv]`.
+fn output(
+    ops: &mut Ops,
+    w: &KdaWeights,
+    x: &Tensor<f32>,
+    o: &Tensor<f32>,
+    eps: f64,
+) -> Result<Tensor<f32>, ForwardError> {
+    // The norm's weight spans one value head.
+    let dv = w.o_norm.cols();
     let gate = ops.linear("kda.g_a_proj", x, &w.g_a)?;
     let gate = ops.linear("kda.g_b_proj", &gate, &w.g_b)?;
-    let normed = ops.mem.act(t, value);
+    let normed = ops.mem.act(o.rows(), o.cols());
     let launch = kernels::tile_choice::cover(
         &gates::gated_rmsnorm_sigmoid::META,
         &Config::new().with("BR", 16),
@@ -109,7 +164,7 @@ pub(crate) fn forward(
         gates::gated_rmsnorm_sigmoid::launch(
             &ops.launcher,
             &cfg,
-            &o,
+            o,
             &gate,
             &w.o_norm,
             &normed,

@@ -5,9 +5,10 @@
 //! One step of one pipeline stage, per micro-batch of `mb` tokens on each attention replica:
 //! - **attention and dense parts** run at `mb` tokens on the tp shard: projections, norms, router,
 //!   shared experts and dense MLPs once on all rows; MLA attention (dense, and DSA's indexer,
-//!   top-k and sparse attention), GQA attention and the Gated DeltaNet recurrence over the whole
-//!   decode batch in one launch (`Runner::batch_decode`); the other per-sequence operators (short
-//!   convolutions, KDA) once per sequence, priced from a one-token run at the same context;
+//!   top-k and sparse attention), GQA attention and the Gated DeltaNet and KDA recurrences over
+//!   the whole decode batch in one launch (`Runner::batch_decode`); the other per-sequence
+//!   operators (short convolutions) once per sequence, priced from a one-token run at the same
+//!   context;
 //! - **routed experts** run on the rows expert parallelism sends to the card: `mb·k/tp` rows per
 //!   card whatever `ep` is (the stage's `dp·mb` tokens, `k` experts each, over its `tp·dp` cards),
 //!   times the hottest rank's share under the routing model — the slowest EP rank sets the step;
@@ -373,7 +374,7 @@ impl Estimator {
             Phase::Decode => tokens.div_ceil(plan.pp),
         };
         // Decode: the micro-batch's sequences as one batched step (MLA and GQA attention and
-        // the Gated DeltaNet recurrence in one launch each; see `Runner::batch_decode`).
+        // the linear-attention recurrences in one launch each; see `Runner::batch_decode`).
         let main = self.run(
             plan,
             mb,
@@ -481,8 +482,8 @@ impl Estimator {
                     Some(ps) => {
                         let seq = &lc.attention.per_sequence;
                         att.add(Work::of(&lc.attention, |op| !seq.contains(op), 1.0));
-                        // Only what the batched step still ran per sequence: MLA and GQA
-                        // attention and the GDN recurrence already covered the whole batch there.
+                        // Only what the batched step still ran per sequence: attention and the
+                        // linear-attention recurrences already covered the whole batch there.
                         let one = &ps.layers[l].attention;
                         att.add(Work::of(
                             one,
