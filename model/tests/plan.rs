@@ -219,6 +219,24 @@ fn decode_step_agrees_with_the_memory_bound_closed_form() {
     assert_eq!(est.runs(), runs);
 }
 
+/// One cost-only decode step on an h800 of `tokens` tokens at context `ctx`: one sequence's
+/// `tokens`-token chunk, or with `batched` a batch of `tokens` sequences
+/// (`Runner::batch_decode`). Its operator statistics.
+fn h800_decode(
+    cfg: &model::config::ModelConfig,
+    tokens: usize,
+    ctx: usize,
+    batched: bool,
+) -> model::forward::OpStats {
+    let launcher = dsl_core::Launcher::new(accel_sim::DevicePreset::load("h800").unwrap())
+        .with_backend(dsl_core::Backend::CostOnly);
+    let mut r = model::forward::Runner::cost_only(cfg.clone(), launcher, ctx + tokens).unwrap();
+    r.batch_decode(batched).unwrap();
+    r.seek(ctx).unwrap();
+    r.forward(&vec![0; tokens]).unwrap();
+    r.stats().clone()
+}
+
 /// A batched cost-only decode reads every sequence's own cache (b times one sequence's bytes) in
 /// one launch per attention layer, not one chunk over a single cache: MLA's latent cache
 /// (DeepSeek-V3) and GQA's keys and values (Qwen3-Next's full-attention layers).
@@ -237,13 +255,7 @@ fn a_batched_decode_reads_each_sequences_cache_in_one_launch() {
         ("qwen3-next-80b", "attn.decode_split"),
     ] {
         let cfg = load_model(name).unwrap();
-        let decode = |tokens: usize, batched: bool| {
-            let mut r = Runner::cost_only(cfg.clone(), launcher(), ctx + tokens).unwrap();
-            r.batch_decode(batched).unwrap();
-            r.seek(ctx).unwrap();
-            r.forward(&vec![0; tokens]).unwrap();
-            r.stats().clone()
-        };
+        let decode = |tokens: usize, batched: bool| h800_decode(&cfg, tokens, ctx, batched);
         let one = decode(1, false);
         let batch = decode(b, true);
         let attention_layers = cfg
@@ -306,12 +318,6 @@ fn a_ttft_target_picks_a_plan_that_meets_it() {
 /// and Kimi-Linear (KDA layers).
 #[test]
 fn a_batched_decode_and_a_one_sequence_run_launch_the_same_per_sequence_operators() {
-    use dsl_core::{Backend, Launcher};
-    use model::forward::Runner;
-    let launcher = || {
-        Launcher::new(accel_sim::DevicePreset::load("h800").unwrap())
-            .with_backend(Backend::CostOnly)
-    };
     let (b, ctx) = (4, 3000);
     let kimi_linear =
         Path::new(env!("CARGO_MANIFEST_DIR")).join("testdata/kimi_linear_config.json");
@@ -321,13 +327,7 @@ fn a_batched_decode_and_a_one_sequence_run_launch_the_same_per_sequence_operator
         .chain([kimi_linear.to_string_lossy().into_owned()]);
     for name in models {
         let cfg = load_model(&name).unwrap();
-        let decode = |tokens: usize, batched: bool| {
-            let mut r = Runner::cost_only(cfg.clone(), launcher(), ctx + tokens).unwrap();
-            r.batch_decode(batched).unwrap();
-            r.seek(ctx).unwrap();
-            r.forward(&vec![0; tokens]).unwrap();
-            r.stats().clone()
-        };
+        let decode = |tokens: usize, batched: bool| h800_decode(&cfg, tokens, ctx, batched);
         let one = decode(1, false);
         let batch = decode(b, true);
         for op in &batch.per_sequence {

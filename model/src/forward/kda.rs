@@ -92,14 +92,7 @@ pub(crate) fn forward(
             state_out: state(),
             o: row(value),
         };
-        let launch = launch_delta(
-            &ops.launcher,
-            Decay::PerChannel,
-            DeltaMode::Recurrent,
-            &Config::new(),
-            &tensors,
-        );
-        ops.book("kda.delta_recurrent", launch)?;
+        ops.book("kda.delta_recurrent", recurrent(ops, &tensors))?;
         return output(ops, w, x, &o, eps);
     }
     let chunks = if t == 1 { Vec::new() } else { chunks_for(&g) };
@@ -116,14 +109,7 @@ pub(crate) fn forward(
     // In place: each chunk size is probed cost-only first, so an SRAM overflow (an H800's
     // 228 KB takes a smaller C than a 910B's 512 KB) never leaves the state half-written.
     let (op, launch) = if chunks.is_empty() {
-        let launch = launch_delta(
-            &ops.launcher,
-            Decay::PerChannel,
-            DeltaMode::Recurrent,
-            &Config::new(),
-            &tensors,
-        );
-        ("kda.delta_recurrent", launch)
+        ("kda.delta_recurrent", recurrent(ops, &tensors))
     } else {
         let launch = first_fitting_in_place(&ops.launcher, chunks, |launcher, c| {
             let config = Config::new().with("C", c as i64);
@@ -139,6 +125,20 @@ pub(crate) fn forward(
     };
     ops.book_sequence(op, launch)?;
     output(ops, w, x, &o, eps)
+}
+
+/// The per-channel delta rule's recurrent form over `tensors` (one token per head row).
+fn recurrent(
+    ops: &Ops,
+    tensors: &DeltaTensors<f32>,
+) -> Result<dsl_core::Launch, dsl_core::SimError> {
+    launch_delta(
+        &ops.launcher,
+        Decay::PerChannel,
+        DeltaMode::Recurrent,
+        &Config::new(),
+        tensors,
+    )
 }
 
 /// The output gate (`g_a`/`g_b` low-rank projections), the gated RMSNorm with its sigmoid and
