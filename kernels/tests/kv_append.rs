@@ -26,7 +26,9 @@ fn setup(pages: usize, page_size: usize, width: usize, rng: &mut Rng) -> (Vec<f3
     (pool, table)
 }
 
-fn check<T: Float>(
+/// New rows in `S` appended to a pool in `T` (rows in another format convert as they are
+/// written: the host model rounds them to `T` once).
+fn check<S: Float, T: Float>(
     pages: usize,
     page_size: usize,
     width: usize,
@@ -38,8 +40,12 @@ fn check<T: Float>(
     let (pool_v, table) = setup(pages, page_size, width, &mut rng);
     let new_v = rng.vec(n * width, 1.0);
     let pool = Tensor::<T>::from_f32(&[pages, page_size, width], &pool_v).unwrap();
-    let new = Tensor::<T>::from_f32(&[n, width], &new_v).unwrap();
-    let (pool_r, new_r) = (pool.to_vec().unwrap(), new.to_vec().unwrap());
+    let new = Tensor::<S>::from_f32(&[n, width], &new_v).unwrap();
+    let pool_r = pool.to_vec().unwrap();
+    let new_r = Tensor::<T>::from_f32(&[n, width], &new.to_vec().unwrap())
+        .unwrap()
+        .to_vec()
+        .unwrap();
     run_kv_cache_append(&launcher(), &new, &table, &pool, start, page_size).unwrap();
     let want = reference::kv_cache_append(&pool_r, &new_r, width, &table, start, page_size);
     rel_error(&pool.to_vec().unwrap(), &want)
@@ -60,13 +66,21 @@ proptest! {
         let tokens = pages * page_size;
         let start = (a % tokens as u64) as usize;
         let n = 1 + (b % (tokens - start) as u64) as usize;
-        let err = check::<f32>(pages, page_size, width, start, n, seed);
+        let err = check::<f32, f32>(pages, page_size, width, start, n, seed);
         prop_assert!(err == 0.0, "P={page_size} W={width} pages={pages} start={start} n={n}: {err}");
     }
 
     #[test]
     fn bf16_matches_host_paging(width in 1usize..300, start in 0usize..40, n in 1usize..25, seed in any::<u64>()) {
-        let err = check::<bf16>(5, 16, width, start, n, seed);
+        let err = check::<bf16, bf16>(5, 16, width, start, n, seed);
+        prop_assert!(err == 0.0, "W={width} start={start} n={n}: {err}");
+    }
+
+    /// f32 rows into a bf16 pool (native precision's cache): each value rounded to bf16 once,
+    /// as the host rounds it.
+    #[test]
+    fn f32_rows_into_a_bf16_pool_round_once(width in 1usize..300, start in 0usize..40, n in 1usize..25, seed in any::<u64>()) {
+        let err = check::<f32, bf16>(5, 16, width, start, n, seed);
         prop_assert!(err == 0.0, "W={width} start={start} n={n}: {err}");
     }
 
