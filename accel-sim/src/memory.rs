@@ -25,7 +25,7 @@ pub enum Level {
 /// except that programs starting on the same cycle present theirs interleaved, load by load (see
 /// `LaunchSim::batch_levels` in `schedule`); host threads never decide it, so the result is
 /// deterministic.
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Clone)]
 pub struct L2Cache {
     capacity: u64,
     used: u64,
@@ -122,7 +122,7 @@ impl Ord for Ord64 {
 /// (equal caps, fair sharing), so each needs only the *virtual* amount `v` every one of them has
 /// moved since the launch began: a transfer of `b` bytes that arrives when it is `v0` completes
 /// when `v` reaches `v0 + b`. Arrivals and completions are then a heap push and pop.
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Clone)]
 struct ClassState {
     /// Transfers in flight, counted with their multiplicity (cores moving in lockstep).
     n: u64,
@@ -143,7 +143,7 @@ struct ClassState {
 /// The rates change only when a transfer arrives or completes, so the fluid advances from one such
 /// event to the next. Nothing depends on host threads or on the order programs were pushed in
 /// beyond program order: the same transfers give the same completions.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct Fluid {
     hbm_bw: f64,
     l2_bw: f64,

@@ -276,6 +276,10 @@ pub struct Cursor {
     next_id: usize,
 }
 
+/// The events of a program without its load windows ([`ProgramTrace::shapes_handle`]).
+#[derive(Debug, Clone)]
+pub struct ShapesHandle(Arc<Body>);
+
 /// Everything one program issued, in order (compactly: see the module docs).
 #[derive(Debug, Clone)]
 pub struct ProgramTrace {
@@ -332,6 +336,17 @@ impl ProgramTrace {
     /// the timing model cannot tell them apart given the same memory levels and bandwidth.
     pub fn same_shapes(&self, o: &ProgramTrace) -> bool {
         Arc::ptr_eq(&self.body, &o.body) || self.body == o.body
+    }
+
+    /// A handle on this program's events (not its load windows): what [`Self::has_shapes_of`]
+    /// compares later programs with, without keeping this one's windows alive.
+    pub fn shapes_handle(&self) -> ShapesHandle {
+        ShapesHandle(Arc::clone(&self.body))
+    }
+
+    /// [`Self::same_shapes`] against a program known by its [`ShapesHandle`].
+    pub fn has_shapes_of(&self, h: &ShapesHandle) -> bool {
+        Arc::ptr_eq(&self.body, &h.0) || *self.body == *h.0
     }
 
     /// Whether the two traces share one recorded body (a follower that never diverged shares its

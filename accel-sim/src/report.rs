@@ -95,6 +95,9 @@ pub struct Report {
     pub max_rel_error: Option<f64>,
     /// Whether this report came from a cost-only run (no data).
     pub cost_only: bool,
+    /// Programs timed in full; fewer than `programs` when a long steady launch was sampled and
+    /// the rest extrapolated (see [`crate::schedule`]).
+    pub simulated_programs: u64,
     /// Cycles per kernel source line.
     pub lines: Vec<LineReport>,
 }
@@ -130,6 +133,52 @@ pub struct Totals {
     pub lines: BTreeMap<u32, LineStat>,
 }
 
+impl Totals {
+    /// Field by field: `count` on counts and bytes, `ideal` on ideal cycles (keys missing on one
+    /// side count as zero); SRAM peaks are the larger of the two.
+    pub fn combine(
+        &self,
+        o: &Totals,
+        count: impl Fn(u64, u64) -> u64,
+        ideal: impl Fn(f64, f64) -> f64,
+    ) -> Totals {
+        let mut lines = self.lines.clone();
+        for l in o.lines.keys() {
+            lines.entry(*l).or_default();
+        }
+        for (l, s) in lines.iter_mut() {
+            let b = o.lines.get(l).cloned().unwrap_or_default();
+            for e in 0..4 {
+                s.busy[e] = count(s.busy[e], b.busy[e]);
+            }
+            s.stall = count(s.stall, b.stall);
+            s.count = count(s.count, b.count);
+        }
+        let mut matrix_dtypes = self.matrix_dtypes.clone();
+        for d in o.matrix_dtypes.keys() {
+            matrix_dtypes.entry(d).or_insert(0);
+        }
+        for (d, f) in matrix_dtypes.iter_mut() {
+            *f = count(*f, o.matrix_dtypes.get(d).copied().unwrap_or(0));
+        }
+        Totals {
+            busy: std::array::from_fn(|e| count(self.busy[e], o.busy[e])),
+            matrix_flop: count(self.matrix_flop, o.matrix_flop),
+            useful_flop: count(self.useful_flop, o.useful_flop),
+            vector_ops: count(self.vector_ops, o.vector_ops),
+            matrix_ideal: ideal(self.matrix_ideal, o.matrix_ideal),
+            vector_ideal: ideal(self.vector_ideal, o.vector_ideal),
+            hbm_read: count(self.hbm_read, o.hbm_read),
+            hbm_write: count(self.hbm_write, o.hbm_write),
+            l2_read: count(self.l2_read, o.l2_read),
+            sram_peak: self.sram_peak.max(o.sram_peak),
+            sram_reserved_peak: self.sram_reserved_peak.max(o.sram_reserved_peak),
+            matrix_dtypes,
+            lines,
+        }
+    }
+}
+
 /// Inputs of [`Report::build`] that are not totals.
 pub struct ReportInput<'a> {
     /// Kernel name.
@@ -146,6 +195,8 @@ pub struct ReportInput<'a> {
     pub line_code: &'a dyn Fn(u32) -> String,
     /// Cost-only run.
     pub cost_only: bool,
+    /// Programs timed in full (the others extrapolated).
+    pub simulated_programs: u64,
 }
 
 impl Report {
@@ -251,6 +302,7 @@ impl Report {
             sram_capacity_bytes: p.sram.bytes_per_core,
             max_rel_error: None,
             cost_only: inp.cost_only,
+            simulated_programs: inp.simulated_programs,
             lines,
         }
     }
@@ -276,6 +328,7 @@ impl Report {
         r.roofline_cycles = sum(|p| p.roofline_cycles);
         r.exposed_dma_cycles = sum(|p| p.exposed_dma_cycles);
         r.programs = sum(|p| p.programs);
+        r.simulated_programs = sum(|p| p.simulated_programs);
         r.waves = sum(|p| p.waves);
         r.sram_peak_bytes = parts.iter().map(|p| p.sram_peak_bytes).max().unwrap_or(0);
         r.sram_reserved_peak_bytes = parts

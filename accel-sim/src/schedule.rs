@@ -17,8 +17,27 @@
 //! layer cost one walk per wave, as the tiles of a GEMM without L2 hits do. Everything is a pure
 //! function of the traces, so the numbers do not depend on host threads or on how the front end
 //! batches its pushes.
+//!
+//! A long launch of programs the timing model cannot tell apart (a GEMM's tiles, an elementwise
+//! kernel's rows) settles into a steady state: each further window of programs adds about the
+//! same cycles and traffic. Such a launch can be *sampled* ([`LaunchSim::with_sampling`]): at
+//! checkpoints a whole number of periods before the end of the grid, a copy of the simulation is
+//! finished (the launch as if it stopped there). When three checkpoints, a window apart and past a
+//! warm-up period, show the same increments of cycles and of HBM and L2 traffic (within
+//! [`STEADY_TOLERANCE`]), the next windows of like programs are *skipped*: their loads still go
+//! through the L2 model in program order, and a window whose HBM and L2 bytes match the measured
+//! window costs what it cost; a window that does not, or a program with other events, is
+//! simulated. After [`SKIPS_PER_SAMPLE`] skipped windows the next window is simulated and the
+//! step measured again, since a launch drifts. The simulation itself carries on from where it
+//! stopped, so the last programs, the tail and the drain are simulated. Launches whose programs
+//! differ (causal attention, experts with different token counts) are simulated in full. The
+//! report says how many programs were timed in full.
+//!
+//! Sampling is an option, off by default: on the release-day pipeline it moves the prefill TTFT
+//! by 0.3% but single launches by up to 8% (BENCHMARKS.md, "Sampled launches").
 
 use crate::error::SimError;
+use crate::isa::Region;
 use crate::memory::{Fluid, L2Cache, Level};
 use crate::preset::DevicePreset;
 use crate::program::ProgramTrace;
@@ -32,7 +51,26 @@ use std::sync::Arc;
 /// How many runs formed at the same cycle a program is compared with before it gets its own.
 const MAX_REUSE_CANDIDATES: usize = 4;
 
+/// Largest relative difference between the increments of two consecutive sampling periods (cycles,
+/// HBM bytes, L2 bytes) for a launch to count as steady.
+pub const STEADY_TOLERANCE: f64 = 0.01;
+
+/// Sampling periods a launch must span before it is sampled at all (warm-up, three checkpoints,
+/// and enough left over to be worth extrapolating).
+const MIN_SAMPLED_PERIODS: u64 = 6;
+
+/// Checkpoints per launch at most (each one finishes a copy of the simulation).
+const MAX_CHECKPOINTS: u32 = 48;
+
+/// Windows skipped on one measurement of the step before the next window is simulated and the
+/// step measured again.
+const SKIPS_PER_SAMPLE: u32 = 4;
+
+/// Windows, in periods, over which consecutive increments are compared.
+const WINDOWS: [u64; 3] = [1, 2, 4];
+
 /// Static facts about a launch.
+#[derive(Clone)]
 pub struct LaunchInfo<'a> {
     /// Kernel name.
     pub kernel: &'a str,
@@ -49,6 +87,7 @@ pub struct LaunchInfo<'a> {
 }
 
 /// A program being timed on one or more cores in lockstep.
+#[derive(Clone)]
 struct Run {
     timing: CoreRun,
     /// (core, program id) per core of the run.
@@ -56,6 +95,7 @@ struct Run {
 }
 
 /// Cores that free at one cycle, with the state of their DMA-out queue.
+#[derive(Clone)]
 struct FreeCores {
     cores: Vec<usize>,
     /// The DMA-out queue is free at this cycle, or once this store completes.
@@ -67,6 +107,7 @@ struct FreeCores {
 const NO_RUN: u32 = u32::MAX;
 
 /// A transfer as the launch tracks it.
+#[derive(Clone)]
 struct XferState {
     /// Run owning it.
     owner: u32,
@@ -79,7 +120,118 @@ struct XferState {
     wait_tail: u32,
 }
 
+/// What a launch (or its first programs, as if it stopped after them) cost: what the report is
+/// built from.
+#[derive(Debug, Clone, Default)]
+struct Outcome {
+    /// Makespan.
+    cycles: u64,
+    /// Exposed DMA on the core that finishes last.
+    exposed: u64,
+    totals: Totals,
+}
+
+impl Outcome {
+    /// `self` plus `more` (the cost of programs skipped on a steady launch); peaks kept.
+    fn plus(&self, more: &Outcome) -> Outcome {
+        Outcome {
+            cycles: self.cycles + more.cycles,
+            exposed: self.exposed + more.exposed,
+            totals: self
+                .totals
+                .combine(&more.totals, |a, b| a + b, |a, b| a + b),
+        }
+    }
+
+    /// What the programs between `before` and `self` added (counts that shrank count zero).
+    fn minus(&self, before: &Outcome) -> Outcome {
+        Outcome {
+            cycles: self.cycles.saturating_sub(before.cycles),
+            exposed: self.exposed.saturating_sub(before.exposed),
+            totals: self
+                .totals
+                .combine(&before.totals, u64::saturating_sub, |a, b| (a - b).max(0.0)),
+        }
+    }
+
+    /// Whether the increments `self - mid` and `mid - first` agree (cycles, HBM and L2 bytes).
+    fn steady_after(&self, mid: &Outcome, first: &Outcome) -> bool {
+        let close = |a: u64, b: u64, c: u64| close(a.saturating_sub(b), b.saturating_sub(c));
+        let (t, m, f) = (&self.totals, &mid.totals, &first.totals);
+        self.cycles > mid.cycles
+            && mid.cycles > first.cycles
+            && close(self.cycles, mid.cycles, first.cycles)
+            && close(t.hbm_read, m.hbm_read, f.hbm_read)
+            && close(t.hbm_write, m.hbm_write, f.hbm_write)
+            && close(t.l2_read, m.l2_read, f.l2_read)
+    }
+}
+
+/// Whether two increments agree within [`STEADY_TOLERANCE`].
+fn close(a: u64, b: u64) -> bool {
+    a.abs_diff(b) as f64 <= STEADY_TOLERANCE * a.max(b) as f64
+}
+
+/// A steady launch: what one window of programs adds, and the programs of the window being
+/// collected.
+#[derive(Clone)]
+struct Steady {
+    /// Cost of `window` programs (from two checkpoints).
+    step: Outcome,
+    window: u64,
+    held: Vec<ProgramTrace>,
+    /// Windows skipped since the step was measured.
+    skips: u32,
+}
+
+/// Steady-state sampling of a long launch (see the module docs).
+#[derive(Clone)]
+struct Sampling {
+    /// Programs per period: a whole number of waves or of grid rows.
+    period: u64,
+    /// Programs in the launch.
+    total: u64,
+    /// Programs pushed so far.
+    pushed: u64,
+    /// Programs handed to the simulation (not skipped); checkpoints count these.
+    simulated: u64,
+    /// First program (in simulated programs) of the latest run of programs with the same events,
+    /// and their events.
+    same_from: u64,
+    shapes: Option<crate::program::ShapesHandle>,
+    /// Recent checkpoints: (simulated programs, outcome of the launch stopped there).
+    checkpoints: Vec<(u64, Outcome)>,
+    /// Checkpoints left (each one finishes a copy of the simulation).
+    checks_left: u32,
+    steady: Option<Steady>,
+    /// Programs skipped, and their cost.
+    skipped: u64,
+    skipped_cost: Outcome,
+}
+
+/// Programs per sampling period on `cores` cores for a grid with `row` programs along its first
+/// axis. The L2 reuse of a tiled GEMM repeats per row of the grid and the schedule per wave, so a
+/// period spans both a whole number of rows and of waves where that is at most 8 waves; else whole
+/// rows (at least two waves of them) where a row is at most 8 waves; else two waves.
+fn sampling_period(cores: u64, row: u64) -> u64 {
+    let gcd = |mut a: u64, mut b: u64| {
+        while b != 0 {
+            (a, b) = (b, a % b);
+        }
+        a
+    };
+    let lcm = cores / gcd(cores, row) * row;
+    if lcm <= 8 * cores {
+        lcm * (2 * cores).div_ceil(lcm)
+    } else if row <= 8 * cores {
+        row * (2 * cores).div_ceil(row)
+    } else {
+        2 * cores
+    }
+}
+
 /// Incremental launch simulator: push program traces in program-id order, then finish.
+#[derive(Clone)]
 pub struct LaunchSim<'a> {
     preset: &'a DevicePreset,
     info: LaunchInfo<'a>,
@@ -108,6 +260,8 @@ pub struct LaunchSim<'a> {
     totals: Totals,
     trace: Option<ChromeTrace>,
     done_buf: Vec<u32>,
+    /// Steady-state sampling (see the module docs), or `None`: every program is simulated.
+    sampling: Option<Box<Sampling>>,
 }
 
 impl<'a> LaunchSim<'a> {
@@ -136,6 +290,7 @@ impl<'a> LaunchSim<'a> {
             totals: Totals::default(),
             trace,
             done_buf: Vec::new(),
+            sampling: None,
             info,
         };
         sim.add_free(
@@ -156,13 +311,187 @@ impl<'a> LaunchSim<'a> {
         self.free_seq += 1;
     }
 
+    /// Same simulator, sampling a long steady launch (`on`, see the module docs) or timing every
+    /// program. Sampling needs no trace and a grid of at least [`MIN_SAMPLED_PERIODS`] periods;
+    /// set it before the first push.
+    pub fn with_sampling(mut self, on: bool) -> LaunchSim<'a> {
+        let total: u64 = self.info.grid.iter().product();
+        let period = sampling_period(self.preset.cores.max(1), self.info.grid[0]);
+        self.sampling = (on && !self.info.want_trace && total >= MIN_SAMPLED_PERIODS * period)
+            .then(|| {
+                Box::new(Sampling {
+                    period,
+                    total,
+                    pushed: 0,
+                    simulated: 0,
+                    same_from: 0,
+                    shapes: None,
+                    checkpoints: Vec::new(),
+                    checks_left: MAX_CHECKPOINTS,
+                    steady: None,
+                    skipped: 0,
+                    skipped_cost: Outcome::default(),
+                })
+            });
+        self
+    }
+
     /// Adds the next program (in program-id order); the simulation runs as far as it can.
     pub fn push(&mut self, prog: ProgramTrace) -> Result<(), SimError> {
+        if let Some(s) = self.sampling.as_deref_mut() {
+            s.pushed += 1;
+            let same = s.shapes.as_ref().is_some_and(|h| prog.has_shapes_of(h));
+            if let Some(st) = s.steady.as_mut() {
+                if same {
+                    st.held.push(prog);
+                    if st.held.len() as u64 == st.window {
+                        self.skip_window()?;
+                    }
+                    return Ok(());
+                }
+                self.release_held()?;
+            }
+            let s = self.sampling.as_deref_mut().expect("sampling");
+            if !same {
+                s.shapes = Some(prog.shapes_handle());
+                s.same_from = s.simulated;
+            }
+        }
+        self.enqueue(prog)?;
+        self.checkpoint()
+    }
+
+    /// Hands a program to the simulation.
+    fn enqueue(&mut self, prog: ProgramTrace) -> Result<(), SimError> {
+        if let Some(s) = self.sampling.as_deref_mut() {
+            s.simulated += 1;
+        }
         self.queue.push_back(prog);
         if self.queue.len() >= self.needed {
             self.simulate(false)?;
         }
         Ok(())
+    }
+
+    /// A steady launch collected a window of programs like the sampled ones: when the L2 serves
+    /// them as it served the sampled window (same HBM and L2 bytes within the tolerance), they
+    /// are skipped, costing what the sampled window cost, and their reads stay in the L2; else
+    /// they are simulated and sampling starts over.
+    fn skip_window(&mut self) -> Result<(), SimError> {
+        let s = self.sampling.as_deref_mut().expect("sampling");
+        let st = s.steady.as_mut().expect("steady");
+        let mut l2 = self.l2.clone();
+        let (mut hbm, mut hits) = (0u64, 0u64);
+        // In a steady launch cores free one at a time, so each program's loads are classified
+        // on their own, in program order, as the simulation would.
+        for prog in &st.held {
+            for (bytes, region) in prog.loads() {
+                match l2.read(*region, *bytes) {
+                    Level::Hbm => hbm += bytes,
+                    Level::L2 => hits += bytes,
+                }
+            }
+        }
+        if close(hbm, st.step.totals.hbm_read) && close(hits, st.step.totals.l2_read) {
+            let mut cost = st.step.clone();
+            cost.totals.hbm_read = hbm;
+            cost.totals.l2_read = hits;
+            s.skipped += st.window;
+            s.skipped_cost = s.skipped_cost.plus(&cost);
+            st.held.clear();
+            st.skips += 1;
+            self.l2 = l2;
+            if st.skips == SKIPS_PER_SAMPLE {
+                // Measure the step again on the next window: a launch drifts (L2 reuse, queues).
+                s.steady = None;
+            }
+            Ok(())
+        } else {
+            self.release_held()
+        }
+    }
+
+    /// Ends a steady phase: the programs collected so far are simulated.
+    fn release_held(&mut self) -> Result<(), SimError> {
+        let s = self.sampling.as_deref_mut().expect("sampling");
+        let held = s.steady.take().map(|st| st.held).unwrap_or_default();
+        s.checkpoints.clear();
+        for prog in held {
+            self.enqueue(prog)?;
+        }
+        Ok(())
+    }
+
+    /// At a checkpoint of a sampled launch, finishes a copy of the simulation and checks whether
+    /// the launch is steady.
+    fn checkpoint(&mut self) -> Result<(), SimError> {
+        let Some(s) = self.sampling.as_deref() else {
+            return Ok(());
+        };
+        let (n, p) = (s.simulated, s.period);
+        let due = (s.total - s.pushed) % p == 0
+            && s.pushed < s.total
+            && s.same_from + p <= n
+            && s.checks_left > 0;
+        if !due {
+            return Ok(());
+        }
+        let mut copy = self.clone_unsampled();
+        copy.simulate(true)?;
+        let outcome = copy.outcome();
+        let s = self.sampling.as_deref_mut().expect("sampling");
+        s.checks_left -= 1;
+        s.checkpoints
+            .retain(|(m, _)| *m + WINDOWS[WINDOWS.len() - 1] * 2 * p >= n);
+        // Increments over one period, or over longer windows when the L2 reuse or the schedule
+        // repeats more slowly than a period (their phases drift): the shortest steady one. The
+        // first period of a run of like programs is a warm-up.
+        for w in WINDOWS.map(|m| m * p) {
+            let Some(first_at) = n.checked_sub(2 * w) else {
+                break;
+            };
+            if s.same_from + p > first_at {
+                break;
+            }
+            let at = |k: u64| s.checkpoints.iter().find(|(m, _)| *m == k).map(|(_, o)| o);
+            if let (Some(first), Some(mid)) = (at(first_at), at(n - w)) {
+                if outcome.steady_after(mid, first) {
+                    s.steady = Some(Steady {
+                        step: outcome.minus(mid),
+                        window: w,
+                        held: Vec::new(),
+                        skips: 0,
+                    });
+                    break;
+                }
+            }
+        }
+        s.checkpoints.push((n, outcome));
+        Ok(())
+    }
+
+    /// A copy of the simulation as it stands, without sampling state.
+    fn clone_unsampled(&mut self) -> LaunchSim<'a> {
+        let s = self.sampling.take();
+        let copy = self.clone();
+        self.sampling = s;
+        copy
+    }
+
+    /// The outcome of a finished simulation.
+    fn outcome(&self) -> Outcome {
+        let crit = self
+            .core_end
+            .iter()
+            .enumerate()
+            .max_by_key(|(c, f)| (**f, std::cmp::Reverse(*c)))
+            .map(|(c, _)| c)
+            .unwrap_or(0);
+        Outcome {
+            cycles: self.core_end.get(crit).copied().unwrap_or(0),
+            exposed: self.core_exposed.get(crit).copied().unwrap_or(0),
+            totals: self.totals.clone(),
+        }
     }
 
     /// Runs events until the simulation needs programs not pushed yet (or, when `last`, to the end).
@@ -348,23 +677,8 @@ impl<'a> LaunchSim<'a> {
     /// concurrent programs at all, where a real L2 serves the second reader of a panel. A lone
     /// program (cores freeing one at a time) is classified as before.
     fn batch_levels<C>(&mut self, progs: &[(C, ProgramTrace)]) -> Vec<Vec<Level>> {
-        let mut levels: Vec<Vec<Level>> = progs
-            .iter()
-            .map(|(_, p)| Vec::with_capacity(p.loads().len()))
-            .collect();
-        let longest = progs
-            .iter()
-            .map(|(_, p)| p.loads().len())
-            .max()
-            .unwrap_or(0);
-        for j in 0..longest {
-            for (i, (_, p)) in progs.iter().enumerate() {
-                if let Some((bytes, region)) = p.loads().get(j) {
-                    levels[i].push(self.l2.read(*region, *bytes));
-                }
-            }
-        }
-        levels
+        let loads: Vec<_> = progs.iter().map(|(_, p)| p.loads()).collect();
+        round_robin_levels(&mut self.l2, &loads)
     }
 
     /// Cores free at the earliest free cycle take the next programs. Returns false (and changes
@@ -480,14 +794,14 @@ impl<'a> LaunchSim<'a> {
 
     /// Finishes the launch: the report and, if requested, the Chrome trace.
     pub fn finish(mut self) -> Result<(Report, Option<ChromeTrace>), SimError> {
+        if self.sampling.as_ref().is_some_and(|s| s.steady.is_some()) {
+            self.release_held()?;
+        }
         self.simulate(true)?;
-        let (crit, cycles) = self
-            .core_end
-            .iter()
-            .enumerate()
-            .max_by_key(|(c, f)| (**f, std::cmp::Reverse(*c)))
-            .map(|(c, f)| (c, *f))
-            .unwrap_or((0, 0));
+        let (outcome, simulated) = match self.sampling.take() {
+            Some(s) => (self.outcome().plus(&s.skipped_cost), s.simulated),
+            None => (self.outcome(), self.next_program),
+        };
         let lines = self.info.lines;
         let code = |l: u32| code_of(lines, l);
         let report = Report::build(
@@ -496,15 +810,31 @@ impl<'a> LaunchSim<'a> {
                 kernel: self.info.kernel,
                 config: self.info.config.clone(),
                 grid: self.info.grid,
-                cycles,
-                exposed_dma: self.core_exposed[crit],
+                cycles: outcome.cycles,
+                exposed_dma: outcome.exposed,
                 line_code: &code,
                 cost_only: self.info.cost_only,
+                simulated_programs: simulated,
             },
-            &self.totals,
+            &outcome.totals,
         );
         Ok((report, self.trace))
     }
+}
+
+/// The L2 level of every load of programs that start together, classified round-robin (see
+/// [`LaunchSim::batch_levels`]).
+fn round_robin_levels(l2: &mut L2Cache, loads: &[&[(u64, Region)]]) -> Vec<Vec<Level>> {
+    let mut levels: Vec<Vec<Level>> = loads.iter().map(|l| Vec::with_capacity(l.len())).collect();
+    let longest = loads.iter().map(|l| l.len()).max().unwrap_or(0);
+    for j in 0..longest {
+        for (i, l) in loads.iter().enumerate() {
+            if let Some((bytes, region)) = l.get(j) {
+                levels[i].push(l2.read(*region, *bytes));
+            }
+        }
+    }
+    levels
 }
 
 fn code_of(lines: &[(u32, &str)], line: u32) -> String {
@@ -518,7 +848,7 @@ fn code_of(lines: &[(u32, &str)], line: u32) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::isa::{Op, Region};
+    use crate::isa::Op;
     use crate::program::{Instr, Recorder};
 
     /// A program that streams `steps` windows of `bytes` from tensor `tensor` and stores each,
@@ -548,6 +878,10 @@ mod tests {
     }
 
     fn launch(p: &DevicePreset, progs: Vec<ProgramTrace>) -> Report {
+        launch_sampled(p, progs, false)
+    }
+
+    fn launch_sampled(p: &DevicePreset, progs: Vec<ProgramTrace>, sampling: bool) -> Report {
         let info = LaunchInfo {
             kernel: "stream",
             config: BTreeMap::new(),
@@ -556,7 +890,7 @@ mod tests {
             cost_only: true,
             want_trace: false,
         };
-        let mut sim = LaunchSim::new(p, info);
+        let mut sim = LaunchSim::new(p, info).with_sampling(sampling);
         for prog in progs {
             sim.push(prog).unwrap();
         }
@@ -602,5 +936,46 @@ mod tests {
                 .collect(),
         );
         assert_eq!(r, twice, "deterministic");
+    }
+
+    #[test]
+    fn sampling_skips_like_programs_and_times_unlike_ones_in_full() {
+        let p = DevicePreset::load("npu-910b").unwrap();
+        let n = p.cores * 40;
+        let like = || {
+            (0..n)
+                .map(|i| streaming(i, 0, 4, 32 * 1024))
+                .collect::<Vec<_>>()
+        };
+        let full = launch_sampled(&p, like(), false);
+        let sampled = launch_sampled(&p, like(), true);
+        assert_eq!(full.simulated_programs, n);
+        assert!(
+            sampled.simulated_programs < n / 2,
+            "{}",
+            sampled.simulated_programs
+        );
+        let rel = (sampled.cycles as f64 - full.cycles as f64).abs() / full.cycles as f64;
+        assert!(rel <= 0.02, "{} vs {} cycles", sampled.cycles, full.cycles);
+        assert_eq!(sampled.hbm_bytes, full.hbm_bytes);
+        assert!(sampled.check_physics(&p).is_empty());
+        // Every program unlike the one before it: nothing is skipped, nothing changes.
+        let unlike = || {
+            (0..n)
+                .map(|i| streaming(i, 0, 1 + i % 3, 32 * 1024))
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(
+            launch_sampled(&p, unlike(), true),
+            launch_sampled(&p, unlike(), false)
+        );
+    }
+
+    #[test]
+    fn a_sampling_period_spans_whole_waves_or_rows() {
+        assert_eq!(sampling_period(24, 2048), 48);
+        assert_eq!(sampling_period(132, 128), 384);
+        assert_eq!(sampling_period(24, 8), 48);
+        assert_eq!(sampling_period(24, 36), 72);
     }
 }

@@ -136,7 +136,7 @@ pub struct TransferReq {
 
 /// The transfers of a launch: when each one's bytes finished (`busy_end`, the DMA engine frees)
 /// and when its data is usable (`end`, after the level's latency), or [`PENDING`].
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Clone)]
 pub struct Transfers {
     /// (busy_end, end, latency) per transfer id.
     ends: Vec<(u64, u64, u64)>,
@@ -252,6 +252,7 @@ impl Lazy {
 /// and counts against the accumulator capacity instead.
 const ACC_REGION: usize = usize::MAX;
 
+#[derive(Clone)]
 struct BufState {
     bytes: u64,
     region: usize,
@@ -259,6 +260,7 @@ struct BufState {
     last_access: Lazy,
 }
 
+#[derive(Clone)]
 struct RegionState {
     /// When its last occupant is done with it.
     free_at: Lazy,
@@ -268,7 +270,7 @@ struct RegionState {
 
 /// SRAM regions not in use, by size: a new tile takes the one of its size freed earliest (ties:
 /// the lowest region), as a compiler's buffer assignment would reuse them.
-#[derive(Default)]
+#[derive(Default, Clone)]
 struct FreeRegions {
     /// (bytes, free regions of that size).
     by_size: Vec<(u64, Vec<usize>)>,
@@ -306,7 +308,7 @@ impl FreeRegions {
 }
 
 /// Intervals with non-decreasing starts, merged into their union as they arrive.
-#[derive(Default)]
+#[derive(Default, Clone)]
 struct Union(Vec<(u64, u64)>);
 
 impl Union {
@@ -343,6 +345,7 @@ pub struct TimingContext<'a> {
 }
 
 /// A transfer of this program in flight on DMA queue `q`.
+#[derive(Clone)]
 struct InFlight {
     id: TransferId,
     start: u64,
@@ -366,6 +369,7 @@ pub enum Step {
 }
 
 /// One program being timed on `mult` cores in lockstep, resumable (see the module docs).
+#[derive(Clone)]
 pub struct CoreRun {
     /// Shared so that a walk can hold it while mutating the run (a clone of the trace itself
     /// would copy its load windows at every resumption).

@@ -6,7 +6,7 @@ use crate::timing::Interval;
 use serde_json::{json, Value};
 
 /// Collects timeline intervals of scheduled programs.
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Clone)]
 pub struct ChromeTrace {
     events: Vec<Value>,
     cores_named: std::collections::BTreeSet<u64>,

@@ -262,6 +262,11 @@ pub struct Launcher {
     /// Hazard checks of functional launches (see [`crate::hazard`]): on by default unless
     /// `DAY0_HAZARDS=0`; coverage and non-finite checks opt-in.
     pub hazards: Hazards,
+    /// Sample long steady launches and skip windows of like programs (see
+    /// [`accel_sim::schedule`]): off (every program timed) unless `DAY0_SAMPLING=1`, because its
+    /// error is not yet small enough for every kernel (BENCHMARKS.md, "Sampled launches").
+    /// Functional and cost-only launches sample alike, so their cycles stay equal.
+    pub sampling: bool,
 }
 
 impl Launcher {
@@ -274,7 +279,19 @@ impl Launcher {
             trace: false,
             memo: None,
             hazards: Hazards::from_env(),
+            sampling: std::env::var("DAY0_SAMPLING").is_ok_and(|v| v.trim() == "1"),
         }
+    }
+
+    /// Same launcher, sampling long steady launches (`on`) or timing every program (see
+    /// [`accel_sim::schedule`]). A memo, if any, is started afresh: its reports were timed
+    /// the other way.
+    pub fn with_sampling(mut self, on: bool) -> Launcher {
+        self.sampling = on;
+        if self.memo.is_some() {
+            self.memo = Some(Arc::new(LaunchMemo::new(&self.preset)));
+        }
+        self
     }
 
     /// Same launcher with hazard checks on or off (bounds, unwritten tiles, races between
@@ -448,7 +465,7 @@ impl Launcher {
             cost_only: !functional,
             want_trace: self.trace,
         };
-        let mut sim = LaunchSim::new(&self.preset, info);
+        let mut sim = LaunchSim::new(&self.preset, info).with_sampling(self.sampling);
         let total: usize = grid.iter().product();
         let pid_of = |i: usize| {
             [

@@ -161,3 +161,47 @@ fn million_token_chunked_prefill_runs_cost_only() {
         "1M-token cost-only prefill took {host:.2} s of host time"
     );
 }
+
+/// Sampling (opt-in, see `accel_sim::schedule`) on a long launch of like programs: most programs
+/// are skipped, the functional and cost-only reports stay equal (both sample alike), the traffic
+/// is the full launch's and the cycles are within 2% of timing every program.
+#[test]
+fn a_sampled_launch_stays_close_to_the_full_simulation() {
+    let norm = RmsNormCase {
+        rows: 6000,
+        hidden: 1024,
+        dtype: GemmDtype::Bf16,
+        config: Config::new(),
+        eps: 1e-6,
+        seed: 9,
+    };
+    let run = |l: &Launcher| run_rmsnorm_residual(l, &norm).unwrap().launch.report;
+    let full = run(&launcher()
+        .with_backend(Backend::CostOnly)
+        .with_sampling(false));
+    let sampled = run(&launcher()
+        .with_backend(Backend::CostOnly)
+        .with_sampling(true));
+    assert_eq!(full.simulated_programs, full.programs);
+    assert!(
+        sampled.simulated_programs * 2 < sampled.programs,
+        "{} of {} programs simulated",
+        sampled.simulated_programs,
+        sampled.programs
+    );
+    let rel = |a: u64, b: u64| (a as f64 - b as f64).abs() / b as f64;
+    assert!(
+        rel(sampled.cycles, full.cycles) <= 0.02,
+        "sampled {} vs full {} cycles",
+        sampled.cycles,
+        full.cycles
+    );
+    assert!(rel(sampled.hbm_bytes, full.hbm_bytes) <= 0.01);
+    assert_eq!(sampled.flop, full.flop);
+    assert!(sampled.check_physics(&launcher().preset).is_empty());
+    let functional = run(&launcher().with_sampling(true));
+    let mut want = functional;
+    want.max_rel_error = None;
+    want.cost_only = true;
+    assert_eq!(want, sampled);
+}
