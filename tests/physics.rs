@@ -13,6 +13,7 @@ use kernels::attention::decode::{
     run_decode_gqa_batch, run_decode_latent, DecodeCase,
 };
 use kernels::attention::fp8_kv::paged_decode_split_fp8;
+use kernels::attention::fp8_kv::{run_kv_cache_append_fp8, Fp8Tensors};
 use kernels::attention::kv_append::run_kv_cache_append;
 use kernels::attention::prefill::{run_prefill_with, PrefillCase, PrefillKernel};
 use kernels::attention::sparse::{run_dsa_decode, run_dsa_decode_batch, run_dsa_prefill, DsaCase};
@@ -79,6 +80,7 @@ const CHECKED: &[&str] = &[
     "embedding",
     "rope",
     "kv_cache_append",
+    "kv_cache_append_fp8",
     "moe_router_sigmoid_group_topk",
     "moe_router_softmax_topk",
     "moe_dispatch",
@@ -470,6 +472,29 @@ fn run_model_op(device: &str, op: &str, x: &[usize; 8]) -> Labelled {
                     &shape::<f32>(&[pool_pages * page, w]),
                     start,
                     page,
+                )
+                .map(|r| r.report),
+            )
+        }
+        "kv_cache_append_fp8" => {
+            let (n, start, heads, d, page) = (
+                dim(x[0], 1, 700),
+                pick(x[1], 0, 8192),
+                dim(x[2], 1, 16),
+                dim(x[3], 1, 1024),
+                dim(x[4], 1, 300),
+            );
+            let needed = (start + n).div_ceil(page);
+            let pool_pages = needed + pick(x[5], 0, 8);
+            let table = scrambled_pages(seed, pool_pages, needed);
+            one(
+                format!("{op} rows {n} at {start} heads {heads}×{d} page {page} pool {pool_pages}"),
+                run_kv_cache_append_fp8(
+                    &l,
+                    &shape::<bf16>(&[n, heads * d]),
+                    &table,
+                    &Fp8Tensors::empty(pool_pages, page, heads, d, true),
+                    start,
                 )
                 .map(|r| r.report),
             )
@@ -945,6 +970,7 @@ const MODEL_RUNNERS: &[(&str, &[&str])] = &[
     ("embedding", &["embedding"]),
     ("rope", &["rope"]),
     ("kv_cache_append", &["kv_cache_append"]),
+    ("kv_cache_append_fp8", &["kv_cache_append_fp8"]),
     (
         "moe_router_sigmoid_group_topk",
         &["moe_router_sigmoid_group_topk"],

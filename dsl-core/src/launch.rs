@@ -263,8 +263,8 @@ pub struct Launcher {
     /// `DAY0_HAZARDS=0`; coverage and non-finite checks opt-in.
     pub hazards: Hazards,
     /// Sample long steady launches and skip windows of like programs (see
-    /// [`accel_sim::schedule`]): off (every program timed) unless `DAY0_SAMPLING=1`, because its
-    /// error is not yet small enough for every kernel (BENCHMARKS.md, "Sampled launches").
+    /// [`accel_sim::schedule`]): off (every program timed) unless `DAY0_SAMPLING=1`, because it
+    /// moves single launches by up to ~1% for a modest gain (BENCHMARKS.md, session 14).
     /// Functional and cost-only launches sample alike, so their cycles stay equal.
     pub sampling: bool,
 }

@@ -147,6 +147,12 @@ pub fn all() -> Vec<Implementation> {
             summary: "write new K/V (or latent) rows into a paged pool through the block table",
         },
         Implementation {
+            op: "kv_cache_append_fp8",
+            kind: ImplKind::Dsl,
+            meta: &crate::attention::fp8_kv::kv_cache_append_fp8::META,
+            summary: "quantise new K/V rows into an FP8 E4M3 paged pool, one scale per token and head",
+        },
+        Implementation {
             op: "moe_router_sigmoid_group_topk",
             kind: ImplKind::Dsl,
             meta: &crate::moe::router::router_sigmoid_group_topk::META,

@@ -162,20 +162,22 @@ fn million_token_chunked_prefill_runs_cost_only() {
     );
 }
 
-/// Sampling (opt-in, see `accel_sim::schedule`) on a long launch of like programs: most programs
-/// are skipped, the functional and cost-only reports stay equal (both sample alike), the traffic
-/// is the full launch's and the cycles are within 2% of timing every program.
+/// Sampling (opt-in, see `accel_sim::schedule`) on a long launch of like programs (GEMM tiles
+/// whose L2 hits differ, so they do not run in lockstep): most programs are skipped, the
+/// functional and cost-only reports stay equal (both sample alike), the traffic and the cycles are
+/// within 2% of timing every program.
 #[test]
 fn a_sampled_launch_stays_close_to_the_full_simulation() {
-    let norm = RmsNormCase {
-        rows: 6000,
-        hidden: 1024,
+    let case = GemmCase {
+        m: 4096,
+        n: 4096,
+        k: 256,
         dtype: GemmDtype::Bf16,
-        config: Config::new(),
-        eps: 1e-6,
+        variant: GemmVariant::DoubleBuffered,
+        config: Config::new().with("BM", 128).with("BN", 128).with("BK", 64),
         seed: 9,
     };
-    let run = |l: &Launcher| run_rmsnorm_residual(l, &norm).unwrap().launch.report;
+    let run = |l: &Launcher| run_gemm(l, &case).unwrap().launch.report;
     let full = run(&launcher()
         .with_backend(Backend::CostOnly)
         .with_sampling(false));
@@ -184,7 +186,7 @@ fn a_sampled_launch_stays_close_to_the_full_simulation() {
         .with_sampling(true));
     assert_eq!(full.simulated_programs, full.programs);
     assert!(
-        sampled.simulated_programs * 2 < sampled.programs,
+        sampled.simulated_programs * 3 < sampled.programs * 2,
         "{} of {} programs simulated",
         sampled.simulated_programs,
         sampled.programs
@@ -196,7 +198,7 @@ fn a_sampled_launch_stays_close_to_the_full_simulation() {
         sampled.cycles,
         full.cycles
     );
-    assert!(rel(sampled.hbm_bytes, full.hbm_bytes) <= 0.01);
+    assert!(rel(sampled.hbm_bytes, full.hbm_bytes) <= 0.02);
     assert_eq!(sampled.flop, full.flop);
     assert!(sampled.check_physics(&launcher().preset).is_empty());
     let functional = run(&launcher().with_sampling(true));

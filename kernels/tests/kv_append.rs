@@ -5,8 +5,13 @@
 //! Block tables are scrambled permutations of the pool's pages, as an allocator leaves them;
 //! appends start anywhere in a page and straddle page boundaries; widths are ragged.
 
+use accel_sim::formats::fp8::decode_e4m3;
 use dsl_core::prelude::*;
 use dsl_core::SimError;
+use kernels::attention::fp8_kv::{
+    quantize_per_token, run_kv_cache_append_fp8, Fp8Tensors, E4M3_SUBNORMAL_HALF_STEP,
+    E4M3_UNIT_ROUNDOFF,
+};
 use kernels::attention::kv_append::{kv_cache_append, run_kv_cache_append};
 use kernels::reference::{self, rel_error};
 use kernels::testdata::Rng;
@@ -153,4 +158,118 @@ fn registered() {
     let imps = kernels::registry::implementations("kv_cache_append");
     assert_eq!(imps.len(), 1);
     assert_eq!(imps[0].meta.name, "kv_cache_append");
+}
+
+/// Appends `n` rows (magnitudes spread over `2^log_range`, one head of one row all zero) at
+/// `start` into a poisoned FP8 pool and checks, per appended (token, head): the codes and the
+/// scale equal the host quantiser's on that row (the same f32 arithmetic, so exactly); the
+/// dequantised values are within E4M3's bound of the f64 inputs. Every code and scale the append
+/// must not touch still reads NaN.
+#[allow(clippy::too_many_arguments)]
+fn check_fp8<S: Float>(
+    pages: usize,
+    page_size: usize,
+    heads: usize,
+    dim: usize,
+    start: usize,
+    n: usize,
+    log_range: f32,
+    seed: u64,
+) -> Result<(), String> {
+    let mut rng = Rng::new(seed);
+    let (_, table) = setup(pages, page_size, 1, &mut rng);
+    let width = heads * dim;
+    let mut vals: Vec<f32> = (0..n * width)
+        .map(|_| rng.uniform().signum() * (-log_range * rng.uniform().abs()).exp2())
+        .collect();
+    vals[..dim].iter_mut().for_each(|v| *v = 0.0);
+    let new = Tensor::<S>::from_f32(&[n, width], &vals).unwrap();
+    let rounded = new.to_vec().unwrap();
+    let pool = Fp8Tensors::empty(pages, page_size, heads, dim, false);
+    run_kv_cache_append_fp8(&launcher(), &new, &table, &pool, start).map_err(|e| e.to_string())?;
+    let (codes, scales) = (pool.codes.to_vec().unwrap(), pool.scales.to_vec().unwrap());
+    let mut written = vec![false; pages * page_size];
+    for (i, row) in rounded.chunks_exact(width).enumerate() {
+        let pos = start + i;
+        let (page, slot) = (table[pos / page_size], pos % page_size);
+        written[page * page_size + slot] = true;
+        let want = quantize_per_token(row, 1, heads, dim)?;
+        for h in 0..heads {
+            let got_scale = scales[(page * heads + h) * page_size + slot];
+            if got_scale.to_bits() != want.scales[h].to_bits() {
+                return Err(format!(
+                    "token {pos} head {h}: scale {got_scale} != {}",
+                    want.scales[h]
+                ));
+            }
+            for d in 0..dim {
+                let got = codes[(page * page_size + slot) * width + h * dim + d];
+                let code = decode_e4m3(want.codes[h * dim + d]);
+                if got.to_bits() != code.to_bits() {
+                    return Err(format!(
+                        "token {pos} head {h} value {d}: code {got} != {code}"
+                    ));
+                }
+                let x = row[h * dim + d] as f64;
+                let bound =
+                    E4M3_UNIT_ROUNDOFF * x.abs() + E4M3_SUBNORMAL_HALF_STEP * got_scale as f64;
+                let deq = got as f64 * got_scale as f64;
+                if (deq - x).abs() > bound * (1.0 + 1e-6) {
+                    return Err(format!(
+                        "token {pos} head {h} value {d}: {x} -> {deq} (bound {bound})"
+                    ));
+                }
+            }
+        }
+    }
+    for (r, w) in written.iter().enumerate() {
+        let (page, slot) = (r / page_size, r % page_size);
+        let untouched = codes[r * width..][..width].iter().all(|c| c.is_nan())
+            && (0..heads).all(|h| scales[(page * heads + h) * page_size + slot].is_nan());
+        if !*w && !untouched {
+            return Err(format!(
+                "pool row {r} (page {page}, slot {slot}) was not appended but changed"
+            ));
+        }
+    }
+    Ok(())
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(24))]
+
+    /// The FP8 cache's writer (`kv_cache_append_fp8`) quantises as the host quantiser the FP8
+    /// decode tests use, straddling pages of a scrambled block table.
+    #[test]
+    fn fp8_append_quantises_per_token_and_head(
+        page_size in prop::sample::select(vec![1usize, 4, 16]),
+        heads in 1usize..4,
+        dim in prop::sample::select(vec![7usize, 64, 576]),
+        pages in 1usize..6,
+        a in any::<u64>(),
+        b in any::<u64>(),
+        log_range in 0.0f32..12.0,
+        seed in any::<u64>(),
+    ) {
+        let tokens = pages * page_size;
+        let start = (a % tokens as u64) as usize;
+        let n = 1 + (b % (tokens - start) as u64) as usize;
+        let r = check_fp8::<f32>(pages, page_size, heads, dim, start, n, log_range, seed);
+        prop_assert!(r.is_ok(), "P={page_size} heads={heads} dim={dim} start={start} n={n}: {r:?}");
+        let r = check_fp8::<bf16>(pages, page_size, heads, dim, start, n, log_range, seed);
+        prop_assert!(r.is_ok(), "bf16 rows: {r:?}");
+    }
+}
+
+#[test]
+fn fp8_append_misuse_is_an_error() {
+    let pool = Fp8Tensors::empty(2, 4, 2, 8, false);
+    let wide = Tensor::<f32>::from_f32(&[1, 17], &[1.0; 17]).unwrap();
+    let err = run_kv_cache_append_fp8(&launcher(), &wide, &[0, 1], &pool, 0).unwrap_err();
+    assert!(err.to_string().contains("17 wide"), "{err}");
+    let rows = Tensor::<f32>::from_f32(&[3, 16], &[1.0; 48]).unwrap();
+    let err = run_kv_cache_append_fp8(&launcher(), &rows, &[0], &pool, 2).unwrap_err();
+    assert!(err.to_string().contains("block table"), "{err}");
+    let err = run_kv_cache_append_fp8(&launcher(), &rows, &[0, 5], &pool, 2).unwrap_err();
+    assert!(err.to_string().contains("outside the pool"), "{err}");
 }

@@ -14,12 +14,18 @@
 //! (`Σ_s p_s·(σ_s c_s) = Σ_s (p_s σ_s)·c_s`), as DeepSeek's FP8 GEMMs scale partial products.
 
 use super::decode::{online_softmax_step, split_program, store_split_partials};
+use super::kv_append::append_table;
 use accel_sim::formats::fp8::{decode_e4m3, encode_e4m3};
 use accel_sim::formats::Overflow;
 use dsl_core::prelude::*;
+use dsl_core::SimError;
 
 /// Largest finite E4M3 value: a token's largest magnitude maps to it.
 pub const E4M3_MAX: f32 = 448.0;
+
+/// Smallest amax a scale is taken from: an all-zero row keeps a tiny, normal scale (its codes are
+/// 0) instead of dividing by zero; rows below it lose nothing an f32 activation holds.
+pub const AMAX_FLOOR: f32 = 1e-30;
 
 /// Unit roundoff of E4M3 (3 mantissa bits, round-to-nearest-even): a value in the normal range
 /// is stored with relative error ≤ 2^-4.
@@ -48,8 +54,8 @@ impl Fp8Pool {
     }
 }
 
-/// Quantises a pool `[pages, page_size, heads·dim]` per (token, head): `scale = amax / 448` (1 for
-/// an all-zero row), codes `RNE(value / scale)`. Errors on a length that does not match or a
+/// Quantises a pool `[pages, page_size, heads·dim]` per (token, head): `scale = max(amax,`
+/// [`AMAX_FLOOR`]`) / 448`, codes `RNE(value / scale)`, as [`kv_cache_append_fp8()`] does on chip. Errors on a length that does not match or a
 /// non-finite value (FP8 E4M3 cannot hold it), naming its position.
 pub fn quantize_per_token(
     pool: &[f32],
@@ -80,7 +86,7 @@ pub fn quantize_per_token(
                 ));
             }
             let amax = hv.iter().fold(0.0f32, |m, v| m.max(v.abs()));
-            let scale = if amax > 0.0 { amax / E4M3_MAX } else { 1.0 };
+            let scale = amax.max(AMAX_FLOOR) / E4M3_MAX;
             scales[(page * heads + head) * page_size + slot] = scale;
             let out = &mut codes[tok * row + head * dim..][..dim];
             for (c, v) in out.iter_mut().zip(hv) {
@@ -129,6 +135,30 @@ impl Fp8Tensors {
             heads,
             dim,
         })
+    }
+
+    /// A pool of `pages` pages of `page_size` tokens whose every code and scale reads NaN until an
+    /// append writes it ([`kv_cache_append_fp8()`]), or (`shape_only`) one without data, for
+    /// cost-only runs.
+    pub fn empty(
+        pages: usize,
+        page_size: usize,
+        heads: usize,
+        dim: usize,
+        shape_only: bool,
+    ) -> Self {
+        let (shape, scale_shape) = ([pages, page_size, heads * dim], [pages, heads, page_size]);
+        let (codes, scales) = if shape_only {
+            (Tensor::shape_only(&shape), Tensor::shape_only(&scale_shape))
+        } else {
+            (Tensor::poisoned(&shape), Tensor::poisoned(&scale_shape))
+        };
+        Fp8Tensors {
+            codes,
+            scales,
+            heads,
+            dim,
+        }
     }
 
     /// The values the cache stands for (`decode(code) · scale`, `[pages, P, heads·dim]`); empty
@@ -237,4 +267,93 @@ pub fn paged_decode_split_fp8<T: Float>(
         }
     }
     store_split_partials(o_part, lse_part, kvh, r0, &m, &l, &acc);
+}
+
+/// Quantising paged append (the writer of the FP8 pools [`paged_decode_split_fp8()`] reads): row
+/// `i` of `new [n, heads·dim]` is token position `start + i` of the sequence whose pages are
+/// `block_table` (as in [`super::kv_append`]); each head's `dim` values are stored as E4M3 codes
+/// on the token's row of `codes [pages, P, heads·dim]`, and their scale `max(amax, AMAX_FLOOR) /
+/// 448` at `scales [page, head, slot]`, as [`quantize_per_token`] does. One program per `BR` new
+/// rows of one head; the row amax is a vector-unit reduction, the codes a saturating cast.
+#[kernel(
+    grid = (cdiv(new.rows(), BR), scales.shape()[1]),
+    tunable(BR = [16, 1, 4, 64], BD = [128, 64, 256, 512, 576, 1024])
+)]
+pub fn kv_cache_append_fp8<S: Float>(
+    new: &Tensor<S>,
+    block_table: &Tensor<i32>,
+    codes: &Tensor<fp8e4m3>,
+    scales: &Tensor<f32>,
+    start: usize,
+    page_size: usize,
+) {
+    let (r0, h) = (program_id(0) * BR, program_id(1));
+    let dim = new.cols() / scales.shape()[1];
+    require(
+        dim <= BD,
+        "the BD tile must cover a head's values (the runner picks a covering tile)",
+    );
+    let p = usize::max(page_size, 1);
+    let src = new.cols_clipped(h * dim, dim);
+    let dst = codes.cols_clipped(h * dim, dim);
+    for i in r0..usize::min(r0 + BR, new.rows()) {
+        let pos = start + i;
+        // Cost-only runs have no table: the identity page mapping costs the same.
+        let page = load_index(block_table, pos / p, pos / p);
+        // Columns past the head read as 0 and change no maximum.
+        let x = cast::<f32>(&load::<1, BD>(&src, i, 0));
+        let amax = maximum(&row_max(&abs(&x)), &full::<f32, 1, 1>(AMAX_FLOOR));
+        let sc = div(&amax, &full::<f32, 1, 1>(E4M3_MAX));
+        store(
+            &dst,
+            page * p + pos % p,
+            0,
+            &cast::<fp8e4m3>(&div_col(&x, &sc)),
+        );
+        store(&scales.at(page), h, pos % p, &sc);
+    }
+}
+
+/// Runs [`kv_cache_append_fp8()`]: quantises `new [n, heads·dim]` into token positions
+/// `start..start + n` of the sequence whose pages are `block_table`, in `codes [pages, P,
+/// heads·dim]` and `scales [pages, heads, P]`. Errors (`SimError::Launch`) name what does not fit:
+/// widths or page counts that disagree between `new`, `codes` and `scales`, and every check of
+/// [`super::kv_append::run_kv_cache_append`].
+pub fn run_kv_cache_append_fp8<S: Float>(
+    launcher: &Launcher,
+    new: &Tensor<S>,
+    block_table: &[usize],
+    pool: &Fp8Tensors,
+    start: usize,
+) -> Result<Launch, SimError> {
+    let meta = &kv_cache_append_fp8::META;
+    let bad = |message: String| SimError::Launch {
+        kernel: meta.name.to_string(),
+        message,
+    };
+    let (codes, scales) = (&pool.codes, &pool.scales);
+    let (cs, ss) = (codes.shape(), scales.shape());
+    if cs.len() != 3 || ss.len() != 3 || cs[0] != ss[0] || cs[1] != ss[2] || ss[1] != pool.heads {
+        return Err(bad(format!(
+            "codes {cs:?} and scales {ss:?} are not [pages, P, heads·dim] and [pages, heads, P] \
+             with {} heads",
+            pool.heads
+        )));
+    }
+    if new.cols() != pool.heads * pool.dim || cs[2] != new.cols() {
+        return Err(bad(format!(
+            "new rows {new:?} are {} wide but the pool stores {} heads × {} = {} per token",
+            new.cols(),
+            pool.heads,
+            pool.dim,
+            cs[2]
+        )));
+    }
+    let table = append_table(meta, new.rows(), codes, block_table, start, cs[1])?;
+    let config = crate::tile_choice::covering_config(
+        meta,
+        Config::new(),
+        &[("BR", new.rows(), 64), ("BD", pool.dim, 1024)],
+    );
+    kv_cache_append_fp8::launch(launcher, &config, new, &table, codes, scales, start, cs[1])
 }

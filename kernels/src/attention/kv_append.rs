@@ -11,7 +11,7 @@
 //! page lies in the pool (the kernel would otherwise write a wrong row silently, or nothing).
 
 use dsl_core::prelude::*;
-use dsl_core::SimError;
+use dsl_core::{KernelMeta, SimError};
 
 /// Paged append: one program per `BR` new rows × `BW` columns.
 #[kernel(
@@ -63,14 +63,46 @@ pub fn run_kv_cache_append<S: Float, T: Float>(
             pool.cols()
         )));
     }
-    if page_size == 0 || !crate::tile_choice::divides(page_size, pool.rows()) {
+    let table = append_table(
+        &kv_cache_append::META,
+        new.rows(),
+        pool,
+        block_table,
+        start,
+        page_size,
+    )?;
+    let config = crate::tile_choice::covering_config(
+        &kv_cache_append::META,
+        Config::new(),
+        &[("BR", new.rows(), 64), ("BW", new.cols(), 1024)],
+    );
+    kv_cache_append::launch(launcher, &config, new, &table, pool, start, page_size)
+}
+
+/// The device block table of an append of `new_rows` rows at `start` into a pool of `pool` rows
+/// (`[pages·page_size, …]`), after checking on the host what the kernel cannot: a zero page size,
+/// a pool whose rows are not whole pages, a table too short for the last position, or a page
+/// outside the pool. Errors (`SimError::Launch`) name `kernel` and what would fix it.
+pub(crate) fn append_table<T: Elem>(
+    kernel: &KernelMeta,
+    new_rows: usize,
+    pool: &Tensor<T>,
+    block_table: &[usize],
+    start: usize,
+    page_size: usize,
+) -> Result<Tensor<i32>, SimError> {
+    let bad = |message: String| SimError::Launch {
+        kernel: kernel.name.to_string(),
+        message,
+    };
+    let pool_rows = pool.rows();
+    if page_size == 0 || !crate::tile_choice::divides(page_size, pool_rows) {
         return Err(bad(format!(
-            "page size {page_size} does not divide the pool's {} rows ({pool:?})",
-            pool.rows()
+            "page size {page_size} does not divide the pool's {pool_rows} rows ({pool:?})"
         )));
     }
-    let pool_pages = pool.rows() / page_size;
-    let end = start.saturating_add(new.rows());
+    let pool_pages = pool_rows / page_size;
+    let end = start.saturating_add(new_rows);
     let needed = end.div_ceil(page_size);
     if block_table.len() < needed {
         return Err(bad(format!(
@@ -93,11 +125,5 @@ pub fn run_kv_cache_append<S: Float, T: Float>(
     }
     // Entries past the last position are never read: only the checked ones go to the device.
     let idx: Vec<i32> = block_table[..needed].iter().map(|p| *p as i32).collect();
-    let table = Tensor::<i32>::from_indices(&[idx.len()], &idx).map_err(bad)?;
-    let config = crate::tile_choice::covering_config(
-        &kv_cache_append::META,
-        Config::new(),
-        &[("BR", new.rows(), 64), ("BW", new.cols(), 1024)],
-    );
-    kv_cache_append::launch(launcher, &config, new, &table, pool, start, page_size)
+    Tensor::<i32>::from_indices(&[idx.len()], &idx).map_err(bad)
 }
