@@ -212,8 +212,7 @@ struct Sampling {
     steady: Option<Steady>,
     /// (runs formed, programs assigned) at the last checkpoint due.
     walks_at: (u64, u64),
-    /// Programs skipped, and their cost.
-    skipped: u64,
+    /// What the skipped programs cost.
     skipped_cost: Outcome,
 }
 
@@ -341,7 +340,6 @@ impl<'a> LaunchSim<'a> {
                     checks_left: MAX_CHECKPOINTS,
                     steady: None,
                     walks_at: (0, 0),
-                    skipped: 0,
                     skipped_cost: Outcome::default(),
                 })
             });
@@ -408,7 +406,6 @@ impl<'a> LaunchSim<'a> {
             let mut cost = st.step.clone();
             cost.totals.hbm_read = hbm;
             cost.totals.l2_read = hits;
-            s.skipped += st.window;
             s.skipped_cost = s.skipped_cost.plus(&cost);
             st.held.clear();
             st.skips += 1;
