@@ -276,6 +276,11 @@ pub struct Cursor {
     next_id: usize,
 }
 
+/// Whether two recorded bodies hold the same events: one pointer check when they are shared.
+fn same_body(a: &Arc<Body>, b: &Arc<Body>) -> bool {
+    Arc::ptr_eq(a, b) || a == b
+}
+
 /// The events of a program without its load windows ([`ProgramTrace::shapes_handle`]).
 #[derive(Debug, Clone)]
 pub struct ShapesHandle(Arc<Body>);
@@ -335,7 +340,7 @@ impl ProgramTrace {
     /// Whether the two programs issued the same events apart from the device windows they load:
     /// the timing model cannot tell them apart given the same memory levels and bandwidth.
     pub fn same_shapes(&self, o: &ProgramTrace) -> bool {
-        Arc::ptr_eq(&self.body, &o.body) || self.body == o.body
+        same_body(&self.body, &o.body)
     }
 
     /// A handle on this program's events (not its load windows): what [`Self::has_shapes_of`]
@@ -346,7 +351,7 @@ impl ProgramTrace {
 
     /// [`Self::same_shapes`] against a program known by its [`ShapesHandle`].
     pub fn has_shapes_of(&self, h: &ShapesHandle) -> bool {
-        Arc::ptr_eq(&self.body, &h.0) || *self.body == *h.0
+        same_body(&self.body, &h.0)
     }
 
     /// Whether the two traces share one recorded body (a follower that never diverged shares its

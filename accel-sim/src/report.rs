@@ -96,7 +96,7 @@ pub struct Report {
     /// Whether this report came from a cost-only run (no data).
     pub cost_only: bool,
     /// Programs timed in full; fewer than `programs` when a long steady launch was sampled and
-    /// the rest extrapolated (see [`crate::schedule`]).
+    /// windows of it were skipped at their measured cost (see [`crate::schedule`]).
     pub simulated_programs: u64,
     /// Cycles per kernel source line.
     pub lines: Vec<LineReport>,
@@ -195,7 +195,7 @@ pub struct ReportInput<'a> {
     pub line_code: &'a dyn Fn(u32) -> String,
     /// Cost-only run.
     pub cost_only: bool,
-    /// Programs timed in full (the others extrapolated).
+    /// Programs timed in full (the others skipped at a measured window's cost).
     pub simulated_programs: u64,
 }
 

@@ -59,7 +59,7 @@ const MAX_REUSE_CANDIDATES: usize = 4;
 pub const STEADY_TOLERANCE: f64 = 0.01;
 
 /// Sampling periods a launch must span before it is sampled at all (warm-up, three checkpoints,
-/// and enough left over to be worth extrapolating).
+/// and enough left over to be worth skipping).
 const MIN_SAMPLED_PERIODS: u64 = 6;
 
 /// Checkpoints per launch at most (each one finishes a copy of the simulation).
