@@ -72,6 +72,10 @@ enum Command {
     Forward(model_cmd::ForwardArgs),
     /// Compare a checkpoint's forward pass layer by layer with reference activations.
     Validate(model_cmd::ValidateArgs),
+    /// Run a checkpoint split over simulated cards (tensor-parallel attention and MLPs,
+    /// expert-parallel routed experts; the collectives move real rows between the cards) and
+    /// compare every card's logits and greedy tokens with one card's.
+    Cards(model_cmd::CardsArgs),
     /// List the built-in device presets.
     Devices,
     /// day0's predictions against published measurements of real chips: one row per figure
@@ -393,6 +397,7 @@ fn run(cli: Cli) -> Result<(), String> {
         Command::Calibrate { json, fit, write } => calibrate(json, fit, write),
         Command::Forward(args) => model_cmd::forward(args),
         Command::Validate(args) => model_cmd::validate_cmd(args),
+        Command::Cards(args) => model_cmd::cards_cmd(args),
         Command::Tune(args) => tune_cmd::tune_cmd(args),
         Command::Kernels { json } => tune_cmd::kernels_cmd(json),
         Command::Compare(args) => tune_cmd::compare_cmd(args),

@@ -685,3 +685,192 @@ pub fn validate_cmd(args: ValidateArgs) -> Result<(), String> {
         None => Ok(()),
     }
 }
+
+/// Arguments of `day0 cards`.
+#[derive(Args)]
+pub struct CardsArgs {
+    /// Checkpoint directory (see `day0 forward`); its weights are split at f32.
+    #[arg(long)]
+    model_dir: PathBuf,
+    /// The split: `tp=2,dp=2,ep=2` (tensor parallel × attention replicas, routed experts over
+    /// `ep` cards; pp=1). Cards = tp·dp.
+    #[arg(long)]
+    plan: String,
+    /// Cluster preset name or .toml file whose links price the collectives.
+    #[arg(long, default_value = "h200-node")]
+    cluster: String,
+    /// Device preset of every card (default: the cluster's card).
+    #[arg(long)]
+    device: Option<String>,
+    /// One replica's prompt token ids, comma-separated; give it once per replica (dp times).
+    /// Default: built-in prompts of different lengths.
+    #[arg(long)]
+    tokens: Vec<String>,
+    /// Greedy tokens decoded after each prompt.
+    #[arg(long, default_value_t = 4)]
+    steps: usize,
+    /// Largest |Δlogit| against one card allowed, relative to the largest logit.
+    #[arg(long, default_value_t = 1e-4)]
+    tolerance: f32,
+    /// Print JSON instead of the table.
+    #[arg(long)]
+    json: bool,
+}
+
+/// `day0 cards`: the checkpoint split over simulated cards, with the collectives moving data,
+/// against one card: every card's logits and greedy tokens, and what its collectives cost.
+pub fn cards_cmd(a: CardsArgs) -> Result<(), String> {
+    use accel_sim::ClusterPreset;
+    use model::plan::parallel::Plan;
+    let plan = Plan::parse(&a.plan, None, "--plan").map_err(|e| e.to_string())?;
+    let mut cluster = ClusterPreset::load(&a.cluster).map_err(|e| format!("--cluster: {e}"))?;
+    let nodes = plan.cards().div_ceil(cluster.cards_per_node);
+    if nodes > cluster.nodes {
+        cluster = cluster
+            .with_nodes(nodes)
+            .map_err(|e| format!("--plan: {e}"))?;
+    }
+    let device = a.device.clone().unwrap_or_else(|| cluster.device.clone());
+    let prompts: Vec<Vec<i64>> = if a.tokens.is_empty() {
+        (0..plan.dp)
+            .map(|r| {
+                (0..8 - r % 4)
+                    .map(|i| ((r * 53 + i * 31 + 7) % 64) as i64)
+                    .collect()
+            })
+            .collect()
+    } else {
+        a.tokens
+            .iter()
+            .map(|p| {
+                p.split(',')
+                    .map(|t| t.trim().parse::<i64>())
+                    .collect::<Result<Vec<_>, _>>()
+                    .map_err(|e| format!("--tokens `{p}`: {e} (comma-separated token ids)"))
+            })
+            .collect::<Result<_, _>>()?
+    };
+    if prompts.len() != plan.dp || prompts.iter().any(Vec::is_empty) {
+        return Err(format!(
+            "--tokens: dp={} replicas need {} non-empty prompts, {} given",
+            plan.dp,
+            plan.dp,
+            prompts.len()
+        ));
+    }
+    let runs =
+        model::forward::run_on_cards(&a.model_dir, &device, &cluster, &plan, &prompts, a.steps)
+            .map_err(|e| e.to_string())?;
+    let clock = accel_sim::DevicePreset::load(&device)
+        .map_err(|e| format!("--device: {e}"))?
+        .clock_ghz
+        * 1e9;
+    let mut rows = Vec::new();
+    let mut pass = true;
+    for (d, prompt) in prompts.iter().enumerate() {
+        let mut one = runner(
+            &a.model_dir,
+            &device,
+            prompt.len() + a.steps,
+            Precision::F32,
+            false,
+        )?;
+        let (want, want_tokens) =
+            model::forward::greedy_steps(&mut one, prompt, a.steps).map_err(|e| e.to_string())?;
+        for run in runs.iter().filter(|r| r.replica == d) {
+            let (mut worst, mut scale) = (0.0f32, 1.0f32);
+            for (got, want) in run.steps.iter().zip(&want) {
+                scale = want.logits.iter().fold(scale, |m, v| m.max(v.abs()));
+                worst = got
+                    .logits
+                    .iter()
+                    .zip(&want.logits)
+                    .fold(worst, |m, (x, y)| m.max((x - y).abs()));
+            }
+            let ok = worst <= a.tolerance * scale && run.tokens == want_tokens;
+            pass &= ok;
+            let comm: serde_json::Map<String, serde_json::Value> = [
+                "attention.all_reduce",
+                "ffn.all_reduce",
+                "moe.ep_dispatch",
+                "moe.ep_combine",
+            ]
+            .iter()
+            .filter_map(|op| {
+                run.stats
+                    .per_op
+                    .get(*op)
+                    .map(|(_, c)| (op.to_string(), serde_json::json!(*c as f64 / clock * 1e6)))
+            })
+            .collect();
+            let cycles = run.stats.total_cycles() as f64;
+            rows.push(serde_json::json!({
+                "card": run.card, "replica": run.replica, "max_abs_diff": worst,
+                "max_rel_diff": worst / scale, "tokens": run.tokens,
+                "tokens_match": run.tokens == want_tokens, "ok": ok,
+                "comm_us": comm, "total_us": cycles / clock * 1e6,
+            }));
+        }
+    }
+    if a.json {
+        let j = serde_json::json!({"plan": plan.to_string(), "cluster": cluster.name,
+            "device": device, "steps": a.steps, "tolerance": a.tolerance, "pass": pass,
+            "cards": rows});
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&j).map_err(|e| e.to_string())?
+        );
+    } else {
+        println!(
+            "{} on {} cards of {} ({}), {} steps, against one card (tolerance {:e} of the largest logit):",
+            a.model_dir.display(),
+            plan.cards(),
+            cluster.name,
+            plan,
+            a.steps + 1,
+            a.tolerance
+        );
+        println!(
+            "{:>4} {:>7} {:>12} {:>10} {:>7} {:>11} {:>11} {:>11} {:>11} {:>11}",
+            "card",
+            "replica",
+            "max|Δlogit|",
+            "relative",
+            "tokens",
+            "attn AR µs",
+            "ffn AR µs",
+            "dispatch µs",
+            "combine µs",
+            "total µs"
+        );
+        for r in &rows {
+            let us = |op: &str| r["comm_us"][op].as_f64().unwrap_or(0.0);
+            println!(
+                "{:>4} {:>7} {:>12.3e} {:>10.3e} {:>7} {:>11.2} {:>11.2} {:>11.2} {:>11.2} {:>11.2}",
+                r["card"].as_u64().unwrap_or(0),
+                r["replica"].as_u64().unwrap_or(0),
+                r["max_abs_diff"].as_f64().unwrap_or(f64::NAN),
+                r["max_rel_diff"].as_f64().unwrap_or(f64::NAN),
+                if r["tokens_match"] == true { "same" } else { "DIFFER" },
+                us("attention.all_reduce"),
+                us("ffn.all_reduce"),
+                us("moe.ep_dispatch"),
+                us("moe.ep_combine"),
+                r["total_us"].as_f64().unwrap_or(0.0),
+            );
+        }
+        println!(
+            "{}",
+            if pass {
+                "every card matches one card"
+            } else {
+                "MISMATCH: a card differs from one card beyond the tolerance"
+            }
+        );
+    }
+    if pass {
+        Ok(())
+    } else {
+        Err("the multi-card run differs from one card".into())
+    }
+}

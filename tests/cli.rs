@@ -929,3 +929,44 @@ fn functional_runs_beyond_host_memory_are_refused_up_front() {
         "{err}"
     );
 }
+
+#[test]
+fn cards_splits_a_checkpoint_and_matches_one_card() {
+    let dir = tiny("deepseek_v3");
+    let out = day0(&[
+        "cards",
+        "--model-dir",
+        &dir,
+        "--plan",
+        "tp=2,dp=2,ep=2",
+        "--steps",
+        "2",
+        "--json",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    assert_eq!(v["pass"], true);
+    let cards = v["cards"].as_array().unwrap();
+    assert_eq!(cards.len(), 4);
+    for c in cards {
+        assert_eq!(c["tokens_match"], true, "{c}");
+        assert!(c["max_rel_diff"].as_f64().unwrap() <= 1e-4, "{c}");
+        assert!(
+            c["comm_us"]["attention.all_reduce"].as_f64().unwrap() > 0.0,
+            "{c}"
+        );
+        assert!(
+            c["comm_us"]["moe.ep_dispatch"].as_f64().unwrap() > 0.0,
+            "{c}"
+        );
+    }
+    // A plan the model cannot split names the flag and exits non-zero.
+    let out = day0(&["cards", "--model-dir", &dir, "--plan", "tp=3"]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("--plan tp"), "{err}");
+}

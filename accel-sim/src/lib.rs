@@ -15,13 +15,16 @@
 //! - [`calibration`]: published measurements of real chips, error statistics and factor fitting;
 //! - [`cluster`]: multi-card clusters as data (nodes, cards per node, intra/inter links, topology);
 //! - [`collective`]: α–β costs of collectives (ring/tree/hierarchical all-reduce, all-gather,
-//!   reduce-scatter, all-to-all, send/recv) on a cluster, and compute/comm overlap.
+//!   reduce-scatter, all-to-all, send/recv) on a cluster, and compute/comm overlap;
+//! - [`fabric`]: collectives that carry data between the cards of a functional multi-card run,
+//!   priced by [`collective`].
 
 pub mod calibration;
 pub mod cluster;
 pub mod collective;
 pub mod dtype;
 pub mod error;
+pub mod fabric;
 pub mod formats;
 pub mod functional;
 pub mod isa;

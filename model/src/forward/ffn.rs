@@ -108,6 +108,11 @@ pub(crate) fn moe(
             .loads
             .push((step, routing::ExpertLoad::of(&sel, e)));
     }
+    if ops.cards.is_some() {
+        // Expert parallelism: the chosen rows travel to the cards holding their experts.
+        let base = shared(ops)?;
+        return ops.routed_on_cards(w, x, &sel, &weights, i, &base);
+    }
     let plan_err = |source| ForwardError::Kernel {
         op: "moe.routing_plan".into(),
         layer,
@@ -118,15 +123,29 @@ pub(crate) fn moe(
     let offsets = plan.offsets_tensor().map_err(plan_err)?;
     let slot_of = plan.slot_of_tensor(k).map_err(plan_err)?;
 
-    let xe = ops.moe_dispatch(x, &rows)?;
-    let gu = ops.grouped_linear("moe.experts.gate_up_proj", &xe, &w.gate_up, &offsets)?;
-    let act = ops.swiglu(
-        "moe.experts.swiglu",
-        &view(gu.col_range(0, i), "expert gate half")?,
-        &view(gu.col_range(i, i), "expert up half")?,
-    )?;
-    let ye = ops.grouped_linear("moe.experts.down_proj", &act, &w.down, &offsets)?;
+    let ye = expert_swiglu(ops, w, x, &rows, &offsets, i)?;
 
     let base = shared(ops)?;
     ops.moe_combine(&ye, &slot_of, &weights, &base)
+}
+
+/// The routed experts' SwiGLU on the rows of `x` a routing plan sends them: gathered by expert
+/// (`rows`), then per expert (`offsets`) `down(silu(gate(x)) · up(x))` with intermediate size
+/// `inter`. Returns `[rows, H]` in the plan's (expert-grouped) order.
+pub(crate) fn expert_swiglu(
+    ops: &mut Ops,
+    w: &MoeWeights,
+    x: &Tensor<f32>,
+    rows: &Tensor<i32>,
+    offsets: &Tensor<i32>,
+    inter: usize,
+) -> Result<Tensor<f32>, ForwardError> {
+    let xe = ops.moe_dispatch(x, rows)?;
+    let gu = ops.grouped_linear("moe.experts.gate_up_proj", &xe, &w.gate_up, offsets)?;
+    let act = ops.swiglu(
+        "moe.experts.swiglu",
+        &view(gu.col_range(0, inter), "expert gate half")?,
+        &view(gu.col_range(inter, inter), "expert up half")?,
+    )?;
+    ops.grouped_linear("moe.experts.down_proj", &act, &w.down, offsets)
 }

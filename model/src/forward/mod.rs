@@ -10,6 +10,7 @@
 //! forward to 1e-4.
 
 pub mod cache_format;
+mod cards;
 mod ffn;
 mod gated_attention;
 mod kda;
@@ -22,6 +23,7 @@ mod sequences;
 pub mod validate;
 
 pub use cache_format::CacheFormat;
+pub use cards::{greedy_steps, run_on_cards, CardRun};
 pub use ops::{OpStats, Traffic};
 pub use sequences::PoolUsage;
 
@@ -460,6 +462,7 @@ impl Runner {
                 skip_routed: false,
                 batched_decode: false,
                 routing: routing::RoutingState::new(),
+                cards: None,
             },
             store,
             capacity,
@@ -1079,6 +1082,13 @@ impl Runner {
                     all
                 }
             };
+            // A tensor-parallel card holds its heads' share of the output projection: the
+            // replica's cards sum their partial outputs.
+            let a = if blocks.attention {
+                self.ops.tp_all_reduce("attention.all_reduce", a)?
+            } else {
+                a
+            };
             let attention_done = self.ops.stats.clone();
             if !blocks.ffn {
                 self.last_layers.push(LayerCost {
@@ -1111,6 +1121,7 @@ impl Runner {
                     ffn::moe(&mut self.ops, m, w, &n2)?
                 }
             };
+            let f = self.ops.tp_all_reduce("ffn.all_reduce", f)?;
             h = self.ops.add("residual_add", &h1, &f)?;
             if capture {
                 hidden_states.push(h.to_vec().unwrap_or_default());

@@ -137,6 +137,8 @@ pub(crate) struct Ops {
     pub batched_decode: bool,
     /// How cost-only steps choose experts and DSA selections, and what a functional run records.
     pub routing: super::routing::RoutingState,
+    /// The card's place in a multi-card run ([`super::cards`]); `None` on a single card.
+    pub cards: Option<super::cards::CardLink>,
 }
 
 /// How the forward allocates device tensors: with data (functional runs: poisoned with NaN, so an
