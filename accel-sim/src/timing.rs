@@ -138,10 +138,60 @@ pub struct TransferReq {
 /// and when its data is usable (`end`, after the level's latency), or [`PENDING`].
 #[derive(Debug, Default, Clone)]
 pub struct Transfers {
-    /// (busy_end, end, latency) per transfer id.
-    ends: Vec<(u64, u64, u64)>,
+    /// (busy_end, end, latency) per transfer id from `base` on.
+    ends: IdVec<(u64, u64, u64)>,
     /// Requests made since the launch last drained them.
     pub requests: Vec<TransferReq>,
+}
+
+/// Items with dense ids in creation order, from `base` on: a launch drops the prefix nothing
+/// refers to any more ([`IdVec::forget_before`]), so a copy of a long launch stays small.
+#[derive(Debug, Clone)]
+pub(crate) struct IdVec<T> {
+    base: u64,
+    items: Vec<T>,
+}
+
+impl<T> Default for IdVec<T> {
+    fn default() -> Self {
+        IdVec {
+            base: 0,
+            items: Vec::new(),
+        }
+    }
+}
+
+impl<T> IdVec<T> {
+    /// The id the next item gets.
+    pub fn next_id(&self) -> u64 {
+        self.base + self.items.len() as u64
+    }
+
+    /// Appends an item; returns its id.
+    pub fn push(&mut self, item: T) -> u64 {
+        self.items.push(item);
+        self.next_id() - 1
+    }
+
+    /// Drops the items with ids below `id` (ids at or above stay addressable).
+    pub fn forget_before(&mut self, id: u64) {
+        let n = (id.saturating_sub(self.base) as usize).min(self.items.len());
+        self.items.drain(..n);
+        self.base += n as u64;
+    }
+}
+
+impl<T> std::ops::Index<u64> for IdVec<T> {
+    type Output = T;
+    fn index(&self, id: u64) -> &T {
+        &self.items[(id - self.base) as usize]
+    }
+}
+
+impl<T> std::ops::IndexMut<u64> for IdVec<T> {
+    fn index_mut(&mut self, id: u64) -> &mut T {
+        &mut self.items[(id - self.base) as usize]
+    }
 }
 
 impl Transfers {
@@ -154,9 +204,8 @@ impl Transfers {
         latency: u64,
         mult: u64,
     ) -> TransferId {
-        let id =
-            TransferId::try_from(self.ends.len()).expect("fewer than 2^32 transfers per launch");
-        self.ends.push((PENDING, PENDING, latency));
+        let id = TransferId::try_from(self.ends.push((PENDING, PENDING, latency)))
+            .expect("fewer than 2^32 transfers per launch");
         self.requests.push(TransferReq {
             id,
             arrival,
@@ -169,7 +218,7 @@ impl Transfers {
 
     /// Records that transfer `id`'s bytes finished at `busy_end`; returns its `end`.
     pub fn complete(&mut self, id: TransferId, busy_end: u64) -> u64 {
-        let e = &mut self.ends[id as usize];
+        let e = &mut self.ends[id as u64];
         e.0 = busy_end;
         e.1 = busy_end + e.2;
         e.1
@@ -177,8 +226,18 @@ impl Transfers {
 
     /// (busy_end, end) of `id`, `None` while in flight.
     pub fn get(&self, id: TransferId) -> Option<(u64, u64)> {
-        let (b, e, _) = self.ends[id as usize];
+        let (b, e, _) = self.ends[id as u64];
         (b != PENDING).then_some((b, e))
+    }
+
+    /// The id the next transfer gets.
+    pub fn next_id(&self) -> TransferId {
+        self.ends.next_id() as TransferId
+    }
+
+    /// Forgets the transfers before `id` (nothing may ask about them again).
+    pub fn forget_before(&mut self, id: TransferId) {
+        self.ends.forget_before(id as u64);
     }
 }
 
@@ -994,6 +1053,25 @@ fn exposed(dma: &[(u64, u64)], compute: &[(u64, u64)]) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_id_vec_keeps_ids_after_forgetting_its_prefix() {
+        let mut v = IdVec::default();
+        for i in 0..10u64 {
+            assert_eq!(v.push(i * 10), i);
+        }
+        v.forget_before(4);
+        assert_eq!((v[4], v[9]), (40, 90));
+        v[5] += 1;
+        assert_eq!(v[5], 51);
+        assert_eq!(v.push(100), 10);
+        v.forget_before(2); // already forgotten: nothing changes
+        assert_eq!(v[4], 40);
+        v.forget_before(99);
+        assert_eq!(v.next_id(), 11);
+        assert_eq!(v.push(7), 11);
+        assert_eq!(v[11], 7);
+    }
 
     #[test]
     fn exposed_counts_uncovered_dma() {

@@ -207,3 +207,38 @@ fn a_sampled_launch_stays_close_to_the_full_simulation() {
     want.cost_only = true;
     assert_eq!(want, sampled);
 }
+
+/// A known shortfall of sampling (why it is off by default): an FP8 GEMM of 683 × 144 tiles on an
+/// H800's 132 SMs (kimi-k2's routed rows of a 256-card prefill plan) comes out about 3% short
+/// sampled. Run it with `cargo test --release -p kernels --test cost_only -- --ignored
+/// sampled_long_rows`; it passes once the bias is found.
+#[test]
+#[ignore = "known: sampling is 3% short on long-row GEMMs (BENCHMARKS.md, session 15)"]
+fn sampled_long_rows_stay_close_to_the_full_simulation() {
+    use kernels::weight::{Format, Weight};
+    let (m, n, k) = (43712, 18432, 7168);
+    let x = Tensor::<f32>::shape_only(&[m, k]);
+    let y = Tensor::<f32>::shape_only(&[m, n]);
+    let w = Weight::shape_only(Format::Fp8Block, &[n, k]).unwrap();
+    let run = |sampling: bool| {
+        let l = Launcher::for_device("h800")
+            .unwrap()
+            .with_backend(Backend::CostOnly)
+            .with_sampling(sampling);
+        let launches = kernels::linear::run_linear_weight(&l, &x, &w, &y).unwrap();
+        let (_, gemm) = launches.into_iter().last().unwrap();
+        gemm.report
+    };
+    let (full, sampled) = (run(false), run(true));
+    eprintln!(
+        "full {} cycles, sampled {} ({} of {} programs timed)",
+        full.cycles, sampled.cycles, sampled.simulated_programs, sampled.programs
+    );
+    let rel = (sampled.cycles as f64 - full.cycles as f64).abs() / full.cycles as f64;
+    assert!(
+        rel <= 0.01,
+        "sampled {} vs full {} cycles",
+        sampled.cycles,
+        full.cycles
+    );
+}
