@@ -1,4 +1,4 @@
-//! Multi-card numerics (issue #14 item 8): a tiny DeepSeek-V3 split over 4 simulated cards —
+//! Multi-card numerics (issue #14 item 8): tiny DeepSeek-V3 and V3.2 split over 4 simulated cards —
 //! tensor-parallel MLA, dense MLP and shared expert, expert-parallel routed experts — gives the
 //! logits and greedy tokens of one card, with the collectives moving real rows between the cards.
 //!
@@ -34,29 +34,22 @@ fn prompts(n: usize) -> Vec<Vec<i64>> {
 }
 
 /// One card's logits for each step of `prompt` then `STEPS` greedy tokens.
-fn one_card(prompt: &[i64]) -> (Vec<Vec<f32>>, Vec<i64>) {
+fn one_card(model: &str, prompt: &[i64]) -> (Vec<Vec<f32>>, Vec<i64>) {
     let launcher = Launcher::for_device(DEVICE).unwrap();
-    let mut r = Runner::load(&tiny("deepseek_v3"), launcher, prompt.len() + STEPS).unwrap();
+    let mut r = Runner::load(&tiny(model), launcher, prompt.len() + STEPS).unwrap();
     let (outputs, tokens) = greedy_steps(&mut r, prompt, STEPS).unwrap();
     (outputs.into_iter().map(|o| o.logits).collect(), tokens)
 }
 
-fn check_plan(spec: &str) {
+fn check_plan(model: &str, spec: &str) {
     let cluster = ClusterPreset::load("h200-node").unwrap();
     let plan = Plan::parse(spec, Some(4), "--plan").unwrap();
     let prompts = prompts(plan.dp);
-    let runs = run_on_cards(
-        &tiny("deepseek_v3"),
-        DEVICE,
-        &cluster,
-        &plan,
-        &prompts,
-        STEPS,
-    )
-    .unwrap_or_else(|e| panic!("{spec}: {e}"));
+    let runs = run_on_cards(&tiny(model), DEVICE, &cluster, &plan, &prompts, STEPS)
+        .unwrap_or_else(|e| panic!("{spec}: {e}"));
     assert_eq!(runs.len(), 4);
     for (d, prompt) in prompts.iter().enumerate() {
-        let (want, want_tokens) = one_card(prompt);
+        let (want, want_tokens) = one_card(model, prompt);
         let cards: Vec<_> = runs.iter().filter(|r| r.replica == d).collect();
         assert_eq!(cards.len(), plan.tp, "{spec}: replica {d}");
         for run in &cards {
@@ -107,15 +100,21 @@ fn check_plan(spec: &str) {
 
 #[test]
 fn four_cards_tp2_ep2_give_the_logits_of_one_card() {
-    check_plan("tp=2,dp=2,ep=2");
+    check_plan("deepseek_v3", "tp=2,dp=2,ep=2");
 }
 
 #[test]
 fn other_four_card_splits_give_the_logits_of_one_card() {
     // Pure tensor parallelism with experts over pairs, and attention data parallelism with every
     // card an expert rank.
-    check_plan("tp=4,ep=2");
-    check_plan("tp=1,dp=4,ep=4");
+    check_plan("deepseek_v3", "tp=4,ep=2");
+    check_plan("deepseek_v3", "tp=1,dp=4,ep=4");
+}
+
+#[test]
+fn four_cards_of_a_dsa_model_give_the_logits_of_one_card() {
+    // DeepSeek-V3.2: sparse MLA heads split, the indexer whole on every card.
+    check_plan("deepseek_v32", "tp=2,dp=2,ep=2");
 }
 
 #[test]

@@ -5,10 +5,10 @@
 //!
 //! Placement (pipeline parallelism aside, `pp = 1`): card `c = d·tp + t` is tensor-parallel rank
 //! `t` of attention replica `d`, and serves replica `d`'s sequences.
-//! - **TP**: MLA heads, the dense MLP's and shared experts' intermediate columns are split
-//!   column-wise going in and row-wise going out (`o_proj`, `down_proj`), so each card's
-//!   attention and feed-forward outputs are partial sums, all-reduced over the replica's `tp`
-//!   cards before the residual add.
+//! - **TP**: MLA heads (a DSA indexer stays whole on every card), the dense MLP's and shared
+//!   experts' intermediate columns are split column-wise going in and row-wise going out
+//!   (`o_proj`, `down_proj`), so each card's attention and feed-forward outputs are partial sums,
+//!   all-reduced over the replica's `tp` cards before the residual add.
 //! - **EP**: the `tp·dp` cards form `tp·dp / ep` expert groups of `ep` cards (card `c` is rank
 //!   `c / (tp·dp/ep)` of group `c mod (tp·dp/ep)`); rank `r` holds the routed experts
 //!   `e ≡ r (mod ep)`. Every card routes its replica's rows (the router is replicated); tensor rank
@@ -315,11 +315,6 @@ fn mla_shard(
     tp: usize,
     rank: usize,
 ) -> Result<MlaWeights, ForwardError> {
-    if w.indexer.is_some() {
-        return Err(ForwardError::Unsupported {
-            what: "a DSA indexer split over tensor-parallel cards".into(),
-        });
-    }
     let heads = m.heads / tp;
     let h0 = rank * heads;
     let qk = m.qk_head_dim();
@@ -339,7 +334,9 @@ fn mla_shard(
         o_proj: cols(w.o_proj, h0 * vd, heads * vd, "o_proj")?,
         w_uk_t: rows(w.w_uk_t, h0 * r, heads * r, "W_UK")?,
         w_uv: rows(w.w_uv, h0 * vd, heads * vd, "W_UV")?,
-        indexer: None,
+        // The DSA indexer is small and reads only replicated inputs (the q_a latent, the hidden
+        // state): every card keeps it whole and picks the same tokens for its heads.
+        indexer: w.indexer,
     })
 }
 
