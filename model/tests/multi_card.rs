@@ -1,6 +1,7 @@
-//! Multi-card numerics (issue #14 item 8): tiny DeepSeek-V3 and V3.2 split over 4 simulated cards —
-//! tensor-parallel MLA, dense MLP and shared expert, expert-parallel routed experts — gives the
-//! logits and greedy tokens of one card, with the collectives moving real rows between the cards.
+//! Multi-card numerics (issue #14 item 8): tiny DeepSeek-V3, V3.2, Qwen3-Next and Kimi Linear
+//! split over 4 simulated cards — tensor-parallel attention (MLA, gated GQA, Gated DeltaNet, KDA),
+//! dense MLP and shared expert, expert-parallel routed experts — give the logits and greedy tokens
+//! of one card, with the collectives moving real rows between the cards.
 //!
 //! Tolerance: the split changes only the order of f32 sums (each all-reduce adds the cards'
 //! partial outputs), so logits agree to within 1e-4 of the largest logit; the greedy tokens are
@@ -118,6 +119,15 @@ fn four_cards_of_a_dsa_model_give_the_logits_of_one_card() {
 }
 
 #[test]
+fn four_cards_of_hybrid_linear_attention_models_give_the_logits_of_one_card() {
+    // Qwen3-Next: gated GQA and Gated DeltaNet split by heads (key/value heads and their
+    // convolution channels, gates and state with them).
+    check_plan("qwen3_next", "tp=2,dp=2,ep=2");
+    // Kimi Linear: KDA heads and MLA heads split.
+    check_plan("kimi_linear", "tp=2,dp=2,ep=2");
+}
+
+#[test]
 fn bad_multi_card_runs_are_errors_not_hangs() {
     let cluster = ClusterPreset::load("h200-node").unwrap();
     let run = |dir: &str, spec: &str, n: usize| -> ForwardError {
@@ -130,7 +140,10 @@ fn bad_multi_card_runs_are_errors_not_hangs() {
     // More replicas than prompts.
     let e = run("deepseek_v3", "tp=2,dp=2,ep=2", 1).to_string();
     assert!(e.contains("prompts"), "{e}");
-    // A layer kind the split does not cover fails on every card without leaving one waiting.
-    let e = run("qwen3_next", "tp=2,ep=2", 1).to_string();
-    assert!(e.contains("not split over cards"), "{e}");
+    // tp=4 does not divide Qwen3-Next's 2 linear-attention key heads.
+    let e = run("qwen3_next", "tp=4", 1).to_string();
+    assert!(
+        e.contains("--plan tp") && e.contains("linear-attention"),
+        "{e}"
+    );
 }

@@ -5,10 +5,12 @@
 //!
 //! Placement (pipeline parallelism aside, `pp = 1`): card `c = d·tp + t` is tensor-parallel rank
 //! `t` of attention replica `d`, and serves replica `d`'s sequences.
-//! - **TP**: MLA heads (a DSA indexer stays whole on every card), the dense MLP's and shared
-//!   experts' intermediate columns are split column-wise going in and row-wise going out
-//!   (`o_proj`, `down_proj`), so each card's attention and feed-forward outputs are partial sums,
-//!   all-reduced over the replica's `tp` cards before the residual add.
+//! - **TP**: attention heads (MLA, with a DSA indexer whole on every card; gated GQA, whose
+//!   key/value heads split with the query heads or are shared when fewer than the cards; Gated
+//!   DeltaNet and KDA, with their convolution channels, gates and recurrent state), the dense
+//!   MLP's and shared experts' intermediate columns are split column-wise going in and row-wise
+//!   going out (`o_proj`, `out_proj`, `down_proj`), so each card's attention and feed-forward
+//!   outputs are partial sums, all-reduced over the replica's `tp` cards before the residual add.
 //! - **EP**: the `tp·dp` cards form `tp·dp / ep` expert groups of `ep` cards (card `c` is rank
 //!   `c / (tp·dp/ep)` of group `c mod (tp·dp/ep)`); rank `r` holds the routed experts
 //!   `e ≡ r (mod ep)`. Every card routes its replica's rows (the router is replicated); tensor rank
@@ -21,7 +23,8 @@
 
 use super::ops::{view, Ops};
 use super::params::{
-    AttnWeights, FfnWeights, LayerWeights, MlaWeights, MlpWeights, ModelWeights, MoeWeights,
+    AttnWeights, FfnWeights, GqaWeights, KdaWeights, LayerWeights, LinearAttnWeights, MlaWeights,
+    MlpWeights, ModelWeights, MoeWeights,
 };
 use super::{ForwardError, Precision, Runner, StepOutput};
 use crate::config::{load_config, ModelConfig};
@@ -340,20 +343,119 @@ fn mla_shard(
     })
 }
 
-/// The configuration card `link` runs: the tensor-parallel dims divided (the router still sees
-/// every expert).
-fn card_config(cfg: &ModelConfig, tp: usize) -> ModelConfig {
-    let mut c = cfg.clone();
-    if let Some(m) = &mut c.mla {
-        m.heads /= tp;
+/// Columns `ranges` (start, length) of a 2-D f32 tensor, side by side (conv taps per channel,
+/// per-head gate parameters).
+fn tensor_cols(
+    t: Tensor<f32>,
+    ranges: &[(usize, usize)],
+    what: &str,
+) -> Result<Tensor<f32>, ForwardError> {
+    let data = data_of(&t, what)?;
+    let c = t.cols();
+    let width: usize = ranges.iter().map(|r| r.1).sum();
+    let mut out = Vec::with_capacity(t.rows() * width);
+    for row in data.chunks(c) {
+        for &(start, len) in ranges {
+            out.extend_from_slice(&row[start..start + len]);
+        }
     }
-    if let Some(d) = &mut c.dense_mlp {
-        d.intermediate_size /= tp;
-    }
-    if let Some(m) = &mut c.moe {
-        m.shared_intermediate_size /= tp;
-    }
-    c
+    view(Tensor::from_f32(&[t.rows(), width], &out), what)
+}
+
+/// Gated full attention split by query heads; key/value heads split with them, or the one a
+/// card's query heads share when there are fewer key/value heads than cards.
+fn gqa_shard(
+    w: GqaWeights,
+    g: &crate::config::GqaDims,
+    tp: usize,
+    rank: usize,
+) -> Result<GqaWeights, ForwardError> {
+    let (d, hq) = (g.head_dim, g.heads / tp);
+    let q_rows = d * if g.output_gate { 2 } else { 1 };
+    let (kv0, kv) = if g.kv_heads >= tp {
+        let kv = g.kv_heads / tp;
+        (rank * kv, kv)
+    } else {
+        (rank * hq / (g.heads / g.kv_heads), 1)
+    };
+    Ok(GqaWeights {
+        q_proj: rows(w.q_proj, rank * hq * q_rows, hq * q_rows, "q_proj")?,
+        k_proj: rows(w.k_proj, kv0 * d, kv * d, "k_proj")?,
+        v_proj: rows(w.v_proj, kv0 * d, kv * d, "v_proj")?,
+        o_proj: cols(w.o_proj, rank * hq * d, hq * d, "o_proj")?,
+        q_norm: w.q_norm,
+        k_norm: w.k_norm,
+    })
+}
+
+/// Gated DeltaNet split by key heads (each with its `Nv/Nk` value heads): the projections are
+/// grouped per key head, the convolution's channels are `[q | k | v]`.
+fn gdn_shard(
+    w: LinearAttnWeights,
+    l: &crate::config::LinearAttnDims,
+    tp: usize,
+    rank: usize,
+) -> Result<LinearAttnWeights, ForwardError> {
+    let (nk, nv, dk, dv) = (
+        l.key_heads / tp,
+        l.value_heads / tp,
+        l.key_head_dim,
+        l.value_head_dim,
+    );
+    let r = l.value_heads / l.key_heads;
+    let group = 2 * dk + 2 * r * dv;
+    let qk_w = l.key_heads * dk;
+    let channels = [
+        (rank * nk * dk, nk * dk),
+        (qk_w + rank * nk * dk, nk * dk),
+        (2 * qk_w + rank * nv * dv, nv * dv),
+    ];
+    Ok(LinearAttnWeights {
+        in_proj_qkvz: rows(
+            w.in_proj_qkvz,
+            rank * nk * group,
+            nk * group,
+            "in_proj_qkvz",
+        )?,
+        in_proj_ba: rows(w.in_proj_ba, rank * nk * 2 * r, nk * 2 * r, "in_proj_ba")?,
+        conv_taps: tensor_cols(w.conv_taps, &channels, "conv taps")?,
+        a_log: tensor_cols(w.a_log, &[(rank * nv, nv)], "A_log")?,
+        dt_bias: tensor_cols(w.dt_bias, &[(rank * nv, nv)], "dt_bias")?,
+        norm: w.norm,
+        out_proj: cols(w.out_proj, rank * nv * dv, nv * dv, "out_proj")?,
+    })
+}
+
+/// Kimi Delta Attention split by heads: per-head projections and gates, the low-rank inputs
+/// (`f_a`, `g_a`) whole.
+fn kda_shard(
+    w: KdaWeights,
+    l: &crate::config::LinearAttnDims,
+    tp: usize,
+    rank: usize,
+) -> Result<KdaWeights, ForwardError> {
+    let heads = l.key_heads / tp;
+    let (key, value) = (
+        heads * l.key_head_dim,
+        (l.value_heads / tp) * l.value_head_dim,
+    );
+    let (all_key, k0, v0) = (l.key_heads * l.key_head_dim, rank * key, rank * value);
+    let channels = [(k0, key), (all_key + k0, key), (2 * all_key + v0, value)];
+    Ok(KdaWeights {
+        q_proj: rows(w.q_proj, k0, key, "q_proj")?,
+        k_proj: rows(w.k_proj, k0, key, "k_proj")?,
+        v_proj: rows(w.v_proj, v0, value, "v_proj")?,
+        conv_taps: tensor_cols(w.conv_taps, &channels, "conv taps")?,
+        f_a: w.f_a,
+        f_b: rows(w.f_b, k0, key, "f_b_proj")?,
+        dt_bias: tensor_cols(w.dt_bias, &[(k0, key)], "dt_bias")?,
+        a_log: tensor_cols(w.a_log, &[(rank * heads, heads)], "A_log")?,
+        b_proj: rows(w.b_proj, rank * heads, heads, "b_proj")?,
+        g_a: w.g_a,
+        g_b: rows(w.g_b, v0, value, "g_b_proj")?,
+        o_norm: w.o_norm,
+        o_proj: cols(w.o_proj, v0, value, "o_proj")?,
+    })
 }
 
 /// Card `link`'s shard of the full model's weights.
@@ -374,12 +476,26 @@ fn shard_weights(
                     .ok_or_else(|| super::internal("MLA dims"))?;
                 AttnWeights::Mla(mla_shard(w, m, tp, t)?)
             }
-            _ => {
-                return Err(ForwardError::Unsupported {
-                    what: "a multi-card functional run of a non-MLA attention layer (GQA and \
-                           linear attention are not split over cards yet)"
-                        .into(),
-                })
+            AttnWeights::Gqa(w) => {
+                let g = cfg
+                    .gqa
+                    .as_ref()
+                    .ok_or_else(|| super::internal("GQA dims"))?;
+                AttnWeights::Gqa(gqa_shard(w, g, tp, t)?)
+            }
+            AttnWeights::Linear(w) => {
+                let l = cfg
+                    .linear_attention
+                    .as_ref()
+                    .ok_or_else(|| super::internal("linear-attention dims"))?;
+                AttnWeights::Linear(gdn_shard(w, l, tp, t)?)
+            }
+            AttnWeights::Kda(w) => {
+                let l = cfg
+                    .linear_attention
+                    .as_ref()
+                    .ok_or_else(|| super::internal("linear-attention dims"))?;
+                AttnWeights::Kda(kda_shard(w, l, tp, t)?)
             }
         };
         let ffn = match lw.ffn {
@@ -510,7 +626,8 @@ pub fn run_on_cards(
     let ckpt = Checkpoint::open(dir)?;
     let capacity = prompts.iter().map(Vec::len).max().unwrap_or(0) + steps;
     let fabric = Fabric::new(plan.cards());
-    let card_cfg = card_config(&cfg, plan.tp);
+    // The router still sees every expert; the indexer stays whole.
+    let card_cfg = crate::plan::parallel::tensor_parallel_shard(&cfg, plan.tp);
     let one_card = |card: usize| -> Result<CardRun, ForwardError> {
         let link = CardLink::place(plan, card, fabric.clone(), cluster.clone());
         let full = ModelWeights::load(&cfg, Some(&ckpt), Precision::F32)?;

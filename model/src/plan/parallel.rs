@@ -234,26 +234,11 @@ impl Plan {
     /// sees only its own experts, which the planner feeds at the routed token count).
     pub fn shard(&self, cfg: &ModelConfig) -> ModelConfig {
         let tp = self.tp;
-        let mut c = cfg.clone();
-        if let Some(m) = &mut c.mla {
-            m.heads /= tp;
-        }
+        let mut c = tensor_parallel_shard(cfg, tp);
         if let Some(ix) = &mut c.indexer {
             ix.heads = (ix.heads / tp).max(1);
         }
-        if let Some(g) = &mut c.gqa {
-            g.heads /= tp;
-            g.kv_heads = (g.kv_heads / tp).max(1);
-        }
-        if let Some(l) = &mut c.linear_attention {
-            l.key_heads /= tp;
-            l.value_heads /= tp;
-        }
-        if let Some(d) = &mut c.dense_mlp {
-            d.intermediate_size /= tp;
-        }
         if let Some(m) = &mut c.moe {
-            m.shared_intermediate_size /= tp;
             // Experts are placed round-robin: the most loaded card holds ⌈E / ep⌉.
             m.experts = m.experts.div_ceil(self.ep);
             m.experts_per_token = m.experts_per_token.min(m.experts);
@@ -262,6 +247,32 @@ impl Plan {
         }
         c
     }
+}
+
+/// `cfg` with what tensor parallelism over `tp` cards splits divided: attention heads (MLA, GQA
+/// query heads and key/value heads down to one, linear-attention key and value heads), the dense
+/// MLP's and the shared experts' intermediate columns. Routed experts and a DSA indexer are left
+/// whole (the caller decides how they are placed).
+pub fn tensor_parallel_shard(cfg: &ModelConfig, tp: usize) -> ModelConfig {
+    let mut c = cfg.clone();
+    if let Some(m) = &mut c.mla {
+        m.heads /= tp;
+    }
+    if let Some(g) = &mut c.gqa {
+        g.heads /= tp;
+        g.kv_heads = (g.kv_heads / tp).max(1);
+    }
+    if let Some(l) = &mut c.linear_attention {
+        l.key_heads /= tp;
+        l.value_heads /= tp;
+    }
+    if let Some(d) = &mut c.dense_mlp {
+        d.intermediate_size /= tp;
+    }
+    if let Some(m) = &mut c.moe {
+        m.shared_intermediate_size /= tp;
+    }
+    c
 }
 
 impl fmt::Display for Plan {
