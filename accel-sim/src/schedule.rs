@@ -803,9 +803,24 @@ impl<'a> LaunchSim<'a> {
     /// beside it, which reads the same windows at the same time, is classified: no hit between
     /// concurrent programs at all, where a real L2 serves the second reader of a panel. A lone
     /// program (cores freeing one at a time) is classified as before.
-    fn batch_levels<C>(&mut self, progs: &[(C, ProgramTrace)]) -> Vec<Vec<Level>> {
-        let loads: Vec<_> = progs.iter().map(|(_, p)| p.loads()).collect();
-        round_robin_levels(&mut self.l2, &loads)
+    /// Programs classified ahead of a skipped window (`early`) keep their levels; the others are
+    /// classified now, together.
+    fn batch_levels<C>(
+        &mut self,
+        progs: &[(C, ProgramTrace)],
+        early: Vec<Option<Vec<Level>>>,
+    ) -> Vec<Vec<Level>> {
+        let loads: Vec<_> = progs
+            .iter()
+            .zip(&early)
+            .filter(|(_, e)| e.is_none())
+            .map(|((_, p), _)| p.loads())
+            .collect();
+        let mut fresh = round_robin_levels(&mut self.l2, &loads).into_iter();
+        early
+            .into_iter()
+            .map(|e| e.unwrap_or_else(|| fresh.next().expect("one per program")))
+            .collect()
     }
 
     /// Cores free at the earliest free cycle take the next programs. Returns false (and changes
@@ -855,22 +870,7 @@ impl<'a> LaunchSim<'a> {
         let early: Vec<Option<Vec<Level>>> = (0..taken.len())
             .map(|_| self.queued_levels.pop_front().flatten())
             .collect();
-        let batch_levels = if early.iter().all(Option::is_none) {
-            self.batch_levels(&taken)
-        } else {
-            // Some were classified ahead of a skipped window; the others now, together.
-            let fresh: Vec<_> = taken
-                .iter()
-                .zip(&early)
-                .filter(|(_, e)| e.is_none())
-                .map(|((_, p), _)| p.loads())
-                .collect();
-            let mut fresh = round_robin_levels(&mut self.l2, &fresh).into_iter();
-            early
-                .into_iter()
-                .map(|e| e.unwrap_or_else(|| fresh.next().expect("one per program")))
-                .collect()
-        };
+        let batch_levels = self.batch_levels(&taken, early);
         for (((core, out_free, out_pending), prog), levels) in taken.into_iter().zip(batch_levels) {
             let pid = self.next_program;
             self.next_program += 1;
