@@ -344,3 +344,47 @@ fn a_batched_decode_and_a_one_sequence_run_launch_the_same_per_sequence_operator
         }
     }
 }
+
+/// The planner prices routed experts in a run of their own at the rows expert parallelism sends
+/// a card: that run launches the routed experts and nothing else (no norms, dense MLPs, routers
+/// or shared experts at those rows), at exactly the cost they have inside a whole layer.
+#[test]
+fn a_routed_experts_run_launches_only_the_routed_experts() {
+    use model::forward::{Blocks, Runner};
+    use model::plan::estimate::is_routed_expert_op;
+    let tokens = 96;
+    for name in ["deepseek-v3", "qwen3-next-80b"] {
+        let cfg = load_model(name).unwrap();
+        let run = |blocks: Blocks| {
+            let launcher = dsl_core::Launcher::new(accel_sim::DevicePreset::load("h800").unwrap())
+                .with_backend(dsl_core::Backend::CostOnly);
+            let mut r = Runner::cost_only(cfg.clone(), launcher, tokens).unwrap();
+            r.run_blocks(blocks).unwrap();
+            r.forward(&vec![0; tokens]).unwrap();
+            r.last_layers().to_vec()
+        };
+        let alone = run(Blocks {
+            attention: false,
+            ffn: false,
+            routed_experts: true,
+        });
+        let whole = run(Blocks::ALL);
+        let mut routed_layers = 0;
+        for (l, (a, w)) in alone.iter().zip(&whole).enumerate() {
+            assert!(a.attention.per_op.is_empty(), "{name} layer {l}");
+            for op in a.ffn.per_op.keys() {
+                assert!(is_routed_expert_op(op), "{name} layer {l}: `{op}` ran");
+            }
+            let routed = |s: &model::forward::OpStats| -> Vec<(String, u64)> {
+                s.per_op
+                    .iter()
+                    .filter(|(op, _)| is_routed_expert_op(op))
+                    .map(|(op, (_, c))| (op.clone(), *c))
+                    .collect()
+            };
+            assert_eq!(routed(&a.ffn), routed(&w.ffn), "{name} layer {l}");
+            routed_layers += usize::from(!a.ffn.per_op.is_empty());
+        }
+        assert!(routed_layers > 0, "{name}: no routed experts ran");
+    }
+}

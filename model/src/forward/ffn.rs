@@ -1,7 +1,7 @@
 //! Feed-forward blocks: the dense SwiGLU MLP and the mixture of experts (router → dispatch →
 //! grouped expert SwiGLU → weighted combine, plus the shared expert).
 
-use super::ops::{view, Ops};
+use super::ops::{view, MoeParts, Ops};
 use super::params::{MlpWeights, MoeWeights};
 use super::routing;
 use super::ForwardError;
@@ -35,10 +35,10 @@ pub(crate) fn moe(
         m.experts_per_token,
         m.intermediate_size,
     );
-    let logits = ops.linear("moe.router_logits", x, &w.router)?;
+    let parts = ops.moe_parts;
     let shared = |ops: &mut Ops| -> Result<Tensor<f32>, ForwardError> {
         match &w.shared {
-            Some(s) => {
+            Some(s) if parts != MoeParts::RoutedOnly => {
                 let y = mlp(ops, "moe.shared_expert", s, x)?;
                 match &w.shared_gate {
                     Some(g) => {
@@ -48,27 +48,17 @@ pub(crate) fn moe(
                     None => Ok(y),
                 }
             }
-            None => ops.mem.zeros(&[t, x.cols()], "zero base"),
+            _ => ops.mem.zeros(&[t, x.cols()], "zero base"),
         }
     };
     let idx = ops.mem.poisoned::<i32>(&[t, k]);
     let weights = ops.mem.poisoned::<f32>(&[t, k]);
-    match &m.router {
-        RouterKind::SigmoidGroupTopk => {
-            let bias = match &w.bias {
-                Some(b) => b.clone(),
-                None => ops.mem.zeros(&[1, e], "zero router bias")?,
-            };
-            ops.router_sigmoid_group_topk(&logits, &bias, &idx, &weights, m)?;
-        }
-        RouterKind::SoftmaxTopk => ops.router_softmax_topk(&logits, &idx, &weights, m)?,
-        RouterKind::Unknown(r) => {
-            return Err(ForwardError::Unsupported {
-                what: format!("router `{r}`"),
-            })
-        }
+    if parts != MoeParts::RoutedOnly {
+        // (Routed experts alone run shape-only: the choices come from the routing model below,
+        // and the router is priced in the run of the card's own tokens.)
+        route(ops, m, w, x, &idx, &weights)?;
     }
-    if ops.skip_routed {
+    if parts == MoeParts::OwnTokens {
         // A planning run prices the routed experts at the rows expert parallelism sends to the
         // card, in a run of its own; this one keeps the router and the shared experts.
         return shared(ops);
@@ -127,6 +117,31 @@ pub(crate) fn moe(
 
     let base = shared(ops)?;
     ops.moe_combine(&ye, &slot_of, &weights, &base)
+}
+
+/// The router: each row of `x`'s top-k experts (`idx`) and their weights (`weights`).
+fn route(
+    ops: &mut Ops,
+    m: &MoeDims,
+    w: &MoeWeights,
+    x: &Tensor<f32>,
+    idx: &Tensor<i32>,
+    weights: &Tensor<f32>,
+) -> Result<(), ForwardError> {
+    let logits = ops.linear("moe.router_logits", x, &w.router)?;
+    match &m.router {
+        RouterKind::SigmoidGroupTopk => {
+            let bias = match &w.bias {
+                Some(b) => b.clone(),
+                None => ops.mem.zeros(&[1, m.experts], "zero router bias")?,
+            };
+            ops.router_sigmoid_group_topk(&logits, &bias, idx, weights, m)
+        }
+        RouterKind::SoftmaxTopk => ops.router_softmax_topk(&logits, idx, weights, m),
+        RouterKind::Unknown(r) => Err(ForwardError::Unsupported {
+            what: format!("router `{r}`"),
+        }),
+    }
 }
 
 /// The routed experts' SwiGLU on the rows of `x` a routing plan sends them: gathered by expert

@@ -30,7 +30,7 @@ pub use sequences::PoolUsage;
 use crate::config::{load_config, AttentionKind, FfnKind, ModelConfig, ModelError, RopeScaling};
 use crate::weights::{Checkpoint, WeightError};
 use dsl_core::{Launcher, SimError, Tensor};
-use ops::{Ops, RopeTables};
+use ops::{MoeParts, Ops, RopeTables};
 use params::{AttnWeights, FfnWeights, ModelWeights};
 use sequences::{LayerStore, SequenceStore};
 use std::collections::BTreeMap;
@@ -290,10 +290,13 @@ fn mla_scale(cfg: &ModelConfig, m: &crate::config::MlaDims) -> f64 {
 pub struct Blocks {
     /// The input norm and the attention block.
     pub attention: bool,
-    /// The post-attention norm, the feed-forward block and the residual adds.
+    /// The post-attention norm, the dense MLP or the MoE block's router and shared experts, and
+    /// the residual adds.
     pub ffn: bool,
-    /// Within a MoE block, the routed experts (dispatch, expert GEMMs, combine); without them the
-    /// block runs its router and shared experts only.
+    /// Within a MoE block, the routed experts (dispatch, expert GEMMs, combine). With `ffn` and
+    /// without these, a MoE block runs its router and shared experts only; without `ffn` and
+    /// with these, only the routed experts run, on the layer's input rows (the planner prices
+    /// them at the rows expert parallelism sends a card, where the rest would be wasted work).
     pub routed_experts: bool,
 }
 
@@ -459,7 +462,7 @@ impl Runner {
                 layer: None,
                 mem,
                 sequence_scope: false,
-                skip_routed: false,
+                moe_parts: MoeParts::All,
                 batched_decode: false,
                 routing: routing::RoutingState::new(),
                 cards: None,
@@ -849,7 +852,11 @@ impl Runner {
             self.ops.mem.shape_only && self.memoise && self.ops.routing.model.record().is_none();
         let blocks = self.blocks;
         self.ops.sequence_scope = false;
-        self.ops.skip_routed = !blocks.routed_experts;
+        self.ops.moe_parts = match (blocks.ffn, blocks.routed_experts) {
+            (true, false) => MoeParts::OwnTokens,
+            (false, true) => MoeParts::RoutedOnly,
+            _ => MoeParts::All,
+        };
         self.last_layers.clear();
         for (l, lw) in self.weights.layers.iter().enumerate() {
             self.ops.layer = Some(l);
@@ -1090,10 +1097,15 @@ impl Runner {
                 a
             };
             let attention_done = self.ops.stats.clone();
+            if !blocks.ffn && blocks.routed_experts {
+                if let (FfnWeights::Moe(w), Some(m)) = (&lw.ffn, self.cfg.moe.as_ref()) {
+                    ffn::moe(&mut self.ops, m, w, &a)?;
+                }
+            }
             if !blocks.ffn {
                 self.last_layers.push(LayerCost {
                     attention: attention_done.since(&layer_start),
-                    ffn: OpStats::default(),
+                    ffn: self.ops.stats.since(&attention_done),
                 });
                 if memoise {
                     memo.insert(kinds, self.last_layers[l].clone());

@@ -122,6 +122,17 @@ impl OpStats {
     }
 }
 
+/// Which parts of a MoE block a step runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum MoeParts {
+    /// Router, shared experts and routed experts (every functional run).
+    All,
+    /// Router and shared experts: the work on the card's own tokens.
+    OwnTokens,
+    /// Routed experts alone (dispatch, expert GEMMs, combine onto a zero base).
+    RoutedOnly,
+}
+
 /// The launcher plus the bookkeeping; `layer` names the layer being run, for error context.
 pub(crate) struct Ops {
     pub launcher: Launcher,
@@ -130,8 +141,9 @@ pub(crate) struct Ops {
     pub mem: Mem,
     /// While set, launches book as per-sequence operators ([`OpStats::per_sequence`]).
     pub sequence_scope: bool,
-    /// Cost-only planning runs: MoE blocks skip their routed experts (see `forward::Blocks`).
-    pub skip_routed: bool,
+    /// Which parts of a MoE block run (cost-only planning runs split them; see
+    /// `forward::Blocks`).
+    pub moe_parts: MoeParts,
     /// Cost-only planning runs: a step of `t` tokens is `t` sequences decoding one token each
     /// (see `Runner::batch_decode`).
     pub batched_decode: bool,
@@ -323,7 +335,8 @@ impl Ops {
     }
 
     /// The operator a launch of `kernel` within `op` is booked under: the activation
-    /// quantization of an FP8 GEMM apart, under one name for every projection.
+    /// quantization of an FP8 GEMM apart, under one name for every projection (the routed
+    /// experts' grouped GEMMs book theirs as `{op}.act_quant`).
     fn op_of<'a>(op: &'a str, kernel: &str) -> &'a str {
         if kernel == kernels::linear::act_quant_fp8::META.name {
             ACT_QUANT_OP
@@ -838,7 +851,16 @@ impl Ops {
         match kernels::moe::grouped::run_grouped_linear_weight(&self.launcher, x, w, offsets, &y) {
             Ok(launches) => {
                 for (kernel, r) in launches {
-                    self.book_report(Self::op_of(op, kernel), Ok(r))?;
+                    // The routed rows' quantization is routed-expert work (the planner prices it
+                    // at the rows expert parallelism sends a card), so it keeps the op's name.
+                    let quant;
+                    let name = if kernel == kernels::linear::act_quant_fp8::META.name {
+                        quant = format!("{op}.act_quant");
+                        &quant
+                    } else {
+                        op
+                    };
+                    self.book_report(name, Ok(r))?;
                 }
             }
             Err(e) => self.book_report(op, Err(e))?,

@@ -416,7 +416,7 @@ impl Estimator {
                     0,
                     Blocks {
                         attention: false,
-                        ffn: true,
+                        ffn: false,
                         routed_experts: true,
                     },
                     false,
