@@ -32,8 +32,11 @@
 //! stopped, so the last programs, the tail and the drain are simulated. "Like" is position by
 //! position along the grid's rows: each program must have the events of the program a row before
 //! it, so a GEMM's tail tile, or an expert's partial tile in a grouped GEMM, repeats with its
-//! row. Launches whose rows differ (causal attention, experts with different token counts) are
-//! simulated in full, and so are stretches that run in lockstep waves (cheap already, and their
+//! row; a row longer than a period is compared program by program and sampled within itself
+//! (each row's start begins a new run, so its steady state is measured afresh). Launches whose
+//! rows differ (causal attention, experts with different token counts) are simulated in full,
+//! except the like stretches of long rows (a DSA sparse attention past its causal prefix, whose
+//! queries all attend `top_k` keys), and so are stretches that run in lockstep waves (cheap already, and their
 //! crisp waves would make a window that is not a whole number of waves cost a whole number of
 //! them). A launch found unsteady at [`GIVE_UP_AFTER`] checkpoints in a row stops taking them.
 //! Before each copy the simulation forgets the transfers and freed-core records nothing refers
@@ -226,6 +229,11 @@ struct Sampling {
     recent: VecDeque<crate::program::ShapesHandle>,
     /// Programs per grid row when a period holds whole rows; else one.
     row: usize,
+    /// Programs per grid row when a row is longer than a period, else 0: the first program of
+    /// each such row starts a new run of like programs, so no skipped window spans a row's start
+    /// (where a GEMM's L2 reuse changes, its next column of weights) and each row's steady state
+    /// is measured afresh.
+    row_len: u64,
     /// Recent checkpoints: (simulated programs, outcome of the launch stopped there).
     checkpoints: Vec<(u64, Outcome)>,
     /// Checkpoints left (each one finishes a copy of the simulation).
@@ -239,16 +247,15 @@ struct Sampling {
     skipped_cost: Outcome,
 }
 
-/// Programs per sampling period on `cores` cores for a grid of `[x, y, z]` programs, or `None`
-/// when no short period exists. The L2 reuse of a tiled GEMM repeats per row of the grid (`x`
-/// programs), that of a batched or grouped one (an expert's GEMM per `z`) per plane (`x·y`), and
-/// the schedule per wave; so a period spans a whole number of planes and of waves where that is
-/// at most 16 waves; else of rows and waves where that is at most 8; else whole rows (at least
-/// two waves of them) where a row is at most 8 waves; else, for a grid of one row, two waves.
-/// A launch of several longer rows is not sampled:
-/// windows that cut its rows see different L2 reuse (a 683-row GEMM sampled by two-wave windows
-/// came out 4% short), and the checkpoints that never find it steady cost more than they save.
-fn sampling_period(cores: u64, grid: [u64; 3]) -> Option<u64> {
+/// Programs per sampling period on `cores` cores for a grid of `[x, y, z]` programs. The L2 reuse
+/// of a tiled GEMM repeats per row of the grid (`x` programs), that of a batched or grouped one
+/// (an expert's GEMM per `z`) per plane (`x·y`), and the schedule per wave; so a period spans a
+/// whole number of planes and of waves where that is at most 16 waves; else of rows and waves
+/// where that is at most 8; else whole rows (at least two waves of them) where a row is at most 8
+/// waves; else two waves. Rows longer than that are sampled within each row only
+/// ([`Sampling::row_len`]): windows that cut across rows see different L2 reuse (a 683-row GEMM
+/// sampled by two-wave windows came out 4% short).
+fn sampling_period(cores: u64, grid: [u64; 3]) -> u64 {
     let gcd = |mut a: u64, mut b: u64| {
         while b != 0 {
             (a, b) = (b, a % b);
@@ -259,18 +266,16 @@ fn sampling_period(cores: u64, grid: [u64; 3]) -> Option<u64> {
     let plane = row * y;
     let lcm_plane = cores / gcd(cores, plane) * plane;
     if z > 1 && lcm_plane <= 16 * cores {
-        return Some(lcm_plane * (2 * cores).div_ceil(lcm_plane));
+        return lcm_plane * (2 * cores).div_ceil(lcm_plane);
     }
     let lcm = cores / gcd(cores, row) * row;
     if lcm <= 8 * cores {
-        Some(lcm * (2 * cores).div_ceil(lcm))
+        lcm * (2 * cores).div_ceil(lcm)
     } else if row <= 8 * cores {
-        Some(row * (2 * cores).div_ceil(row))
-    } else if y * z == 1 {
-        // One long row: no reuse across rows to keep whole.
-        Some(2 * cores)
+        row * (2 * cores).div_ceil(row)
     } else {
-        None
+        // Long rows: two-wave windows, none across a row's start (see `Sampling::row_len`).
+        2 * cores
     }
 }
 
@@ -367,7 +372,7 @@ impl<'a> LaunchSim<'a> {
     /// set it before the first push.
     pub fn with_sampling(mut self, on: bool) -> LaunchSim<'a> {
         let total: u64 = self.info.grid.iter().product();
-        let period = sampling_period(self.preset.cores.max(1), self.info.grid).unwrap_or(total);
+        let period = sampling_period(self.preset.cores.max(1), self.info.grid);
         self.sampling = (on && !self.info.want_trace && total >= MIN_SAMPLED_PERIODS * period)
             .then(|| {
                 Box::new(Sampling {
@@ -381,6 +386,10 @@ impl<'a> LaunchSim<'a> {
                     row: match self.info.grid[0].max(1) {
                         r if period.is_multiple_of(r) => r as usize,
                         _ => 1,
+                    },
+                    row_len: match self.info.grid[0] {
+                        r if r > period => r,
+                        _ => 0,
                     },
                     checkpoints: Vec::new(),
                     checks_left: MAX_CHECKPOINTS,
@@ -396,9 +405,11 @@ impl<'a> LaunchSim<'a> {
     /// Adds the next program (in program-id order); the simulation runs as far as it can.
     pub fn push(&mut self, prog: ProgramTrace) -> Result<(), SimError> {
         if let Some(s) = self.sampling.as_deref_mut() {
+            let row_start = s.row_len > 0 && s.pushed.is_multiple_of(s.row_len);
             s.pushed += 1;
-            let same =
-                s.recent.len() == s.row && s.recent.front().is_some_and(|h| prog.has_shapes_of(h));
+            let same = !row_start
+                && s.recent.len() == s.row
+                && s.recent.front().is_some_and(|h| prog.has_shapes_of(h));
             s.recent.push_back(prog.shapes_handle());
             if s.recent.len() > s.row {
                 s.recent.pop_front();
@@ -1122,16 +1133,17 @@ mod tests {
 
     #[test]
     fn a_sampling_period_spans_whole_waves_or_rows() {
-        assert_eq!(sampling_period(24, [2048, 4, 1]), None);
-        assert_eq!(sampling_period(24, [2048, 1, 1]), Some(48));
-        assert_eq!(sampling_period(132, [128, 8, 1]), Some(384));
-        assert_eq!(sampling_period(24, [8, 8, 1]), Some(48));
-        assert_eq!(sampling_period(24, [36, 2, 1]), Some(72));
+        // Long rows: two waves, the windows kept within a row (see `Sampling::row_len`).
+        assert_eq!(sampling_period(24, [2048, 4, 1]), 48);
+        assert_eq!(sampling_period(24, [2048, 1, 1]), 48);
+        assert_eq!(sampling_period(132, [128, 8, 1]), 384);
+        assert_eq!(sampling_period(24, [8, 8, 1]), 48);
+        assert_eq!(sampling_period(24, [36, 2, 1]), 72);
         // A grouped GEMM: one expert's 2 × 32 tiles per plane, 3 planes = 8 waves.
-        assert_eq!(sampling_period(24, [2, 32, 384]), Some(192));
+        assert_eq!(sampling_period(24, [2, 32, 384]), 192);
         // 2 × 56 tiles: 14 waves per 3 planes.
-        assert_eq!(sampling_period(24, [2, 56, 384]), Some(336));
+        assert_eq!(sampling_period(24, [2, 56, 384]), 336);
         // Planes longer than 16 waves fall back to rows.
-        assert_eq!(sampling_period(24, [36, 64, 8]), Some(72));
+        assert_eq!(sampling_period(24, [36, 64, 8]), 72);
     }
 }

@@ -26,10 +26,9 @@ use accel_sim::cluster::ClusterPreset;
 use accel_sim::collective::{self, Algorithm, Group};
 use accel_sim::{DevicePreset, SimError};
 use dsl_core::Launcher;
-use std::cell::RefCell;
 use std::collections::HashMap;
 use std::fmt;
-use std::rc::Rc;
+use std::sync::{Arc, Mutex, MutexGuard};
 
 /// Why a plan could not be estimated.
 #[derive(Debug)]
@@ -244,7 +243,18 @@ pub fn is_routed_expert_op(op: &str) -> bool {
 
 type RunKey = (usize, usize, usize, usize, Blocks, bool);
 
-/// Estimates plans of one model on one cluster, caching the card roles' cost-only runs.
+/// One cached run: filled by the first thread that needs it while the others wait on its lock,
+/// so concurrent estimates never simulate the same run twice.
+type RunSlot = Arc<Mutex<Option<Arc<RunCost>>>>;
+
+/// Locks `m`, also after another thread panicked holding it (a slot is then just empty).
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Estimates plans of one model on one cluster, caching the card roles' cost-only runs. It is
+/// shared between threads: estimates of different plans and phases can run concurrently, and
+/// their numbers do not depend on it (each run is a pure function of its key).
 pub struct Estimator {
     cfg: ModelConfig,
     cluster: ClusterPreset,
@@ -252,7 +262,7 @@ pub struct Estimator {
     launcher: Launcher,
     routing: Routing,
     precision: Precision,
-    cache: RefCell<HashMap<RunKey, Rc<RunCost>>>,
+    cache: Mutex<HashMap<RunKey, RunSlot>>,
 }
 
 impl Estimator {
@@ -275,7 +285,7 @@ impl Estimator {
             launcher,
             routing,
             precision: Precision::Native,
-            cache: RefCell::new(HashMap::new()),
+            cache: Mutex::new(HashMap::new()),
         })
     }
 
@@ -283,7 +293,7 @@ impl Estimator {
     /// [`Precision::Native`], what a deployment reads).
     pub fn with_precision(mut self, precision: Precision) -> Estimator {
         self.precision = precision;
-        self.cache.borrow_mut().clear();
+        lock(&self.cache).clear();
         self
     }
 
@@ -304,7 +314,10 @@ impl Estimator {
 
     /// Distinct cost-only forwards run so far.
     pub fn runs(&self) -> usize {
-        self.cache.borrow().len()
+        lock(&self.cache)
+            .values()
+            .filter(|slot| lock(slot).is_some())
+            .count()
     }
 
     /// One card role's cost-only forward: the `(tp, ep)` shard, `tokens` tokens at `position`.
@@ -315,9 +328,11 @@ impl Estimator {
         position: usize,
         blocks: Blocks,
         batched_decode: bool,
-    ) -> Result<Rc<RunCost>, EstimateError> {
+    ) -> Result<Arc<RunCost>, EstimateError> {
         let key = (plan.tp, plan.ep, tokens, position, blocks, batched_decode);
-        if let Some(r) = self.cache.borrow().get(&key) {
+        let slot = lock(&self.cache).entry(key).or_default().clone();
+        let mut slot = lock(&slot);
+        if let Some(r) = slot.as_ref() {
             return Ok(r.clone());
         }
         let shard = plan.shard(&self.cfg);
@@ -331,11 +346,11 @@ impl Estimator {
         runner.batch_decode(batched_decode)?;
         runner.seek(position)?;
         runner.forward(&vec![0; tokens])?;
-        let cost = Rc::new(RunCost {
+        let cost = Arc::new(RunCost {
             layers: runner.last_layers().to_vec(),
             total: runner.stats().clone(),
         });
-        self.cache.borrow_mut().insert(key, cost.clone());
+        *slot = Some(cost.clone());
         Ok(cost)
     }
 
@@ -373,57 +388,77 @@ impl Estimator {
             Phase::Prefill => tokens,
             Phase::Decode => tokens.div_ceil(plan.pp),
         };
-        // Decode: the micro-batch's sequences as one batched step (MLA and GQA attention and
-        // the linear-attention recurrences in one launch each; see `Runner::batch_decode`).
-        let main = self.run(
-            plan,
-            mb,
-            position,
-            Blocks {
-                routed_experts: false,
-                ..Blocks::ALL
-            },
-            phase == Phase::Decode,
-        )?;
-        let per_seq = match phase {
-            Phase::Decode => Some(self.run(
-                plan,
-                1,
-                position,
-                Blocks {
-                    attention: true,
-                    ffn: false,
-                    routed_experts: false,
-                },
-                false,
-            )?),
-            Phase::Prefill => None,
-        };
         // Routed rows on the hottest EP rank.
         let moe = self.cfg.moe.as_ref();
         let shares = moe
             .map(|m| self.routing.rank_shares(m.experts, plan.ep))
             .unwrap_or_else(|| vec![1.0]);
         let hot = shares.iter().cloned().fold(0.0, f64::max) * plan.ep as f64;
-        let experts_run = match moe {
-            Some(m) => {
-                let local_k = m.experts_per_token.min(m.experts.div_ceil(plan.ep)).max(1);
-                let rows = (mb * m.experts_per_token) as f64 / plan.tp as f64 * hot;
-                let t_moe = ((rows / local_k as f64).ceil() as usize).max(1);
-                Some(self.run(
-                    plan,
-                    t_moe,
-                    0,
-                    Blocks {
-                        attention: false,
-                        ffn: false,
-                        routed_experts: true,
-                    },
-                    false,
-                )?)
-            }
-            None => None,
-        };
+        let moe_tokens = moe.map(|m| {
+            let local_k = m.experts_per_token.min(m.experts.div_ceil(plan.ep)).max(1);
+            let rows = (mb * m.experts_per_token) as f64 / plan.tp as f64 * hot;
+            ((rows / local_k as f64).ceil() as usize).max(1)
+        });
+        // The role's three runs are independent: the routed experts and the one-sequence
+        // attention run on threads of their own beside the main run.
+        let (main, per_seq, experts_run) = std::thread::scope(|scope| {
+            let experts = moe_tokens.map(|t_moe| {
+                scope.spawn(move || {
+                    self.run(
+                        plan,
+                        t_moe,
+                        0,
+                        Blocks {
+                            attention: false,
+                            ffn: false,
+                            routed_experts: true,
+                        },
+                        false,
+                    )
+                })
+            });
+            let per_seq = (phase == Phase::Decode).then(|| {
+                scope.spawn(move || {
+                    self.run(
+                        plan,
+                        1,
+                        position,
+                        Blocks {
+                            attention: true,
+                            ffn: false,
+                            routed_experts: false,
+                        },
+                        false,
+                    )
+                })
+            });
+            // Decode: the micro-batch's sequences as one batched step (MLA and GQA attention
+            // and the linear-attention recurrences in one launch each; see
+            // `Runner::batch_decode`).
+            let main = self.run(
+                plan,
+                mb,
+                position,
+                Blocks {
+                    routed_experts: false,
+                    ..Blocks::ALL
+                },
+                phase == Phase::Decode,
+            );
+            let join =
+                |h: std::thread::ScopedJoinHandle<'_, Result<Arc<RunCost>, EstimateError>>| {
+                    h.join().unwrap_or_else(|_| {
+                        Err(EstimateError::Forward(ForwardError::Internal {
+                            what: "a card role's cost-only run".into(),
+                            message: "its thread panicked".into(),
+                        }))
+                    })
+                };
+            (main, per_seq.map(join), experts.map(join))
+        });
+        let main = main?;
+        let per_seq = per_seq.transpose()?;
+        let experts_run = experts_run.transpose()?;
 
         let clock = self.device.clock_ghz * 1e9;
         let h = self.cfg.hidden_size as f64;
