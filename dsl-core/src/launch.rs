@@ -30,6 +30,10 @@ pub struct KernelMeta {
     pub lines: &'static [(u32, &'static str)],
     /// Source file of the kernel.
     pub file: &'static str,
+    /// A hash (64-bit FNV-1a) of the kernel's source as written: its signature, attributes and
+    /// body, so caches keyed by it (`day0 tune`'s) never serve an edited kernel's results. The
+    /// helpers it calls are items of their own and not included.
+    pub source_hash: u64,
 }
 
 /// One choice of tunable values, e.g. `BM=128 BN=128 BK=64`.

@@ -45,6 +45,13 @@ fn meta_const(
         ),
         _ => (Vec::new(), Vec::new()),
     };
+    // FNV-1a over the item's tokens as written: stable across compilers, unlike std's hasher.
+    let source_hash = quote!(#func)
+        .to_string()
+        .bytes()
+        .fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+            (h ^ b as u64).wrapping_mul(0x0100_0000_01b3)
+        });
     quote! {
         /// Name, parameters, tunable space and source lines of this kernel.
         pub const META: ::dsl_core::KernelMeta = ::dsl_core::KernelMeta {
@@ -55,6 +62,7 @@ fn meta_const(
             constraints: &[#(#constraint_texts),*],
             lines: &[#((#line_nums, #line_texts)),*],
             file: file!(),
+            source_hash: #source_hash,
         };
     }
 }
