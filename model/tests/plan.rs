@@ -388,3 +388,36 @@ fn a_routed_experts_run_launches_only_the_routed_experts() {
         assert!(routed_layers > 0, "{name}: no routed experts ran");
     }
 }
+
+/// A DSA indexer is replicated, not split, by tensor parallelism (DeepSeek-V3.2's reference
+/// inference code builds its projections as plain `Linear`s with every index head on every rank,
+/// and `forward::cards` holds it whole): a card role runs all its heads and the memory plan
+/// counts all its weights on every card, while the attention heads are split.
+#[test]
+fn tensor_parallelism_keeps_the_dsa_indexer_whole() {
+    let v32 = load_model("deepseek-v3.2").unwrap();
+    let ix = v32.indexer.clone().unwrap();
+    let tp4 = Plan::parse("tp=4", Some(4), "--plan").unwrap();
+    let shard = tp4.shard(&v32);
+    assert_eq!(shard.indexer.unwrap().heads, ix.heads);
+    assert_eq!(shard.mla.unwrap().heads, v32.mla.as_ref().unwrap().heads / 4);
+    let p = count(&v32);
+    let indexer: u64 = p.layers.iter().map(|l| l.indexer).sum();
+    let rest: u64 = p
+        .layers
+        .iter()
+        .map(|l| l.attention + l.dense_mlp + l.shared_experts)
+        .sum();
+    assert!(indexer > 0 && p.layers.iter().all(|l| l.indexer > 0));
+    let b = bytes_per_param(&v32.weight_format);
+    let dense = |plan: &Plan| {
+        plan_memory(&v32, plan, 80e9, 1, 4096, &MemoryOptions::default())
+            .weights
+            .dense
+    };
+    let tp1 = Plan::parse("tp=1", Some(1), "--plan").unwrap();
+    assert!(within(dense(&tp1), (rest + indexer) as f64 * b, 1e-12));
+    assert!(within(dense(&tp4), (rest as f64 / 4.0 + indexer as f64) * b, 1e-12));
+    // The totals are unchanged by the split of the count.
+    assert!(within(p.total() as f64, 671e9, 0.01));
+}

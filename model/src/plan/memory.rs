@@ -39,7 +39,8 @@ pub fn bytes_per_param(f: &WeightFormat) -> f64 {
 /// Weight bytes one card holds, by part.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct WeightBytes {
-    /// Attention, dense MLP and shared experts (their `tp` shard), in the checkpoint's format.
+    /// Attention, dense MLP and shared experts (their `tp` shard; a DSA indexer whole), in the
+    /// checkpoint's format.
     pub dense: f64,
     /// The card's routed experts (`experts / ep` per MoE layer), in the expert format.
     pub experts: f64,
@@ -171,7 +172,8 @@ pub fn plan_memory(
         let (mut kv, mut state) = (0.0, 0.0);
         for l in layers.clone() {
             let lp: &LayerParams = &p.layers[l];
-            w.dense += (lp.attention + lp.dense_mlp + lp.shared_experts) as f64 / tp * dense_b;
+            w.dense += (lp.attention + lp.dense_mlp + lp.shared_experts) as f64 / tp * dense_b
+                + lp.indexer as f64 * dense_b;
             // Round-robin placement: the most loaded card holds ⌈E / ep⌉ experts.
             w.experts += (lp.per_expert * lp.experts.div_ceil(plan.ep as u64)) as f64 * expert_b;
             w.other += (lp.norms + lp.router) as f64 * 2.0;

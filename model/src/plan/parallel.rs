@@ -229,15 +229,12 @@ impl Plan {
     }
 
     /// The configuration one card of this plan runs: heads, intermediate columns and shared
-    /// experts divided by `tp`, routed experts by `ep` (the most loaded card's ⌈E / ep⌉; routed
-    /// with group limits off: a card
-    /// sees only its own experts, which the planner feeds at the routed token count).
+    /// experts divided by `tp` (a DSA indexer whole on every card, as DeepSeek-V3.2's reference
+    /// code and `forward::cards` hold it), routed experts by `ep` (the most loaded card's
+    /// ⌈E / ep⌉; routed with group limits off: a card sees only its own experts, which the
+    /// planner feeds at the routed token count).
     pub fn shard(&self, cfg: &ModelConfig) -> ModelConfig {
-        let tp = self.tp;
-        let mut c = tensor_parallel_shard(cfg, tp);
-        if let Some(ix) = &mut c.indexer {
-            ix.heads = (ix.heads / tp).max(1);
-        }
+        let mut c = tensor_parallel_shard(cfg, self.tp);
         if let Some(m) = &mut c.moe {
             // Experts are placed round-robin: the most loaded card holds ⌈E / ep⌉.
             m.experts = m.experts.div_ceil(self.ep);

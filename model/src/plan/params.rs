@@ -15,6 +15,9 @@ use crate::config::{AttentionKind, Decay, FfnKind, ModelConfig};
 pub struct LayerParams {
     /// Attention projections, their norms and gates (sharded by tensor parallelism).
     pub attention: u64,
+    /// A DSA lightning indexer's projections and key norm (replicated: every tensor-parallel
+    /// card holds it whole, as DeepSeek-V3.2's reference inference code does).
+    pub indexer: u64,
     /// The layer's two RMSNorm weights (replicated).
     pub norms: u64,
     /// A dense MLP, when the layer has one (sharded by tensor parallelism).
@@ -44,7 +47,12 @@ impl LayerParams {
 
     /// Everything but the routed experts.
     pub fn dense_part(&self) -> u64 {
-        self.attention + self.norms + self.dense_mlp + self.shared_experts + self.router
+        self.attention
+            + self.indexer
+            + self.norms
+            + self.dense_mlp
+            + self.shared_experts
+            + self.router
     }
 }
 
@@ -93,6 +101,7 @@ pub fn count(cfg: &ModelConfig) -> ParamCount {
             let mut p = LayerParams {
                 norms: 2 * h,
                 attention: attention(cfg, &spec.attention),
+                indexer: indexer(cfg, &spec.attention),
                 ..Default::default()
             };
             match (&spec.ffn, &cfg.dense_mlp, &cfg.moe) {
@@ -126,7 +135,21 @@ pub fn count(cfg: &ModelConfig) -> ParamCount {
     }
 }
 
-/// One layer's attention parameters.
+/// One layer's DSA indexer parameters (0 for other attention kinds).
+fn indexer(cfg: &ModelConfig, kind: &AttentionKind) -> u64 {
+    let h = cfg.hidden_size as u64;
+    match (kind, &cfg.indexer, &cfg.mla) {
+        (AttentionKind::SparseMla, Some(ix), Some(m)) => {
+            let (ih, id) = (ix.heads as u64, ix.head_dim as u64);
+            let q_in = m.q_lora_rank.map(|r| r as u64).unwrap_or(h);
+            // wq_b, wk, k_norm (weight and bias), weights_proj.
+            ih * id * q_in + id * h + 2 * id + ih * h
+        }
+        _ => 0,
+    }
+}
+
+/// One layer's attention parameters, without a DSA indexer's.
 fn attention(cfg: &ModelConfig, kind: &AttentionKind) -> u64 {
     let h = cfg.hidden_size as u64;
     match kind {
@@ -145,16 +168,7 @@ fn attention(cfg: &ModelConfig, kind: &AttentionKind) -> u64 {
                 + rkv
                 + heads * (m.qk_nope_head_dim + m.v_head_dim) as u64 * rkv;
             let o = h * heads * m.v_head_dim as u64;
-            let indexer = match (kind, &cfg.indexer) {
-                (AttentionKind::SparseMla, Some(ix)) => {
-                    let (ih, id) = (ix.heads as u64, ix.head_dim as u64);
-                    let q_in = m.q_lora_rank.map(|r| r as u64).unwrap_or(h);
-                    // wq_b, wk, k_norm (weight and bias), weights_proj.
-                    ih * id * q_in + id * h + 2 * id + ih * h
-                }
-                _ => 0,
-            };
-            q + kv + o + indexer
+            q + kv + o
         }
         AttentionKind::Gqa => {
             let Some(g) = &cfg.gqa else { return 0 };

@@ -124,7 +124,7 @@ pub fn screen(
     let dense: f64 = p
         .layers
         .iter()
-        .map(|l| (l.attention + l.dense_mlp + l.shared_experts) as f64 / tp)
+        .map(|l| (l.attention + l.dense_mlp + l.shared_experts) as f64 / tp + l.indexer as f64)
         .sum::<f64>()
         * stage_layers;
     let routed_rows = tokens
