@@ -409,28 +409,9 @@ pub fn run(a: RunArgs) -> Result<(), String> {
             cov.missing().join(", ")
         ));
     }
-    // 2. Numeric checks of the operators on the card.
-    let checks = if a.no_check {
-        say("[2/5] numeric checks: skipped (--no-check)".into());
-        json!({"skipped": true})
-    } else {
-        let launcher = dsl_core::Launcher::new(s.est.device().clone());
-        let (passed, failures) = day0::suite::check_all(&launcher);
-        say(format!(
-            "[2/5] numeric checks: {passed} kernel(s) match their f64 references on {}{}",
-            s.est.device().name,
-            if failures.is_empty() {
-                String::new()
-            } else {
-                format!("; FAILED: {}", failures.join("; "))
-            }
-        ));
-        if !failures.is_empty() {
-            return Err(format!("numeric checks failed: {}", failures.join("; ")));
-        }
-        json!({"skipped": false, "passed": passed, "failed": failures})
-    };
-    // 3-4. Plans and simulated phases.
+    // 2-4. Numeric checks of the operators on the card, and the plans and simulated phases:
+    // independent, so the checks and the two phases run on threads of their own (the numbers do
+    // not depend on it: every estimate is a pure function of its plan).
     let shared = fixed_plan(a.plan.as_ref(), s.cards, "--plan")?;
     let prefill_fixed = fixed_plan(a.prefill_plan.as_ref(), s.cards, "--prefill-plan")?.or(shared);
     let decode_fixed = fixed_plan(a.decode_plan.as_ref(), s.cards, "--decode-plan")?.or(shared);
@@ -439,28 +420,57 @@ pub fn run(a: RunArgs) -> Result<(), String> {
             eprintln!("      … {msg} ({:.1} s)", t0.elapsed().as_secs_f64());
         }
     };
-    progress("planning prefill: screening plans, simulating the finalists");
-    let prefill = plan_phase(
-        &s.est,
-        Phase::Prefill,
-        s.cards,
-        &s.workload,
-        &s.mem,
-        prefill_fixed,
-        a.finalists,
-    )
-    .map_err(|e| format!("prefill: {e}"))?;
-    progress("planning decode");
-    let decode = plan_phase(
-        &s.est,
-        Phase::Decode,
-        s.cards,
-        &s.workload,
-        &s.mem,
-        decode_fixed,
-        a.finalists,
-    )
-    .map_err(|e| format!("decode: {e}"))?;
+    progress("checking the kernels, planning prefill and decode");
+    let plan = |phase: Phase, fixed: Option<Plan>| {
+        plan_phase(
+            &s.est,
+            phase,
+            s.cards,
+            &s.workload,
+            &s.mem,
+            fixed,
+            a.finalists,
+        )
+    };
+    let (checked, prefill, decode) = std::thread::scope(|scope| {
+        let checks = (!a.no_check).then(|| {
+            scope.spawn(|| {
+                let launcher = dsl_core::Launcher::new(s.est.device().clone());
+                day0::suite::check_all(&launcher)
+            })
+        });
+        let decode = scope.spawn(|| plan(Phase::Decode, decode_fixed));
+        let prefill = plan(Phase::Prefill, prefill_fixed);
+        let panicked = |what: &str| format!("{what}: its thread panicked");
+        (
+            checks.map(|h| h.join().map_err(|_| panicked("numeric checks"))),
+            prefill,
+            decode.join().map_err(|_| panicked("decode planning")),
+        )
+    });
+    let checks = match checked.transpose()? {
+        None => {
+            say("[2/5] numeric checks: skipped (--no-check)".into());
+            json!({"skipped": true})
+        }
+        Some((passed, failures)) => {
+            say(format!(
+                "[2/5] numeric checks: {passed} kernel(s) match their f64 references on {}{}",
+                s.est.device().name,
+                if failures.is_empty() {
+                    String::new()
+                } else {
+                    format!("; FAILED: {}", failures.join("; "))
+                }
+            ));
+            if !failures.is_empty() {
+                return Err(format!("numeric checks failed: {}", failures.join("; ")));
+            }
+            json!({"skipped": false, "passed": passed, "failed": failures})
+        }
+    };
+    let prefill = prefill.map_err(|e| format!("prefill: {e}"))?;
+    let decode = decode?.map_err(|e| format!("decode: {e}"))?;
     say(format!(
         "[3/5] planned: prefill {} ({} plans considered), decode {} ({} considered); {} distinct card-role forwards simulated",
         prefill.best.estimate.plan,
