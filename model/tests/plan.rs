@@ -217,6 +217,18 @@ fn decode_step_agrees_with_the_memory_bound_closed_form() {
     let again = est.estimate(&plan, Phase::Decode, batch, ctx).unwrap();
     assert_eq!(again, e);
     assert_eq!(est.runs(), runs);
+    // Utilisation is measured against the FP8 rate the block-FP8 projections run at: a card
+    // never does more than its peak, and a memory-bound decode uses little of it.
+    let prefill = est.estimate(&plan, Phase::Prefill, 1, 1024).unwrap();
+    for x in [&e, &prefill] {
+        assert!(x.mfu > 0.0 && x.mfu <= 1.0, "{x:?}");
+    }
+    assert!(
+        e.mfu < 0.1 && prefill.mfu > e.mfu,
+        "{} {}",
+        e.mfu,
+        prefill.mfu
+    );
 }
 
 /// One cost-only decode step on an h800 of `tokens` tokens at context `ctx`: one sequence's
@@ -400,7 +412,10 @@ fn tensor_parallelism_keeps_the_dsa_indexer_whole() {
     let tp4 = Plan::parse("tp=4", Some(4), "--plan").unwrap();
     let shard = tp4.shard(&v32);
     assert_eq!(shard.indexer.unwrap().heads, ix.heads);
-    assert_eq!(shard.mla.unwrap().heads, v32.mla.as_ref().unwrap().heads / 4);
+    assert_eq!(
+        shard.mla.unwrap().heads,
+        v32.mla.as_ref().unwrap().heads / 4
+    );
     let p = count(&v32);
     let indexer: u64 = p.layers.iter().map(|l| l.indexer).sum();
     let rest: u64 = p
@@ -417,7 +432,11 @@ fn tensor_parallelism_keeps_the_dsa_indexer_whole() {
     };
     let tp1 = Plan::parse("tp=1", Some(1), "--plan").unwrap();
     assert!(within(dense(&tp1), (rest + indexer) as f64 * b, 1e-12));
-    assert!(within(dense(&tp4), (rest as f64 / 4.0 + indexer as f64) * b, 1e-12));
+    assert!(within(
+        dense(&tp4),
+        (rest as f64 / 4.0 + indexer as f64) * b,
+        1e-12
+    ));
     // The totals are unchanged by the split of the count.
     assert!(within(p.total() as f64, 671e9, 0.01));
 }

@@ -159,7 +159,9 @@ pub struct StepEstimate {
     pub tokens_per_s: f64,
     /// `tokens_per_s` per card.
     pub tokens_per_s_per_card: f64,
-    /// Model FLOP utilisation of a card: useful FLOP over the step time at the card's peak.
+    /// Model FLOP utilisation of a card: useful FLOP over the step time at the card's peak
+    /// matrix rate for the format its projections run in (FP8 for a block-FP8 checkpoint at
+    /// native precision, else bf16; f32 on the reference path).
     pub mfu: f64,
     /// HBM bytes one card moves per step over the step time at the card's peak bandwidth.
     pub hbm_utilization: f64,
@@ -616,14 +618,18 @@ impl Estimator {
                 (tpot, tpot, (plan.dp * batch) as f64 / tpot)
             }
         };
-        // The cost-only forward runs f32 GEMMs today (native precision is issue #13's item 1), so
-        // utilisation is measured against the rate those launches ran at.
-        let per_core = self
-            .device
-            .matrix
-            .flop_per_cycle
-            .get("f32")
-            .or_else(|| self.device.matrix.flop_per_cycle.get("bf16"))
+        // Utilisation against the matrix rate of the format the projections run in: FP8 for a
+        // block-FP8 checkpoint at native precision (W8A8 where the card has an FP8 mode), f32 on
+        // the reference path, else bf16; a card without that mode falls back to bf16, then f32.
+        let rate = match (self.precision, &self.cfg.weight_format) {
+            (Precision::F32, _) => "f32",
+            (Precision::Native, crate::config::WeightFormat::Fp8Block { .. }) => "fp8e4m3",
+            (Precision::Native, _) => "bf16",
+        };
+        let rates = &self.device.matrix.flop_per_cycle;
+        let per_core = [rate, "bf16", "f32"]
+            .iter()
+            .find_map(|r| rates.get(*r))
             .copied()
             .unwrap_or(1.0);
         let peak_flops = per_core * self.device.cores as f64 * clock;
