@@ -919,16 +919,28 @@ impl Ops {
         let scores = self.mem.act(q_idx.rows(), ctx.div_ceil(page) * page);
         let r = kernels::tile_choice::cover(
             &sparse::indexer_prefill::META,
-            &Config::new().with("BQ", 16).with(
-                "BK",
-                kernels::tile_choice::covering(
-                    &sparse::indexer_prefill::META,
-                    "BK",
-                    page,
-                    page as i64,
+            // Query blocks as tall as the step (up to 64): each key tile loaded serves them all.
+            &Config::new()
+                .with(
+                    "BQ",
+                    kernels::tile_choice::covering(
+                        &sparse::indexer_prefill::META,
+                        "BQ",
+                        q_idx.rows(),
+                        64,
+                    )
+                    .unwrap_or(16),
                 )
-                .unwrap_or(16),
-            ),
+                .with(
+                    "BK",
+                    kernels::tile_choice::covering(
+                        &sparse::indexer_prefill::META,
+                        "BK",
+                        page,
+                        page as i64,
+                    )
+                    .unwrap_or(16),
+                ),
             &[("DI", ix.head_dim, "index_head_dim")],
         )
         .and_then(|cfg| {
