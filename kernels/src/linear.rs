@@ -229,10 +229,9 @@ pub fn run_act_quant_fp8(
         codes: crate::weight::scratch(launcher, &[m, k]),
         scales: crate::weight::scratch(launcher, &[m, k.div_ceil(128)]),
     };
-    let bm = [8i64, 16, 32]
-        .into_iter()
-        .find(|b| *b as usize >= m)
-        .unwrap_or(32);
+    // Row blocks as tall as the rows, up to 64 (a 32 KiB f32 tile): each program is one DMA in
+    // and two out, so taller blocks mean fewer, longer transfers.
+    let bm = crate::tile_choice::covering(&act_quant_fp8::META, "BR", m, 64).unwrap_or(32);
     let cfg = Config::new().with("BR", bm);
     let launch = act_quant_fp8::launch(launcher, &cfg, x, &q.codes, &q.scales)?;
     Ok((q, launch))
