@@ -970,3 +970,34 @@ fn cards_splits_a_checkpoint_and_matches_one_card() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("--plan tp"), "{err}");
 }
+
+/// `DAY0_LAUNCH_LOG=1` prints one line per simulated launch (where a command's host time goes),
+/// and nothing without it.
+#[test]
+fn the_launch_log_names_each_simulated_launch() {
+    let args = [
+        "kernel", "gemm", "--m", "256", "--n", "192", "--k", "160", "--device", "npu-910b",
+    ];
+    let run = |log: &str| {
+        let out = Command::new(env!("CARGO_BIN_EXE_day0"))
+            .args(args)
+            .env("DAY0_LAUNCH_LOG", log)
+            .output()
+            .expect("day0 runs");
+        assert!(out.status.success());
+        String::from_utf8_lossy(&out.stderr).to_string()
+    };
+    let on = run("1");
+    let line = on
+        .lines()
+        .find(|l| l.starts_with("day0 launch: gemm"))
+        .unwrap_or_else(|| panic!("no launch line in {on}"));
+    for part in ["grid [", "programs timed", "cycles", "s host"] {
+        assert!(line.contains(part), "`{part}` missing from {line}");
+    }
+    // The checked run itself is functional (tile searches before it run cost-only).
+    assert!(on
+        .lines()
+        .any(|l| l.starts_with("day0 launch: gemm") && l.contains(" functional:")));
+    assert!(!run("0").contains("day0 launch:"));
+}

@@ -272,6 +272,10 @@ pub struct Launcher {
     /// time on long prefills (BENCHMARKS.md, session 15). Functional and cost-only launches
     /// sample alike, so their cycles stay equal.
     pub sampling: bool,
+    /// Print one line per simulated launch to stderr (kernel, grid, tiles, programs timed,
+    /// cycles, host seconds): on when `DAY0_LAUNCH_LOG=1`, to see where a command's host time
+    /// goes. Launches answered from the memo are not simulated and not printed.
+    pub log: bool,
 }
 
 impl Launcher {
@@ -285,6 +289,7 @@ impl Launcher {
             memo: None,
             hazards: Hazards::from_env(),
             sampling: !std::env::var("DAY0_SAMPLING").is_ok_and(|v| v.trim() == "0"),
+            log: std::env::var("DAY0_LAUNCH_LOG").is_ok_and(|v| v.trim() == "1"),
         }
     }
 
@@ -438,7 +443,24 @@ impl Launcher {
                 message: format!("empty grid {grid:?}: every axis needs at least one program (are the tensors empty?)"),
             });
         }
-        let work = || self.run_inner(meta, config, grid, &args, body);
+        let start = self.log.then(std::time::Instant::now);
+        let work = || {
+            let launch = self.run_inner(meta, config, grid, &args, body);
+            if let (Some(t0), Ok(l)) = (start, &launch) {
+                let r = &l.report;
+                eprintln!(
+                    "day0 launch: {} grid {grid:?} {} {}: {} of {} programs timed, {} cycles, {:.3} s host",
+                    meta.name,
+                    config,
+                    if r.cost_only { "cost-only" } else { "functional" },
+                    r.simulated_programs,
+                    r.programs,
+                    r.cycles,
+                    t0.elapsed().as_secs_f64()
+                );
+            }
+            launch
+        };
         match self.threads {
             Some(n) => rayon::ThreadPoolBuilder::new()
                 .num_threads(n.max(1))
