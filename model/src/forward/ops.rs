@@ -326,7 +326,7 @@ impl Ops {
         match kernels::linear::run_linear_weight(&self.launcher, x, w, y) {
             Ok(launches) => {
                 for (kernel, l) in launches {
-                    self.book(Self::op_of(op, kernel), Ok(l))?;
+                    self.book(&Self::op_of(op, kernel, false), Ok(l))?;
                 }
                 Ok(())
             }
@@ -335,13 +335,16 @@ impl Ops {
     }
 
     /// The operator a launch of `kernel` within `op` is booked under: the activation
-    /// quantization of an FP8 GEMM apart, under one name for every projection (the routed
-    /// experts' grouped GEMMs book theirs as `{op}.act_quant`).
-    fn op_of<'a>(op: &'a str, kernel: &str) -> &'a str {
-        if kernel == kernels::linear::act_quant_fp8::META.name {
-            ACT_QUANT_OP
+    /// quantization of an FP8 GEMM apart, under one name for every projection, or with
+    /// `routed` (the routed experts' grouped GEMMs) as `{op}.act_quant`, routed-expert work the
+    /// planner prices at the rows expert parallelism sends a card.
+    fn op_of<'a>(op: &'a str, kernel: &str, routed: bool) -> std::borrow::Cow<'a, str> {
+        if kernel != kernels::linear::act_quant_fp8::META.name {
+            op.into()
+        } else if routed {
+            format!("{op}.act_quant").into()
         } else {
-            op
+            ACT_QUANT_OP.into()
         }
     }
 
@@ -851,16 +854,7 @@ impl Ops {
         match kernels::moe::grouped::run_grouped_linear_weight(&self.launcher, x, w, offsets, &y) {
             Ok(launches) => {
                 for (kernel, r) in launches {
-                    // The routed rows' quantization is routed-expert work (the planner prices it
-                    // at the rows expert parallelism sends a card), so it keeps the op's name.
-                    let quant;
-                    let name = if kernel == kernels::linear::act_quant_fp8::META.name {
-                        quant = format!("{op}.act_quant");
-                        &quant
-                    } else {
-                        op
-                    };
-                    self.book_report(name, Ok(r))?;
+                    self.book_report(&Self::op_of(op, kernel, true), Ok(r))?;
                 }
             }
             Err(e) => self.book_report(op, Err(e))?,
