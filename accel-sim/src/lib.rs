@@ -7,6 +7,7 @@
 //! - [`isa`]: the tile instruction set and each instruction's timing semantics;
 //! - [`functional`]: each instruction's functional semantics, on the host with SIMD (`wide`);
 //! - [`program`]: a program's recorded instruction stream;
+//! - [`manual`]: hand-written programs: explicit SRAM placement, DMA queues, events and barriers;
 //! - [`timing`]: one program on one core (engine queues, dependencies, SRAM buffer reuse);
 //! - [`memory`]: L2 and HBM, bandwidth shared among cores;
 //! - [`schedule`]: programs onto cores in waves, producing a [`report::Report`];
@@ -28,6 +29,7 @@ pub mod fabric;
 pub mod formats;
 pub mod functional;
 pub mod isa;
+pub mod manual;
 pub mod memory;
 pub mod preset;
 pub mod program;

@@ -3,6 +3,7 @@
 use crate::ctx::Ctx;
 use crate::hazard::{self, ArgView, Hazards, ProgramHazards, ProgramLog};
 use crate::memo::{ArgKey, LaunchMemo};
+use accel_sim::manual::ManualProgram;
 use accel_sim::program::ProgramTrace;
 use accel_sim::schedule::{LaunchInfo, LaunchSim};
 use accel_sim::trace::ChromeTrace;
@@ -437,20 +438,63 @@ impl Launcher {
         args: Arc<[ArgView]>,
         body: &(dyn Fn(&mut Ctx) + Sync),
     ) -> Result<Launch, SimError> {
+        self.logged(meta.name, config, grid, &|| {
+            self.run_inner(meta, config, grid, &args, body)
+        })
+    }
+
+    /// Runs a hand-written kernel ([`accel_sim::manual`]): `body` issues program `pid`'s
+    /// operations, and the launch is timed as a `#[kernel]`'s is (same sampling, memo-free).
+    /// `source` is the kernel's source file, whose lines name the profile's rows.
+    pub fn run_manual(
+        &self,
+        kernel: &'static str,
+        source: &'static str,
+        config: &Config,
+        grid: [usize; 3],
+        body: &(dyn Fn([usize; 3], &mut ManualProgram) + Sync),
+    ) -> Result<Launch, SimError> {
+        let lines: Vec<(u32, &str)> = source
+            .lines()
+            .enumerate()
+            .map(|(i, l)| (i as u32 + 1, l.trim()))
+            .collect();
+        let functional = self.backend == Backend::Functional;
+        let sram = self.preset.sram.bytes_per_core;
+        self.logged(kernel, config, grid, &|| {
+            let run_one = |i: usize, reference: Option<&ProgramTrace>| {
+                let mut p = ManualProgram::new(kernel, functional, sram, reference);
+                body(pid_of(grid, i), &mut p);
+                (p.finish(), None)
+            };
+            let (sim, _) = self.time_programs(kernel, &lines, config, grid, false, &run_one)?;
+            let (report, trace) = sim.finish()?;
+            Ok(Launch { report, trace })
+        })
+    }
+
+    /// Checks the grid, runs `launch` on the launcher's threads, and logs it when asked.
+    fn logged(
+        &self,
+        kernel: &str,
+        config: &Config,
+        grid: [usize; 3],
+        launch: &(dyn Fn() -> Result<Launch, SimError> + Sync),
+    ) -> Result<Launch, SimError> {
         if grid.contains(&0) {
             return Err(SimError::Launch {
-                kernel: meta.name.to_string(),
+                kernel: kernel.to_string(),
                 message: format!("empty grid {grid:?}: every axis needs at least one program (are the tensors empty?)"),
             });
         }
         let start = self.log.then(std::time::Instant::now);
         let work = || {
-            let launch = self.run_inner(meta, config, grid, &args, body);
+            let launch = launch();
             if let (Some(t0), Ok(l)) = (start, &launch) {
                 let r = &l.report;
                 eprintln!(
                     "day0 launch: {} grid {grid:?} {} {}: {} of {} programs timed, {} cycles, {:.3} s host",
-                    meta.name,
+                    kernel,
                     config,
                     if r.cost_only { "cost-only" } else { "functional" },
                     r.simulated_programs,
@@ -466,7 +510,7 @@ impl Launcher {
                 .num_threads(n.max(1))
                 .build()
                 .map_err(|e| SimError::Launch {
-                    kernel: meta.name.to_string(),
+                    kernel: kernel.to_string(),
                     message: format!("cannot start {n} threads: {e}"),
                 })?
                 .install(work),
@@ -484,26 +528,9 @@ impl Launcher {
     ) -> Result<Launch, SimError> {
         let functional = self.backend == Backend::Functional;
         let checked = functional && self.hazards.any();
-        let info = LaunchInfo {
-            kernel: meta.name,
-            config: config.0.clone(),
-            grid: grid.map(|g| g as u64),
-            lines: meta.lines,
-            cost_only: !functional,
-            want_trace: self.trace,
-        };
-        let mut sim = LaunchSim::new(&self.preset, info).with_sampling(self.sampling);
-        let total: usize = grid.iter().product();
-        let pid_of = |i: usize| {
-            [
-                i % grid[0],
-                (i / grid[0]) % grid[1],
-                i / (grid[0] * grid[1]),
-            ]
-        };
         // Each program's trace, and in a checked launch the windows it read and wrote.
         let run_one = |i: usize, reference: Option<&ProgramTrace>| {
-            let mut ctx = Ctx::new(meta.name, pid_of(i), grid, functional, reference);
+            let mut ctx = Ctx::new(meta.name, pid_of(grid, i), grid, functional, reference);
             if checked {
                 ctx.hz = Some(Box::new(ProgramHazards::new(&self.hazards)));
                 ctx.args = Arc::clone(args);
@@ -515,6 +542,45 @@ impl Launcher {
                 None => (Ok(ctx.trace.finish()), log),
             }
         };
+        let (sim, logs) =
+            self.time_programs(meta.name, meta.lines, config, grid, checked, &run_one)?;
+        if checked && self.hazards.records() {
+            hazard::check_launch(
+                meta.name,
+                grid,
+                &logs,
+                args,
+                self.hazards.enabled,
+                self.hazards.coverage,
+            )?;
+        }
+        let (report, trace) = sim.finish()?;
+        Ok(Launch { report, trace })
+    }
+
+    /// Records every program of `grid` (`run_one(i, reference)` gives program `i`'s trace and, in
+    /// a checked launch (`keep_logs`), its log) and times them: the launch simulator, ready to
+    /// finish, and the logs in program order.
+    fn time_programs<'s>(
+        &'s self,
+        kernel: &'s str,
+        lines: &'s [(u32, &'s str)],
+        config: &Config,
+        grid: [usize; 3],
+        keep_logs: bool,
+        run_one: &(dyn Fn(usize, Option<&ProgramTrace>) -> ProgramOutcome + Sync),
+    ) -> Result<(LaunchSim<'s>, Vec<ProgramLog>), SimError> {
+        let functional = self.backend == Backend::Functional;
+        let info = LaunchInfo {
+            kernel,
+            config: config.0.clone(),
+            grid: grid.map(|g| g as u64),
+            lines,
+            cost_only: !functional,
+            want_trace: self.trace,
+        };
+        let mut sim = LaunchSim::new(&self.preset, info).with_sampling(self.sampling);
+        let total: usize = grid.iter().product();
         // Cost-only: program 0 is recorded in full and the others follow it: programs that issue
         // the same events (the usual case) share its recording and keep only their load windows,
         // which is what makes a million-token cost-only launch cheap. Functional runs are dominated
@@ -547,7 +613,7 @@ impl Launcher {
                 || push_all(&mut sim, std::mem::take(&mut recorded)),
             );
             let (next, wave_logs) = next;
-            if checked {
+            if keep_logs {
                 // One log per program, in program order (a program without one logged nothing).
                 logs.extend(wave_logs.into_iter().map(Option::unwrap_or_default));
             }
@@ -561,19 +627,20 @@ impl Launcher {
             start = end;
         }
         push_all(&mut sim, recorded)?;
-        if checked && self.hazards.records() {
-            hazard::check_launch(
-                meta.name,
-                grid,
-                &logs,
-                args,
-                self.hazards.enabled,
-                self.hazards.coverage,
-            )?;
-        }
-        let (report, trace) = sim.finish()?;
-        Ok(Launch { report, trace })
+        Ok((sim, logs))
     }
+}
+
+/// A recorded program: its trace (or the error it hit) and, in a checked launch, its log.
+type ProgramOutcome = (Result<ProgramTrace, SimError>, Option<ProgramLog>);
+
+/// Program `i`'s position in `grid` (program ids run along the first axis fastest).
+fn pid_of(grid: [usize; 3], i: usize) -> [usize; 3] {
+    [
+        i % grid[0],
+        (i / grid[0]) % grid[1],
+        i / (grid[0] * grid[1]),
+    ]
 }
 
 /// A better reference for the programs after `wave`, when most of it diverged from `current`: its

@@ -491,6 +491,40 @@ impl Tensor<crate::elem::fp8e4m3> {
     }
 }
 
+/// Hand-written programs ([`accel_sim::manual`]) read and write tensors through their 2-D view.
+impl<T: Elem> accel_sim::manual::DeviceTensor for Tensor<T> {
+    fn id(&self) -> u64 {
+        self.id
+    }
+    fn dtype(&self) -> accel_sim::DType {
+        T::DTYPE
+    }
+    fn rows(&self) -> usize {
+        Tensor::rows(self)
+    }
+    fn cols(&self) -> usize {
+        Tensor::cols(self)
+    }
+    fn row_stride(&self) -> usize {
+        self.stride
+    }
+    fn offset(&self) -> usize {
+        self.offset
+    }
+    fn has_data(&self) -> bool {
+        self.mem.is_some()
+    }
+    fn read_row(&self, row: usize, col: usize, dst: &mut [f32]) {
+        self.span_read(row * self.stride + col, dst);
+    }
+    fn write_row(&self, row: usize, col: usize, src: &[f32]) {
+        self.write_window(row, col, 1, src.len(), src, src.len());
+    }
+    fn describe(&self) -> String {
+        format!("{self:?}")
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
