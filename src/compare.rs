@@ -55,6 +55,7 @@ pub fn kind_name(kind: kernels::registry::ImplKind) -> &'static str {
     match kind {
         kernels::registry::ImplKind::Dsl => "dsl",
         kernels::registry::ImplKind::DslTuned => "dsl-tuned",
+        kernels::registry::ImplKind::HandTuned => "hand-tuned",
     }
 }
 
@@ -174,7 +175,7 @@ pub fn table(c: &Comparison) -> String {
         }
     );
     s.push_str(&format!(
-        "{:<26} {:<9} {:>12} {:>10} {:>8}  {:>12}  config\n",
+        "{:<26} {:<10} {:>12} {:>10} {:>8}  {:>12}  config\n",
         "implementation", "kind", "cycles", "µs", "speedup", "max rel err"
     ));
     for e in &c.implementations {
@@ -183,7 +184,7 @@ pub fn table(c: &Comparison) -> String {
             None => "-".into(),
         };
         s.push_str(&format!(
-            "{:<26} {:<9} {:>12} {:>10.1} {:>7.2}x  {:>12}  {}\n",
+            "{:<26} {:<10} {:>12} {:>10.1} {:>7.2}x  {:>12}  {}\n",
             e.implementation,
             e.kind,
             e.cycles,

@@ -104,6 +104,7 @@ impl Family {
                 &gemm_db::META,
                 &gemm_pipelined::META,
                 &gemm_persistent::META,
+                &kernels::hand_tuned::gemm::META,
             ],
             Family::Prefill => vec![&flash_prefill::META, &flash_prefill_pipelined::META],
             Family::SparseMla => vec![&kernels::attention::sparse::sparse_mla::META],
@@ -1010,6 +1011,7 @@ pub fn evaluate_traced(
                 GemmVariant::DoubleBuffered,
                 GemmVariant::Pipelined,
                 GemmVariant::Persistent,
+                GemmVariant::HandTuned,
             ]
             .into_iter()
             .find(|v| v.meta().name == meta.name)

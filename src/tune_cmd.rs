@@ -396,7 +396,7 @@ pub fn kernels_cmd(json: bool) -> Result<(), String> {
         println!("{op}");
         for i in impls {
             println!(
-                "  {:<width$}  {:<9}  {:>4} configs  {}",
+                "  {:<width$}  {:<10}  {:>4} configs  {}",
                 i.meta.name,
                 kind(i.kind),
                 i.meta.space().len(),

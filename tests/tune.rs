@@ -85,7 +85,7 @@ fn gemm_tune_ranks_marks_overflows_and_serves_the_second_run_from_the_cache() {
         .iter()
         .map(|c| c["implementation"].as_str().unwrap())
         .collect();
-    assert_eq!(impls.len(), 4, "{impls:?}");
+    assert_eq!(impls.len(), 5, "{impls:?}");
 
     let second = json(&day0(dir.path(), &GEMM));
     assert_eq!(second["cached"], true);
@@ -268,8 +268,19 @@ fn compare_runs_each_implementation_on_the_same_inputs() {
         .iter()
         .map(|e| e["implementation"].as_str().unwrap())
         .collect();
-    for want in ["gemm", "gemm_db", "gemm_pipelined", "gemm_persistent"] {
+    for want in [
+        "gemm",
+        "gemm_db",
+        "gemm_pipelined",
+        "gemm_persistent",
+        "gemm_hand",
+    ] {
         assert!(names.contains(&want), "{names:?}");
+    }
+    // The hand-tuned kernel (accel-sim's manual API) is the only one registered as such.
+    for e in impls {
+        let hand = e["implementation"] == "gemm_hand";
+        assert_eq!(e["kind"] == "hand-tuned", hand, "{e}");
     }
     let cycles: Vec<u64> = impls
         .iter()

@@ -228,6 +228,8 @@ pub enum GemmVariant {
     Pipelined,
     /// [`gemm_persistent()`]: double-buffered, one program per core looping over its tiles.
     Persistent,
+    /// [`crate::hand_tuned::gemm`]: hand-written against accel-sim's lower-level API.
+    HandTuned,
 }
 
 impl GemmVariant {
@@ -238,6 +240,7 @@ impl GemmVariant {
             GemmVariant::DoubleBuffered => &gemm_db::META,
             GemmVariant::Pipelined => &gemm_pipelined::META,
             GemmVariant::Persistent => &gemm_persistent::META,
+            GemmVariant::HandTuned => &crate::hand_tuned::gemm::META,
         }
     }
 }
@@ -311,6 +314,9 @@ fn run_typed<T: Float>(
             let tile = |name: &str| cfg.get(name).unwrap_or(1).max(1) as usize;
             let group = tile_group(m, n, tile("BM"), tile("BN"), cores);
             gemm_persistent::launch(launcher, &case.config, &a, &b, &c, cores, group)?
+        }
+        GemmVariant::HandTuned => {
+            crate::hand_tuned::gemm::launch(launcher, &case.config, &a, &b, &c)?
         }
     };
     let output = c.to_vec();

@@ -9,6 +9,7 @@ pub mod elementwise;
 pub mod embedding;
 pub mod gemm;
 pub mod gemm_fp8;
+pub mod hand_tuned;
 pub mod layout;
 pub mod linear;
 pub mod linear_attention;

@@ -13,6 +13,9 @@ pub enum ImplKind {
     Dsl,
     /// A DSL kernel tuned by hand (explicit prefetch, buffering).
     DslTuned,
+    /// Written against accel-sim's lower-level API ([`accel_sim::manual`], in
+    /// [`crate::hand_tuned`]): explicit SRAM placement, DMA queues, events and barriers.
+    HandTuned,
 }
 
 /// One implementation of an operator.
@@ -54,6 +57,12 @@ pub fn all() -> Vec<Implementation> {
             kind: ImplKind::DslTuned,
             meta: &crate::gemm::gemm_persistent::META,
             summary: "persistent tiled GEMM: one program per core streams its tiles' K-steps (three in flight), storing each tile while the next computes",
+        },
+        Implementation {
+            op: "gemm",
+            kind: ImplKind::HandTuned,
+            meta: &crate::hand_tuned::gemm::META,
+            summary: "persistent GEMM on accel-sim's manual API: placed STAGES-deep load ring, explicit events, overwrite-mode first K-step (no zero fill), two accumulators so each store overlaps the next tile",
         },
         Implementation {
             op: "gemm_fp8",
@@ -354,6 +363,12 @@ pub fn all() -> Vec<Implementation> {
             kind: ImplKind::Dsl,
             meta: &crate::moe::expert_gemm::expert_gemm_mxfp4::META,
             summary: "per-expert GEMM with MXFP4 weights dequantized on chip",
+        },
+        Implementation {
+            op: "expert_gemm_mxfp4",
+            kind: ImplKind::HandTuned,
+            meta: &crate::hand_tuned::expert_gemm_mxfp4::META,
+            summary: "MXFP4 expert GEMM on accel-sim's manual API: two placed dequantization buffers so the vector unit dequantizes step j+1 while the matrix unit multiplies step j, STAGES-deep load ring, overwrite-mode first K-step",
         },
         Implementation {
             op: "expert_gemm_fp8",

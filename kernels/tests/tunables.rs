@@ -56,6 +56,10 @@ const VOCABULARY: &[(&str, &str)] = &[
     ("DI", "index-head-dim tile (covers index_head_dim)"),
     ("K", "top-k slots of the DSA selection (covers index_topk)"),
     (
+        "STAGES",
+        "depth of a hand-tuned kernel's load ring (schedule)",
+    ),
+    (
         "C",
         "chunk length of a chunked scan, or candidates per top-k merge (schedule)",
     ),

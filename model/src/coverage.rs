@@ -5,8 +5,10 @@
 //! decode operator graphs ([`crate::graph`]) and classifies every operator kind:
 //!
 //! - **`hand-tuned`**: every kernel it runs has a hand-tuned implementation registered in
-//!   [`kernels::registry`] (`ImplKind::DslTuned`: the double-buffered / pipelined GEMMs);
-//! - **`dsl`**: a DSL kernel of the `kernels` crate implements the operator;
+//!   [`kernels::registry`] (`ImplKind::HandTuned`: written against accel-sim's manual API, in
+//!   `kernels::hand_tuned`), and nothing else: a DSL kernel tuned by hand is still `dsl`;
+//! - **`dsl`**: a DSL kernel of the `kernels` crate implements the operator (the row names the
+//!   tuned DSL versions when there are any);
 //! - **`composite`**: assembled from kernels written for other operators (how is said in the
 //!   row: e.g. plain RMSNorm as `rmsnorm_residual` with a zero residual);
 //! - **`missing`**: no kernel with the operator's semantics, or no tile of the kernel's space
@@ -230,22 +232,28 @@ fn from_registry(
     }
 }
 
-/// Implementations registered for `op` in [`kernels::registry`]: `HandTuned` with the tuned ones
-/// when any is `DslTuned`, else `Dsl` with all of them; `None` when the registry has none.
+/// Implementations registered for `op` in [`kernels::registry`]: `HandTuned` with the hand-tuned
+/// ones when any is `HandTuned`, else `Dsl` with the tuned DSL ones (or all of them when none is
+/// tuned); `None` when the registry has none.
 fn registered(op: &str) -> Option<(Status, Vec<&'static KernelMeta>)> {
     let impls = registry::implementations(op);
     if impls.is_empty() {
         return None;
     }
-    let tuned: Vec<&'static KernelMeta> = impls
-        .iter()
-        .filter(|i| i.kind == ImplKind::DslTuned)
-        .map(|i| i.meta)
-        .collect();
-    Some(if tuned.is_empty() {
-        (Status::Dsl, impls.iter().map(|i| i.meta).collect())
+    let of = |kind: ImplKind| -> Vec<&'static KernelMeta> {
+        impls
+            .iter()
+            .filter(|i| i.kind == kind)
+            .map(|i| i.meta)
+            .collect()
+    };
+    let (hand, tuned) = (of(ImplKind::HandTuned), of(ImplKind::DslTuned));
+    Some(if !hand.is_empty() {
+        (Status::HandTuned, hand)
+    } else if !tuned.is_empty() {
+        (Status::Dsl, tuned)
     } else {
-        (Status::HandTuned, tuned)
+        (Status::Dsl, impls.iter().map(|i| i.meta).collect())
     })
 }
 
@@ -254,7 +262,8 @@ pub fn rules(kind: &OpKind) -> Rule {
     use kernels::attention::{decode, prefill, sparse};
     use kernels::linear_attention::{chunked, conv, recurrent};
     use kernels::moe::expert_gemm as moe;
-    let gemm = registered("gemm");
+    // Projections run the `linear` kernels (the model has no GEMM swap yet), not `gemm`.
+    let gemm = registered("linear");
     let norm = registered("rmsnorm_residual");
     let covers = |kernel: &'static KernelMeta, dims: &'static [(&'static str, &'static str)]| {
         Check::Covers { kernel, dims }

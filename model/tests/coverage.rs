@@ -36,7 +36,7 @@ fn deepseek_v32_inventory() {
         ("rmsnorm", Dsl),
         ("rmsnorm_residual", Dsl),
         ("layernorm", Dsl),
-        ("linear", HandTuned),
+        ("linear", Dsl),
         ("rope", Dsl),
         ("kv_cache_append", Dsl),
         ("mla_absorb", Composite),
@@ -52,7 +52,7 @@ fn deepseek_v32_inventory() {
         ("moe_combine", Dsl),
         ("shared_expert", Composite),
         ("dense_mlp", Composite),
-        ("lm_head", HandTuned),
+        ("lm_head", Dsl),
     ];
     let want: Vec<(String, Status)> = want.into_iter().map(|(o, s)| (o.to_string(), s)).collect();
     assert_eq!(statuses(&c), want, "\n{}", c.table());
@@ -75,10 +75,8 @@ fn deepseek_v32_inventory() {
         row_kernels(&c, "expert_ffn.fp8"),
         ["expert_gemm_fp8", "swiglu"]
     );
-    assert_eq!(
-        row_kernels(&c, "linear"),
-        ["gemm_db", "gemm_pipelined", "gemm_persistent"]
-    );
+    // What the model's projections run (hand-tuned GEMMs are not swapped into them yet).
+    assert_eq!(row_kernels(&c, "linear"), ["linear"]);
     assert_eq!(
         row_kernels(&c, "rmsnorm_residual"),
         ["rmsnorm_residual", "rmsnorm_residual_looped"]
@@ -103,7 +101,7 @@ fn kimi_k2_inventory() {
         ("embedding", Dsl),
         ("rmsnorm", Dsl),
         ("rmsnorm_residual", Dsl),
-        ("linear", HandTuned),
+        ("linear", Dsl),
         ("rope", Dsl),
         ("kv_cache_append", Dsl),
         ("mla_absorb", Composite),
@@ -115,7 +113,7 @@ fn kimi_k2_inventory() {
         ("moe_combine", Dsl),
         ("shared_expert", Composite),
         ("dense_mlp", Composite),
-        ("lm_head", HandTuned),
+        ("lm_head", Dsl),
     ]
     .into_iter()
     .map(|(o, s)| (o.to_string(), s))

@@ -1,0 +1,163 @@
+//! Hand-tuned MXFP4 expert GEMM `y[e] = x[e] · W[e]ᵀ` with `W` packed (`blocks [E, N, K/2]`,
+//! `scales [E, N, K/32]`) and dequantized on chip, written against [`accel_sim::manual`]: the
+//! swap target of [`crate::moe::expert_gemm::expert_gemm_mxfp4`] (same grid, same inputs).
+//!
+//! The DSL prototype dequantizes each K-step's weight tile into a new tile, which takes the SRAM
+//! region the previous step's dequantized tile is leaving: the dequantization of step `j + 1` waits
+//! for the multiply of step `j`, so the vector unit and the matrix unit take turns. Here:
+//! - **two placed dequantization buffers**: step `j` dequantizes into `w[j mod 2]`, waiting only on
+//!   its own loads and on the multiply of step `j − 2` that read the buffer, so the vector unit
+//!   dequantizes step `j + 1` while the matrix unit multiplies step `j`;
+//! - **a `STAGES`-deep load ring** for the activations, packed blocks and scales: a stage's packed
+//!   weights are reloaded as soon as their dequantization is done (not their multiply);
+//! - **no zero fill**: the first K-step multiplies in overwrite mode.
+
+use super::{Placer, Ring};
+use accel_sim::manual::{Accumulate, Buffer, DeviceTensor, Event, ManualProgram};
+use accel_sim::DType;
+use dsl_core::{bf16, Config, KernelMeta, Launch, Launcher, SimError, Tensor};
+use std::collections::VecDeque;
+
+const SOURCE: &str = include_str!("expert_gemm_mxfp4.rs");
+
+/// Registry and tuning metadata of [`launch`]: token tile `BM`, output tile `BN`, K-step `BK` (a
+/// multiple of the 32-value MX block) and the load ring's depth `STAGES`.
+pub static META: KernelMeta = super::meta(
+    "expert_gemm_mxfp4_hand",
+    &["x", "w_blocks", "w_scales", "y"],
+    &[
+        ("BM", &[16, 32, 64, 128]),
+        ("BN", &[128, 64, 256]),
+        ("BK", &[128, 64, 256]),
+        ("STAGES", &[3, 2, 4]),
+    ],
+    file!(),
+    SOURCE,
+);
+
+/// Runs the hand-tuned MXFP4 expert GEMM: `x [E, T, K]` (bf16), `w_blocks [E, N, K/2]` and
+/// `w_scales [E, N, K/32]` (u8), `y [E, T, N]` (f32); one program per (token tile, output tile,
+/// expert), as the DSL prototype.
+pub fn launch(
+    launcher: &Launcher,
+    config: &Config,
+    x: &Tensor<bf16>,
+    w_blocks: &Tensor<u8>,
+    w_scales: &Tensor<u8>,
+    y: &Tensor<f32>,
+) -> Result<Launch, SimError> {
+    let cfg = META.resolve(config)?;
+    let (e, t, k) = match x.shape() {
+        [e, t, k] => (*e, *t, *k),
+        s => return Err(bad(format!("`x` must be [E, T, K], got {s:?}"))),
+    };
+    let n = w_blocks.shape().get(1).copied().unwrap_or(0);
+    if k % 32 != 0
+        || w_blocks.shape() != [e, n, k / 2]
+        || w_scales.shape() != [e, n, k / 32]
+        || y.shape() != [e, t, n]
+    {
+        return Err(bad(format!(
+            "shapes do not chain: x {x:?}, w_blocks {w_blocks:?}, w_scales {w_scales:?}, y {y:?} (need K a multiple of 32, blocks [E, N, K/2], scales [E, N, K/32], y [E, T, N])"
+        )));
+    }
+    let tiles = Ring::of(&cfg);
+    let grid = [t.div_ceil(tiles.bm), n.div_ceil(tiles.bn), e];
+    launcher.run_manual(META.name, SOURCE, &cfg, grid, &|pid, p| {
+        let ex = pid[2];
+        let (xe, be, se, ye) = (x.at(ex), w_blocks.at(ex), w_scales.at(ex), y.at(ex));
+        program(
+            p,
+            pid[0] * tiles.bm,
+            pid[1] * tiles.bn,
+            &xe,
+            &be,
+            &se,
+            &ye,
+            tiles,
+        )
+    })
+}
+
+fn bad(message: String) -> SimError {
+    SimError::Launch {
+        kernel: META.name.to_string(),
+        message,
+    }
+}
+
+/// One output tile (`row`, `col`) of one expert: the K loop through the load ring and the two
+/// dequantization buffers.
+#[allow(clippy::too_many_arguments)]
+fn program(
+    p: &mut ManualProgram,
+    row: usize,
+    col: usize,
+    x: &Tensor<bf16>,
+    blocks: &Tensor<u8>,
+    scales: &Tensor<u8>,
+    y: &Tensor<f32>,
+    t: Ring,
+) {
+    let steps = x.cols().div_ceil(t.bk).max(1);
+    let mut sram = Placer::default();
+    let mut place = |p: &mut ManualProgram, name, rows, cols, dtype: DType| {
+        sram.place(p, line!(), name, rows, cols, dtype)
+    };
+    // Per stage: activations, packed blocks, scales.
+    let stage: Vec<(Buffer, Buffer, Buffer)> = (0..t.stages)
+        .map(|_| {
+            (
+                place(p, "x_stage", t.bm, t.bk, DType::Bf16),
+                place(p, "blocks_stage", t.bn, t.bk / 2, DType::U8),
+                place(p, "scales_stage", t.bn, t.bk / 32, DType::U8),
+            )
+        })
+        .collect();
+    let w = [
+        place(p, "w0", t.bn, t.bk, DType::Bf16),
+        place(p, "w1", t.bn, t.bk, DType::Bf16),
+    ];
+    let acc = place(p, "acc", t.bm, t.bn, DType::F32);
+    // Step `j`'s loads: the packed weights wait on the dequantization that read their stage, the
+    // activations on the multiply that read theirs (in that order on the DMA-in queue, so the
+    // weights are not held back by the multiply).
+    let load = |p: &mut ManualProgram, j: usize, dequantized: &[Event], multiplied: &[Event]| {
+        let (sx, sb, ss) = stage[j % t.stages];
+        let k = j * t.bk;
+        let eb = p.at(line!()).dma_in(blocks, col, k / 2, sb, dequantized);
+        let es = p.at(line!()).dma_in(scales, col, k / 32, ss, &[]);
+        let ex = p
+            .at(line!())
+            .dma_in(x as &dyn DeviceTensor, row, k, sx, multiplied);
+        (eb, es, ex)
+    };
+    let mut loads: VecDeque<(Event, Event, Event)> = (0..t.stages.min(steps))
+        .map(|j| load(p, j, &[], &[]))
+        .collect();
+    // The multiply of each of the last two steps (it frees `w[j mod 2]`).
+    let mut multiplied: [Option<Event>; 2] = [None, None];
+    let mut last = None;
+    for j in 0..steps {
+        let Some((eb, es, ex)) = loads.pop_front() else {
+            break;
+        };
+        let (sx, sb, ss) = stage[j % t.stages];
+        let mut wait = vec![eb, es];
+        wait.extend(multiplied[j % 2]);
+        let deq = p.at(line!()).dequant_mxfp4(sb, ss, w[j % 2], &wait);
+        let mode = if j == 0 {
+            Accumulate::Overwrite
+        } else {
+            Accumulate::Add
+        };
+        let mm = p.at(line!()).mma_bt(acc, sx, w[j % 2], mode, &[ex, deq]);
+        multiplied[j % 2] = Some(mm);
+        last = Some(mm);
+        if j + t.stages < steps {
+            loads.push_back(load(p, j + t.stages, &[deq], &[mm]));
+        }
+    }
+    p.at(line!())
+        .dma_out(acc, y, row, col, &[last.expect("at least one K-step")]);
+}
