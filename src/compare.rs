@@ -74,6 +74,7 @@ pub fn default_shape(target: &Target) -> Result<Shape, String> {
         tune::Family::Prefill => "seq=256,heads=8,kv_heads=2,head_dim=128",
         tune::Family::SparseMla => "seq=1,ctx=4096,heads=16,topk=512",
         tune::Family::Decode => "ctx=2048,heads=16,kv_heads=4",
+        tune::Family::ExpertMxfp4 => "experts=4,tokens=32,n=512,k=1024",
     };
     Shape::parse(target.family, text)
 }

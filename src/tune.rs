@@ -83,14 +83,18 @@ pub enum Family {
     SparseMla,
     /// Split-KV paged decode (flash-decoding) and its combine: `paged_decode_split`.
     Decode,
+    /// Per-expert GEMM with MXFP4 weights dequantized on chip: `expert_gemm_mxfp4` and its
+    /// hand-tuned swap `expert_gemm_mxfp4_hand`.
+    ExpertMxfp4,
 }
 
 /// Every family, in the order names are looked up and listed.
-const FAMILIES: [Family; 4] = [
+const FAMILIES: [Family; 5] = [
     Family::Gemm,
     Family::Prefill,
     Family::SparseMla,
     Family::Decode,
+    Family::ExpertMxfp4,
 ];
 
 impl Family {
@@ -109,6 +113,10 @@ impl Family {
             Family::Prefill => vec![&flash_prefill::META, &flash_prefill_pipelined::META],
             Family::SparseMla => vec![&kernels::attention::sparse::sparse_mla::META],
             Family::Decode => vec![&kernels::attention::decode::paged_decode_split::META],
+            Family::ExpertMxfp4 => vec![
+                &kernels::moe::expert_gemm::expert_gemm_mxfp4::META,
+                &kernels::hand_tuned::expert_gemm_mxfp4::META,
+            ],
         }
     }
 
@@ -119,6 +127,7 @@ impl Family {
             Family::Prefill => "attention_prefill",
             Family::SparseMla => "sparse_mla",
             Family::Decode => "attention_decode",
+            Family::ExpertMxfp4 => "expert_gemm_mxfp4",
         }
     }
 
@@ -137,6 +146,10 @@ impl Family {
             Family::Decode => {
                 "ctx=C,heads=H[,kv_heads=H][,head_dim=128][,v_head_dim=D][,page=64][,splits=4] \
                  (e.g. ctx=8192,heads=32,kv_heads=8)"
+            }
+            Family::ExpertMxfp4 => {
+                "experts=E,tokens=T,n=N,k=K (K a multiple of 32; tokens per expert) \
+                 (e.g. experts=8,tokens=16,n=2048,k=7168)"
             }
         }
     }
@@ -247,6 +260,18 @@ pub enum Shape {
         rope: usize,
         /// Tokens per cache page.
         page: usize,
+    },
+    /// Expert GEMM: `experts` experts, each `tokens × k` activations times its `n × k` MXFP4
+    /// weight transposed.
+    Expert {
+        /// Experts.
+        experts: usize,
+        /// Tokens per expert.
+        tokens: usize,
+        /// Output columns.
+        n: usize,
+        /// Reduction depth (a multiple of 32).
+        k: usize,
     },
     /// One decode token over a paged cache of `ctx` tokens, split over `splits` context ranges
     /// (flash-decoding), then combined.
@@ -384,6 +409,15 @@ impl Shape {
                     splits: m.get("splits").copied().unwrap_or(4),
                 }
             }
+            Family::ExpertMxfp4 => {
+                let m = parse_pairs(text, &["experts", "tokens", "n", "k"])?;
+                Shape::Expert {
+                    experts: need(&m, "experts")?,
+                    tokens: need(&m, "tokens")?,
+                    n: need(&m, "n")?,
+                    k: need(&m, "k")?,
+                }
+            }
         };
         shape.validate()?;
         Ok(shape)
@@ -393,6 +427,10 @@ impl Shape {
     fn validate(&self) -> Result<(), String> {
         match *self {
             Shape::Gemm { .. } => Ok(()),
+            Shape::Expert { k, .. } if k % 32 != 0 => {
+                Err(format!("k = {k} is not a multiple of 32 (the MXFP4 block)"))
+            }
+            Shape::Expert { .. } => Ok(()),
             Shape::Prefill {
                 seq,
                 ctx,
@@ -438,6 +476,12 @@ impl Shape {
     pub fn canonical(&self) -> String {
         match *self {
             Shape::Gemm { m, n, k } => format!("{m}x{n}x{k}"),
+            Shape::Expert {
+                experts,
+                tokens,
+                n,
+                k,
+            } => format!("experts={experts},tokens={tokens},n={n},k={k}"),
             Shape::Prefill {
                 seq,
                 ctx,
@@ -479,6 +523,12 @@ impl Shape {
         let u = |x: usize| x as u128;
         match *self {
             Shape::Gemm { m, n, k } => u(m) * u(k) + u(k) * u(n) + u(m) * u(n),
+            Shape::Expert {
+                experts,
+                tokens,
+                n,
+                k,
+            } => u(experts) * (u(tokens) * u(k) + u(n) * u(k) + u(tokens) * u(n)),
             Shape::Prefill {
                 seq,
                 ctx,
@@ -525,6 +575,17 @@ impl Shape {
                 m: m.min(300),
                 n: n.min(284),
                 k: k.min(272),
+            },
+            Shape::Expert {
+                experts,
+                tokens,
+                n,
+                k,
+            } => Shape::Expert {
+                experts: experts.min(2),
+                tokens: tokens.min(40),
+                n: n.min(200),
+                k: k.min(288),
             },
             Shape::Prefill {
                 seq,
@@ -598,6 +659,20 @@ impl Shape {
                 let (m, n, k) = (m as f64, n as f64, k as f64);
                 // A and B in the input dtype, C in f32 (the kernels accumulate and store f32).
                 (2.0 * m * n * k, (m * k + k * n) * elem as f64 + m * n * 4.0)
+            }
+            Shape::Expert {
+                experts,
+                tokens,
+                n,
+                k,
+            } => {
+                let (e, t, n, k) = (experts as f64, tokens as f64, n as f64, k as f64);
+                // Activations in the input dtype, weights packed (4.25 bits), output f32.
+                let weights = e * n * (k / 2.0 + k / 32.0);
+                (
+                    2.0 * e * t * n * k,
+                    e * t * k * elem as f64 + weights + e * t * n * 4.0,
+                )
             }
             Shape::Prefill {
                 seq,
@@ -1063,6 +1138,28 @@ pub fn evaluate_traced(
             GemmDtype::Bf16 => run_paged_decode::<half::bf16>(launcher, config, shape),
         }
         .map(|r| (r, None)),
+        Shape::Expert {
+            experts,
+            tokens,
+            n,
+            k,
+        } => {
+            use kernels::hand_tuned::expert_gemm_mxfp4 as hand;
+            if dtype != GemmDtype::Bf16 {
+                return Err(refuse(
+                    "the MXFP4 expert GEMMs take bf16 activations: use --dtype bf16".into(),
+                ));
+            }
+            let hand_tuned = meta.name == hand::META.name;
+            hand::run_case(
+                launcher,
+                hand_tuned,
+                [experts, tokens, n, k],
+                config,
+                SPOT_SEED,
+            )
+            .map(|r| (r, None))
+        }
     }
 }
 

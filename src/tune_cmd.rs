@@ -9,7 +9,7 @@ use std::io::IsTerminal;
 #[derive(Args)]
 #[command(after_long_help = "\
 KERNELS AND --shape:
-  gemm (every GEMM implementation; or one of gemm_db, gemm_pipelined, gemm_persistent; `--impl gemm`
+  gemm (every GEMM implementation; or one of gemm_db, gemm_pipelined, gemm_persistent, gemm_hand; `--impl gemm`
   for the naive one)
       --shape MxNxK (e.g. 4096x4096x4096) or m=4096,n=4096,k=4096
   attention_prefill (both), flash_prefill, flash_prefill_pipelined (causal flash attention)
@@ -21,15 +21,19 @@ KERNELS AND --shape:
   attention_decode, paged_decode_split (split-KV paged decode; the combine is included)
       --shape ctx=C,heads=H[,kv_heads=H][,head_dim=128][,v_head_dim=D][,page=64][,splits=4]
       e.g. --shape ctx=8192,heads=32,kv_heads=8
+  expert_gemm_mxfp4 (both), expert_gemm_mxfp4_hand (MXFP4 expert GEMM, dequantized on chip)
+      --shape experts=E,tokens=T,n=N,k=K (K a multiple of 32)
+      e.g. --shape experts=8,tokens=16,n=2048,k=7168
 
 Every configuration of the declared tunable space runs cost-only; the three fastest then run
 functionally at a reduced shape against the f64 reference (non-zero exit above tolerance).
 Results are cached under $XDG_CACHE_HOME/day0 (default ~/.cache/day0), keyed by the kernels'
 source lines and tunable space, the preset, the shape, the dtype and the day0 build.")]
 pub struct TuneArgs {
-    /// An operator (gemm, attention_prefill, sparse_mla, attention_decode: every implementation
-    /// of it) or one implementation (gemm_db, gemm_pipelined, gemm_persistent, flash_prefill,
-    /// flash_prefill_pipelined, paged_decode_split).
+    /// An operator (gemm, attention_prefill, sparse_mla, attention_decode, expert_gemm_mxfp4:
+    /// every implementation of it) or one implementation (gemm_db, gemm_pipelined,
+    /// gemm_persistent, gemm_hand, flash_prefill, flash_prefill_pipelined, paged_decode_split,
+    /// expert_gemm_mxfp4_hand).
     kernel: String,
     /// The problem shape; the syntax depends on the kernel (see below).
     #[arg(long)]
@@ -125,7 +129,7 @@ then functionally on the same seeded random inputs; the exit status is non-zero 
 outside its dtype's tolerance. --shape takes the syntax of `day0 tune` (see `day0 tune --help`);
 without it a small shape of the operator runs.")]
 pub struct CompareArgs {
-    /// An operator (gemm, attention_prefill, sparse_mla, attention_decode).
+    /// An operator (gemm, attention_prefill, sparse_mla, attention_decode, expert_gemm_mxfp4).
     op: String,
     /// Only these implementations (repeatable, at least two to compare), e.g. `--impl gemm_db`.
     #[arg(long = "impl", value_name = "NAME")]

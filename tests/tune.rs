@@ -327,6 +327,47 @@ fn compare_runs_each_implementation_on_the_same_inputs() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("gemm"));
 }
 
+/// `day0 compare expert_gemm_mxfp4`: the hand-tuned MXFP4 expert GEMM beside its DSL prototype
+/// on the same inputs (functional, both within tolerance), and faster than it at a decode and at
+/// a prefill shape (cost-only), each at its own best tiles.
+#[test]
+fn compare_shows_the_hand_tuned_mxfp4_expert_gemm_equivalent_and_faster() {
+    let dir = tempfile::tempdir().unwrap();
+    for (shape, functional) in [
+        ("experts=2,tokens=24,n=160,k=320", true),
+        ("experts=8,tokens=16,n=2048,k=7168", false),
+        ("experts=4,tokens=512,n=2048,k=7168", false),
+    ] {
+        let mut args = vec!["compare", "expert_gemm_mxfp4", "--shape", shape, "--json"];
+        if !functional {
+            args.push("--cost-only");
+        }
+        let c = json(&day0(dir.path(), &args));
+        let impls = c["implementations"].as_array().expect("a list");
+        let names: Vec<&str> = impls
+            .iter()
+            .map(|e| e["implementation"].as_str().unwrap())
+            .collect();
+        assert_eq!(
+            names,
+            ["expert_gemm_mxfp4_hand", "expert_gemm_mxfp4"],
+            "{shape}"
+        );
+        assert_eq!(impls[0]["kind"], "hand-tuned");
+        assert_eq!(impls[1]["kind"], "dsl");
+        assert!(
+            impls[0]["cycles"].as_u64() < impls[1]["cycles"].as_u64(),
+            "{shape}: {impls:?}"
+        );
+        for e in impls {
+            assert_eq!(e["ok"], true, "{e}");
+            if functional {
+                assert!(e["max_rel_error"].as_f64().unwrap() <= 1e-5, "{e}");
+            }
+        }
+    }
+}
+
 /// `day0 profile`: every cycle of the launch is charged to a source line or to `idle`, so the
 /// per-line cycles add up to the kernel's total; the matrix line of a GEMM is on the matrix unit
 /// and its loads wait on DMA.

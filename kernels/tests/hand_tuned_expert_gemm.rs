@@ -7,14 +7,10 @@
 //! activations are bf16, so only f32 accumulation error remains. Inputs are fresh random values
 //! quantized with the OCP rule; the output starts poisoned with NaN.
 
-use dsl_core::{bf16, Backend, Config, Launcher, Report, Tensor};
+use dsl_core::{Backend, Config, Launcher, Report};
 use kernels::hand_tuned::expert_gemm_mxfp4 as hand;
-use kernels::moe::expert_gemm::{expert_gemm_mxfp4, prepare_weight, ExpertWeight, WeightPath};
-use kernels::testdata::Rng;
 use proptest::prelude::*;
 
-/// Runs the hand-tuned (`hand`) or the DSL kernel on `[e, t, k] × [e, n, k]ᵀ` random inputs:
-/// its report (with the error against the f64 reference in functional runs).
 fn run(
     launcher: &Launcher,
     hand_tuned: bool,
@@ -22,46 +18,7 @@ fn run(
     config: &Config,
     seed: u64,
 ) -> Report {
-    let [e, t, n, k] = shape;
-    let functional = launcher.backend == Backend::Functional;
-    let mut rng = Rng::new(seed);
-    let x: Tensor<bf16> = if functional {
-        Tensor::from_f32(&[e, t, k], &rng.vec(e * t * k, 1.0)).unwrap()
-    } else {
-        Tensor::shape_only(&[e, t, k])
-    };
-    let w = prepare_weight(launcher, WeightPath::Mxfp4Online, [e, n, k], &mut rng, "w").unwrap();
-    let ExpertWeight::Mxfp4 { blocks, scales } = &w.device else {
-        panic!("MXFP4 weights");
-    };
-    let y: Tensor<f32> = if functional {
-        Tensor::poisoned(&[e, t, n])
-    } else {
-        Tensor::shape_only(&[e, t, n])
-    };
-    let mut report = if hand_tuned {
-        hand::launch(launcher, config, &x, blocks, scales, &y)
-            .unwrap()
-            .report
-    } else {
-        expert_gemm_mxfp4::launch(launcher, config, &x, blocks, scales, &y)
-            .unwrap()
-            .report
-    };
-    if let (Some(out), Some(xv), Some(wv)) = (y.to_vec(), x.to_vec(), &w.values) {
-        let mut want = vec![0.0f64; e * t * n];
-        for ex in 0..e {
-            for i in 0..t {
-                for j in 0..n {
-                    want[(ex * t + i) * n + j] = (0..k)
-                        .map(|c| xv[(ex * t + i) * k + c] as f64 * wv[(ex * n + j) * k + c] as f64)
-                        .sum();
-                }
-            }
-        }
-        report.max_rel_error = Some(kernels::reference::rel_error(&out, &want));
-    }
-    report
+    hand::run_case(launcher, hand_tuned, shape, config, seed).unwrap()
 }
 
 fn launcher() -> Launcher {

@@ -79,6 +79,61 @@ pub fn launch(
     })
 }
 
+/// Runs the hand-tuned kernel (`hand_tuned`) or its DSL prototype on `experts × tokens` bf16
+/// activations and a random `[experts, n, k]` weight quantized to MXFP4 with the OCP rule, output
+/// poisoned; in functional runs the report's `max_rel_error` is against the f64 product of the
+/// dequantized weights. What `day0 compare expert_gemm_mxfp4` and the tests run.
+pub fn run_case(
+    launcher: &Launcher,
+    hand_tuned: bool,
+    [experts, tokens, n, k]: [usize; 4],
+    config: &Config,
+    seed: u64,
+) -> Result<dsl_core::Report, SimError> {
+    use crate::moe::expert_gemm::{expert_gemm_mxfp4, prepare_weight, ExpertWeight, WeightPath};
+    let functional = launcher.backend == dsl_core::Backend::Functional;
+    let mut rng = crate::testdata::Rng::new(seed);
+    let x: Tensor<bf16> = if functional {
+        Tensor::from_f32(&[experts, tokens, k], &rng.vec(experts * tokens * k, 1.0)).map_err(bad)?
+    } else {
+        Tensor::shape_only(&[experts, tokens, k])
+    };
+    let w = prepare_weight(
+        launcher,
+        WeightPath::Mxfp4Online,
+        [experts, n, k],
+        &mut rng,
+        "w",
+    )?;
+    let ExpertWeight::Mxfp4 { blocks, scales } = &w.device else {
+        return Err(bad("the MXFP4 path stores packed blocks and scales".into()));
+    };
+    let y: Tensor<f32> = if functional {
+        Tensor::poisoned(&[experts, tokens, n])
+    } else {
+        Tensor::shape_only(&[experts, tokens, n])
+    };
+    let mut report = if hand_tuned {
+        launch(launcher, config, &x, blocks, scales, &y)?.report
+    } else {
+        expert_gemm_mxfp4::launch(launcher, config, &x, blocks, scales, &y)?.report
+    };
+    if let (Some(out), Some(xv), Some(wv)) = (y.to_vec(), x.to_vec(), &w.values) {
+        let mut want = vec![0.0f64; experts * tokens * n];
+        for (i, o) in want.iter_mut().enumerate() {
+            let (row, j) = (i / n, i % n);
+            let ex = row / tokens;
+            let (xr, wr) = (
+                &xv[row * k..(row + 1) * k],
+                &wv[(ex * n + j) * k..(ex * n + j + 1) * k],
+            );
+            *o = xr.iter().zip(wr).map(|(a, b)| *a as f64 * *b as f64).sum();
+        }
+        report.max_rel_error = Some(crate::reference::rel_error(&out, &want));
+    }
+    Ok(report)
+}
+
 fn bad(message: String) -> SimError {
     SimError::Launch {
         kernel: META.name.to_string(),
