@@ -506,6 +506,32 @@ pub fn reduce_cols(out: &mut [f32], a: &[f32], cols: usize, op: Reduce) {
     }
 }
 
+/// Dequantizes an MXFP4 tile: `blocks` holds `rows × cols/2` bytes (two E2M1 codes each, low
+/// nibble first) and `scales` `rows × cols/32` E8M0 scales (each byte as the f32 the front ends
+/// hold); returns `rows × cols` values rounded to `dtype`. A NaN scale (0xFF) makes its 32
+/// elements NaN. `cols` must be a multiple of 32. The semantics of the DSL's `dequant_mxfp4` and of
+/// the manual API's.
+pub fn dequant_mxfp4(
+    blocks: &[f32],
+    scales: &[f32],
+    rows: usize,
+    cols: usize,
+    dtype: DType,
+) -> Vec<f32> {
+    let (cb, cs) = (cols / 2, cols / 32);
+    let mut out = vec![0.0f32; rows * cols];
+    let bytes: Vec<u8> = blocks.iter().map(|v| *v as u8).collect();
+    for (r, row) in out.chunks_exact_mut(cols.max(1)).enumerate().take(rows) {
+        crate::formats::fp4::decode_e2m1_packed(&bytes[r * cb..(r + 1) * cb], row);
+        for (g, chunk) in row.chunks_exact_mut(32).enumerate() {
+            let scale = crate::formats::e8m0::decode(scales[r * cs + g] as u8);
+            chunk.iter_mut().for_each(|x| *x *= scale);
+        }
+    }
+    round_to(&mut out, dtype);
+    out
+}
+
 /// Rounds every element to the nearest value of `dtype` (round-to-nearest-even); f32 is unchanged.
 ///
 /// bf16 and f16 round here; the FP8/FP4 formats round in [`crate::formats`] (SIMD, exact), with

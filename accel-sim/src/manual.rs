@@ -476,20 +476,12 @@ impl ManualProgram {
             ));
         }
         if self.functional && ok {
-            let b = self.placed[blocks.index as usize].data.clone();
-            let s = self.placed[scales.index as usize].data.clone();
+            let (b, s) = (
+                &self.placed[blocks.index as usize].data,
+                &self.placed[scales.index as usize].data,
+            );
             if let (Some(b), Some(s)) = (b, s) {
-                let mut out = vec![0.0f32; r * c];
-                let bytes: Vec<u8> = b.iter().map(|v| *v as u8).collect();
-                let cb = c / 2;
-                for (i, row) in out.chunks_exact_mut(c).enumerate() {
-                    crate::formats::fp4::decode_e2m1_packed(&bytes[i * cb..(i + 1) * cb], row);
-                    for (g, chunk) in row.chunks_exact_mut(32).enumerate() {
-                        let scale = crate::formats::e8m0::decode(s[i * (c / 32) + g] as u8);
-                        chunk.iter_mut().for_each(|x| *x *= scale);
-                    }
-                }
-                round_to(&mut out, dst.dtype);
+                let out = crate::functional::dequant_mxfp4(b, s, r, c, dst.dtype);
                 self.placed[dst.index as usize].data = Some(out);
             }
         }
@@ -547,11 +539,13 @@ impl ManualProgram {
 
     /// What an operation on `queue` knows complete before it starts, given its waits: everything
     /// before it on its own queue (queues run in order), everything before a barrier, and what
-    /// each waited operation knew when it completed.
-    fn known(&self, queue: Engine, wait: &[Event]) -> Clock {
+    /// each waited operation knew when it completed (all waits but the `skip`-th, if any).
+    fn known(&self, queue: Engine, wait: &[Event], skip: Option<usize>) -> Clock {
         let own = self.done[queue.index()].last().copied().unwrap_or_default();
         wait.iter()
-            .filter_map(|e| self.done[e.queue.index()].get(e.seq as usize - 1))
+            .enumerate()
+            .filter(|(i, _)| Some(*i) != skip)
+            .filter_map(|(_, e)| self.done[e.queue.index()].get(e.seq as usize - 1))
             .fold(join(own, self.barrier_clock), |k, c| join(k, *c))
     }
 
@@ -612,7 +606,7 @@ impl ManualProgram {
                 "{name} reads `{n}` before any operation wrote it (load it, or use `Accumulate::Overwrite` for a tile's first K-step)"
             ));
         }
-        let known = self.known(queue, wait);
+        let known = self.known(queue, wait, None);
         if let Some((buf, t, what)) = self.uncovered(queue, reads, write, &known) {
             self.fail(format!(
                 "race: {name} on the {} queue touches `{buf}`, which the {} at line {} {what}, without waiting on that operation's event (add it to `wait`)",
@@ -623,13 +617,7 @@ impl ManualProgram {
         }
         // A wait the data does not need: the timing model would not charge it.
         for (i, e) in wait.iter().enumerate() {
-            let rest: Vec<Event> = wait
-                .iter()
-                .enumerate()
-                .filter(|(j, _)| *j != i)
-                .map(|(_, e)| *e)
-                .collect();
-            let without = self.known(queue, &rest);
+            let without = self.known(queue, wait, Some(i));
             if without != known && self.uncovered(queue, reads, write, &without).is_none() {
                 self.fail(format!(
                     "{name} on the {} queue waits on operation {} of the {} queue, which none of its buffers needs: remove the wait (the timing model orders operations by their data)",
@@ -654,12 +642,14 @@ impl ManualProgram {
         let mut done = known;
         done[q] = seq;
         self.done[q].push(done);
-        let ids: Vec<BufId> = reads
-            .iter()
-            .map(|b| self.placed[b.index as usize].id)
-            .collect();
+        // An instruction reads at most 4 buffers (`Instr::new` checks).
+        let mut ids = [0 as BufId; 4];
+        for (id, b) in ids.iter_mut().zip(reads) {
+            *id = self.placed[b.index as usize].id;
+        }
         let write_id = write.map(|b| self.placed[b.index as usize].id);
-        self.trace.exec(&Instr::new(op, line, &ids, write_id));
+        self.trace
+            .exec(&Instr::new(op, line, &ids[..reads.len()], write_id));
         Event { queue, seq }
     }
 }

@@ -932,20 +932,7 @@ pub fn dequant_mxfp4<U: Float, const R: usize, const C: usize, const CB: usize, 
     }
     let data = match (&blocks.data, &scales.data) {
         (Some(b), Some(s)) if CB * 2 == C && CS * 32 == C => {
-            let mut out = vec![0.0f32; R * C];
-            let bytes: Vec<u8> = b.iter().map(|v| *v as u8).collect();
-            for r in 0..R {
-                let row = &mut out[r * C..(r + 1) * C];
-                accel_sim::formats::fp4::decode_e2m1_packed(&bytes[r * CB..(r + 1) * CB], row);
-                for (g, chunk) in row.chunks_exact_mut(32).enumerate() {
-                    let scale = accel_sim::formats::e8m0::decode(s[r * CS + g] as u8);
-                    for x in chunk {
-                        *x *= scale;
-                    }
-                }
-            }
-            U::round(&mut out);
-            Some(out)
+            Some(f::dequant_mxfp4(b, s, R, C, U::DTYPE))
         }
         _ => None,
     };
