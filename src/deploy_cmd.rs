@@ -266,6 +266,7 @@ fn setup(a: &DeployArgs, cards: Option<usize>) -> Result<Setup, String> {
 
 fn estimate_json(e: &StepEstimate) -> Value {
     let b = &e.breakdown;
+    let (ops, ops_by_kind) = crate::model_cmd::op_table_json(&e.ops);
     json!({
         "plan": e.plan.to_string(),
         "cards": e.plan.cards(),
@@ -284,6 +285,8 @@ fn estimate_json(e: &StepEstimate) -> Value {
             "ep_comm_ms": b.ep_comm_s * 1e3,
             "pp_comm_ms": b.pp_comm_s * 1e3,
         },
+        "ops": ops,
+        "ops_by_layer_kind": ops_by_kind,
     })
 }
 

@@ -5,6 +5,7 @@ use dsl_core::Launcher;
 use model::forward::routing::{ExpertLoad, RoutingModel};
 use model::forward::validate::validate;
 use model::forward::{argmax, OpStats, Precision, Runner};
+use model::plan::estimate::{OpCost, OpTable};
 use std::path::{Path, PathBuf};
 
 /// Arguments of `day0 forward`.
@@ -126,6 +127,44 @@ fn top_ops(stats: &OpStats, n: usize) -> Vec<(String, u64, u64)> {
     v
 }
 
+/// A step estimate's operators as JSON: `ops` (each operator's launches, cycles and share of the
+/// step's operator cycles, over every layer kind) and `ops_by_layer_kind` (each kind's totals,
+/// then its operators), the shapes the one-sequence report's `prefill_ops` and
+/// `prefill_ops_by_layer_kind` have.
+pub(crate) fn op_table_json(table: &OpTable) -> (serde_json::Value, serde_json::Value) {
+    use serde_json::{json, Map};
+    let total = table
+        .values()
+        .flat_map(|o| o.values())
+        .map(|c| c.cycles)
+        .sum::<f64>()
+        .max(1.0);
+    let entry =
+        |c: &OpCost| json!({"launches": c.launches, "cycles": c.cycles, "share": c.cycles / total});
+    let mut all: std::collections::BTreeMap<&str, OpCost> = Default::default();
+    let mut kinds = Map::new();
+    for (kind, ops) in table {
+        let mut sum = OpCost::default();
+        let mut per_op = Map::new();
+        for (op, c) in ops {
+            let a = all.entry(op).or_default();
+            a.launches += c.launches;
+            a.cycles += c.cycles;
+            sum.launches += c.launches;
+            sum.cycles += c.cycles;
+            per_op.insert(op.clone(), entry(c));
+        }
+        let mut k = entry(&sum);
+        k["ops"] = per_op.into();
+        kinds.insert(kind.clone(), k);
+    }
+    let all: Map<_, _> = all
+        .iter()
+        .map(|(op, c)| (op.to_string(), entry(c)))
+        .collect();
+    (all.into(), kinds.into())
+}
+
 /// The card's peak memory for a step of `tokens` tokens over `batch` sequences of `context`
 /// tokens, from the memory plan of one card holding the whole model (weights in their stored
 /// formats, the KV cache and per-sequence state of the batch, one step's activations and one
@@ -229,6 +268,7 @@ fn decode_step(args: &ForwardArgs, config: &Path) -> Result<(), String> {
     let floor_ms = e.hbm_bytes_per_card / bw * 1e3;
     let b = &e.breakdown;
     if args.json {
+        let (ops, ops_by_kind) = op_table_json(&e.ops);
         let v = serde_json::json!({
             "model": config.display().to_string(),
             "device": est.device().name,
@@ -254,6 +294,9 @@ fn decode_step(args: &ForwardArgs, config: &Path) -> Result<(), String> {
                 "experts_ms": b.experts_s * 1e3,
                 "head_ms": b.head_s * 1e3,
             },
+            "ops": ops,
+            "ops_by_layer_kind": ops_by_kind,
+            "prefill_ops": prefill.as_ref().map(|p| op_table_json(&p.ops).0),
         });
         println!(
             "{}",
@@ -297,6 +340,32 @@ fn decode_step(args: &ForwardArgs, config: &Path) -> Result<(), String> {
         b.experts_s * 1e3,
         b.head_s * 1e3
     );
+    let mut ops: Vec<(String, OpCost)> = Vec::new();
+    for o in e.ops.values() {
+        for (op, c) in o {
+            match ops.iter_mut().find(|(n, _)| n == op) {
+                Some((_, a)) => {
+                    a.launches += c.launches;
+                    a.cycles += c.cycles;
+                }
+                None => ops.push((op.clone(), *c)),
+            }
+        }
+    }
+    let total = ops.iter().map(|(_, c)| c.cycles).sum::<f64>().max(1.0);
+    ops.sort_by(|a, b| b.1.cycles.total_cmp(&a.1.cycles).then(a.0.cmp(&b.0)));
+    println!(
+        "  {:<32} {:>8} {:>14} {:>6}",
+        "operator (decode step)", "launches", "cycles", "share"
+    );
+    for (op, c) in ops.iter().take(10) {
+        println!(
+            "  {op:<32} {:>8.0} {:>14.0} {:>5.1}%",
+            c.launches,
+            c.cycles,
+            100.0 * c.cycles / total
+        );
+    }
     Ok(())
 }
 

@@ -521,6 +521,22 @@ fn cost_only_decode_step_of_a_batch_is_memory_bound() {
         tpot >= floor && tpot <= 2.0 * floor,
         "TPOT {tpot} ms vs HBM floor {floor} ms"
     );
+    // The operators: each one's launches, cycles and share, also by layer kind. Kimi-K2 has one
+    // dense layer and 60 MoE layers; the shares add up to the whole step.
+    let ops = v["ops"].as_object().expect("ops");
+    assert_eq!(ops["moe.experts.gate_up_proj"]["launches"], 60.0);
+    let share: f64 = ops.values().map(|o| o["share"].as_f64().unwrap()).sum();
+    assert!((share - 1.0).abs() < 1e-9, "{share}");
+    let kinds = v["ops_by_layer_kind"]
+        .as_object()
+        .expect("ops_by_layer_kind");
+    for k in ["mla+dense", "mla+moe", "head"] {
+        assert!(kinds.contains_key(k), "{k} missing: {:?}", kinds.keys());
+    }
+    let cycles = |m: &serde_json::Map<String, serde_json::Value>| -> f64 {
+        m.values().map(|o| o["cycles"].as_f64().unwrap()).sum()
+    };
+    assert!((cycles(ops) - cycles(kinds)).abs() <= 1e-6 * cycles(ops));
     for (args, flag) in [
         (vec!["--batch", "0"], "--batch"),
         (vec!["--batch", "4", "--context", "100000000"], "--context"),

@@ -298,6 +298,13 @@ pub struct LayerSpec {
     pub ffn: FfnKind,
 }
 
+impl LayerSpec {
+    /// The layer's kind as reports group it: `"<attention>+<ffn>"`, e.g. `mla+moe`.
+    pub fn kind(&self) -> String {
+        format!("{}+{}", self.attention.name(), self.ffn.name())
+    }
+}
+
 /// Multi-head latent attention (DeepSeek-V2/V3) dimensions.
 #[derive(Debug, Clone, PartialEq)]
 pub struct MlaDims {

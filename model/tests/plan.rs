@@ -212,6 +212,22 @@ fn decode_step_agrees_with_the_memory_bound_closed_form() {
         "{} < {closed}",
         e.hbm_bytes_per_card
     );
+    // The operator table holds the breakdown's compute: the slowest stage's operators, for
+    // every micro-batch it runs.
+    let b = &e.breakdown;
+    let compute = b.attention_s + b.dense_ffn_s + b.experts_s + b.head_s;
+    let op_cycles: f64 = e
+        .ops
+        .values()
+        .flat_map(|o| o.values())
+        .map(|c| c.cycles)
+        .sum();
+    let clock = est.device().clock_ghz * 1e9;
+    assert!(
+        (op_cycles / clock - compute).abs() <= 1e-9 * compute,
+        "{op_cycles} cycles vs {compute} s"
+    );
+    assert!(e.ops["mla+moe"]["moe.experts.gate_up_proj"].launches > 0.0);
     // Memoised runs: the same estimate again costs no new forward.
     let runs = est.runs();
     let again = est.estimate(&plan, Phase::Decode, batch, ctx).unwrap();

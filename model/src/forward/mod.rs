@@ -1227,8 +1227,7 @@ impl Runner {
         let mut out: BTreeMap<String, OpStats> = BTreeMap::new();
         let mut layers = OpStats::default();
         for (spec, cost) in self.cfg.layers.iter().zip(&self.last_layers) {
-            let kind = format!("{}+{}", spec.attention.name(), spec.ffn.name());
-            let e = out.entry(kind).or_default();
+            let e = out.entry(spec.kind()).or_default();
             e.add(&cost.attention);
             e.add(&cost.ffn);
             layers.add(&cost.attention);

@@ -21,12 +21,12 @@
 
 use super::parallel::{Plan, PlanError};
 use crate::config::ModelConfig;
-use crate::forward::{Blocks, ForwardError, LayerCost, OpStats, Precision, Runner, Traffic};
+use crate::forward::{Blocks, ForwardError, LayerCost, OpStats, Precision, Runner};
 use accel_sim::cluster::ClusterPreset;
 use accel_sim::collective::{self, Algorithm, Group};
 use accel_sim::{DevicePreset, SimError};
 use dsl_core::Launcher;
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::fmt;
 use std::sync::{Arc, Mutex, MutexGuard};
 
@@ -171,6 +171,35 @@ pub struct StepEstimate {
     pub comm_exposed_share: f64,
     /// Where the time goes.
     pub breakdown: Breakdown,
+    /// The card's operators per step, by layer kind (`"<attention>+<ffn>"` as
+    /// [`crate::config::LayerSpec::kind`], and `head` for the embedding, final norm and
+    /// `lm_head`), then by operator name: the same work as [`StepEstimate::breakdown`]'s compute
+    /// terms (a prefill's over every stage, a decode step's on the slowest stage for every
+    /// micro-batch it runs). Communication is not an operator here.
+    pub ops: OpTable,
+}
+
+/// One operator's launches and simulated cycles in a step on one card. Launches can be
+/// fractional: a pipeline splits the embedding and `lm_head` between its first and last stage.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct OpCost {
+    /// Kernel launches.
+    pub launches: f64,
+    /// Simulated cycles.
+    pub cycles: f64,
+}
+
+/// A step's operators: layer kind → operator name → cost.
+pub type OpTable = BTreeMap<String, BTreeMap<String, OpCost>>;
+
+/// Adds `ops` under `kind` into `table`.
+fn add_ops(table: &mut OpTable, kind: &str, ops: &BTreeMap<String, OpCost>) {
+    let t = table.entry(kind.to_string()).or_default();
+    for (op, c) in ops {
+        let e = t.entry(op.clone()).or_default();
+        e.launches += c.launches;
+        e.cycles += c.cycles;
+    }
 }
 
 /// The cost of one cached cost-only forward: per-layer costs and the whole step.
@@ -181,19 +210,14 @@ struct RunCost {
 }
 
 impl RunCost {
-    /// Cycles and traffic outside the decoder layers (embedding, final norm, `lm_head`).
-    fn head(&self) -> (u64, Traffic) {
-        let mut cycles = self.total.total_cycles();
-        let mut t = self.total.total_traffic();
+    /// The operators outside the decoder layers (embedding, final norm, `lm_head`).
+    fn head(&self) -> OpStats {
+        let mut layers = OpStats::default();
         for l in &self.layers {
-            for s in [&l.attention, &l.ffn] {
-                cycles -= s.total_cycles();
-                let lt = s.total_traffic();
-                t.hbm_bytes -= lt.hbm_bytes;
-                t.flop -= lt.flop;
-            }
+            layers.add(&l.attention);
+            layers.add(&l.ffn);
         }
-        (cycles, t)
+        self.total.since(&layers)
     }
 }
 
@@ -206,14 +230,24 @@ struct Work {
 }
 
 impl Work {
-    fn of(s: &OpStats, keep: impl Fn(&str) -> bool, times: f64) -> Work {
+    /// The work of `s`'s operators that `keep` selects, `times` over; each one's launches and
+    /// cycles are also booked into `ops`.
+    fn of(
+        s: &OpStats,
+        keep: impl Fn(&str) -> bool,
+        times: f64,
+        ops: &mut BTreeMap<String, OpCost>,
+    ) -> Work {
         let mut w = Work::default();
-        for (op, (_, c)) in &s.per_op {
+        for (op, (n, c)) in &s.per_op {
             if keep(op) {
                 let t = s.traffic.get(op).copied().unwrap_or_default();
                 w.cycles += *c as f64 * times;
                 w.hbm_bytes += t.hbm_bytes as f64 * times;
                 w.flop += t.flop as f64 * times;
+                let e = ops.entry(op.clone()).or_default();
+                e.launches += *n as f64 * times;
+                e.cycles += *c as f64 * times;
             }
         }
         w
@@ -505,20 +539,24 @@ impl Estimator {
             0.0
         };
 
-        let (head_cycles, head_traffic) = main.head();
+        let head_stats = main.head();
         let mut stage_times = Vec::with_capacity(plan.pp);
         let mut bd = Breakdown::default();
         let mut work = Work::default();
+        let mut ops = OpTable::new();
         let mut exposed_total = 0.0;
         for s in 0..plan.pp {
             let (mut att, mut dense, mut exp) = (Work::default(), Work::default(), Work::default());
             let (mut tp_s, mut ep_s) = (0.0, 0.0);
+            let mut stage_ops = OpTable::new();
             for l in plan.stage_layers(self.cfg.num_layers(), s) {
                 let lc = &main.layers[l];
+                let mut layer_ops = BTreeMap::new();
+                let lo = &mut layer_ops;
                 match &per_seq {
                     Some(ps) => {
                         let seq = &lc.attention.per_sequence;
-                        att.add(Work::of(&lc.attention, |op| !seq.contains(op), 1.0));
+                        att.add(Work::of(&lc.attention, |op| !seq.contains(op), 1.0, lo));
                         // Only what the batched step still ran per sequence: attention and the
                         // linear-attention recurrences already covered the whole batch there.
                         let one = &ps.layers[l].attention;
@@ -526,14 +564,16 @@ impl Estimator {
                             one,
                             |op| one.per_sequence.contains(op) && seq.contains(op),
                             mb as f64,
+                            lo,
                         ));
                     }
-                    None => att.add(Work::of(&lc.attention, |_| true, 1.0)),
+                    None => att.add(Work::of(&lc.attention, |_| true, 1.0, lo)),
                 }
-                dense.add(Work::of(&lc.ffn, |op| !is_routed_expert_op(op), 1.0));
+                dense.add(Work::of(&lc.ffn, |op| !is_routed_expert_op(op), 1.0, lo));
                 if let Some(er) = &experts_run {
-                    exp.add(Work::of(&er.layers[l].ffn, is_routed_expert_op, 1.0));
+                    exp.add(Work::of(&er.layers[l].ffn, is_routed_expert_op, 1.0, lo));
                 }
+                add_ops(&mut stage_ops, &self.cfg.layers[l].kind(), &layer_ops);
                 if plan.tp > 1 {
                     tp_s += 2.0 * tp_allreduce;
                 }
@@ -545,9 +585,9 @@ impl Estimator {
             if s == 0 || s + 1 == plan.pp {
                 // Embedding on the first stage, lm_head on the last: split evenly for the bound.
                 let share = if plan.pp == 1 { 1.0 } else { 0.5 };
-                head.cycles = head_cycles as f64 * share;
-                head.hbm_bytes = head_traffic.hbm_bytes as f64 * share;
-                head.flop = head_traffic.flop as f64 * share;
+                let mut head_ops = BTreeMap::new();
+                head = Work::of(&head_stats, |_| true, share, &mut head_ops);
+                add_ops(&mut stage_ops, "head", &head_ops);
             }
             let compute = (att.cycles + dense.cycles + exp.cycles + head.cycles) / clock;
             let split = if mb >= 2 { 2 } else { 1 };
@@ -563,6 +603,9 @@ impl Estimator {
                 bd.tp_comm_s += tp_s;
                 bd.ep_comm_s += ep_s;
                 exposed_total += exposed + tp_s;
+                for (kind, o) in &stage_ops {
+                    add_ops(&mut ops, kind, o);
+                }
             }
             if slowest_so_far {
                 if phase == Phase::Prefill {
@@ -583,6 +626,7 @@ impl Estimator {
                     pp_comm_s: 0.0,
                 };
                 exposed_total = exposed + tp_s;
+                ops = stage_ops;
                 work = Work::default();
                 for w in [att, dense, exp, head] {
                     work.add(w);
@@ -608,6 +652,10 @@ impl Estimator {
             *t *= rounds;
         }
         bd.pp_comm_s = pp_comm;
+        for o in ops.values_mut().flat_map(|o| o.values_mut()) {
+            o.launches *= rounds;
+            o.cycles *= rounds;
+        }
         let (step_s, busy_s, tokens_per_s) = match phase {
             Phase::Prefill => {
                 let ttft: f64 = stage_times.iter().sum::<f64>() + pp_comm;
@@ -647,6 +695,7 @@ impl Estimator {
             hbm_bytes_per_card: work.hbm_bytes * rounds,
             comm_exposed_share: ((exposed_total * rounds + pp_comm) / step_s).min(1.0),
             breakdown: bd,
+            ops,
         })
     }
 }
