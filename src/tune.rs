@@ -81,7 +81,8 @@ pub enum Family {
     Prefill,
     /// DSA sparse latent attention over each query's top-k rows: `sparse_mla`.
     SparseMla,
-    /// Split-KV paged decode (flash-decoding) and its combine: `paged_decode_split`.
+    /// Split-KV paged decode (flash-decoding) and its combine: `paged_decode_split` and its
+    /// hand-tuned swap `paged_decode_hand`.
     Decode,
     /// Per-expert GEMM with MXFP4 weights dequantized on chip: `expert_gemm_mxfp4` and its
     /// hand-tuned swap `expert_gemm_mxfp4_hand`.
@@ -112,7 +113,10 @@ impl Family {
             ],
             Family::Prefill => vec![&flash_prefill::META, &flash_prefill_pipelined::META],
             Family::SparseMla => vec![&kernels::attention::sparse::sparse_mla::META],
-            Family::Decode => vec![&kernels::attention::decode::paged_decode_split::META],
+            Family::Decode => vec![
+                &kernels::attention::decode::paged_decode_split::META,
+                &kernels::hand_tuned::paged_decode::META,
+            ],
             Family::ExpertMxfp4 => vec![
                 &kernels::moe::expert_gemm::expert_gemm_mxfp4::META,
                 &kernels::hand_tuned::expert_gemm_mxfp4::META,
@@ -1133,9 +1137,32 @@ pub fn evaluate_traced(
             GemmDtype::F32 => run_sparse_mla::<f32>(launcher, config, shape),
             GemmDtype::Bf16 => run_sparse_mla::<half::bf16>(launcher, config, shape),
         },
-        Shape::Decode { .. } => match dtype {
-            GemmDtype::F32 => run_paged_decode::<f32>(launcher, config, shape),
-            GemmDtype::Bf16 => run_paged_decode::<half::bf16>(launcher, config, shape),
+        Shape::Decode {
+            ctx,
+            heads,
+            kv_heads,
+            head_dim,
+            v_head_dim,
+            page,
+            splits,
+        } => {
+            use kernels::hand_tuned::paged_decode::{run_case, DecodeShape};
+            let hand_tuned = meta.name == kernels::hand_tuned::paged_decode::META.name;
+            let shape = DecodeShape {
+                ctx,
+                heads,
+                kv_heads,
+                head_dim,
+                v_head_dim,
+                page,
+                splits,
+            };
+            match dtype {
+                GemmDtype::F32 => run_case::<f32>(launcher, hand_tuned, &shape, config, SPOT_SEED),
+                GemmDtype::Bf16 => {
+                    run_case::<half::bf16>(launcher, hand_tuned, &shape, config, SPOT_SEED)
+                }
+            }
         }
         .map(|r| (r, None)),
         Shape::Expert {
@@ -1161,99 +1188,6 @@ pub fn evaluate_traced(
             .map(|r| (r, None))
         }
     }
-}
-
-/// `paged_decode_split` at `config`, then `decode_combine` at its covering tiles, one report for
-/// both (the combine is part of what a split choice costs): random query and K/V pools with
-/// spare pages and a scrambled block table, checked against
-/// [`kernels::attention::reference::attention_decode_paged`] in functional runs.
-fn run_paged_decode<T: dsl_core::Float>(
-    launcher: &Launcher,
-    config: &Config,
-    shape: &Shape,
-) -> Result<Report, SimError> {
-    use kernels::attention::decode::{combine_config, decode_combine, paged_decode_split};
-    use kernels::attention::reference::{attention_decode_paged, AttnShape};
-    let Shape::Decode {
-        ctx,
-        heads,
-        kv_heads,
-        head_dim,
-        v_head_dim,
-        page,
-        splits,
-    } = *shape
-    else {
-        unreachable!("called with a decode shape only")
-    };
-    let fail = |message: String| SimError::Launch {
-        kernel: "paged_decode_split".into(),
-        message,
-    };
-    let group = heads / kv_heads;
-    let n_pages = ctx.div_ceil(page);
-    let splits = splits.clamp(1, n_pages);
-    let pool_pages = n_pages + 3;
-    let mut rng = kernels::testdata::Rng::new(SPOT_SEED);
-    let mut table: Vec<usize> = (0..pool_pages).collect();
-    for i in (1..table.len()).rev() {
-        table.swap(i, (rng.next_u64() % (i as u64 + 1)) as usize);
-    }
-    table.truncate(n_pages);
-    let (krow, vrow) = (kv_heads * head_dim, kv_heads * v_head_dim);
-    let mut t = kernels::testdata::CaseTensors::new(launcher, SPOT_SEED ^ 0xdec, "paged_decode");
-    let q = t.input::<T>(&[kv_heads, group, head_dim], 0.0, 1.0)?;
-    let k_pool = t.input::<T>(&[pool_pages, page, krow], 0.0, 1.0)?;
-    let v_pool = t.input::<T>(&[pool_pages, page, vrow], 0.0, 1.0)?;
-    let block_table = if launcher.backend == Backend::Functional {
-        let idx: Vec<i32> = table.iter().map(|p| *p as i32).collect();
-        Tensor::from_indices(&[n_pages], &idx).map_err(fail)?
-    } else {
-        Tensor::shape_only(&[n_pages])
-    };
-    let o_part = t.output::<f32>(&[splits, kv_heads, group, v_head_dim]);
-    let lse_part = t.output::<f32>(&[splits, kv_heads, group, 1]);
-    let o = t.output::<T>(&[heads, v_head_dim]);
-    let sm_scale = 1.0 / (head_dim as f32).sqrt();
-    let split = paged_decode_split::launch(
-        launcher,
-        config,
-        &q,
-        &k_pool,
-        &v_pool,
-        &block_table,
-        &o_part,
-        &lse_part,
-        ctx,
-        sm_scale,
-    )?;
-    let combine = decode_combine::launch(
-        launcher,
-        &combine_config(v_head_dim)?,
-        &o_part,
-        &lse_part,
-        &o,
-    )?;
-    let mut report = Report::chain("paged_decode_split", &[split.report, combine.report])
-        .ok_or_else(|| fail("no launches to report".into()))?;
-    // The chain is named after its first part; keep the tuned kernel's tiles on it.
-    report.config = config.0.clone();
-    if let (Some(out), Some(qv), Some(kv), Some(vv)) =
-        (o.to_vec(), q.to_vec(), k_pool.to_vec(), v_pool.to_vec())
-    {
-        let ashape = AttnShape {
-            sq: 1,
-            skv: ctx,
-            heads,
-            kv_heads,
-            head_dim,
-            v_head_dim,
-        };
-        let want = attention_decode_paged(&qv, &kv, &vv, &table, page, ashape, sm_scale as f64)
-            .map_err(|e| fail(e.to_string()))?;
-        report.max_rel_error = Some(kernels::reference::rel_error(&out, &want));
-    }
-    Ok(report)
 }
 
 /// `sparse_mla` alone on one shape: random queries and latent cache in a scrambled paged pool,

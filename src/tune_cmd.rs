@@ -18,7 +18,8 @@ KERNELS AND --shape:
   sparse_mla (DSA sparse latent attention over each query's top-k rows)
       --shape ctx=C[,seq=1][,heads=128][,topk=2048][,kv_lora=512][,rope=64][,page=64]
       e.g. --shape seq=1,ctx=65536 (a DeepSeek-V3.2 decode step)
-  attention_decode, paged_decode_split (split-KV paged decode; the combine is included)
+  attention_decode (both), paged_decode_split, paged_decode_hand (split-KV paged decode;
+      the combine is included)
       --shape ctx=C,heads=H[,kv_heads=H][,head_dim=128][,v_head_dim=D][,page=64][,splits=4]
       e.g. --shape ctx=8192,heads=32,kv_heads=8
   expert_gemm_mxfp4 (both), expert_gemm_mxfp4_hand (MXFP4 expert GEMM, dequantized on chip)
@@ -33,7 +34,7 @@ pub struct TuneArgs {
     /// An operator (gemm, attention_prefill, sparse_mla, attention_decode, expert_gemm_mxfp4:
     /// every implementation of it) or one implementation (gemm_db, gemm_pipelined,
     /// gemm_persistent, gemm_hand, flash_prefill, flash_prefill_pipelined, paged_decode_split,
-    /// expert_gemm_mxfp4_hand).
+    /// paged_decode_hand, expert_gemm_mxfp4_hand).
     kernel: String,
     /// The problem shape; the syntax depends on the kernel (see below).
     #[arg(long)]

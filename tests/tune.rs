@@ -327,42 +327,60 @@ fn compare_runs_each_implementation_on_the_same_inputs() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("gemm"));
 }
 
-/// `day0 compare expert_gemm_mxfp4`: the hand-tuned MXFP4 expert GEMM beside its DSL prototype
-/// on the same inputs (functional, both within tolerance), and faster than it at a decode and at
-/// a prefill shape (cost-only), each at its own best tiles.
+/// `day0 compare`: each hand-tuned kernel beside its DSL prototype on the same inputs
+/// (functional, both within the dtype's tolerance), and faster than it at a decode shape and at a
+/// heavier shape (cost-only), each at its own best tiles: the MXFP4 expert GEMM at 16 and 512
+/// tokens per expert, the paged decode at a GQA step and at MLA's absorbed shape.
 #[test]
-fn compare_shows_the_hand_tuned_mxfp4_expert_gemm_equivalent_and_faster() {
+fn compare_shows_each_hand_tuned_kernel_equivalent_and_faster() {
     let dir = tempfile::tempdir().unwrap();
-    for (shape, functional) in [
-        ("experts=2,tokens=24,n=160,k=320", true),
-        ("experts=8,tokens=16,n=2048,k=7168", false),
-        ("experts=4,tokens=512,n=2048,k=7168", false),
-    ] {
-        let mut args = vec!["compare", "expert_gemm_mxfp4", "--shape", shape, "--json"];
-        if !functional {
-            args.push("--cost-only");
-        }
-        let c = json(&day0(dir.path(), &args));
-        let impls = c["implementations"].as_array().expect("a list");
-        let names: Vec<&str> = impls
-            .iter()
-            .map(|e| e["implementation"].as_str().unwrap())
-            .collect();
-        assert_eq!(
-            names,
+    let cases = [
+        (
+            "expert_gemm_mxfp4",
             ["expert_gemm_mxfp4_hand", "expert_gemm_mxfp4"],
-            "{shape}"
-        );
-        assert_eq!(impls[0]["kind"], "hand-tuned");
-        assert_eq!(impls[1]["kind"], "dsl");
-        assert!(
-            impls[0]["cycles"].as_u64() < impls[1]["cycles"].as_u64(),
-            "{shape}: {impls:?}"
-        );
-        for e in impls {
-            assert_eq!(e["ok"], true, "{e}");
-            if functional {
-                assert!(e["max_rel_error"].as_f64().unwrap() <= 1e-5, "{e}");
+            1e-5,
+            [
+                "experts=2,tokens=24,n=160,k=320",
+                "experts=8,tokens=16,n=2048,k=7168",
+                "experts=4,tokens=512,n=2048,k=7168",
+            ],
+        ),
+        (
+            "attention_decode",
+            ["paged_decode_hand", "paged_decode_split"],
+            1e-2,
+            [
+                "ctx=1000,heads=12,kv_heads=3,head_dim=64,page=16,splits=3",
+                "ctx=8192,heads=32,kv_heads=8",
+                "ctx=4096,heads=128,kv_heads=1,head_dim=576,v_head_dim=512,splits=8",
+            ],
+        ),
+    ];
+    for (op, want, tol, shapes) in cases {
+        for (i, shape) in shapes.into_iter().enumerate() {
+            let functional = i == 0;
+            let mut args = vec!["compare", op, "--shape", shape, "--json"];
+            if !functional {
+                args.push("--cost-only");
+            }
+            let c = json(&day0(dir.path(), &args));
+            let impls = c["implementations"].as_array().expect("a list");
+            let names: Vec<&str> = impls
+                .iter()
+                .map(|e| e["implementation"].as_str().unwrap())
+                .collect();
+            assert_eq!(names, want, "{op} {shape}");
+            assert_eq!(impls[0]["kind"], "hand-tuned");
+            assert_eq!(impls[1]["kind"], "dsl");
+            assert!(
+                impls[0]["cycles"].as_u64() < impls[1]["cycles"].as_u64(),
+                "{op} {shape}: {impls:?}"
+            );
+            for e in impls {
+                assert_eq!(e["ok"], true, "{e}");
+                if functional {
+                    assert!(e["max_rel_error"].as_f64().unwrap() <= tol, "{e}");
+                }
             }
         }
     }

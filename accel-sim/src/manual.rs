@@ -28,7 +28,7 @@
 
 use crate::dtype::DType;
 use crate::error::SimError;
-use crate::functional::{mma_f32, mma_f32_bt, round_to};
+use crate::functional::{self as f, mma_f32, mma_f32_bt, round_to, Binary, Reduce, Unary};
 use crate::isa::{mma_flop, Engine, Op, Region, VectorClass};
 use crate::program::{BufId, Instr, ProgramTrace, Recorder};
 
@@ -530,6 +530,273 @@ impl ManualProgram {
         self.issue(Engine::Vector, op, &[src], Some(dst), wait)
     }
 
+    /// Vector queue: fills `dst` with `value` once the `wait` events complete (the DSL's `full`;
+    /// a pass that computes nothing useful).
+    pub fn fill(&mut self, dst: Buffer, value: f32, wait: &[Event]) -> Event {
+        if self.functional {
+            let d = self.placed[dst.index as usize]
+                .data
+                .get_or_insert_with(Vec::new);
+            d.clear();
+            d.resize(dst.rows * dst.cols, value);
+            round_to(d, dst.dtype);
+        }
+        self.placed[dst.index as usize].valid = [dst.rows, dst.cols];
+        let elems = (dst.rows * dst.cols) as u64;
+        self.vector(&[], dst, VectorClass::Simple, elems, dst.dtype, 0, wait)
+    }
+
+    /// Vector queue: `dst = op(src)` element-wise (`dst` may be `src`), rounded to `dst`'s type:
+    /// the DSL's `exp`, `ln`, … (a transcendental op costs the transcendental passes).
+    pub fn unary(&mut self, src: Buffer, dst: Buffer, op: Unary, wait: &[Event]) -> Event {
+        self.same_shape("unary", &[src], dst);
+        self.compute(&[src], dst, |out, x| f::unary(out, x[0], op));
+        self.placed[dst.index as usize].valid = self.placed[src.index as usize].valid;
+        let class = if op.is_transcendental() {
+            VectorClass::Transcendental
+        } else {
+            VectorClass::Simple
+        };
+        let elems = (dst.rows * dst.cols) as u64;
+        self.vector(&[src], dst, class, elems, src.dtype, elems, wait)
+    }
+
+    /// Vector queue: `dst = op(src, s)` with a scalar right operand (`dst` may be `src`): the
+    /// DSL's `scale` with `Binary::Mul`.
+    pub fn scalar(
+        &mut self,
+        src: Buffer,
+        s: f32,
+        dst: Buffer,
+        op: Binary,
+        wait: &[Event],
+    ) -> Event {
+        self.same_shape("scalar", &[src], dst);
+        self.compute(&[src], dst, |out, x| f::binary_scalar(out, x[0], s, op));
+        self.placed[dst.index as usize].valid = self.placed[src.index as usize].valid;
+        let elems = (dst.rows * dst.cols) as u64;
+        self.vector(
+            &[src],
+            dst,
+            VectorClass::Simple,
+            elems,
+            src.dtype,
+            elems,
+            wait,
+        )
+    }
+
+    /// Vector queue: `dst = op(a, b)` element-wise (`dst` may be either input): the DSL's `add`,
+    /// `sub`, `mul`, `div`, `maximum`, `minimum`.
+    pub fn binary(
+        &mut self,
+        a: Buffer,
+        b: Buffer,
+        dst: Buffer,
+        op: Binary,
+        wait: &[Event],
+    ) -> Event {
+        self.same_shape("binary", &[a, b], dst);
+        self.compute(&[a, b], dst, |out, x| f::binary(out, x[0], x[1], op));
+        let (va, vb) = (
+            self.placed[a.index as usize].valid,
+            self.placed[b.index as usize].valid,
+        );
+        self.placed[dst.index as usize].valid = [va[0].max(vb[0]), va[1].max(vb[1])];
+        let elems = (dst.rows * dst.cols) as u64;
+        self.vector(
+            &[a, b],
+            dst,
+            VectorClass::Simple,
+            elems,
+            a.dtype,
+            elems,
+            wait,
+        )
+    }
+
+    /// Vector queue: `dst[r][c] = op(a[r][c], v[r])`, a column `v` (`rows × 1`) broadcast across
+    /// the columns (`dst` may be `a`): the DSL's `sub_col`, `mul_col`, `div_col`.
+    pub fn col_bcast(
+        &mut self,
+        a: Buffer,
+        v: Buffer,
+        dst: Buffer,
+        op: Binary,
+        wait: &[Event],
+    ) -> Event {
+        self.same_shape("col_bcast", &[a], dst);
+        if (v.rows, v.cols) != (a.rows, 1) {
+            self.fail(format!(
+                "col_bcast broadcasts a [{}, 1] column across a [{}, {}] buffer; got [{}, {}]",
+                a.rows, a.rows, a.cols, v.rows, v.cols
+            ));
+        }
+        let cols = a.cols;
+        self.compute(&[a, v], dst, |out, x| {
+            f::binary_col_bcast(out, x[0], x[1], cols, op)
+        });
+        self.placed[dst.index as usize].valid = self.placed[a.index as usize].valid;
+        let elems = (dst.rows * dst.cols) as u64;
+        self.vector(
+            &[a, v],
+            dst,
+            VectorClass::Simple,
+            elems,
+            a.dtype,
+            elems,
+            wait,
+        )
+    }
+
+    /// Vector queue: reduces each row of `src` into `dst` (`rows × 1`, f32): the DSL's `row_max`,
+    /// `row_sum`.
+    pub fn reduce_rows(&mut self, src: Buffer, dst: Buffer, op: Reduce, wait: &[Event]) -> Event {
+        if (dst.rows, dst.cols, dst.dtype) != (src.rows, 1, DType::F32) {
+            self.fail(format!(
+                "reduce_rows of a [{}, {}] buffer writes an f32 [{}, 1] column; got {} [{}, {}]",
+                src.rows, src.cols, src.rows, dst.dtype, dst.rows, dst.cols
+            ));
+        }
+        let cols = src.cols;
+        self.compute(&[src], dst, |out, x| f::reduce_rows(out, x[0], cols, op));
+        self.placed[dst.index as usize].valid = [self.placed[src.index as usize].valid[0], 1];
+        let elems = (src.rows * src.cols) as u64;
+        self.vector(
+            &[src],
+            dst,
+            VectorClass::Reduction,
+            elems,
+            src.dtype,
+            elems,
+            wait,
+        )
+    }
+
+    /// Vector queue: sets the columns of `buf` from `from` on to −∞ in place (keys past the
+    /// context, before a softmax): the DSL's `mask_keys` without causality.
+    pub fn mask_cols(&mut self, buf: Buffer, from: usize, wait: &[Event]) -> Event {
+        let cols = buf.cols;
+        self.compute(&[buf], buf, |out, x| {
+            out.copy_from_slice(x[0]);
+            for row in out.chunks_exact_mut(cols) {
+                for v in row.iter_mut().skip(from) {
+                    *v = f32::NEG_INFINITY;
+                }
+            }
+        });
+        let elems = (buf.rows * buf.cols) as u64;
+        self.vector(
+            &[buf],
+            buf,
+            VectorClass::Simple,
+            elems,
+            buf.dtype,
+            elems,
+            wait,
+        )
+    }
+
+    /// Reads entry `i` (row-major) of an index buffer (i32) into the program as a scalar, so
+    /// later addresses can depend on it (a page of a block table): a one-element vector move the
+    /// program waits for, as the DSL's `index_at`. `wait` must hold the event that loaded it.
+    /// Cost-only runs have no data and get `fallback`; a negative or out-of-range entry is an
+    /// error.
+    pub fn index_at(&mut self, buf: Buffer, i: usize, fallback: usize, wait: &[Event]) -> usize {
+        let n = buf.rows * buf.cols;
+        let value = match &self.placed[buf.index as usize].data {
+            Some(d) if self.functional => match d.get(i) {
+                Some(v) if v.is_finite() && *v >= 0.0 => *v as usize,
+                Some(v) => {
+                    let v = *v;
+                    self.fail(format!(
+                        "index buffer `{}` holds {v} at {i}; indices must be non-negative",
+                        self.placed[buf.index as usize].name
+                    ));
+                    0
+                }
+                None => {
+                    self.fail(format!("index position {i} is outside a {n}-entry buffer"));
+                    0
+                }
+            },
+            _ => fallback,
+        };
+        if buf.dtype != DType::I32 {
+            self.fail(format!("index_at reads an i32 buffer, not {}", buf.dtype));
+        }
+        let op = Op::Vector {
+            elems: 1,
+            dtype: DType::I32,
+            class: VectorClass::Simple,
+            useful: 0,
+        };
+        self.issue_with(Engine::Vector, op, &[buf], None, wait, true);
+        value
+    }
+
+    /// Fails unless every input has `dst`'s shape.
+    fn same_shape(&mut self, what: &str, inputs: &[Buffer], dst: Buffer) {
+        if let Some(b) = inputs
+            .iter()
+            .find(|b| (b.rows, b.cols) != (dst.rows, dst.cols))
+        {
+            self.fail(format!(
+                "{what} writes a [{}, {}] buffer from a [{}, {}] one: the shapes must match",
+                dst.rows, dst.cols, b.rows, b.cols
+            ));
+        }
+    }
+
+    /// Functional runs: `dst = body(inputs' data)`, rounded to `dst`'s type (inputs never
+    /// written read as NaN, so an unwritten element shows).
+    fn compute(
+        &mut self,
+        inputs: &[Buffer],
+        dst: Buffer,
+        body: impl FnOnce(&mut [f32], &[&[f32]]),
+    ) {
+        if !self.functional {
+            return;
+        }
+        let taken: Vec<Vec<f32>> = inputs
+            .iter()
+            .map(|b| {
+                self.placed[b.index as usize]
+                    .data
+                    .clone()
+                    .unwrap_or_else(|| vec![f32::NAN; b.rows * b.cols])
+            })
+            .collect();
+        let views: Vec<&[f32]> = taken.iter().map(|v| v.as_slice()).collect();
+        let mut out = vec![0.0f32; dst.rows * dst.cols];
+        body(&mut out, &views);
+        round_to(&mut out, dst.dtype);
+        self.placed[dst.index as usize].data = Some(out);
+    }
+
+    /// Issues a vector pass of `elems` elements of `src`'s type reading `reads` and writing `dst`
+    /// (`useful` of them the problem's work).
+    #[allow(clippy::too_many_arguments)]
+    fn vector(
+        &mut self,
+        reads: &[Buffer],
+        dst: Buffer,
+        class: VectorClass,
+        elems: u64,
+        dtype: DType,
+        useful: u64,
+        wait: &[Event],
+    ) -> Event {
+        let op = Op::Vector {
+            elems,
+            dtype,
+            class,
+            useful,
+        };
+        self.issue(Engine::Vector, op, reads, Some(dst), wait)
+    }
+
     /// Waits until every queue is idle: later operations need no event for anything before it.
     pub fn barrier(&mut self) {
         self.barrier_clock = std::array::from_fn(|q| self.done[q].len() as u32);
@@ -585,6 +852,20 @@ impl ManualProgram {
         reads: &[Buffer],
         write: Option<Buffer>,
         wait: &[Event],
+    ) -> Event {
+        self.issue_with(queue, op, reads, write, wait, false)
+    }
+
+    /// [`Self::issue`], `blocking` or not (a blocking operation stops the program's issue stream
+    /// until it completes: its result decides what is issued next).
+    fn issue_with(
+        &mut self,
+        queue: Engine,
+        op: Op,
+        reads: &[Buffer],
+        write: Option<Buffer>,
+        wait: &[Event],
+        blocking: bool,
     ) -> Event {
         let name = op.mnemonic();
         if let Some(e) = wait
@@ -648,8 +929,9 @@ impl ManualProgram {
             *id = self.placed[b.index as usize].id;
         }
         let write_id = write.map(|b| self.placed[b.index as usize].id);
+        let ins = Instr::new(op, line, &ids[..reads.len()], write_id);
         self.trace
-            .exec(&Instr::new(op, line, &ids[..reads.len()], write_id));
+            .exec(&if blocking { ins.blocking() } else { ins });
         Event { queue, seq }
     }
 }

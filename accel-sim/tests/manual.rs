@@ -223,3 +223,64 @@ fn reading_a_buffer_nothing_wrote_is_an_error() {
         "{m}"
     );
 }
+
+/// The vector operations compute what the DSL's do: a row softmax (max, subtract, exp, sum,
+/// divide) matches f64, masked columns get probability 0, and a vector op that reads a loaded
+/// buffer without waiting on its load is a race.
+#[test]
+fn vector_ops_compute_a_masked_row_softmax() {
+    use accel_sim::functional::{Binary, Reduce, Unary};
+    let (r, c, keep) = (5, 24, 19);
+    let x = HostTensor::new(1, r, c, 7);
+    let y = HostTensor::new(2, r, c, 8);
+    let mut p = ManualProgram::new("softmax", true, SRAM, None);
+    let s = p.place("s", 0, r, c, DType::F32);
+    let m = p.place("m", s.bytes(), r, 1, DType::F32);
+    let l = p.place("l", s.bytes() + m.bytes(), r, 1, DType::F32);
+    let e = p.dma_in(&x, 0, 0, s, &[]);
+    p.scalar(s, 2.0, s, Binary::Mul, &[e]);
+    p.mask_cols(s, keep, &[]);
+    p.reduce_rows(s, m, Reduce::Max, &[]);
+    p.col_bcast(s, m, s, Binary::Sub, &[]);
+    p.unary(s, s, Unary::Exp, &[]);
+    p.reduce_rows(s, l, Reduce::Sum, &[]);
+    let done = p.col_bcast(s, l, s, Binary::Div, &[]);
+    p.dma_out(s, &y, 0, 0, &[done]);
+    p.finish().expect("a well-synchronised program");
+    let (xv, yv) = (
+        x.data.lock().unwrap().clone(),
+        y.data.lock().unwrap().clone(),
+    );
+    for row in 0..r {
+        let xs: Vec<f64> = (0..keep).map(|j| 2.0 * xv[row * c + j] as f64).collect();
+        let mx = xs.iter().cloned().fold(f64::MIN, f64::max);
+        let sum: f64 = xs.iter().map(|v| (v - mx).exp()).sum();
+        for j in 0..c {
+            let want = if j < keep {
+                (xs[j] - mx).exp() / sum
+            } else {
+                0.0
+            };
+            let got = yv[row * c + j] as f64;
+            assert!((got - want).abs() <= 1e-6, "({row}, {j}): {got} vs {want}");
+        }
+    }
+
+    let mut p = ManualProgram::new("race", true, SRAM, None);
+    let s = p.place("s", 0, r, c, DType::F32);
+    p.dma_in(&x, 0, 0, s, &[]);
+    p.unary(s, s, Unary::Exp, &[]);
+    assert!(message(p.finish()).contains("race"));
+}
+
+/// `index_at` reads a loaded index buffer into the program; an entry past the buffer is an error.
+#[test]
+fn index_at_reads_loaded_entries() {
+    let t = HostTensor::new(1, 1, 8, 3);
+    let mut p = ManualProgram::new("index", true, SRAM, None);
+    let b = p.place("idx", 0, 1, 8, DType::F32);
+    let e = p.dma_in(&t, 0, 0, b, &[]);
+    // An f32 buffer is not an index buffer.
+    p.index_at(b, 0, 0, &[e]);
+    assert!(message(p.finish()).contains("i32"));
+}

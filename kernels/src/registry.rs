@@ -215,6 +215,12 @@ pub fn all() -> Vec<Implementation> {
             summary: "split-KV paged decode (flash-decoding): BK keys of a page at a time, run-time head dims and page size",
         },
         Implementation {
+            op: "attention_decode",
+            kind: ImplKind::HandTuned,
+            meta: &crate::hand_tuned::paged_decode::META,
+            summary: "split-KV paged decode on accel-sim's manual API: the split's block table in one load, a STAGES-deep key/value ring across pages, scores one block ahead of the softmax, scale folded into the queries, only partial blocks masked",
+        },
+        Implementation {
             op: "attention_decode_batch",
             kind: ImplKind::Dsl,
             meta: &crate::attention::decode::paged_decode_gqa_batch::META,

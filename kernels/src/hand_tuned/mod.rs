@@ -6,6 +6,7 @@
 
 pub mod expert_gemm_mxfp4;
 pub mod gemm;
+pub mod paged_decode;
 
 use dsl_core::KernelMeta;
 
