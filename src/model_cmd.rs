@@ -75,6 +75,25 @@ pub struct ForwardArgs {
     /// line, the tensor and the element.
     #[arg(long)]
     check_finite: bool,
+    /// Swap an operator's implementation, `OP=NAME` (repeatable), e.g.
+    /// `attention_decode_batch=paged_decode_hand` runs the GQA decode on the hand-tuned kernel
+    /// (`day0 kernels` lists the implementations; the default is each operator's DSL kernel).
+    #[arg(long = "impl", value_name = "OP=NAME")]
+    impls: Vec<String>,
+}
+
+/// Applies `--impl OP=NAME` swaps to a runner.
+fn apply_impls(r: &mut Runner, impls: &[String]) -> Result<(), String> {
+    for spec in impls {
+        let (op, name) = spec.split_once('=').ok_or_else(|| {
+            format!(
+                "--impl {spec}: expected OP=NAME, e.g. attention_decode_batch=paged_decode_hand"
+            )
+        })?;
+        r.set_implementation(op.trim(), name.trim())
+            .map_err(|e| e.to_string())?;
+    }
+    Ok(())
 }
 
 /// Arguments of `day0 validate`.
@@ -218,6 +237,9 @@ fn decode_step(args: &ForwardArgs, config: &Path) -> Result<(), String> {
     use model::plan::parallel::Plan;
     if args.routing.starts_with("replay:") {
         return Err("--routing replay:FILE: a --batch step prices a card's batch from one sequence's run; replay a recording without --batch".into());
+    }
+    if !args.impls.is_empty() {
+        return Err("--impl: a --batch step is priced by the deployment estimator, which runs the default implementations; swap implementations in a one-sequence run (without --batch)".into());
     }
     let batch = args.batch.unwrap_or(1);
     if batch == 0 {
@@ -405,6 +427,7 @@ fn forward_cost_only(args: &ForwardArgs, config: &Path) -> Result<(), String> {
     let precision = args.precision.unwrap_or(Precision::Native);
     let mut r =
         Runner::cost_only_at(cfg, launcher, context, precision).map_err(|e| e.to_string())?;
+    apply_impls(&mut r, &args.impls)?;
     r.set_routing(routing).map_err(|e| e.to_string())?;
     let run = r
         .cost_run(prompt_len, output_len)
@@ -596,6 +619,7 @@ pub fn forward(args: ForwardArgs) -> Result<(), String> {
         args.precision.unwrap_or(Precision::F32),
         args.check_finite,
     )?;
+    apply_impls(&mut r, &args.impls)?;
     let clock_ghz = r.device().clock_ghz;
     if args.record_routing.is_some() {
         r.record_routing();

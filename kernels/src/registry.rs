@@ -227,6 +227,12 @@ pub fn all() -> Vec<Implementation> {
             summary: "batched GQA split-KV paged decode: S sequences, their own block tables and lengths, one launch over a shared pool",
         },
         Implementation {
+            op: "attention_decode_batch",
+            kind: ImplKind::HandTuned,
+            meta: &crate::hand_tuned::paged_decode::META,
+            summary: "the hand-tuned split-KV paged decode over S sequences (each its block-table row and length): the model's swap for paged_decode_gqa_batch (`--impl attention_decode_batch=paged_decode_hand`)",
+        },
+        Implementation {
             op: "attention_decode_latent",
             kind: ImplKind::DslTuned,
             meta: &crate::attention::decode::paged_decode_latent::META,

@@ -91,6 +91,7 @@ fn splits_without_pages_contribute_nothing() {
         k_pool: &k,
         v_pool: &v,
         block_table: &block_table,
+        ctx_lens: None,
         o_part: &o_part,
         lse_part: &lse_part,
     };

@@ -51,83 +51,102 @@ pub static META: KernelMeta = super::meta(
     SOURCE,
 );
 
-/// The tensors of one split-KV decode launch, laid out as
-/// [`crate::attention::decode::paged_decode_split`] takes them: `q [Hkv, G, D]`,
-/// `k_pool [pages, P, Hkv·D]`, `v_pool [pages, P, Hkv·DV]`, `block_table [n]` (i32),
-/// `o_part [S, Hkv, G, DV]` and `lse_part [S, Hkv, G, 1]` (f32).
-pub struct DecodeTensors<'a, T: Float> {
-    /// The newest token's queries, grouped by key/value head.
-    pub q: &'a Tensor<T>,
-    /// The key pages.
+/// The tensors of one split-KV decode launch over `S` sequences (`S = 1`: the layout
+/// [`crate::attention::decode::paged_decode_split`] takes; `S > 1`: the layout of
+/// [`crate::attention::decode::paged_decode_gqa_batch`]): `q [S·Hkv, G, D]`,
+/// `k_pool [pages, P, Hkv·D]`, `v_pool [pages, P, Hkv·DV]`, `block_table [T]` or `[S, T]` (i32),
+/// `o_part [splits, S·Hkv, G, DV]` and `lse_part [splits, S·Hkv, G, 1]` (f32).
+pub struct DecodeTensors<'a, Q: Float, T: Float> {
+    /// The newest token's queries of each sequence, grouped by key/value head (any float type:
+    /// they are scaled and converted to the cache's type on chip).
+    pub q: &'a Tensor<Q>,
+    /// The key pages, shared by the sequences.
     pub k_pool: &'a Tensor<T>,
     /// The value pages.
     pub v_pool: &'a Tensor<T>,
-    /// The sequence's pages in logical order.
+    /// Each sequence's pages in logical order (one row per sequence).
     pub block_table: &'a Tensor<i32>,
+    /// `[S]`: each sequence's context length, read by its programs (as FlashMLA reads
+    /// `cache_seqlens`); `None`: every sequence has the launch's `ctx_len`. Cost-only runs have
+    /// no data and take `ctx_len`.
+    pub ctx_lens: Option<&'a Tensor<i32>>,
     /// Each split's normalised partial output.
     pub o_part: &'a Tensor<f32>,
     /// Each split's log-sum-exp.
     pub lse_part: &'a Tensor<f32>,
 }
 
-/// Runs the hand-tuned split-KV decode over the first `ctx_len` tokens of the paged cache, scores
-/// scaled by `sm_scale`; one program per (block of `BH` query rows of one key/value head, split).
-pub fn launch<T: Float>(
+/// Runs the hand-tuned split-KV decode, scores scaled by `sm_scale`, each sequence over the first
+/// `ctx_len` tokens of its pages (or its own length from `ctx_lens`, at most `ctx_len`); one
+/// program per (block of `BH` query rows of one sequence's key/value head, split).
+pub fn launch<Q: Float, T: Float>(
     launcher: &Launcher,
     config: &Config,
-    t: &DecodeTensors<'_, T>,
+    t: &DecodeTensors<'_, Q, T>,
     ctx_len: usize,
     sm_scale: f32,
 ) -> Result<Launch, SimError> {
     let cfg = META.resolve(config)?;
-    let (hkv, g, d) = match t.q.shape() {
+    let (q_heads, g, d) = match t.q.shape() {
         [h, g, d] => (*h, *g, *d),
-        s => return Err(bad(format!("`q` must be [Hkv, G, D], got {s:?}"))),
+        s => return Err(bad(format!("`q` must be [S·Hkv, G, D], got {s:?}"))),
     };
-    let (splits, dv) = match t.o_part.shape() {
-        [s, h, gg, dv] if *h == hkv && *gg == g => (*s, *dv),
+    let (seqs, table_len) = match t.block_table.shape() {
+        [n] => (1, *n),
+        [s, n] => (*s, *n),
         s => {
             return Err(bad(format!(
-                "`o_part` must be [S, {hkv}, {g}, DV], got {s:?}"
+                "`block_table` must be [T] or [S, T], got {s:?}"
+            )))
+        }
+    };
+    let hkv = q_heads / seqs.max(1);
+    let (splits, dv) = match t.o_part.shape() {
+        [s, h, gg, dv] if *h == q_heads && *gg == g => (*s, *dv),
+        s => {
+            return Err(bad(format!(
+                "`o_part` must be [splits, {q_heads}, {g}, DV], got {s:?}"
             )))
         }
     };
     let (pool_pages, page) = match t.k_pool.shape() {
-        [n, p, w] if *w == hkv * d => (*n, *p),
+        [n, p, w] if *w == hkv * d && hkv * seqs == q_heads => (*n, *p),
         s => {
             return Err(bad(format!(
-                "`k_pool` must be [pages, P, {}], got {s:?}",
-                hkv * d
+                "`k_pool` must be [pages, P, Hkv·D] with {seqs} sequence(s) × Hkv = {q_heads} query head rows and D = {d}, got {s:?}"
             )))
         }
     };
     let n_pages = ctx_len.div_ceil(page.max(1));
+    let lens_ok = t.ctx_lens.is_none_or(|c| c.shape() == [seqs]);
     if t.v_pool.shape() != [pool_pages, page, hkv * dv]
-        || t.lse_part.shape() != [splits, hkv, g, 1]
-        || t.block_table.len() < n_pages
+        || t.lse_part.shape() != [splits, q_heads, g, 1]
+        || table_len < n_pages
+        || !lens_ok
         || ctx_len == 0
     {
         return Err(bad(format!(
-            "shapes do not chain at ctx_len {ctx_len}: v_pool {:?} (want [{pool_pages}, {page}, {}]), lse_part {:?} (want [{splits}, {hkv}, {g}, 1]), block_table of {} entries (want ≥ {n_pages})",
+            "shapes do not chain at ctx_len {ctx_len}: v_pool {:?} (want [{pool_pages}, {page}, {}]), lse_part {:?} (want [{splits}, {q_heads}, {g}, 1]), block_table rows of {table_len} entries (want ≥ {n_pages}), ctx_lens {:?} (want [{seqs}])",
             t.v_pool.shape(),
             hkv * dv,
             t.lse_part.shape(),
-            t.block_table.len()
+            t.ctx_lens.map(|c| c.shape().to_vec())
         )));
     }
     let tile = |name: &str| cfg.get(name).unwrap_or(1).max(1) as usize;
     let (bh, bk, stages) = (tile("BH"), tile("BK").min(page), tile("STAGES"));
     let blocks_per_head = g.div_ceil(bh);
-    let grid = [hkv * blocks_per_head, splits, 1];
+    let grid = [q_heads * blocks_per_head, splits, 1];
     launcher.run_manual(META.name, SOURCE, &cfg, grid, &|pid, p| {
-        let (kvh, r0) = (pid[0] / blocks_per_head, (pid[0] % blocks_per_head) * bh);
-        let split = pid[1];
+        let qh = pid[0] / blocks_per_head;
         let work = Split {
-            kvh,
-            r0,
-            split,
-            pages: (split * n_pages / splits, (split + 1) * n_pages / splits),
-            ctx_len,
+            seq: qh / hkv,
+            kvh: qh % hkv,
+            qh,
+            r0: (pid[0] % blocks_per_head) * bh,
+            split: pid[1],
+            splits,
+            max_ctx: ctx_len,
             page,
             d,
             dv,
@@ -136,7 +155,7 @@ pub fn launch<T: Float>(
             stages,
             sm_scale,
         };
-        program::<T>(p, t, &work);
+        program::<Q, T>(p, t, &work);
     })
 }
 
@@ -147,13 +166,16 @@ fn bad(message: String) -> SimError {
     }
 }
 
-/// One program's work: its key/value head, first query row, split and page range, and the tiles.
+/// One program's work: its sequence, key/value head (and that head's row of the queries), first
+/// query row and split, and the tiles.
 struct Split {
+    seq: usize,
     kvh: usize,
+    qh: usize,
     r0: usize,
     split: usize,
-    pages: (usize, usize),
-    ctx_len: usize,
+    splits: usize,
+    max_ctx: usize,
     page: usize,
     d: usize,
     dv: usize,
@@ -174,12 +196,36 @@ struct Block {
 
 /// One program: its split's block table, the key/value ring and the online softmax over the
 /// split's key blocks, then its partial output and log-sum-exp.
-fn program<T: Float>(p: &mut ManualProgram, t: &DecodeTensors<'_, T>, w: &Split) {
-    let (p0, p1) = w.pages;
+fn program<Q: Float, T: Float>(p: &mut ManualProgram, t: &DecodeTensors<'_, Q, T>, w: &Split) {
     let dt = T::DTYPE;
     let mut sram = Placer::default();
     let mut place = |p: &mut ManualProgram, name, rows, cols, dtype: DType| {
         sram.place(p, line!(), name, rows, cols, dtype)
+    };
+    // The sequence's length first (4 bytes), then its share of the pages.
+    let ctx_len = match t.ctx_lens {
+        Some(lens) => {
+            let len = place(p, "ctx_len", 1, 1, DType::I32);
+            let e = p.at(line!()).dma_in(lens, 0, w.seq, len, &[]);
+            p.at(line!()).index_at(len, 0, w.max_ctx, &[e])
+        }
+        None => w.max_ctx,
+    };
+    if ctx_len > w.max_ctx {
+        p.fail(format!(
+            "sequence {} has {ctx_len} tokens, past the launch's ctx_len {}",
+            w.seq, w.max_ctx
+        ));
+        return;
+    }
+    let n_pages = ctx_len.div_ceil(w.page);
+    let (p0, p1) = (
+        w.split * n_pages / w.splits,
+        (w.split + 1) * n_pages / w.splits,
+    );
+    let table = match t.block_table.shape().len() {
+        1 => t.block_table.clone(),
+        _ => t.block_table.at(w.seq),
     };
     let acc = place(p, "acc", w.bh, w.dv, DType::F32);
     let m = [
@@ -187,8 +233,8 @@ fn program<T: Float>(p: &mut ManualProgram, t: &DecodeTensors<'_, T>, w: &Split)
         place(p, "m1", w.bh, 1, DType::F32),
     ];
     let l = place(p, "l", w.bh, 1, DType::F32);
-    let o_part = t.o_part.at(w.split).at(w.kvh);
-    let lse_part = t.lse_part.at(w.split).at(w.kvh);
+    let o_part = t.o_part.at(w.split).at(w.qh);
+    let lse_part = t.lse_part.at(w.split).at(w.qh);
     if p1 == p0 {
         // A split with no pages (a context shorter than the grid's splits): a zero partial with a
         // log-sum-exp of −∞, which the combine weighs by zero.
@@ -200,7 +246,7 @@ fn program<T: Float>(p: &mut ManualProgram, t: &DecodeTensors<'_, T>, w: &Split)
     }
     let blocks: Vec<Block> = (p0..p1)
         .flat_map(|pg| {
-            let valid = w.ctx_len.min((pg + 1) * w.page) - pg * w.page;
+            let valid = ctx_len.min((pg + 1) * w.page) - pg * w.page;
             (0..valid).step_by(w.bk).map(move |row| Block {
                 page_slot: pg - p0,
                 row,
@@ -209,7 +255,12 @@ fn program<T: Float>(p: &mut ManualProgram, t: &DecodeTensors<'_, T>, w: &Split)
         })
         .collect();
     let tbl = place(p, "block_table", 1, p1 - p0, DType::I32);
-    let q = place(p, "q", w.bh, w.d, dt);
+    let q_in = place(p, "q_in", w.bh, w.d, Q::DTYPE);
+    let q = if Q::DTYPE == dt {
+        q_in
+    } else {
+        place(p, "q", w.bh, w.d, dt)
+    };
     let ks: Vec<Buffer> = (0..w.stages)
         .map(|_| place(p, "k_stage", w.bk, w.d, dt))
         .collect();
@@ -228,13 +279,19 @@ fn program<T: Float>(p: &mut ManualProgram, t: &DecodeTensors<'_, T>, w: &Split)
     let rsum = place(p, "row_sum", w.bh, 1, DType::F32);
 
     // The split's block-table entries in one load, then each page read out once.
-    let e_tbl = p.at(line!()).dma_in(t.block_table, 0, p0, tbl, &[]);
+    let e_tbl = p.at(line!()).dma_in(&table, 0, p0, tbl, &[]);
     let pages: Vec<usize> = (0..p1 - p0)
         .map(|j| p.at(line!()).index_at(tbl, j, p0 + j, &[e_tbl]))
         .collect();
-    let e_q = p.at(line!()).dma_in(&t.q.at(w.kvh), w.r0, 0, q, &[]);
-    // The softmax scale folded into the queries once, not into every score tile.
-    let e_qs = p.at(line!()).scalar(q, w.sm_scale, q, Binary::Mul, &[e_q]);
+    let e_q = p.at(line!()).dma_in(&t.q.at(w.qh), w.r0, 0, q_in, &[]);
+    // The softmax scale folded into the queries once, not into every score tile; then the
+    // queries in the cache's type, which the matrix unit multiplies.
+    let mut e_qs = p
+        .at(line!())
+        .scalar(q_in, w.sm_scale, q_in, Binary::Mul, &[e_q]);
+    if q != q_in {
+        e_qs = p.at(line!()).cast(q_in, q, &[]);
+    }
     let (kh, vh) = (
         t.k_pool.cols_clipped(w.kvh * w.d, w.d),
         t.v_pool.cols_clipped(w.kvh * w.dv, w.dv),
@@ -419,6 +476,7 @@ pub fn run_case<T: Float>(
             k_pool: &k_pool,
             v_pool: &v_pool,
             block_table: &block_table,
+            ctx_lens: None,
             o_part: &o_part,
             lse_part: &lse_part,
         };

@@ -466,6 +466,7 @@ impl Runner {
                 batched_decode: false,
                 routing: routing::RoutingState::new(),
                 cards: None,
+                impls: BTreeMap::new(),
             },
             store,
             capacity,
@@ -671,6 +672,42 @@ impl Runner {
             });
         }
         self.blocks = blocks;
+        Ok(())
+    }
+
+    /// Swaps the implementation of operator `op` (a registry operator the forward can swap, see
+    /// [`ops::SWAPPABLE`]) for `implementation`, e.g. `attention_decode_batch` →
+    /// `paged_decode_hand`: the one-line swap of a DSL prototype for its hand-tuned kernel. The
+    /// default is each operator's DSL kernel. Anything else is an error naming `--impl`.
+    pub fn set_implementation(
+        &mut self,
+        op: &str,
+        implementation: &str,
+    ) -> Result<(), ForwardError> {
+        let bad = |message: String| ForwardError::Workload {
+            flag: "--impl".into(),
+            message,
+        };
+        let listed = || {
+            ops::SWAPPABLE
+                .iter()
+                .map(|(o, names)| format!("{o}={}", names.join("|")))
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        let Some((_, names)) = ops::SWAPPABLE.iter().find(|(o, _)| *o == op) else {
+            return Err(bad(format!(
+                "`{op}`: the forward cannot swap that operator; it can swap {}",
+                listed()
+            )));
+        };
+        let Some(name) = names.iter().find(|n| **n == implementation) else {
+            return Err(bad(format!(
+                "`{implementation}` is not an implementation of `{op}` the forward runs; choose {}",
+                names.join(" or ")
+            )));
+        };
+        self.ops.impls.insert(op.to_string(), name);
         Ok(())
     }
 

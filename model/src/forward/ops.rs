@@ -151,7 +151,18 @@ pub(crate) struct Ops {
     pub routing: super::routing::RoutingState,
     /// The card's place in a multi-card run ([`super::cards`]); `None` on a single card.
     pub cards: Option<super::cards::CardLink>,
+    /// The implementation chosen for each swappable operator ([`SWAPPABLE`]); an operator not
+    /// named runs its DSL kernel.
+    pub impls: BTreeMap<String, &'static str>,
 }
+
+/// The operators whose implementation the forward can swap, each with the implementations its
+/// call site launches (the first is the default): `Runner::set_implementation`,
+/// `day0 forward --impl op=name`.
+pub const SWAPPABLE: &[(&str, &[&str])] = &[(
+    "attention_decode_batch",
+    &["paged_decode_gqa_batch", "paged_decode_hand"],
+)];
 
 /// How the forward allocates device tensors: with data (functional runs: poisoned with NaN, so an
 /// element a kernel forgets to write shows up in the logits) or as shapes only (cost-only runs of
@@ -729,6 +740,7 @@ impl Ops {
         scale: f64,
     ) -> Result<Tensor<f32>, ForwardError> {
         use kernels::attention::decode::{decode_config, paged_decode_gqa_batch};
+        use kernels::hand_tuned::paged_decode as hand;
         let seqs = q.rows();
         let heads = q.cols() / head_dim.max(1);
         let group = heads / kv_heads.max(1);
@@ -748,6 +760,22 @@ impl Ops {
         // The largest key tile within a page that fits the core (wide heads overflow an
         // H100-class SM at 64 keys). The launch writes only the partials: a retry is safe.
         let meta = &paged_decode_gqa_batch::META;
+        if self.impls.get("attention_decode_batch") == Some(&hand::META.name) {
+            let r = self.gqa_decode_hand(
+                &q3,
+                k_pool,
+                v_pool,
+                block_tables,
+                ctx_lens,
+                max_ctx,
+                &o_part,
+                &lse_part,
+                group,
+                scale,
+            );
+            self.book_decode(op, seqs, r, &o_part, &lse_part, &o)?;
+            return view(o.reshaped(&[seqs, heads * v_head_dim]), "decode output");
+        }
         let r = first_fitting(page_tiles(meta, page), |bk| {
             let base = Config::new().with("BK", bk);
             decode_config(meta, &base, head_dim, v_head_dim, page, group).and_then(|cfg| {
@@ -785,6 +813,79 @@ impl Ops {
         });
         self.book_decode(op, seqs, r, &o_part, &lse_part, &o)?;
         view(o.reshaped(&[seqs, heads * v_head_dim]), "decode output")
+    }
+}
+
+impl Ops {
+    /// [`Ops::gqa_decode`]'s split launch on the hand-tuned kernel
+    /// ([`kernels::hand_tuned::paged_decode`]): the smallest query-row tile that holds a group,
+    /// the largest key tile within a page, a three-deep ring, moving to smaller tiles and a
+    /// shallower ring while they overflow the core.
+    #[allow(clippy::too_many_arguments)]
+    fn gqa_decode_hand(
+        &self,
+        q3: &Tensor<f32>,
+        k_pool: &CacheTensor,
+        v_pool: &CacheTensor,
+        block_tables: &Tensor<i32>,
+        ctx_lens: &Tensor<i32>,
+        max_ctx: usize,
+        o_part: &Tensor<f32>,
+        lse_part: &Tensor<f32>,
+        group: usize,
+        scale: f64,
+    ) -> Result<Launch, SimError> {
+        use kernels::hand_tuned::paged_decode::{launch, DecodeTensors, META};
+        let page = k_pool.shape().get(1).copied().unwrap_or(1);
+        let bh = [16i64, 32, 64, 128]
+            .into_iter()
+            .find(|b| *b as usize >= group)
+            .unwrap_or(128);
+        let configs: Vec<Config> = page_tiles(&META, page)
+            .into_iter()
+            .flat_map(|bk| {
+                [3i64, 2].map(|stages| {
+                    Config::new()
+                        .with("BH", bh)
+                        .with("BK", bk)
+                        .with("STAGES", stages)
+                })
+            })
+            .collect();
+        first_fitting(configs, |cfg| {
+            // (A macro: the two arms launch the kernel at different cache element types.)
+            macro_rules! launch {
+                ($k:expr, $v:expr) => {
+                    launch(
+                        &self.launcher,
+                        &cfg,
+                        &DecodeTensors {
+                            q: q3,
+                            k_pool: $k,
+                            v_pool: $v,
+                            block_table: block_tables,
+                            ctx_lens: Some(ctx_lens),
+                            o_part,
+                            lse_part,
+                        },
+                        max_ctx,
+                        scale as f32,
+                    )
+                };
+            }
+            match (k_pool, v_pool) {
+                (CacheTensor::F32(k), CacheTensor::F32(v)) => launch!(k, v),
+                (CacheTensor::Bf16(k), CacheTensor::Bf16(v)) => launch!(k, v),
+                _ => Err(SimError::Launch {
+                    kernel: META.name.to_string(),
+                    message: format!(
+                        "the key pool is {:?} and the value pool {:?}: the hand-tuned decode takes f32 or bf16 pools of one format",
+                        k_pool.format(),
+                        v_pool.format()
+                    ),
+                }),
+            }
+        })
     }
 }
 
