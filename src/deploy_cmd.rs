@@ -53,6 +53,10 @@ pub struct DeployArgs {
     /// Share of each card's memory kept free for the runtime.
     #[arg(long, default_value_t = 0.15)]
     pub reserve: f64,
+    /// Swap an operator's implementation in every card's forward, `OP=NAME` (repeatable), e.g.
+    /// `attention_decode_batch=paged_decode_hand`; the default is each operator's DSL kernel.
+    #[arg(long = "impl", value_name = "OP=NAME")]
+    pub impls: Vec<String>,
 }
 
 /// `day0 run`.
@@ -250,9 +254,14 @@ fn setup(a: &DeployArgs, cards: Option<usize>) -> Result<Setup, String> {
             ));
         }
     }
-    let est = Estimator::new(cfg, cluster, routing)
+    let mut est = Estimator::new(cfg, cluster, routing)
         .map_err(|e| e.to_string())?
         .with_precision(a.precision);
+    for (op, name) in crate::model_cmd::parse_impls(&a.impls)? {
+        est = est
+            .with_implementation(op, name)
+            .map_err(|e| e.to_string())?;
+    }
     Ok(Setup {
         est,
         cards,

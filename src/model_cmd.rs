@@ -82,16 +82,24 @@ pub struct ForwardArgs {
     impls: Vec<String>,
 }
 
+/// `--impl OP=NAME` flags as (operator, implementation) pairs.
+pub(crate) fn parse_impls(impls: &[String]) -> Result<Vec<(&str, &str)>, String> {
+    impls
+        .iter()
+        .map(|spec| {
+            spec.split_once('=')
+                .map(|(op, name)| (op.trim(), name.trim()))
+                .ok_or_else(|| {
+                    format!("--impl {spec}: expected OP=NAME, e.g. attention_decode_batch=paged_decode_hand")
+                })
+        })
+        .collect()
+}
+
 /// Applies `--impl OP=NAME` swaps to a runner.
 fn apply_impls(r: &mut Runner, impls: &[String]) -> Result<(), String> {
-    for spec in impls {
-        let (op, name) = spec.split_once('=').ok_or_else(|| {
-            format!(
-                "--impl {spec}: expected OP=NAME, e.g. attention_decode_batch=paged_decode_hand"
-            )
-        })?;
-        r.set_implementation(op.trim(), name.trim())
-            .map_err(|e| e.to_string())?;
+    for (op, name) in parse_impls(impls)? {
+        r.set_implementation(op, name).map_err(|e| e.to_string())?;
     }
     Ok(())
 }
@@ -238,9 +246,6 @@ fn decode_step(args: &ForwardArgs, config: &Path) -> Result<(), String> {
     if args.routing.starts_with("replay:") {
         return Err("--routing replay:FILE: a --batch step prices a card's batch from one sequence's run; replay a recording without --batch".into());
     }
-    if !args.impls.is_empty() {
-        return Err("--impl: a --batch step is priced by the deployment estimator, which runs the default implementations; swap implementations in a one-sequence run (without --batch)".into());
-    }
     let batch = args.batch.unwrap_or(1);
     if batch == 0 {
         return Err("--batch: must be at least 1".into());
@@ -264,9 +269,14 @@ fn decode_step(args: &ForwardArgs, config: &Path) -> Result<(), String> {
     let cluster = accel_sim::cluster::ClusterPreset::single_card(&args.device)
         .map_err(|e| format!("--device: {e}"))?;
     let routing = Routing::parse(&args.routing).map_err(|e| e.to_string())?;
-    let est = Estimator::new(cfg, cluster, routing)
+    let mut est = Estimator::new(cfg, cluster, routing)
         .map_err(|e| e.to_string())?
         .with_precision(args.precision.unwrap_or(Precision::Native));
+    for (op, name) in parse_impls(&args.impls)? {
+        est = est
+            .with_implementation(op, name)
+            .map_err(|e| e.to_string())?;
+    }
     let one = Plan {
         tp: 1,
         dp: 1,

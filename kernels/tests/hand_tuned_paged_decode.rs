@@ -141,6 +141,9 @@ fn cost_only_cycles_equal_functional_cycles() {
     )
     .unwrap();
     assert_eq!((f.cycles, f.hbm_bytes), (o.cycles, o.hbm_bytes));
+    // Every key and value of the context is read (bf16): the HBM bytes are at least that.
+    let kv = (shape.ctx * shape.kv_heads * (shape.head_dim + shape.v_head_dim) * 2) as u64;
+    assert!(o.hbm_bytes >= kv, "{} < {kv}", o.hbm_bytes);
 }
 
 /// On npu-910b, the hand-tuned kernel beats its DSL prototype at a GQA decode step (32 query heads

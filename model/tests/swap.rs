@@ -111,3 +111,36 @@ fn an_unknown_swap_names_the_flag() {
         assert!(e.contains("--impl"), "{e}");
     }
 }
+
+/// The deployment estimator runs every card role's forward with the swap (`day0 run --impl`,
+/// `day0 forward --batch --impl`): a batched decode step of Qwen3-Next on one card spends less in
+/// the GQA decode and the same everywhere else.
+#[test]
+fn the_estimator_prices_a_decode_batch_with_the_swap() {
+    use model::plan::estimate::{Estimator, Phase, Routing};
+    use model::plan::parallel::Plan;
+    let cfg = load_config(&testdata("qwen3_next_config.json")).unwrap();
+    let cluster = accel_sim::cluster::ClusterPreset::single_card("npu-910b").unwrap();
+    let one = Plan {
+        tp: 1,
+        dp: 1,
+        pp: 1,
+        ep: 1,
+    };
+    let dsl = Estimator::new(cfg.clone(), cluster.clone(), Routing::Uniform).unwrap();
+    let hand = Estimator::new(cfg, cluster, Routing::Uniform)
+        .unwrap()
+        .with_implementation("attention_decode_batch", "paged_decode_hand")
+        .unwrap();
+    let (d, h) = (
+        dsl.estimate(&one, Phase::Decode, 8, 8192).unwrap(),
+        hand.estimate(&one, Phase::Decode, 8, 8192).unwrap(),
+    );
+    let split =
+        |e: &model::plan::estimate::StepEstimate| e.ops["gqa+moe"]["attn.decode_split"].cycles;
+    assert!(split(&h) < split(&d), "{} vs {}", split(&h), split(&d));
+    assert!(h.step_s < d.step_s);
+    assert!(dsl
+        .with_implementation("attention_decode_batch", "nope")
+        .is_err());
+}

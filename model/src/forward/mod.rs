@@ -684,29 +684,7 @@ impl Runner {
         op: &str,
         implementation: &str,
     ) -> Result<(), ForwardError> {
-        let bad = |message: String| ForwardError::Workload {
-            flag: "--impl".into(),
-            message,
-        };
-        let listed = || {
-            ops::SWAPPABLE
-                .iter()
-                .map(|(o, names)| format!("{o}={}", names.join("|")))
-                .collect::<Vec<_>>()
-                .join(", ")
-        };
-        let Some((_, names)) = ops::SWAPPABLE.iter().find(|(o, _)| *o == op) else {
-            return Err(bad(format!(
-                "`{op}`: the forward cannot swap that operator; it can swap {}",
-                listed()
-            )));
-        };
-        let Some(name) = names.iter().find(|n| **n == implementation) else {
-            return Err(bad(format!(
-                "`{implementation}` is not an implementation of `{op}` the forward runs; choose {}",
-                names.join(" or ")
-            )));
-        };
+        let name = ops::swap_choice(op, implementation)?;
         self.ops.impls.insert(op.to_string(), name);
         Ok(())
     }

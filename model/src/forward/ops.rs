@@ -164,6 +164,35 @@ pub const SWAPPABLE: &[(&str, &[&str])] = &[(
     &["paged_decode_gqa_batch", "paged_decode_hand"],
 )];
 
+/// Checks that the forward can run `implementation` for operator `op` ([`SWAPPABLE`]) and
+/// returns its registered name; anything else is an error naming `--impl` that lists the choices.
+pub fn swap_choice(op: &str, implementation: &str) -> Result<&'static str, ForwardError> {
+    let bad = |message: String| ForwardError::Workload {
+        flag: "--impl".into(),
+        message,
+    };
+    let Some((_, names)) = SWAPPABLE.iter().find(|(o, _)| *o == op) else {
+        let listed: Vec<String> = SWAPPABLE
+            .iter()
+            .map(|(o, names)| format!("{o}={}", names.join("|")))
+            .collect();
+        return Err(bad(format!(
+            "`{op}`: the forward cannot swap that operator; it can swap {}",
+            listed.join(", ")
+        )));
+    };
+    names
+        .iter()
+        .find(|n| **n == implementation)
+        .copied()
+        .ok_or_else(|| {
+            bad(format!(
+                "`{implementation}` is not an implementation of `{op}` the forward runs; choose {}",
+                names.join(" or ")
+            ))
+        })
+}
+
 /// How the forward allocates device tensors: with data (functional runs: poisoned with NaN, so an
 /// element a kernel forgets to write shows up in the logits) or as shapes only (cost-only runs of
 /// production sizes, where nothing is materialised). The same layer code runs either way.

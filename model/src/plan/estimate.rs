@@ -298,6 +298,8 @@ pub struct Estimator {
     launcher: Launcher,
     routing: Routing,
     precision: Precision,
+    /// Implementation swaps every card role's forward runs with (`Runner::set_implementation`).
+    impls: Vec<(String, &'static str)>,
     cache: Mutex<HashMap<RunKey, RunSlot>>,
 }
 
@@ -321,6 +323,7 @@ impl Estimator {
             launcher,
             routing,
             precision: Precision::Native,
+            impls: Vec::new(),
             cache: Mutex::new(HashMap::new()),
         })
     }
@@ -331,6 +334,26 @@ impl Estimator {
         self.precision = precision;
         lock(&self.cache).clear();
         self
+    }
+
+    /// The estimator with operator `op` run by `implementation` in every card role's forward
+    /// (`day0 run --impl OP=NAME`); an operator the forward cannot swap is an error naming
+    /// `--impl`.
+    pub fn with_implementation(
+        mut self,
+        op: &str,
+        implementation: &str,
+    ) -> Result<Estimator, EstimateError> {
+        let name = crate::forward::ops::swap_choice(op, implementation).map_err(|e| match e {
+            ForwardError::Workload { flag, message } => {
+                EstimateError::Plan(PlanError { flag, message })
+            }
+            other => other.into(),
+        })?;
+        self.impls.retain(|(o, _)| o != op);
+        self.impls.push((op.to_string(), name));
+        lock(&self.cache).clear();
+        Ok(self)
     }
 
     /// The model.
@@ -378,6 +401,9 @@ impl Estimator {
             position + tokens,
             self.precision,
         )?;
+        for (op, name) in &self.impls {
+            runner.set_implementation(op, name)?;
+        }
         runner.run_blocks(blocks)?;
         runner.batch_decode(batched_decode)?;
         runner.seek(position)?;
