@@ -146,6 +146,7 @@ pub fn launch<Q: Float, T: Float>(
             r0: (pid[0] % blocks_per_head) * bh,
             split: pid[1],
             splits,
+            table_len,
             max_ctx: ctx_len,
             page,
             d,
@@ -175,6 +176,8 @@ struct Split {
     r0: usize,
     split: usize,
     splits: usize,
+    /// Entries per block-table row.
+    table_len: usize,
     max_ctx: usize,
     page: usize,
     d: usize,
@@ -278,10 +281,17 @@ fn program<Q: Float, T: Float>(p: &mut ManualProgram, t: &DecodeTensors<'_, Q, T
     let alpha = place(p, "alpha", w.bh, 1, DType::F32);
     let rsum = place(p, "row_sum", w.bh, 1, DType::F32);
 
-    // The split's block-table entries in one load, then each page read out once.
+    // The split's block-table entries in one load, then each page read out once. Cost-only runs
+    // have no table: sequence `s`'s page `p` is pool page `s·T + p`, as an allocator gives
+    // distinct sequences distinct pages (the DSL kernels' assumption too), so no sequence's reads
+    // hit the L2 lines of another's.
     let e_tbl = p.at(line!()).dma_in(&table, 0, p0, tbl, &[]);
+    let first_page = w.seq * w.table_len;
     let pages: Vec<usize> = (0..p1 - p0)
-        .map(|j| p.at(line!()).index_at(tbl, j, p0 + j, &[e_tbl]))
+        .map(|j| {
+            p.at(line!())
+                .index_at(tbl, j, first_page + p0 + j, &[e_tbl])
+        })
         .collect();
     let e_q = p.at(line!()).dma_in(&t.q.at(w.qh), w.r0, 0, q_in, &[]);
     // The softmax scale folded into the queries once, not into every score tile; then the
