@@ -51,6 +51,33 @@ macro_rules! on_cache {
 }
 pub(crate) use on_cache;
 
+/// Runs `$body` (a launch result) with `$k` and `$v` bound to the typed tensors of a layer's key
+/// and value pools; pools of two formats are a launch error of `$kernel` (both pools of a layer
+/// take the runner's cache format).
+macro_rules! on_cache_pair {
+    ($k_pool:expr, $v_pool:expr, $kernel:expr, ($k:ident, $v:ident) => $body:expr) => {
+        match ($k_pool, $v_pool) {
+            (
+                $crate::forward::cache_format::CacheTensor::F32($k),
+                $crate::forward::cache_format::CacheTensor::F32($v),
+            ) => $body,
+            (
+                $crate::forward::cache_format::CacheTensor::Bf16($k),
+                $crate::forward::cache_format::CacheTensor::Bf16($v),
+            ) => $body,
+            (k, v) => Err(dsl_core::SimError::Launch {
+                kernel: $kernel.to_string(),
+                message: format!(
+                    "the key pool is {:?} but the value pool {:?}: both pools of a layer take the runner's cache format",
+                    k.format(),
+                    v.format()
+                ),
+            }),
+        }
+    };
+}
+pub(crate) use on_cache_pair;
+
 impl CacheTensor {
     /// A fresh (poisoned, or shape-only) pool tensor of `shape` in `format`.
     pub fn new(format: CacheFormat, mem: Mem, shape: &[usize]) -> CacheTensor {

@@ -5,7 +5,7 @@
 //! This is the only file that knows kernel signatures and tile choices; the layer code reads as
 //! the model's math.
 
-use super::cache_format::{on_cache, CacheFormat, CacheTensor};
+use super::cache_format::{on_cache, on_cache_pair, CacheFormat, CacheTensor};
 use super::ForwardError;
 use crate::config::{IndexerDims, MoeDims};
 use dsl_core::prelude::*;
@@ -789,8 +789,8 @@ impl Ops {
         // The largest key tile within a page that fits the core (wide heads overflow an
         // H100-class SM at 64 keys). The launch writes only the partials: a retry is safe.
         let meta = &paged_decode_gqa_batch::META;
-        if self.impls.get("attention_decode_batch") == Some(&hand::META.name) {
-            let r = self.gqa_decode_hand(
+        let r = if self.impls.get("attention_decode_batch") == Some(&hand::META.name) {
+            self.gqa_decode_hand(
                 &q3,
                 k_pool,
                 v_pool,
@@ -801,22 +801,18 @@ impl Ops {
                 &lse_part,
                 group,
                 scale,
-            );
-            self.book_decode(op, seqs, r, &o_part, &lse_part, &o)?;
-            return view(o.reshaped(&[seqs, heads * v_head_dim]), "decode output");
-        }
-        let r = first_fitting(page_tiles(meta, page), |bk| {
-            let base = Config::new().with("BK", bk);
-            decode_config(meta, &base, head_dim, v_head_dim, page, group).and_then(|cfg| {
-                // (A macro: the two arms launch the kernel at different element types.)
-                macro_rules! launch {
-                    ($k:expr, $v:expr) => {
+            )
+        } else {
+            first_fitting(page_tiles(meta, page), |bk| {
+                let base = Config::new().with("BK", bk);
+                decode_config(meta, &base, head_dim, v_head_dim, page, group).and_then(|cfg| {
+                    on_cache_pair!(k_pool, v_pool, meta.name, (k, v) => {
                         paged_decode_gqa_batch::launch(
                             &self.launcher,
                             &cfg,
                             &q3,
-                            $k,
-                            $v,
+                            k,
+                            v,
                             block_tables,
                             ctx_lens,
                             &o_part,
@@ -824,22 +820,10 @@ impl Ops {
                             max_ctx,
                             scale as f32,
                         )
-                    };
-                }
-                match (k_pool, v_pool) {
-                    (CacheTensor::F32(k), CacheTensor::F32(v)) => launch!(k, v),
-                    (CacheTensor::Bf16(k), CacheTensor::Bf16(v)) => launch!(k, v),
-                    _ => Err(SimError::Launch {
-                        kernel: meta.name.to_string(),
-                        message: format!(
-                            "the key pool is {:?} but the value pool {:?}: both pools of a layer take the runner's cache format",
-                            k_pool.format(),
-                            v_pool.format()
-                        ),
-                    }),
-                }
+                    })
+                })
             })
-        });
+        };
         self.book_decode(op, seqs, r, &o_part, &lse_part, &o)?;
         view(o.reshaped(&[seqs, heads * v_head_dim]), "decode output")
     }
@@ -882,38 +866,18 @@ impl Ops {
             })
             .collect();
         first_fitting(configs, |cfg| {
-            // (A macro: the two arms launch the kernel at different cache element types.)
-            macro_rules! launch {
-                ($k:expr, $v:expr) => {
-                    launch(
-                        &self.launcher,
-                        &cfg,
-                        &DecodeTensors {
-                            q: q3,
-                            k_pool: $k,
-                            v_pool: $v,
-                            block_table: block_tables,
-                            ctx_lens: Some(ctx_lens),
-                            o_part,
-                            lse_part,
-                        },
-                        max_ctx,
-                        scale as f32,
-                    )
+            on_cache_pair!(k_pool, v_pool, META.name, (k, v) => {
+                let tensors = DecodeTensors {
+                    q: q3,
+                    k_pool: k,
+                    v_pool: v,
+                    block_table: block_tables,
+                    ctx_lens: Some(ctx_lens),
+                    o_part,
+                    lse_part,
                 };
-            }
-            match (k_pool, v_pool) {
-                (CacheTensor::F32(k), CacheTensor::F32(v)) => launch!(k, v),
-                (CacheTensor::Bf16(k), CacheTensor::Bf16(v)) => launch!(k, v),
-                _ => Err(SimError::Launch {
-                    kernel: META.name.to_string(),
-                    message: format!(
-                        "the key pool is {:?} and the value pool {:?}: the hand-tuned decode takes f32 or bf16 pools of one format",
-                        k_pool.format(),
-                        v_pool.format()
-                    ),
-                }),
-            }
+                launch(&self.launcher, &cfg, &tensors, max_ctx, scale as f32)
+            })
         })
     }
 }
