@@ -30,7 +30,7 @@ use crate::dtype::DType;
 use crate::error::SimError;
 use crate::functional::{self as f, mma_f32, mma_f32_bt, round_to, Binary, Reduce, Unary};
 use crate::isa::{mma_flop, Engine, Op, Region, VectorClass};
-use crate::program::{BufId, Instr, ProgramTrace, Recorder};
+use crate::program::{BufId, Instr, ProgramTrace, Recorder, References};
 
 /// A tensor in device memory as a hand-written program reads and writes it: row-major windows of
 /// a 2-D view. Implemented by the front end's tensor type.
@@ -143,19 +143,19 @@ pub struct ManualProgram {
 
 impl ManualProgram {
     /// Starts a program of `kernel` on a core with `sram_bytes` of SRAM; `functional` computes the
-    /// data. Following `reference` (a trace of the same kernel) only makes recording cheaper.
+    /// data. Following `reference` (traces of the same kernel) only makes recording cheaper.
     pub fn new(
         kernel: &'static str,
         functional: bool,
         sram_bytes: u64,
-        reference: Option<&ProgramTrace>,
+        reference: Option<&References>,
     ) -> ManualProgram {
         ManualProgram {
             kernel,
             functional,
             capacity: sram_bytes,
             line: 0,
-            trace: reference.map_or_else(Recorder::new, Recorder::following),
+            trace: reference.map_or_else(Recorder::new, Recorder::following_any),
             placed: Vec::new(),
             done: Default::default(),
             barrier_clock: [0; 4],

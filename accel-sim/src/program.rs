@@ -10,7 +10,10 @@
 //! (the heads of a layer, the tiles of a GEMM). So the first program is recorded in full and the
 //! others *follow* it ([`Recorder::following`]): each event is only compared with the reference's
 //! event at the same position, and only the load windows are kept. A follower that issues something
-//! else diverges there: it takes a copy of the reference's prefix and goes on recording in full.
+//! else diverges there: before recording in full it looks among a few other recently recorded
+//! programs ([`References`]) for one that issued the same events so far and this one next, and
+//! follows that instead (a GEMM's tail tiles, an expert's partial tile); only when none matches
+//! does it take a copy of the reference's prefix and go on recording in full.
 //! Either way the finished [`ProgramTrace`] is the same as a full recording; followers share the
 //! reference's body, so comparing them is a pointer check. A 1M-token chunked prefill issues
 //! millions of events per program; this keeps one copy of them per launch instead of one per head.
@@ -234,13 +237,22 @@ pub(crate) enum WalkView<'a> {
 }
 
 impl PartialEq for Body {
+    /// The same events in the same order with the same operands, however each body numbered its
+    /// shapes (a follower that diverged numbers them as its reference did).
     fn eq(&self, o: &Body) -> bool {
         self.n_bufs == o.n_bufs
             && self.store_bytes == o.store_bytes
             && self.n_loads == o.n_loads
-            && self.stream == o.stream
+            && self.stream.len() == o.stream.len()
             && self.ids == o.ids
-            && self.keys == o.keys
+            && if self.keys == o.keys {
+                self.stream == o.stream
+            } else {
+                self.stream
+                    .iter()
+                    .zip(&o.stream)
+                    .all(|(a, b)| self.keys[*a as usize] == o.keys[*b as usize])
+            }
     }
 }
 
@@ -284,6 +296,53 @@ fn same_body(a: &Arc<Body>, b: &Arc<Body>) -> bool {
 /// The events of a program without its load windows ([`ProgramTrace::shapes_handle`]).
 #[derive(Debug, Clone)]
 pub struct ShapesHandle(Arc<Body>);
+
+impl ShapesHandle {
+    /// Whether `trace` shares this recorded body (a pointer check; equal bodies recorded apart
+    /// do not count).
+    pub fn is_body_of(&self, trace: &ProgramTrace) -> bool {
+        Arc::ptr_eq(&self.0, &trace.body)
+    }
+}
+
+/// Most bodies a [`References`] holds: a launch's programs issue a few distinct streams (full and
+/// tail tiles, an expert's partial tile, the first and last blocks of an attention row).
+pub const MAX_REFERENCES: usize = 8;
+
+/// What followers compare their events with ([`Recorder::following_any`]): the program most of
+/// them repeat, then other recently recorded programs a follower switches to when it diverges
+/// from the first. Which one is followed changes no trace, only how cheaply it is recorded.
+#[derive(Debug, Clone)]
+pub struct References {
+    /// Distinct bodies, the main reference first.
+    bodies: Arc<[Arc<Body>]>,
+}
+
+impl References {
+    /// `main`, then the distinct bodies of `others` not already held, up to [`MAX_REFERENCES`].
+    pub fn new<'t>(
+        main: &ProgramTrace,
+        others: impl IntoIterator<Item = &'t ShapesHandle>,
+    ) -> References {
+        let mut bodies: Vec<Arc<Body>> = vec![Arc::clone(&main.body)];
+        for h in others {
+            if bodies.len() == MAX_REFERENCES {
+                break;
+            }
+            if !bodies.iter().any(|b| Arc::ptr_eq(b, &h.0)) {
+                bodies.push(Arc::clone(&h.0));
+            }
+        }
+        References {
+            bodies: bodies.into(),
+        }
+    }
+
+    /// Whether `trace` shares one of these bodies (it followed one of them to its end).
+    pub fn holds(&self, trace: &ProgramTrace) -> bool {
+        self.bodies.iter().any(|b| Arc::ptr_eq(b, &trace.body))
+    }
+}
 
 /// Everything one program issued, in order (compactly: see the module docs).
 #[derive(Debug, Clone)]
@@ -701,6 +760,8 @@ struct Full {
 #[derive(Debug)]
 struct Follow {
     reference: Arc<Body>,
+    /// Other bodies to switch to on a mismatch ([`Follow::switch`]), or none.
+    others: Option<Arc<[Arc<Body>]>>,
     /// Events matched.
     pos: usize,
     /// Buffer operands matched.
@@ -716,9 +777,10 @@ struct Follow {
 const END: Key = Key([0; 4]);
 
 impl Follow {
-    fn new(reference: Arc<Body>) -> Follow {
+    fn new(reference: Arc<Body>, others: Option<Arc<[Arc<Body>]>>) -> Follow {
         let mut f = Follow {
             reference,
+            others,
             pos: 0,
             id_pos: 0,
             n_bufs: 0,
@@ -731,12 +793,37 @@ impl Follow {
     /// Whether the reference's event at `pos` has these buffer operands.
     #[inline]
     fn same_operands(&self, reads: &[BufId], write: Option<BufId>) -> bool {
-        let ids = &self.reference.ids;
-        let n = reads.len();
-        let end = self.id_pos + n + write.is_some() as usize;
-        end <= ids.len()
-            && reads.iter().zip(&ids[self.id_pos..]).all(|(a, b)| a == b)
-            && write.is_none_or(|w| ids[self.id_pos + n] == w)
+        operands_at(&self.reference, self.id_pos, reads, write)
+    }
+
+    /// After a mismatch at `pos`: switches to another body that issued what this program has
+    /// issued so far and issues `key` with these operands next, and says whether it found one.
+    #[cold]
+    #[inline(never)]
+    fn switch(&mut self, key: Key, reads: &[BufId], write: Option<BufId>) -> bool {
+        let Some(others) = &self.others else {
+            return false;
+        };
+        let cur = &*self.reference;
+        let (pos, id_pos) = (self.pos, self.id_pos);
+        let found = others.iter().find(|b| {
+            !Arc::ptr_eq(b, &self.reference)
+                && b.stream
+                    .get(pos)
+                    .is_some_and(|&s| b.keys[s as usize] == key)
+                && operands_at(b, id_pos, reads, write)
+                && b.ids.get(..id_pos) == cur.ids.get(..id_pos)
+                && (0..pos)
+                    .all(|j| b.keys[b.stream[j] as usize] == cur.keys[cur.stream[j] as usize])
+        });
+        match found {
+            Some(b) => {
+                self.reference = Arc::clone(b);
+                self.advance_by(0, 0);
+                true
+            }
+            None => false,
+        }
     }
 
     /// Moves past a matched event with `n_ops` buffer operands.
@@ -752,6 +839,17 @@ impl Follow {
         let r = &*self.reference;
         self.expect = r.stream.get(self.pos).map_or(END, |&s| r.keys[s as usize]);
     }
+}
+
+/// Whether `body`'s instruction whose operands start at `id_pos` reads `reads` and writes `write`.
+#[inline]
+fn operands_at(body: &Body, id_pos: usize, reads: &[BufId], write: Option<BufId>) -> bool {
+    let ids = &body.ids;
+    let n = reads.len();
+    let end = id_pos + n + write.is_some() as usize;
+    end <= ids.len()
+        && reads.iter().zip(&ids[id_pos..]).all(|(a, b)| a == b)
+        && write.is_none_or(|w| ids[id_pos + n] == w)
 }
 
 impl Default for Recorder {
@@ -776,9 +874,21 @@ impl Recorder {
     /// result is the same as [`Self::new`] would give; it is cheaper while the guess holds.
     pub fn following(reference: &ProgramTrace) -> Recorder {
         Recorder {
-            state: State::Follow(Follow::new(Arc::clone(&reference.body))),
+            state: State::Follow(Follow::new(Arc::clone(&reference.body), None)),
             // Sized once: a follower usually loads as often as its reference.
             loads: Vec::with_capacity(reference.body.n_loads),
+        }
+    }
+
+    /// Records a program expected to issue what the main reference issued, or on a divergence
+    /// what one of the others did (see [`References`]). The result is the same as [`Self::new`]
+    /// would give.
+    pub fn following_any(references: &References) -> Recorder {
+        let main = &references.bodies[0];
+        let others = (references.bodies.len() > 1).then(|| Arc::clone(&references.bodies));
+        Recorder {
+            state: State::Follow(Follow::new(Arc::clone(main), others)),
+            loads: Vec::with_capacity(main.n_loads),
         }
     }
 
@@ -792,7 +902,7 @@ impl Recorder {
     pub fn alloc(&mut self, bytes: u64, line: u32) -> BufId {
         let key = Key::alloc(bytes, line);
         if let State::Follow(f) = &mut self.state {
-            if f.expect == key {
+            if f.expect == key || f.switch(key, &[], None) {
                 // Same allocations so far, so the same ids.
                 f.advance(0);
                 f.n_bufs += 1;
@@ -826,7 +936,9 @@ impl Recorder {
         let key = Key::exec(ins);
         let reads = ins.reads();
         if let State::Follow(f) = &mut self.state {
-            if f.expect == key && f.same_operands(reads, ins.write) {
+            if (f.expect == key && f.same_operands(reads, ins.write))
+                || f.switch(key, reads, ins.write)
+            {
                 f.advance(reads.len() + ins.write.is_some() as usize);
                 if let Op::Load { bytes, region } = &ins.op {
                     self.loads.push((*bytes, *region));
@@ -1184,5 +1296,35 @@ mod tests {
         assert_eq!((t.len(), t.n_bufs()), (4, 3));
         assert_eq!(t.events().last(), Some(Event::Exec(load(1, 0, 64, y))));
         let _ = (x, z);
+    }
+
+    #[test]
+    fn a_diverging_follower_switches_to_another_reference_that_matches() {
+        let (main, _) = record(1, 20, None);
+        let (tail, _) = record(1, 7, Some(&main));
+        assert!(!tail.shares_body(&main));
+        let refs = References::new(&main, [&tail.shapes_handle()]);
+        for (iters, shares_tail) in [(20, false), (7, true), (9, false)] {
+            let mut rec = Recorder::following_any(&refs);
+            let want = looped(&mut rec, 3, iters);
+            let t = rec.finish();
+            // The same trace as a full recording, sharing whichever body it matched to the end.
+            assert_eq!(t.events().collect::<Vec<_>>(), want, "{iters} iterations");
+            assert_eq!(t, record(3, iters, None).0, "{iters} iterations");
+            assert_eq!(t.shares_body(&tail), shares_tail, "{iters} iterations");
+            assert_eq!(refs.holds(&t), iters != 9, "{iters} iterations");
+        }
+    }
+
+    #[test]
+    fn bodies_with_the_same_events_are_equal_however_their_shapes_are_numbered() {
+        // Recorded in full, the 7-iteration program numbers its shapes as it meets them; as a
+        // follower of a 20-iteration program it diverged from, it numbers them as that one did.
+        let (main, _) = record(1, 20, None);
+        let (full, _) = record(2, 7, None);
+        let (diverged, _) = record(2, 7, Some(&main));
+        assert!(full.same_shapes(&diverged));
+        assert_eq!(full, diverged);
+        assert!(!full.same_shapes(&main));
     }
 }

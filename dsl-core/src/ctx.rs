@@ -6,7 +6,7 @@
 use crate::elem::Elem;
 use crate::hazard::{Access, ArgView, ProgramHazards, Taint};
 use crate::tile::Tile;
-use accel_sim::program::{BufId, Instr, ProgramTrace, Recorder};
+use accel_sim::program::{BufId, Instr, ProgramTrace, Recorder, References};
 use accel_sim::SimError;
 use std::marker::PhantomData;
 use std::sync::Arc;
@@ -32,7 +32,7 @@ impl Ctx {
         pid: [usize; 3],
         grid: [usize; 3],
         functional: bool,
-        reference: Option<&ProgramTrace>,
+        reference: Option<&References>,
     ) -> Ctx {
         Ctx {
             pid,
@@ -40,7 +40,7 @@ impl Ctx {
             functional,
             line: 0,
             kernel,
-            trace: reference.map_or_else(Recorder::new, Recorder::following),
+            trace: reference.map_or_else(Recorder::new, Recorder::following_any),
             error: None,
             hz: None,
             args: Arc::from(Vec::new()),

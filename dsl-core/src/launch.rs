@@ -4,7 +4,7 @@ use crate::ctx::Ctx;
 use crate::hazard::{self, ArgView, Hazards, ProgramHazards, ProgramLog};
 use crate::memo::{ArgKey, LaunchMemo};
 use accel_sim::manual::ManualProgram;
-use accel_sim::program::ProgramTrace;
+use accel_sim::program::{ProgramTrace, References, ShapesHandle, MAX_REFERENCES};
 use accel_sim::schedule::{LaunchInfo, LaunchSim};
 use accel_sim::trace::ChromeTrace;
 use accel_sim::{DevicePreset, Report, SimError};
@@ -462,7 +462,7 @@ impl Launcher {
         let functional = self.backend == Backend::Functional;
         let sram = self.preset.sram.bytes_per_core;
         self.logged(kernel, config, grid, &|| {
-            let run_one = |i: usize, reference: Option<&ProgramTrace>| {
+            let run_one = |i: usize, reference: Option<&References>| {
                 let mut p = ManualProgram::new(kernel, functional, sram, reference);
                 body(pid_of(grid, i), &mut p);
                 (p.finish(), None)
@@ -529,7 +529,7 @@ impl Launcher {
         let functional = self.backend == Backend::Functional;
         let checked = functional && self.hazards.any();
         // Each program's trace, and in a checked launch the windows it read and wrote.
-        let run_one = |i: usize, reference: Option<&ProgramTrace>| {
+        let run_one = |i: usize, reference: Option<&References>| {
             let mut ctx = Ctx::new(meta.name, pid_of(grid, i), grid, functional, reference);
             if checked {
                 ctx.hz = Some(Box::new(ProgramHazards::new(&self.hazards)));
@@ -568,7 +568,7 @@ impl Launcher {
         config: &Config,
         grid: [usize; 3],
         keep_logs: bool,
-        run_one: &(dyn Fn(usize, Option<&ProgramTrace>) -> ProgramOutcome + Sync),
+        run_one: &(dyn Fn(usize, Option<&References>) -> ProgramOutcome + Sync),
     ) -> Result<(LaunchSim<'s>, Vec<ProgramLog>), SimError> {
         let functional = self.backend == Backend::Functional;
         let info = LaunchInfo {
@@ -583,9 +583,12 @@ impl Launcher {
         let total: usize = grid.iter().product();
         // Cost-only: program 0 is recorded in full and the others follow it: programs that issue
         // the same events (the usual case) share its recording and keep only their load windows,
-        // which is what makes a million-token cost-only launch cheap. Functional runs are dominated
-        // by the data, so all their programs start at once.
+        // which is what makes a million-token cost-only launch cheap. A program that diverges
+        // switches to another stream recorded lately (`recent`, newest first: tail tiles, an
+        // expert's partial tile) before it records in full. Functional runs are dominated by the
+        // data, so all their programs start at once.
         let mut start = 0;
+        let mut recent: Vec<ShapesHandle> = Vec::new();
         let mut reference = if functional {
             None
         } else {
@@ -594,6 +597,7 @@ impl Launcher {
             start = 1;
             Some(first)
         };
+        let mut references = reference.as_ref().map(|r| References::new(r, []));
         // Programs run in parallel a wave at a time, and each wave is timed while the next one
         // runs. Traces are timed in program-id order, so the numbers and cycles are the same for
         // any thread count.
@@ -606,7 +610,7 @@ impl Launcher {
                 || {
                     let (traces, wave_logs): (Vec<_>, Vec<_>) = (start..end)
                         .into_par_iter()
-                        .map(|i| run_one(i, reference.as_ref()))
+                        .map(|i| run_one(i, references.as_ref()))
                         .unzip();
                     (traces, wave_logs)
                 },
@@ -618,10 +622,12 @@ impl Launcher {
                 logs.extend(wave_logs.into_iter().map(Option::unwrap_or_default));
             }
             timed?;
-            if let Some(r) = &reference {
+            if let Some(r) = &mut reference {
                 if let Some(new) = next_reference(r, &next) {
-                    reference = Some(new);
+                    *r = new;
                 }
+                remember_streams(&mut recent, &next);
+                references = Some(References::new(r, &recent));
             }
             recorded = next;
             start = end;
@@ -660,6 +666,21 @@ fn next_reference(
         .rev()
         .find(diverged)
         .and_then(|t| t.as_ref().ok().cloned())
+}
+
+/// Keeps in `recent` (newest first, at most [`MAX_REFERENCES`]) one program of each distinct
+/// stream `wave` recorded: the streams later programs may switch to when they diverge.
+fn remember_streams(recent: &mut Vec<ShapesHandle>, wave: &[Result<ProgramTrace, SimError>]) {
+    for t in wave.iter().flatten() {
+        match recent.iter().position(|r| r.is_body_of(t)) {
+            Some(0) => {}
+            Some(i) => recent[..=i].rotate_right(1),
+            None => {
+                recent.insert(0, t.shapes_handle());
+                recent.truncate(MAX_REFERENCES);
+            }
+        }
+    }
 }
 
 /// Hands recorded programs to the launch simulator in order; the first error (a kernel's, or the
