@@ -43,7 +43,9 @@ pub struct DeployArgs {
     /// MoE routing in the cost-only runs: `uniform` or `zipf:S`.
     #[arg(long, default_value = "uniform")]
     pub routing: String,
-    /// KV cache element type: bf16 or fp8.
+    /// KV cache element type of the memory plan: bf16, or fp8 (1 byte per value plus an f32
+    /// scale per token). The simulated steps read a bf16 cache either way (the model's forward
+    /// has no FP8 cache yet), so at fp8 the decode attention time is an upper bound.
     #[arg(long, default_value = "bf16")]
     pub kv_dtype: String,
     /// Weight precision of the simulated cards: `native` (the checkpoint's formats: block FP8,
@@ -534,6 +536,7 @@ pub fn run(a: RunArgs) -> Result<(), String> {
             "prefill": phase_json(&prefill, Phase::Prefill, s.workload.ttft_target_s),
             "decode": phase_json(&decode, Phase::Decode, s.workload.tpot_target_s),
             "memory": memory_json(&decode.best.memory),
+            "kv_cache": kv_cache_json(&a.deploy.kv_dtype),
             "wall_s": wall,
         });
         println!(
@@ -551,6 +554,9 @@ pub fn run(a: RunArgs) -> Result<(), String> {
     );
     print_phase("decode", &decode, Phase::Decode, s.workload.tpot_target_s);
     print_memory(&decode.best);
+    if a.deploy.kv_dtype != SIMULATED_KV_DTYPE {
+        println!("  note: {}", KV_DTYPE_CAVEAT);
+    }
     println!("  ({wall:.1} s wall)");
     Ok(())
 }
@@ -602,6 +608,22 @@ fn print_phase(name: &str, c: &PhaseChoice, phase: Phase, target_s: Option<f64>)
             alt.estimate.tokens_per_s
         );
     }
+}
+
+/// The KV cache element type the simulated forward reads, whatever `--kv-dtype` plans.
+const SIMULATED_KV_DTYPE: &str = "bf16";
+
+/// What a report says when `--kv-dtype` plans another cache than the simulation reads.
+const KV_DTYPE_CAVEAT: &str = "the memory plan sizes the KV cache at --kv-dtype, but the simulated steps read a bf16 cache (the model's forward has no FP8 cache yet): decode attention time is an upper bound";
+
+/// The `kv_cache` field of a `day0 run --json` report: the cache the memory plan sized, the one
+/// the simulated steps read, and the caveat when they differ.
+fn kv_cache_json(planned: &str) -> serde_json::Value {
+    json!({
+        "planned_dtype": planned,
+        "simulated_dtype": SIMULATED_KV_DTYPE,
+        "note": (planned != SIMULATED_KV_DTYPE).then_some(KV_DTYPE_CAVEAT),
+    })
 }
 
 fn print_memory(c: &Candidate) {

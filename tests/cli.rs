@@ -351,33 +351,24 @@ fn models_and_clusters_list_the_presets() {
     }
 }
 
+/// `day0 run` of DeepSeek-V3 on 32 h800 cards with a fixed plan, a small prompt and batch 64
+/// (a fraction of a second).
+#[rustfmt::skip]
+const SMALL_PLANNED_RUN: &[&str] = &[
+    "run", "--model", "deepseek-v3", "--cluster", "h800", "--cards", "32",
+    "--plan", "tp=8,dp=4,ep=32", "--prompt-len", "256", "--output-len", "32",
+    "--batch", "64", "--no-check",
+];
+
 /// A fixed plan on a small prompt: the report's fields, the decode step at least as long as its
 /// HBM bytes allow, memory per card.
 #[test]
 fn run_with_a_plan_reports_prefill_decode_and_memory() {
     let plots = tempfile::tempdir().expect("a temporary directory");
     let plot_dir = plots.path().join("charts");
-    let out = day0(&[
-        "run",
-        "--plot",
-        plot_dir.to_str().unwrap(),
-        "--model",
-        "deepseek-v3",
-        "--cluster",
-        "h800",
-        "--cards",
-        "32",
-        "--plan",
-        "tp=8,dp=4,ep=32",
-        "--prompt-len",
-        "256",
-        "--output-len",
-        "32",
-        "--batch",
-        "64",
-        "--no-check",
-        "--json",
-    ]);
+    let mut args = SMALL_PLANNED_RUN.to_vec();
+    args.extend(["--plot", plot_dir.to_str().unwrap(), "--json"]);
+    let out = day0(&args);
     assert!(out.status.success(), "{}", stderr(&out));
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
     for f in [
@@ -412,11 +403,44 @@ fn run_with_a_plan_reports_prefill_decode_and_memory() {
     }
     assert_eq!(v["decode"]["plan"], "tp=8,dp=4,pp=1,ep=32");
     assert_eq!(v["decode"]["batch_per_replica"], 16);
+    // The cache the memory plan sized is the one the simulated steps read: no caveat.
+    assert_eq!(v["kv_cache"]["planned_dtype"], "bf16");
+    assert_eq!(v["kv_cache"]["simulated_dtype"], "bf16");
+    assert!(v["kv_cache"]["note"].is_null());
     let svg =
         std::fs::read_to_string(plot_dir.join("breakdown.svg")).expect("--plot wrote the chart");
     assert!(svg.starts_with("<svg") && svg.contains("decode tp=8,dp=4,pp=1,ep=32"));
     let util = v["decode"]["hbm_utilization"].as_f64().unwrap();
     assert!(util > 0.0 && util <= 1.0, "{util}");
+}
+
+/// `--kv-dtype fp8` sizes the memory plan at one byte per cached value, which the simulated
+/// forward does not read yet: the report says so instead of passing the decode time off as FP8's.
+#[test]
+fn an_fp8_kv_plan_says_the_simulation_reads_bf16() {
+    let run = |kv: &str| {
+        let mut args = SMALL_PLANNED_RUN.to_vec();
+        args.extend(["--kv-dtype", kv, "--json"]);
+        let out = day0(&args);
+        assert!(out.status.success(), "{}", stderr(&out));
+        serde_json::from_slice::<serde_json::Value>(&out.stdout).expect("JSON")
+    };
+    let (bf16, fp8) = (run("bf16"), run("fp8"));
+    assert_eq!(fp8["kv_cache"]["planned_dtype"], "fp8");
+    assert_eq!(fp8["kv_cache"]["simulated_dtype"], "bf16");
+    assert!(fp8["kv_cache"]["note"]
+        .as_str()
+        .unwrap()
+        .contains("upper bound"));
+    // The plan holds about twice the tokens; the simulated step at the same batch is the same.
+    let tokens = |v: &serde_json::Value| v["memory"]["kv_tokens_capacity"].as_f64().unwrap();
+    assert!(
+        tokens(&fp8) > 1.9 * tokens(&bf16),
+        "{} vs {}",
+        tokens(&fp8),
+        tokens(&bf16)
+    );
+    assert_eq!(fp8["decode"]["tpot_ms"], bf16["decode"]["tpot_ms"]);
 }
 
 #[test]
