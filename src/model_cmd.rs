@@ -5,7 +5,7 @@ use dsl_core::Launcher;
 use model::forward::routing::{ExpertLoad, RoutingModel};
 use model::forward::validate::validate;
 use model::forward::{argmax, OpStats, Precision, Runner};
-use model::plan::estimate::{OpCost, OpTable};
+use model::plan::estimate::{ops_over_kinds, OpCost, OpTable};
 use std::path::{Path, PathBuf};
 
 /// Arguments of `day0 forward`.
@@ -168,26 +168,21 @@ pub(crate) fn op_table_json(table: &OpTable) -> (serde_json::Value, serde_json::
         .max(1.0);
     let entry =
         |c: &OpCost| json!({"launches": c.launches, "cycles": c.cycles, "share": c.cycles / total});
-    let mut all: std::collections::BTreeMap<&str, OpCost> = Default::default();
     let mut kinds = Map::new();
     for (kind, ops) in table {
         let mut sum = OpCost::default();
         let mut per_op = Map::new();
         for (op, c) in ops {
-            let a = all.entry(op).or_default();
-            a.launches += c.launches;
-            a.cycles += c.cycles;
-            sum.launches += c.launches;
-            sum.cycles += c.cycles;
+            sum.add(c);
             per_op.insert(op.clone(), entry(c));
         }
         let mut k = entry(&sum);
         k["ops"] = per_op.into();
         kinds.insert(kind.clone(), k);
     }
-    let all: Map<_, _> = all
+    let all: Map<_, _> = ops_over_kinds(table)
         .iter()
-        .map(|(op, c)| (op.to_string(), entry(c)))
+        .map(|(op, c)| (op.clone(), entry(c)))
         .collect();
     (all.into(), kinds.into())
 }
@@ -372,18 +367,7 @@ fn decode_step(args: &ForwardArgs, config: &Path) -> Result<(), String> {
         b.experts_s * 1e3,
         b.head_s * 1e3
     );
-    let mut ops: Vec<(String, OpCost)> = Vec::new();
-    for o in e.ops.values() {
-        for (op, c) in o {
-            match ops.iter_mut().find(|(n, _)| n == op) {
-                Some((_, a)) => {
-                    a.launches += c.launches;
-                    a.cycles += c.cycles;
-                }
-                None => ops.push((op.clone(), *c)),
-            }
-        }
-    }
+    let mut ops: Vec<(String, OpCost)> = ops_over_kinds(&e.ops).into_iter().collect();
     let total = ops.iter().map(|(_, c)| c.cycles).sum::<f64>().max(1.0);
     ops.sort_by(|a, b| b.1.cycles.total_cmp(&a.1.cycles).then(a.0.cmp(&b.0)));
     println!(

@@ -189,16 +189,31 @@ pub struct OpCost {
     pub cycles: f64,
 }
 
+impl OpCost {
+    /// Adds `o`'s launches and cycles to this one.
+    pub fn add(&mut self, o: &OpCost) {
+        self.launches += o.launches;
+        self.cycles += o.cycles;
+    }
+}
+
 /// A step's operators: layer kind → operator name → cost.
 pub type OpTable = BTreeMap<String, BTreeMap<String, OpCost>>;
+
+/// Each operator's cost summed over every layer kind of `table`.
+pub fn ops_over_kinds(table: &OpTable) -> BTreeMap<String, OpCost> {
+    let mut all: BTreeMap<String, OpCost> = BTreeMap::new();
+    for (op, c) in table.values().flatten() {
+        all.entry(op.clone()).or_default().add(c);
+    }
+    all
+}
 
 /// Adds `ops` under `kind` into `table`.
 fn add_ops(table: &mut OpTable, kind: &str, ops: &BTreeMap<String, OpCost>) {
     let t = table.entry(kind.to_string()).or_default();
     for (op, c) in ops {
-        let e = t.entry(op.clone()).or_default();
-        e.launches += c.launches;
-        e.cycles += c.cycles;
+        t.entry(op.clone()).or_default().add(c);
     }
 }
 
