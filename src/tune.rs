@@ -13,6 +13,7 @@ use accel_sim::{Report, SimError};
 use dsl_core::{Backend, Config, KernelMeta, Launcher, Tensor};
 use kernels::attention::prefill::{run_prefill_with, PrefillCase, PrefillKernel};
 use kernels::gemm::{run_gemm, GemmCase, GemmDtype, GemmVariant};
+use kernels::hand_tuned::paged_decode::DecodeShape;
 use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -279,22 +280,7 @@ pub enum Shape {
     },
     /// One decode token over a paged cache of `ctx` tokens, split over `splits` context ranges
     /// (flash-decoding), then combined.
-    Decode {
-        /// Context length (the newest token included).
-        ctx: usize,
-        /// Query heads.
-        heads: usize,
-        /// Key/value heads (divides `heads`).
-        kv_heads: usize,
-        /// Query/key head dimension.
-        head_dim: usize,
-        /// Value head dimension.
-        v_head_dim: usize,
-        /// Tokens per cache page.
-        page: usize,
-        /// Context splits (clamped to the pages).
-        splits: usize,
-    },
+    Decode(DecodeShape),
 }
 
 /// Parses `key=value,...` into a map, every value a positive integer.
@@ -403,7 +389,7 @@ impl Shape {
                 let m = parse_pairs(text, &keys)?;
                 let heads = need(&m, "heads")?;
                 let head_dim = m.get("head_dim").copied().unwrap_or(128);
-                Shape::Decode {
+                Shape::Decode(DecodeShape {
                     ctx: need(&m, "ctx")?,
                     heads,
                     kv_heads: m.get("kv_heads").copied().unwrap_or(heads),
@@ -411,7 +397,7 @@ impl Shape {
                     v_head_dim: m.get("v_head_dim").copied().unwrap_or(head_dim),
                     page: m.get("page").copied().unwrap_or(64),
                     splits: m.get("splits").copied().unwrap_or(4),
-                }
+                })
             }
             Family::ExpertMxfp4 => {
                 let m = parse_pairs(text, &["experts", "tokens", "n", "k"])?;
@@ -454,9 +440,9 @@ impl Shape {
                 }
                 Ok(())
             }
-            Shape::Decode {
+            Shape::Decode(DecodeShape {
                 heads, kv_heads, ..
-            } => {
+            }) => {
                 if heads % kv_heads != 0 {
                     return Err(format!(
                         "heads = {heads} is not a multiple of kv_heads = {kv_heads}"
@@ -507,7 +493,7 @@ impl Shape {
             } => format!(
                 "seq={seq},ctx={ctx},heads={heads},topk={topk},kv_lora={kv_lora},rope={rope},page={page}"
             ),
-            Shape::Decode {
+            Shape::Decode(DecodeShape {
                 ctx,
                 heads,
                 kv_heads,
@@ -515,7 +501,7 @@ impl Shape {
                 v_head_dim,
                 page,
                 splits,
-            } => format!(
+            }) => format!(
                 "ctx={ctx},heads={heads},kv_heads={kv_heads},head_dim={head_dim},v_head_dim={v_head_dim},page={page},splits={splits}"
             ),
         }
@@ -556,14 +542,14 @@ impl Shape {
                 let d = u(kv_lora) + u(rope);
                 u(ctx) * d + 2 * u(seq) * u(heads) * d + u(seq) * u(topk)
             }
-            Shape::Decode {
+            Shape::Decode(DecodeShape {
                 ctx,
                 heads,
                 kv_heads,
                 head_dim,
                 v_head_dim,
                 ..
-            } => {
+            }) => {
                 let w = u(head_dim) + u(v_head_dim);
                 u(ctx) * u(kv_heads) * w + u(heads) * w
             }
@@ -631,26 +617,15 @@ impl Shape {
                     page,
                 }
             }
-            Shape::Decode {
-                ctx,
-                heads,
-                kv_heads,
-                head_dim,
-                v_head_dim,
-                page,
-                splits,
-            } => {
-                let group = heads / kv_heads;
-                let kv = kv_heads.min(2);
-                Shape::Decode {
-                    ctx: ctx.min(700),
+            Shape::Decode(d) => {
+                let group = d.heads / d.kv_heads;
+                let kv = d.kv_heads.min(2);
+                Shape::Decode(DecodeShape {
+                    ctx: d.ctx.min(700),
                     heads: kv * group,
                     kv_heads: kv,
-                    head_dim,
-                    v_head_dim,
-                    page,
-                    splits,
-                }
+                    ..d
+                })
             }
         }
     }
@@ -712,14 +687,14 @@ impl Shape {
                     + distinct * d as u64 * elem;
                 (flop, bytes as f64)
             }
-            Shape::Decode {
+            Shape::Decode(DecodeShape {
                 ctx,
                 heads,
                 kv_heads,
                 head_dim,
                 v_head_dim,
                 ..
-            } => {
+            }) => {
                 let flop = 2.0 * heads as f64 * ctx as f64 * (head_dim + v_head_dim) as f64;
                 // The query and output once, every cached key and value once.
                 let elems =
@@ -1137,26 +1112,9 @@ pub fn evaluate_traced(
             GemmDtype::F32 => run_sparse_mla::<f32>(launcher, config, shape),
             GemmDtype::Bf16 => run_sparse_mla::<half::bf16>(launcher, config, shape),
         },
-        Shape::Decode {
-            ctx,
-            heads,
-            kv_heads,
-            head_dim,
-            v_head_dim,
-            page,
-            splits,
-        } => {
-            use kernels::hand_tuned::paged_decode::{run_case, DecodeShape};
+        Shape::Decode(shape) => {
+            use kernels::hand_tuned::paged_decode::run_case;
             let hand_tuned = meta.name == kernels::hand_tuned::paged_decode::META.name;
-            let shape = DecodeShape {
-                ctx,
-                heads,
-                kv_heads,
-                head_dim,
-                v_head_dim,
-                page,
-                splits,
-            };
             match dtype {
                 GemmDtype::F32 => run_case::<f32>(launcher, hand_tuned, &shape, config, SPOT_SEED),
                 GemmDtype::Bf16 => {

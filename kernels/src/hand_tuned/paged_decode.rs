@@ -407,8 +407,8 @@ fn program<Q: Float, T: Float>(p: &mut ManualProgram, t: &DecodeTensors<'_, Q, T
 
 /// One decode problem for [`run_case`]: `heads` queries over `kv_heads` key/value heads (a
 /// multiple), `ctx` tokens of the paged cache in pages of `page`, split `splits` ways (clamped to
-/// the pages).
-#[derive(Debug, Clone, Copy)]
+/// the pages). Field names are `day0 tune attention_decode --shape` keys.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct DecodeShape {
     /// Context length (the newest token included).
     pub ctx: usize,
@@ -524,14 +524,7 @@ pub fn run_case<T: Float>(
     if let (Some(out), Some(qv), Some(kv), Some(vv)) =
         (o.to_vec(), q.to_vec(), k_pool.to_vec(), v_pool.to_vec())
     {
-        let ashape = AttnShape {
-            sq: 1,
-            skv: ctx,
-            heads,
-            kv_heads,
-            head_dim,
-            v_head_dim,
-        };
+        let ashape = AttnShape::decode(ctx, heads, kv_heads, head_dim, v_head_dim);
         let want = attention_decode_paged(&qv, &kv, &vv, &table, page, ashape, sm_scale as f64)
             .map_err(|e| bad(e.to_string()))?;
         report.max_rel_error = Some(crate::reference::rel_error(&out, &want));
