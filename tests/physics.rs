@@ -77,6 +77,11 @@ const CHECKED: &[&str] = &[
     "add",
     "sigmoid_mul",
     "sigmoid_mul_col",
+    "gelu",
+    "linear_bias",
+    "attention_varlen",
+    "scatter_rows",
+    "pos_embed_bilinear",
     "embedding",
     "rope",
     "kv_cache_append",
@@ -260,6 +265,55 @@ fn run_op(device: &str, op: &str, m: usize, n: usize, k: usize) -> Result<Report
             &shape(&[m, n]),
         )
         .map(|r| r.report),
+        "gelu" => kernels::elementwise::run_gelu(
+            &l,
+            &shape(&[m, n]),
+            &shape(&[m, n]),
+            m.is_multiple_of(2),
+        )
+        .map(|r| r.report),
+        "linear_bias" => kernels::linear::run_linear_bias::<bf16>(
+            &l,
+            &shape(&[m, k]),
+            &shape(&[n, k]),
+            &shape(&[1, n]),
+            &shape(&[m, n]),
+        )
+        .map(|r| r.report),
+        // m rows scattered (added) over a [m + k, n] output, every k-th row left alone.
+        "scatter_rows" => {
+            let positions: Vec<i32> = (0..m as i32)
+                .map(|i| i * (m + k) as i32 / m as i32)
+                .collect();
+            kernels::vision::scatter::run_scatter_rows(
+                &l,
+                &shape(&[m, n]),
+                &positions,
+                &shape(&[m + k, n]),
+                true,
+            )
+            .map(|r| r.report)
+        }
+        // m patches of n channels from a k-row table.
+        "pos_embed_bilinear" => {
+            let idx: Vec<i32> = (0..4 * m).map(|i| (i * 7 % k) as i32).collect();
+            kernels::vision::pos_embed::run_pos_embed_bilinear(
+                &l,
+                &shape(&[k, n]),
+                &idx,
+                &vec![0.25; 4 * m],
+                &shape(&[m, n]),
+            )
+            .map(|r| r.report)
+        }
+        // m patches in three images of uneven sizes, 72-dim heads (Qwen3-VL's vision tower).
+        "attention_varlen" => {
+            let (heads, hd) = (1 + n % 4, 72);
+            let cu = [0, m / 5, m / 2, m].map(|v| v as i32);
+            let t = || shape::<bf16>(&[m, heads * hd]);
+            kernels::attention::varlen::run_varlen_attention(&l, &t(), &t(), &t(), &t(), &cu, hd)
+                .map(|r| r.report)
+        }
         other => panic!("no runner for {other}"),
     }
 }
@@ -278,6 +332,11 @@ const RUNNERS: &[&str] = &[
     "add",
     "sigmoid_mul",
     "sigmoid_mul_col",
+    "gelu",
+    "linear_bias",
+    "scatter_rows",
+    "pos_embed_bilinear",
+    "attention_varlen",
 ];
 
 /// A value in `lo..=hi` from the raw draw `x`: a power of two in the range one time in four, any

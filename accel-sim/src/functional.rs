@@ -291,6 +291,12 @@ pub enum Unary {
     Silu,
     /// ln(1+eˣ), overflow-safe
     Softplus,
+    /// x·Φ(x) = ½x(1 + erf(x/√2)), the exact GELU (`nn.GELU()`); erf to ~1.2e-7 relative
+    /// ([`erfc_abs`]).
+    Gelu,
+    /// ½x(1 + tanh(√(2/π)(x + 0.044715x³))), the tanh GELU (`gelu_pytorch_tanh`), computed as
+    /// x·σ(2√(2/π)(x + 0.044715x³)) (the same function: ½(1 + tanh u) = σ(2u)).
+    GeluTanh,
 }
 
 impl Unary {
@@ -306,6 +312,8 @@ impl Unary {
                 | Unary::Sigmoid
                 | Unary::Silu
                 | Unary::Softplus
+                | Unary::Gelu
+                | Unary::GeluTanh
         )
     }
 
@@ -328,6 +336,19 @@ impl Unary {
                 // ln(1+e^x) = max(x,0) + ln(1+e^-|x|): no overflow for large |x|.
                 x.max(f32x8::ZERO) + (one + (-x.abs()).exp()).ln()
             }
+            Unary::Gelu => {
+                // ½x·erfc(−x/√2): for x ≥ 0, 2 − erfc(|z|); for x < 0, erfc(|z|) (no cancellation
+                // on the negative tail, where GELU is small).
+                let c = erfc_abs(x * f32x8::splat(std::f32::consts::FRAC_1_SQRT_2));
+                let two = f32x8::splat(2.0);
+                let e = x.simd_ge(f32x8::ZERO).select(two - c, c);
+                f32x8::splat(0.5) * x * e
+            }
+            Unary::GeluTanh => {
+                const K: f32 = 2.0 * 0.797_884_6; // 2·√(2/π)
+                let u = f32x8::splat(K) * (x + f32x8::splat(0.044_715) * x * x * x);
+                x / (one + (-u).exp())
+            }
         }
     }
 
@@ -337,6 +358,31 @@ impl Unary {
         arr[0] = x;
         self.simd(f32x8::new(arr)).to_array()[0]
     }
+}
+
+/// erfc(|z|) to ~1.2e-7 relative error (Numerical Recipes' Chebyshev fit, `erfcc`): enough for
+/// an f32 GELU, and one exp per element as the vector unit's transcendental pass.
+#[inline(always)]
+fn erfc_abs(z: f32x8) -> f32x8 {
+    const C: [f32; 10] = [
+        -1.265_512_2,
+        1.000_023_7,
+        0.374_091_96,
+        0.096_784_18,
+        -0.186_288_06,
+        0.278_868_07,
+        -1.135_204,
+        1.488_515_9,
+        -0.822_152_23,
+        0.170_872_77,
+    ];
+    let a = z.abs();
+    let t = f32x8::splat(1.0) / (f32x8::splat(1.0) + f32x8::splat(0.5) * a);
+    let mut poly = f32x8::splat(C[9]);
+    for c in C[..9].iter().rev() {
+        poly = poly * t + f32x8::splat(*c);
+    }
+    t * (poly - a * a).exp()
 }
 
 /// Element-wise binary operations of the vector unit.

@@ -560,6 +560,22 @@ pub fn softplus<T: Float, const R: usize, const C: usize>(
     unary_op(ctx, t, Unary::Softplus)
 }
 
+/// Element-wise exact GELU, x·Φ(x) = ½x(1 + erf(x/√2)) (`torch.nn.GELU()`).
+pub fn gelu<T: Float, const R: usize, const C: usize>(
+    ctx: &mut Ctx,
+    t: &Tile<T, R, C>,
+) -> Tile<T, R, C> {
+    unary_op(ctx, t, Unary::Gelu)
+}
+
+/// Element-wise tanh GELU, ½x(1 + tanh(√(2/π)(x + 0.044715x³))) (`gelu_pytorch_tanh`).
+pub fn gelu_tanh<T: Float, const R: usize, const C: usize>(
+    ctx: &mut Ctx,
+    t: &Tile<T, R, C>,
+) -> Tile<T, R, C> {
+    unary_op(ctx, t, Unary::GeluTanh)
+}
+
 fn binary_op<T: Float, const R: usize, const C: usize>(
     ctx: &mut Ctx,
     a: &Tile<T, R, C>,

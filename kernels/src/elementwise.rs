@@ -4,7 +4,10 @@
 //! - [`sigmoid_mul()`]: `out = x · σ(gate)`, same shapes (Qwen3-Next's gated attention output:
 //!   `attn_output * torch.sigmoid(gate)`);
 //! - [`sigmoid_mul_col()`]: `out[t, :] = x[t, :] · σ(gate[t])` with `gate [T, 1]` (Qwen3-Next's
-//!   shared-expert gate, one scalar per token).
+//!   shared-expert gate, one scalar per token);
+//! - [`gelu()`]: `out = GELU(x)`, exact (`nn.GELU()`, erf) or tanh-approximated
+//!   (`gelu_pytorch_tanh`), the activation of vision transformers' MLPs and of Qwen3-VL's patch
+//!   merger.
 //!
 //! One program per `BR×BC` tile; ragged rows and columns are masked by the loads and the store.
 //! The `run_*` wrappers check the shapes and pick the tiles ([`tiles_for`]).
@@ -46,6 +49,21 @@ pub fn sigmoid_mul_col(gate: &Tensor<f32>, x: &Tensor<f32>, out: &Tensor<f32>) {
     let tg = load_async::<BR, 1>(gate, r, 0);
     let tx = load_async::<BR, BC>(x, r, c);
     store(out, r, c, &mul_col(&tx, &sigmoid(&tg)));
+}
+
+/// `out = GELU(x)`: one program per `BR×BC` tile; `approximate` picks the tanh form.
+#[kernel(
+    grid = (cdiv(out.rows(), BR), cdiv(out.cols(), BC)),
+    tunable(BR = [16, 1, 4, 64], BC = [256, 32, 64, 128, 512])
+)]
+pub fn gelu(x: &Tensor<f32>, out: &Tensor<f32>, approximate: bool) {
+    let (r, c) = (program_id(0) * BR, program_id(1) * BC);
+    let tx = load::<BR, BC>(x, r, c);
+    if approximate {
+        store(out, r, c, &gelu_tanh(&tx));
+    } else {
+        store(out, r, c, &gelu(&tx));
+    }
 }
 
 /// The tiles the `run_*` wrappers use for a `[rows, cols]` output on a core of `sram_bytes`: the
@@ -146,5 +164,23 @@ pub fn run_sigmoid_mul_col(
         gate,
         x,
         out,
+    )
+}
+
+/// Runs [`gelu()`]: `out = GELU(x)` (tanh form when `approximate`), both `[T, N]` (checked).
+pub fn run_gelu(
+    launcher: &Launcher,
+    x: &Tensor<f32>,
+    out: &Tensor<f32>,
+    approximate: bool,
+) -> Result<Launch, SimError> {
+    let (rows, cols) = (out.rows(), out.cols());
+    check_shape(gelu::META.name, "x", x, [rows, cols])?;
+    gelu::launch(
+        launcher,
+        &tiles_for(rows, cols, launcher.preset.sram.bytes_per_core),
+        x,
+        out,
+        approximate,
     )
 }

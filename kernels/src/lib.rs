@@ -21,4 +21,5 @@ pub mod rope;
 pub mod softmax;
 pub mod testdata;
 pub mod tile_choice;
+pub mod vision;
 pub mod weight;

@@ -110,6 +110,50 @@ pub fn linear_cast<T: Float>(x: &Tensor<f32>, w: &Tensor<T>, y: &Tensor<f32>) {
     store(y, row, col, &acc);
 }
 
+/// Linear layer with a bias, `y = x · wᵀ + bias` (vision transformers' projections, Qwen3-VL's
+/// patch embedding and merger): [`linear_cast()`]'s tile with the bias row added on chip before the
+/// store. `bias` is `[1, N]` f32.
+#[kernel(
+    grid = (cdiv(y.rows(), BM), cdiv(y.cols(), BN)),
+    tunable(BM = [64, 8, 16, 32, 128], BN = [128, 16, 32, 64], BK = [64, 16, 32, 128]),
+    helpers(cast_matmul_bt_tile)
+)]
+pub fn linear_bias<T: Float>(x: &Tensor<f32>, w: &Tensor<T>, bias: &Tensor<f32>, y: &Tensor<f32>) {
+    let row = program_id(0) * BM;
+    let col = program_id(1) * BN;
+    let acc = cast_matmul_bt_tile::<T, BM, BN, BK>(x, w, row, col);
+    let b = load::<1, BN>(bias, 0, col);
+    store(y, row, col, &add_row(&acc, &b));
+}
+
+/// Runs [`linear_bias()`] on `x [M, K]` (f32), `w [N, K]`, `bias [1, N]` into `y [M, N]` with the
+/// tiles of [`tiles_for`]. Shapes that do not line up are a `SimError::Launch` naming them.
+pub fn run_linear_bias<T: Float>(
+    launcher: &Launcher,
+    x: &Tensor<f32>,
+    w: &Tensor<T>,
+    bias: &Tensor<f32>,
+    y: &Tensor<f32>,
+) -> Result<Launch, SimError> {
+    let (m, k) = (x.rows(), x.cols());
+    let n = w.rows();
+    if w.cols() != k || y.rows() != m || y.cols() != n || bias.len() != n {
+        return Err(SimError::Launch {
+            kernel: linear_bias::META.name.to_string(),
+            message: format!(
+                "shapes do not line up: x {x:?} is [M={m}, K={k}], so the weight must be \
+                 [N, {k}] (got {w:?}), the bias [1, N] (got {bias:?}) and y [{m}, N] with N = the \
+                 weight's rows ({n}) (got {y:?})"
+            ),
+        });
+    }
+    let bias = bias.reshaped(&[1, n]).map_err(|message| SimError::Launch {
+        kernel: linear_bias::META.name.to_string(),
+        message,
+    })?;
+    linear_bias::launch(launcher, &tiles_for(m, n, k), x, w, &bias, y)
+}
+
 /// Per-token, per-128-column FP8 quantization of activations (DeepSeek-V3's `act_quant`, the
 /// input side of its W8A8 GEMMs): for each row and 128-wide column block, `s = max(amax, 1e-4) /
 /// 448` and `q = e4m3(x / s)`. `q [M, K]`, `s [M, ⌈K/128⌉]`.

@@ -263,3 +263,53 @@ pub fn sigmoid_mul_col(gate: &[f32], x: &[f32], cols: usize) -> Vec<f64> {
         })
         .collect()
 }
+
+/// erf(x) in f64 to ~1e-15: its Taylor series for |x| < 3, else 1 − erfc(|x|) from the continued
+/// fraction erfc(x) = e^(−x²)/√π · 1/(x + ½/(x + 1/(x + (3/2)/(x + …)))) (std has no erf).
+pub fn erf(x: f64) -> f64 {
+    let a = x.abs();
+    let v = if a < 3.0 {
+        // Σ (−1)ⁿ x^(2n+1) / (n! (2n+1)) · 2/√π; terms fall below 1e-17 of the sum by n = 60.
+        let (mut term, mut sum) = (a, a);
+        for n in 1..80 {
+            term *= -a * a / n as f64;
+            sum += term / (2 * n + 1) as f64;
+        }
+        sum * 2.0 / std::f64::consts::PI.sqrt()
+    } else {
+        let mut f = a;
+        for k in (1..=80).rev() {
+            f = a + (k as f64 / 2.0) / f;
+        }
+        1.0 - (-a * a).exp() / std::f64::consts::PI.sqrt() / f
+    };
+    v.copysign(x)
+}
+
+/// GELU in f64: exact `x·Φ(x)`, or with `approximate` the tanh form
+/// `½x(1 + tanh(√(2/π)(x + 0.044715x³)))` (torch's `gelu(approximate="tanh")`).
+pub fn gelu(x: &[f32], approximate: bool) -> Vec<f64> {
+    x.iter()
+        .map(|v| {
+            let v = *v as f64;
+            if approximate {
+                let u = (2.0 / std::f64::consts::PI).sqrt() * (v + 0.044715 * v * v * v);
+                0.5 * v * (1.0 + u.tanh())
+            } else {
+                0.5 * v * (1.0 + erf(v / std::f64::consts::SQRT_2))
+            }
+        })
+        .collect()
+}
+
+/// `y = x · wᵀ + bias` in f64 (a linear layer with bias, weight `[n, k]`), x `m×k`.
+pub fn linear_bias(x: &[f32], w: &[f32], bias: &[f32], m: usize, n: usize, k: usize) -> Vec<f64> {
+    assert_eq!(bias.len(), n, "linear_bias: bias length");
+    let mut y = linear(x, w, m, n, k);
+    for row in y.chunks_exact_mut(n.max(1)) {
+        for (v, b) in row.iter_mut().zip(bias) {
+            *v += *b as f64;
+        }
+    }
+    y
+}

@@ -132,6 +132,36 @@ pub fn all() -> Vec<Implementation> {
             summary: "rotary embedding per head (half-split or interleaved, partial span at an offset)",
         },
         Implementation {
+            op: "gelu",
+            kind: ImplKind::Dsl,
+            meta: &crate::elementwise::gelu::META,
+            summary: "element-wise GELU, exact (erf) or tanh form (vision MLPs, patch merger)",
+        },
+        Implementation {
+            op: "linear_bias",
+            kind: ImplKind::Dsl,
+            meta: &crate::linear::linear_bias::META,
+            summary: "y = x * w^T + bias (vision projections, patch embedding): bias added on chip before the store",
+        },
+        Implementation {
+            op: "attention_varlen",
+            kind: ImplKind::Dsl,
+            meta: &crate::attention::varlen::varlen_attention::META,
+            summary: "bidirectional attention over packed segments of different lengths (cu_seqlens: one image each)",
+        },
+        Implementation {
+            op: "scatter_rows",
+            kind: ImplKind::Dsl,
+            meta: &crate::vision::scatter::scatter_rows::META,
+            summary: "rows written or added at indexed positions (image embeddings into the prompt, DeepStack injection)",
+        },
+        Implementation {
+            op: "pos_embed_bilinear",
+            kind: ImplKind::Dsl,
+            meta: &crate::vision::pos_embed::pos_embed_bilinear::META,
+            summary: "learned position embeddings bilinearly interpolated to a patch grid (four weighted table rows per patch)",
+        },
+        Implementation {
             op: "add",
             kind: ImplKind::Dsl,
             meta: &crate::elementwise::add::META,

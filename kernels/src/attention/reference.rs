@@ -988,3 +988,80 @@ pub fn select_topk(
         })
         .collect())
 }
+
+// ---------------------------------------------------------------------------------------------
+// Bidirectional attention over packed variable-length segments
+// ---------------------------------------------------------------------------------------------
+
+/// Packed segments of one bidirectional attention call (vision patches of several images).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct VarlenShape {
+    /// Length of each segment, in packing order.
+    pub lens: Vec<usize>,
+    /// Heads (queries, keys and values alike).
+    pub heads: usize,
+    /// Head dimension (queries, keys and values alike).
+    pub head_dim: usize,
+}
+
+impl VarlenShape {
+    /// Rows of the packed activations: the sum of the segment lengths.
+    pub fn rows(&self) -> usize {
+        self.lens.iter().sum()
+    }
+
+    /// The segment bounds: `[0, l0, l0 + l1, …, rows]`.
+    pub fn cu_seqlens(&self) -> Vec<i32> {
+        std::iter::once(0)
+            .chain(self.lens.iter().scan(0usize, |acc, l| {
+                *acc += l;
+                Some(*acc as i32)
+            }))
+            .collect()
+    }
+}
+
+/// Bidirectional attention within each segment: `q`, `k`, `v [rows, heads, head_dim]` packed, a
+/// query of segment `b` attends to every key of segment `b` and to no other (no causal mask).
+/// Returns `o [rows, heads, head_dim]`.
+pub fn attention_varlen(
+    q: &[f32],
+    k: &[f32],
+    v: &[f32],
+    shape: &VarlenShape,
+    scale: f64,
+) -> Result<Vec<f64>, AttnRefError> {
+    let (h, d) = (shape.heads, shape.head_dim);
+    if h == 0 || d == 0 {
+        return fail(format!(
+            "varlen shape {shape:?}: heads and head_dim must be ≥ 1"
+        ));
+    }
+    let dims = [shape.rows(), h, d];
+    for (name, got) in [("q", q.len()), ("k", k.len()), ("v", v.len())] {
+        expect_len(name, got, &dims, "[rows, heads, head_dim]")?;
+    }
+    let (q, k, v) = (widen(q), widen(k), widen(v));
+    let mut out = vec![0.0f64; q.len()];
+    let mut start = 0;
+    for &len in &shape.lens {
+        let mut p = vec![0.0f64; len];
+        for i in start..start + len {
+            for hh in 0..h {
+                let qv = &q[(i * h + hh) * d..][..d];
+                for (j, pj) in p.iter_mut().enumerate() {
+                    *pj = dot(qv, &k[((start + j) * h + hh) * d..][..d]) * scale;
+                }
+                softmax_in_place(&mut p);
+                let o = &mut out[(i * h + hh) * d..][..d];
+                for (j, pj) in p.iter().enumerate() {
+                    for (oc, vc) in o.iter_mut().zip(&v[((start + j) * h + hh) * d..][..d]) {
+                        *oc += pj * vc;
+                    }
+                }
+            }
+        }
+        start += len;
+    }
+    Ok(out)
+}
