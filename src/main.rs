@@ -9,6 +9,7 @@ use std::process::ExitCode;
 mod deploy_cmd;
 mod model_cmd;
 mod tune_cmd;
+mod vision_cmd;
 
 #[derive(Parser)]
 #[command(
@@ -93,6 +94,9 @@ enum Command {
         #[arg(long, requires = "fit")]
         write: bool,
     },
+    /// A multimodal model's vision encoder, cost-only at its released sizes: time per operator
+    /// for images of given sizes (the part of TTFT before the language prefill).
+    Vision(vision_cmd::VisionArgs),
     /// Release-day triage: every operator a model (config.json) needs, and which kernel covers it.
     /// Exits non-zero when an operator is missing.
     Coverage {
@@ -394,6 +398,7 @@ fn run(cli: Cli) -> Result<(), String> {
             Ok(())
         }
         Command::Coverage { config, json } => coverage(&config, json),
+        Command::Vision(args) => vision_cmd::vision_cmd(args),
         Command::Calibrate { json, fit, write } => calibrate(json, fit, write),
         Command::Forward(args) => model_cmd::forward(args),
         Command::Validate(args) => model_cmd::validate_cmd(args),

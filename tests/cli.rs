@@ -1041,3 +1041,55 @@ fn the_launch_log_names_each_simulated_launch() {
         .any(|l| l.starts_with("day0 launch: gemm") && l.contains(" functional:")));
     assert!(!run("0").contains("day0 launch:"));
 }
+
+/// `day0 vision`: the vision encoder of the Qwen3-VL-235B configuration, cost-only, for a
+/// 1024×1024 image (4,096 patches, 1,024 language tokens), with its operators in the JSON; bad
+/// image sizes are errors naming the flag and the limit.
+#[test]
+fn vision_costs_the_encoder_of_a_multimodal_config() {
+    let config = "model/testdata/qwen3_vl_235b_a22b_config.json";
+    let out = day0(&[
+        "vision",
+        "--config",
+        config,
+        "--image-size",
+        "1024x1024",
+        "--json",
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["patches"], 4096);
+    assert_eq!(v["tokens"], 1024);
+    assert!(v["vision_us"].as_f64().unwrap() > 0.0);
+    let ops: Vec<&str> = v["ops"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|o| o["op"].as_str().unwrap())
+        .collect();
+    for op in [
+        "vision.patch_embed",
+        "vision.attention",
+        "vision.rope",
+        "vision.merger.fc2",
+    ] {
+        assert!(ops.contains(&op), "{op} missing from {ops:?}");
+    }
+    for (size, says) in [
+        ("0x640", "no pixels"),
+        ("10x4000", "aspect ratio"),
+        ("1024", "WIDTHxHEIGHT"),
+    ] {
+        let out = day0(&["vision", "--config", config, "--image-size", size]);
+        assert!(!out.status.success(), "{size} accepted");
+        let e = stderr(&out);
+        assert!(
+            e.contains("--image-size") && e.contains(says),
+            "{size}: {e}"
+        );
+        assert!(!e.contains("panicked"), "{e}");
+    }
+    let out = day0(&["vision", "--config", "model/testdata/kimi_k2_config.json"]);
+    assert!(!out.status.success());
+    assert!(stderr(&out).contains("vision_config"), "{}", stderr(&out));
+}

@@ -648,6 +648,13 @@ fn bump(v: &mut Vec<(String, usize)>, k: String) {
 /// Reads and parses a configuration: `path` is a `config.json`-style file, or a directory holding
 /// `config.json`.
 pub fn load_config(path: &Path) -> Result<ModelConfig, ModelError> {
+    let (text, name) = read_config_file(path)?;
+    parse_config(&text, &name)
+}
+
+/// The text of a `config.json`-style file (or of `config.json` in a directory), and its name for
+/// errors.
+pub(crate) fn read_config_file(path: &Path) -> Result<(String, String), ModelError> {
     let file = if path.is_dir() {
         path.join("config.json")
     } else {
@@ -658,17 +665,22 @@ pub fn load_config(path: &Path) -> Result<ModelConfig, ModelError> {
         file: name.clone(),
         message: e.to_string(),
     })?;
-    parse_config(&text, &name)
+    Ok((text, name))
 }
 
-/// Parses the text of a configuration; `file` names it in errors and warnings.
-pub fn parse_config(text: &str, file: &str) -> Result<ModelConfig, ModelError> {
-    let value: Value = serde_json::from_str(text).map_err(|e| ModelError::Json {
+/// The JSON value of a configuration's text; a syntax error names `file`, line and column.
+pub(crate) fn parse_json(text: &str, file: &str) -> Result<Value, ModelError> {
+    serde_json::from_str(text).map_err(|e| ModelError::Json {
         file: file.to_string(),
         line: e.line(),
         column: e.column(),
         message: e.to_string(),
-    })?;
+    })
+}
+
+/// Parses the text of a configuration; `file` names it in errors and warnings.
+pub fn parse_config(text: &str, file: &str) -> Result<ModelConfig, ModelError> {
+    let value = parse_json(text, file)?;
     let map = match &value {
         Value::Object(m) => m,
         other => {

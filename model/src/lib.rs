@@ -22,4 +22,5 @@ pub mod graph;
 pub mod kv_cache;
 pub mod plan;
 pub mod state_slots;
+pub mod vision;
 pub mod weights;

@@ -21,6 +21,7 @@ mod params;
 pub mod routing;
 mod sequences;
 pub mod validate;
+pub mod vision;
 
 pub use cache_format::CacheFormat;
 pub use cards::{greedy_steps, run_on_cards, CardRun};
@@ -456,18 +457,7 @@ impl Runner {
         Ok(Runner {
             cfg,
             weights,
-            ops: Ops {
-                launcher,
-                stats: OpStats::default(),
-                layer: None,
-                mem,
-                sequence_scope: false,
-                moe_parts: MoeParts::All,
-                batched_decode: false,
-                routing: routing::RoutingState::new(),
-                cards: None,
-                impls: BTreeMap::new(),
-            },
+            ops: Ops::new(launcher, mem),
             store,
             capacity,
             inv_freq,

@@ -297,6 +297,23 @@ pub(crate) fn first_fitting<C, T>(
 }
 
 impl Ops {
+    /// Bookkeeping for `launcher` with nothing booked yet: one sequence's numeric forward, every
+    /// MoE part, the DSL kernel of every operator.
+    pub fn new(launcher: Launcher, mem: Mem) -> Ops {
+        Ops {
+            launcher,
+            stats: OpStats::default(),
+            layer: None,
+            mem,
+            sequence_scope: false,
+            moe_parts: MoeParts::All,
+            batched_decode: false,
+            routing: super::routing::RoutingState::new(),
+            cards: None,
+            impls: BTreeMap::new(),
+        }
+    }
+
     /// Books a launch's cycles under `op`, or turns its failure into an error naming `op` and the
     /// layer.
     pub fn book(&mut self, op: &str, r: Result<Launch, SimError>) -> Result<(), ForwardError> {
@@ -427,6 +444,81 @@ impl Ops {
         let r = kernels::norm::run_layernorm(&self.launcher, x, w, b, &y, eps as f32);
         self.book(op, r)?;
         Ok(y)
+    }
+
+    /// `y = x · wᵀ + bias` into a new tensor (a projection with a bias: the vision encoder's).
+    pub fn linear_bias<T: Float>(
+        &mut self,
+        op: &str,
+        x: &Tensor<f32>,
+        w: &Tensor<T>,
+        bias: &Tensor<f32>,
+    ) -> Result<Tensor<f32>, ForwardError> {
+        let y = self.mem.act(x.rows(), w.rows());
+        let r = kernels::linear::run_linear_bias(&self.launcher, x, w, bias, &y);
+        self.book(op, r)?;
+        Ok(y)
+    }
+
+    /// GELU of every element into a new tensor (`tanh`: the tanh form).
+    pub fn gelu(
+        &mut self,
+        op: &str,
+        x: &Tensor<f32>,
+        tanh: bool,
+    ) -> Result<Tensor<f32>, ForwardError> {
+        let y = self.mem.act(x.rows(), x.cols());
+        let r = kernels::elementwise::run_gelu(&self.launcher, x, &y, tanh);
+        self.book(op, r)?;
+        Ok(y)
+    }
+
+    /// Bidirectional attention within each segment of packed `q`, `k`, `v [T, heads·head_dim]`
+    /// (segment bounds `cu_seqlens`: one image each) into a new tensor.
+    pub fn varlen_attention(
+        &mut self,
+        op: &str,
+        q: &Tensor<f32>,
+        k: &Tensor<f32>,
+        v: &Tensor<f32>,
+        cu_seqlens: &[i32],
+        head_dim: usize,
+    ) -> Result<Tensor<f32>, ForwardError> {
+        let o = self.mem.act(q.rows(), q.cols());
+        let r = kernels::attention::varlen::run_varlen_attention(
+            &self.launcher,
+            q,
+            k,
+            v,
+            &o,
+            cu_seqlens,
+            head_dim,
+        );
+        self.book(op, r)?;
+        Ok(o)
+    }
+
+    /// Learned position embeddings of `table` interpolated to the patches: four taps per patch
+    /// (`idx`, `weights`), into a new `[N, H]` tensor.
+    pub fn pos_embed_bilinear(
+        &mut self,
+        op: &str,
+        table: &Tensor<f32>,
+        idx: &[i32],
+        weights: &[f32],
+    ) -> Result<Tensor<f32>, ForwardError> {
+        let out = self
+            .mem
+            .act(idx.len() / kernels::vision::pos_embed::TAPS, table.cols());
+        let r = kernels::vision::pos_embed::run_pos_embed_bilinear(
+            &self.launcher,
+            table,
+            idx,
+            weights,
+            &out,
+        );
+        self.book(op, r)?;
+        Ok(out)
     }
 
     /// The pre-norm block's residual step: `h = x + residual` and `y = rmsnorm(h) · w`, fused.

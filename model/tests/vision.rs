@@ -1,0 +1,107 @@
+//! The vision encoder (Qwen3-VL-MoE): its configuration, the processor's geometry, and a
+//! cost-only encode at the released sizes.
+
+use accel_sim::DevicePreset;
+use dsl_core::Launcher;
+use model::forward::vision::{cu_seqlens, encode_cost};
+use model::vision::{load_vision_config, parse_vision_config, PixelLimits, VisionError};
+use std::path::Path;
+
+const CONFIG: &str = "testdata/qwen3_vl_235b_a22b_config.json";
+
+#[test]
+fn reads_the_235b_vision_config() {
+    let cfg = load_vision_config(Path::new(CONFIG)).unwrap();
+    assert_eq!(
+        (cfg.depth, cfg.hidden_size, cfg.num_heads, cfg.head_dim()),
+        (27, 1152, 16, 72)
+    );
+    assert_eq!(
+        (cfg.patch_values(), cfg.merged_width(), cfg.pos_embed_side()),
+        (1536, 4608, 48)
+    );
+    assert_eq!(cfg.deepstack_visual_indexes, [8, 16, 24]);
+    assert!(cfg.gelu_tanh);
+    // ~0.58B: patch embedding, 48² positions, 27 blocks, the merger and three DeepStack mergers.
+    let p = cfg.params();
+    assert!((570_000_000..590_000_000).contains(&p), "{p}");
+}
+
+#[test]
+fn bad_vision_configs_name_the_field() {
+    let e = parse_vision_config(r#"{"model_type": "qwen3_vl_moe"}"#, "c.json").unwrap_err();
+    assert!(e.to_string().contains("vision_config"), "{e}");
+    let text = std::fs::read_to_string(CONFIG).unwrap();
+    for (from, to, field) in [
+        ("\"num_heads\": 16", "\"num_heads\": 5", "num_heads"),
+        (
+            "\"num_position_embeddings\": 2304",
+            "\"num_position_embeddings\": 2300",
+            "num_position_embeddings",
+        ),
+        ("[8, 16, 24]", "[8, 16, 27]", "deepstack_visual_indexes"),
+    ] {
+        let e = parse_vision_config(&text.replace(from, to), "c.json").unwrap_err();
+        assert!(e.to_string().contains(field), "{field}: {e}");
+    }
+}
+
+#[test]
+fn image_grids_follow_the_processor() {
+    let cfg = load_vision_config(Path::new(CONFIG)).unwrap();
+    let l = PixelLimits::QWEN3_VL;
+    assert_eq!(cfg.image_grid("a", 1024, 1024, l).unwrap(), [1, 64, 64]);
+    assert_eq!(cfg.image_grid("b", 1080, 1920, l).unwrap(), [1, 68, 120]);
+    // Tiny images are scaled up to the minimum pixel count, never rejected as too small.
+    assert_eq!(cfg.image_grid("c", 16, 16, l).unwrap(), [1, 16, 16]);
+    match cfg.image_grid("zero.png", 0, 640, l) {
+        Err(VisionError::Image { what, .. }) => assert_eq!(what, "zero.png"),
+        other => panic!("expected an image error, got {other:?}"),
+    }
+    assert_eq!(cu_seqlens(&[[1, 4, 6], [2, 2, 2]]), [0, 24, 28, 32]);
+}
+
+#[test]
+fn encoding_two_images_costs_every_operator_and_keeps_physics() {
+    let cfg = load_vision_config(Path::new(CONFIG)).unwrap();
+    let launcher = Launcher::for_device("npu-910b").unwrap();
+    let grids = [[1, 32, 32], [1, 16, 24]];
+    let cost = encode_cost(&cfg, &grids, &launcher).unwrap();
+    assert_eq!(cost.patches, 32 * 32 + 16 * 24);
+    assert_eq!(cost.tokens, cost.patches / 4);
+    let ops = &cost.stats.per_op;
+    for op in [
+        "vision.patch_embed",
+        "vision.pos_embed",
+        "vision.qkv",
+        "vision.rope",
+        "vision.attention",
+        "vision.gelu",
+        "vision.merger.fc2",
+        "vision.deepstack_merger.fc2",
+    ] {
+        let (n, c) = ops
+            .get(op)
+            .copied()
+            .unwrap_or_else(|| panic!("{op} not booked"));
+        assert!(n > 0 && c > 0, "{op}: {n} launches, {c} cycles");
+    }
+    assert_eq!(ops["vision.attention"].0, 27);
+    assert_eq!(ops["vision.deepstack_merger.fc2"].0, 3);
+    // The attention's useful work at the matrix unit's peak is a floor on its time.
+    let p = DevicePreset::load("npu-910b").unwrap();
+    let flop: u64 = cost.stats.traffic["vision.attention"].flop;
+    // The fastest matrix mode on every core: a floor whatever dtype the kernel runs at.
+    let peak = p
+        .matrix
+        .flop_per_cycle
+        .values()
+        .fold(0.0f64, |a, b| a.max(*b))
+        * p.cores as f64;
+    let floor = flop as f64 / peak;
+    assert!(flop > 0);
+    assert!(
+        ops["vision.attention"].1 as f64 >= floor,
+        "attention beats the matrix unit"
+    );
+}
