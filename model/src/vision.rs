@@ -47,6 +47,8 @@ pub struct VisionConfig {
     pub deepstack_visual_indexes: Vec<usize>,
     /// The MLP's activation is the tanh GELU (`gelu_pytorch_tanh`) rather than the exact one.
     pub gelu_tanh: bool,
+    /// Base of the 2D rotary frequencies (`rope_parameters.rope_theta`, 10000 when absent).
+    pub rope_theta: f64,
 }
 
 impl VisionConfig {
@@ -176,6 +178,10 @@ pub fn parse_vision_config(text: &str, file: &str) -> Result<VisionConfig, Visio
             .opt_usize_list("deepstack_visual_indexes")?
             .unwrap_or_default(),
         gelu_tanh,
+        rope_theta: match v.opt_obj("rope_parameters")? {
+            Some(r) => r.opt_f64("rope_theta")?.unwrap_or(10000.0),
+            None => 10000.0,
+        },
     };
     let side = cfg.pos_embed_side();
     if side * side != cfg.num_position_embeddings {

@@ -105,3 +105,45 @@ fn encoding_two_images_costs_every_operator_and_keeps_physics() {
         "attention beats the matrix unit"
     );
 }
+
+/// The tiny encoder written by transformers (`tests/reference/gen_vision.py`): day0's encoder on
+/// its weights and pixel rows gives transformers' merged tokens and DeepStack features, two
+/// images of different patch grids in one batch.
+#[test]
+fn tiny_encoder_matches_transformers() {
+    use model::forward::vision::{encode_functional, VisionWeights};
+    use model::weights::Checkpoint;
+    let dir = Path::new("testdata/tiny/qwen3_vl_moe_vision");
+    let cfg = load_vision_config(dir).unwrap();
+    let ckpt = Checkpoint::open_file(&dir.join("golden.safetensors")).unwrap();
+    let weights = VisionWeights::load(&ckpt, &cfg, "model.visual.").unwrap();
+    let grid = ckpt.i64("grid_thw").unwrap();
+    let grids: Vec<[usize; 3]> = grid
+        .chunks(3)
+        .map(|g| [g[0] as usize, g[1] as usize, g[2] as usize])
+        .collect();
+    let n: usize = grids.iter().map(|g| g.iter().product::<usize>()).sum();
+    let pv = ckpt.f32("pixel_values", &[n, cfg.patch_values()]).unwrap();
+    let pixels = dsl_core::Tensor::from_f32(&[n, cfg.patch_values()], &pv).unwrap();
+    let launcher = Launcher::for_device("npu-910b").unwrap();
+    let (out, stats) = encode_functional(&cfg, &weights, &pixels, &grids, &launcher).unwrap();
+    let compare = |name: &str, got: &dsl_core::Tensor<f32>| {
+        let want = ckpt.f32(name, got.shape()).unwrap();
+        let got = got.to_vec().unwrap();
+        let scale = want.iter().fold(0.0f32, |m, v| m.max(v.abs()));
+        let err = got
+            .iter()
+            .zip(&want)
+            .fold(0.0f32, |m, (a, b)| m.max((a - b).abs()));
+        // 1e-5 of the largest value: f32 rounding gives ~4e-7; the tanh GELU in place of the
+        // exact one (or the reverse) moves the tokens by ~8e-5.
+        assert!(err <= 1e-5 * scale, "{name}: max |Δ| {err} against max |x| {scale}");
+    };
+    assert_eq!(out.tokens.shape(), [n / 4, cfg.out_hidden_size]);
+    compare("tokens", &out.tokens);
+    assert_eq!(out.deepstack.len(), 2);
+    for (j, d) in out.deepstack.iter().enumerate() {
+        compare(&format!("deepstack.{j}"), d);
+    }
+    assert!(stats.total_cycles() > 0);
+}

@@ -18,14 +18,12 @@
 use super::ops::{view, Mem, OpStats, Ops, RopeTables};
 use super::ForwardError;
 use crate::vision::VisionConfig;
+use crate::weights::Checkpoint;
 use dsl_core::prelude::*;
 use kernels::vision::{pos_embed, rotary};
 
 /// LayerNorm eps of every norm in the encoder.
 const NORM_EPS: f64 = 1e-6;
-
-/// Base of the 2D rotary frequencies (`VisionRotaryEmbedding`'s `theta`).
-const ROPE_THETA: f64 = 10000.0;
 
 /// A linear layer with a bias: weight `[out, in]`, bias `[1, out]`.
 pub struct Linear<T: Float> {
@@ -127,6 +125,88 @@ impl<T: Float> VisionWeights<T> {
     }
 }
 
+impl VisionWeights<f32> {
+    /// The encoder's weights from a checkpoint, at f32, under `prefix` (`model.visual.` in the
+    /// released Qwen3-VL checkpoints): transformers' names, the Conv3d patch embedding
+    /// `[hidden, C, T, P, P]` read as the linear layer `[hidden, C·T·P·P]` it is.
+    pub fn load(
+        ckpt: &Checkpoint,
+        cfg: &VisionConfig,
+        prefix: &str,
+    ) -> Result<VisionWeights<f32>, ForwardError> {
+        let (h, i, m) = (cfg.hidden_size, cfg.intermediate_size, cfg.merged_width());
+        let read = |name: &str, shape: &[usize], as_shape: &[usize]| {
+            let v = ckpt.f32(&format!("{prefix}{name}"), shape)?;
+            view(Tensor::from_f32(as_shape, &v), name)
+        };
+        let linear = |name: &str, o: usize, i: usize| -> Result<Linear<f32>, ForwardError> {
+            Ok(Linear {
+                w: read(&format!("{name}.weight"), &[o, i], &[o, i])?,
+                b: read(&format!("{name}.bias"), &[o], &[1, o])?,
+            })
+        };
+        let norm = |name: &str, n: usize| -> Result<Norm, ForwardError> {
+            Ok(Norm {
+                w: read(&format!("{name}.weight"), &[n], &[n])?,
+                b: read(&format!("{name}.bias"), &[n], &[n])?,
+            })
+        };
+        let merger = |name: &str, postshuffle: bool| -> Result<MergerWeights<f32>, ForwardError> {
+            Ok(MergerWeights {
+                norm: norm(&format!("{name}.norm"), if postshuffle { m } else { h })?,
+                postshuffle,
+                fc1: linear(&format!("{name}.linear_fc1"), m, m)?,
+                fc2: linear(&format!("{name}.linear_fc2"), cfg.out_hidden_size, m)?,
+            })
+        };
+        let (c, t, p) = (cfg.in_channels, cfg.temporal_patch_size, cfg.patch_size);
+        Ok(VisionWeights {
+            patch: Linear {
+                w: read("patch_embed.proj.weight", &[h, c, t, p, p], &[h, cfg.patch_values()])?,
+                b: read("patch_embed.proj.bias", &[h], &[1, h])?,
+            },
+            pos_embed: read(
+                "pos_embed.weight",
+                &[cfg.num_position_embeddings, h],
+                &[cfg.num_position_embeddings, h],
+            )?,
+            blocks: (0..cfg.depth)
+                .map(|b| {
+                    let n = |s: &str| format!("blocks.{b}.{s}");
+                    Ok(BlockWeights {
+                        norm1: norm(&n("norm1"), h)?,
+                        qkv: linear(&n("attn.qkv"), 3 * h, h)?,
+                        proj: linear(&n("attn.proj"), h, h)?,
+                        norm2: norm(&n("norm2"), h)?,
+                        fc1: linear(&n("mlp.linear_fc1"), i, h)?,
+                        fc2: linear(&n("mlp.linear_fc2"), h, i)?,
+                    })
+                })
+                .collect::<Result<_, ForwardError>>()?,
+            merger: merger("merger", false)?,
+            deepstack: (0..cfg.deepstack_visual_indexes.len())
+                .map(|j| merger(&format!("deepstack_merger_list.{j}"), true))
+                .collect::<Result<_, _>>()?,
+        })
+    }
+}
+
+/// Encodes `pixels` (patch rows of images with patch grids `grids`) functionally on `launcher`
+/// with `weights`: the tokens and DeepStack features, and the launches' costs.
+pub fn encode_functional(
+    cfg: &VisionConfig,
+    weights: &VisionWeights<f32>,
+    pixels: &Tensor<f32>,
+    grids: &[[usize; 3]],
+    launcher: &Launcher,
+) -> Result<(VisionOutput, OpStats), ForwardError> {
+    let launcher = launcher.clone().with_backend(dsl_core::Backend::Functional);
+    let mem = Mem::new(&launcher, super::cache_format::CacheFormat::F32);
+    let mut ops = Ops::new(launcher, mem);
+    let out = encode(&mut ops, cfg, weights, pixels, grids)?;
+    Ok((out, ops.stats))
+}
+
 /// What the encoder hands the language model.
 pub struct VisionOutput {
     /// One row per merged token (`[Σ t·h·w / merge², out_hidden_size]`), images in order.
@@ -184,7 +264,7 @@ pub(crate) fn encode<T: Float>(
     let pos = ops.pos_embed_bilinear("vision.pos_embed", &w.pos_embed, &idx, &wts)?;
     let mut x = ops.add("vision.add", &patches, &pos)?;
     let positions = rotary::vision_positions(grids, merge);
-    let (cos, sin) = rotary::axis_cos_sin(&positions, &rotary::vision_freqs(hd, ROPE_THETA));
+    let (cos, sin) = rotary::axis_cos_sin(&positions, &rotary::vision_freqs(hd, cfg.rope_theta));
     let tables = RopeTables {
         cos: view(Tensor::from_f32(&[n, hd / 2], &cos), "vision rotary cos")?,
         sin: view(Tensor::from_f32(&[n, hd / 2], &sin), "vision rotary sin")?,

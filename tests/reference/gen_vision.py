@@ -1,0 +1,101 @@
+#!/usr/bin/env python3
+"""A tiny Qwen3-VL-MoE vision encoder with golden outputs, for day0's vision path (issue #17).
+
+Builds transformers' `Qwen3VLMoeVisionModel` from a tiny `vision_config` in float32 with random
+weights (every parameter drawn, LayerNorm scales around 1, so biases and affine norms are all
+exercised), runs it on random pixel rows of two images of different patch grids, and writes
+`model/testdata/tiny/qwen3_vl_moe_vision/`:
+
+- `config.json`: `{"model_type": "qwen3_vl_moe", "vision_config": {...}}` as transformers writes
+  the vision config;
+- `golden.safetensors`: the encoder's weights under `model.visual.` (the released checkpoints'
+  names), `pixel_values` (F32 [N, C*T*P*P], the processor's patch rows), `grid_thw` (I64
+  [images, 3]), `tokens` (F32 [N/4, out_hidden_size], the merger output), `deepstack.{j}` (the
+  DeepStack mergers' outputs), and metadata `provenance` (versions, seed, command).
+
+Deterministic: one CPU thread, fixed seed. Needs torch and transformers (>= 4.57: Qwen3-VL).
+"""
+
+import json
+import os
+import platform
+import shlex
+import sys
+
+import torch
+import transformers
+from safetensors.torch import save_file
+
+SEED = 17
+OUT = os.path.join(os.path.dirname(__file__), "..", "..", "model", "testdata", "tiny", "qwen3_vl_moe_vision")
+
+VISION = dict(
+    depth=3,
+    hidden_size=32,
+    hidden_act="gelu_pytorch_tanh",
+    intermediate_size=48,
+    num_heads=2,
+    in_channels=3,
+    patch_size=4,
+    spatial_merge_size=2,
+    temporal_patch_size=2,
+    out_hidden_size=24,
+    num_position_embeddings=36,
+    deepstack_visual_indexes=[0, 2],
+)
+
+# Two images of different sizes (patch grids, multiples of the 2x2 merge), one of them taller
+# than the 6x6 position table is wide (the interpolation stretches it).
+GRIDS = [[1, 4, 6], [1, 8, 2]]
+
+
+def main():
+    torch.manual_seed(SEED)
+    torch.set_num_threads(1)
+    from transformers.models.qwen3_vl_moe import configuration_qwen3_vl_moe as conf
+    from transformers.models.qwen3_vl_moe import modeling_qwen3_vl_moe as modeling
+
+    vcfg = conf.Qwen3VLMoeVisionConfig(**VISION)
+    model = modeling.Qwen3VLMoeVisionModel._from_config(vcfg, dtype=torch.float32).eval()
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "norm" in name and name.endswith("weight"):
+                p.copy_(1.0 + 0.2 * torch.randn_like(p))
+            else:
+                p.copy_(0.2 * torch.randn_like(p))
+    grid = torch.tensor(GRIDS, dtype=torch.long)
+    n = int(grid.prod(-1).sum())
+    c = VISION["in_channels"] * VISION["temporal_patch_size"] * VISION["patch_size"] ** 2
+    pixels = torch.randn(n, c, dtype=torch.float32)
+    with torch.no_grad():
+        out = model(pixels, grid_thw=grid)
+    if isinstance(out, tuple):
+        tokens, deepstack = out[0], out[1]
+    else:
+        tokens, deepstack = out.pooler_output, out.deepstack_features
+    tensors = {f"model.visual.{k}": v.detach().clone().contiguous() for k, v in model.state_dict().items()}
+    tensors["pixel_values"] = pixels
+    tensors["grid_thw"] = grid
+    tensors["tokens"] = tokens.contiguous()
+    for j, d in enumerate(deepstack):
+        tensors[f"deepstack.{j}"] = d.contiguous()
+    provenance = {
+        "script": "tests/reference/gen_vision.py",
+        "command": " ".join(shlex.quote(a) for a in sys.argv),
+        "seed": SEED,
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+        "grids": GRIDS,
+    }
+    os.makedirs(OUT, exist_ok=True)
+    save_file(tensors, os.path.join(OUT, "golden.safetensors"), metadata={"provenance": json.dumps(provenance)})
+    d = vcfg.to_dict()
+    with open(os.path.join(OUT, "config.json"), "w") as f:
+        json.dump({"model_type": "qwen3_vl_moe", "vision_config": d}, f, indent=2, sort_keys=True)
+        f.write("\n")
+    print(f"wrote {OUT}: {n} patches -> tokens {tuple(tokens.shape)}, {len(deepstack)} deepstack features")
+
+
+if __name__ == "__main__":
+    main()
