@@ -5,7 +5,8 @@
 use clap::Args;
 use dsl_core::Launcher;
 use model::forward::vision::encode_cost;
-use model::vision::{load_vision_config, PixelLimits};
+use model::vision::load_vision_config;
+use model::vision::processor::{load_image, preprocess, ProcessorConfig};
 use serde_json::json;
 use std::path::PathBuf;
 
@@ -17,8 +18,13 @@ pub struct VisionArgs {
     config: PathBuf,
     /// Image size `WIDTHxHEIGHT` in pixels, resized as the processor does; repeat for several
     /// images in one batch.
-    #[arg(long = "image-size", default_value = "1024x1024")]
+    #[arg(long = "image-size")]
     image_size: Vec<String>,
+    /// An image file (PNG or JPEG), decoded, resized and cut into patches as the checkpoint's
+    /// processor does (`preprocessor_config.json` next to the config, else Qwen3-VL's); repeat
+    /// for several. Without --image or --image-size: one 1024x1024 image.
+    #[arg(long)]
+    image: Vec<PathBuf>,
     /// Device preset.
     #[arg(long, default_value = "npu-910b")]
     device: String,
@@ -44,11 +50,30 @@ fn parse_size(s: &str) -> Result<(usize, usize), String> {
 pub fn vision_cmd(a: VisionArgs) -> Result<(), String> {
     let cfg = load_vision_config(&a.config).map_err(|e| e.to_string())?;
     let launcher = Launcher::for_device(&a.device).map_err(|e| e.to_string())?;
+    let dir = if a.config.is_dir() {
+        a.config.clone()
+    } else {
+        a.config.parent().map(PathBuf::from).unwrap_or_default()
+    };
+    let processor = ProcessorConfig::load(&dir, &cfg).map_err(|e| e.to_string())?;
+    let mut labels = Vec::new();
     let mut grids = Vec::new();
-    for s in &a.image_size {
+    for path in &a.image {
+        let (h, w, rgb) = load_image(path, processor.limits).map_err(|e| e.to_string())?;
+        let img = preprocess(&path.display().to_string(), h, w, &rgb, &processor)
+            .map_err(|e| e.to_string())?;
+        labels.push(format!("{} ({w}x{h})", path.display()));
+        grids.push(img.grid);
+    }
+    let sizes = match (a.image.is_empty(), a.image_size.is_empty()) {
+        (true, true) => vec!["1024x1024".to_string()],
+        _ => a.image_size.clone(),
+    };
+    for s in &sizes {
         let (w, h) = parse_size(s)?;
+        labels.push(s.clone());
         grids.push(
-            cfg.image_grid(&format!("--image-size {s}"), h, w, PixelLimits::QWEN3_VL)
+            cfg.image_grid(&format!("--image-size {s}"), h, w, processor.limits)
                 .map_err(|e| e.to_string())?,
         );
     }
@@ -90,7 +115,7 @@ pub fn vision_cmd(a: VisionArgs) -> Result<(), String> {
         cfg.head_dim(),
         cfg.params() as f64 / 1e9
     );
-    for (s, g) in a.image_size.iter().zip(&cost.grids) {
+    for (s, g) in labels.iter().zip(&cost.grids) {
         println!(
             "  image {s}: patch grid {}×{} → {} patches, {} language tokens",
             g[1],

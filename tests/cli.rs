@@ -1089,6 +1089,18 @@ fn vision_costs_the_encoder_of_a_multimodal_config() {
         );
         assert!(!e.contains("panicked"), "{e}");
     }
+    // Image files go through the checkpoint's processor: the tiny encoder's 56x40 test image is
+    // 14x10 patches of 4 pixels.
+    let tiny = "model/testdata/tiny/qwen3_vl_moe_vision";
+    let image = format!("{tiny}/image_a.png");
+    let out = day0(&["vision", "--config", tiny, "--image", &image, "--json"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["grids"][0], serde_json::json!([1, 10, 14]));
+    let bad = format!("{tiny}/config.json");
+    let out = day0(&["vision", "--config", tiny, "--image", &bad]);
+    assert!(!out.status.success());
+    assert!(stderr(&out).contains("config.json"), "{}", stderr(&out));
     let out = day0(&["vision", "--config", "model/testdata/kimi_k2_config.json"]);
     assert!(!out.status.success());
     assert!(stderr(&out).contains("vision_config"), "{}", stderr(&out));

@@ -137,7 +137,10 @@ fn tiny_encoder_matches_transformers() {
             .fold(0.0f32, |m, (a, b)| m.max((a - b).abs()));
         // 1e-5 of the largest value: f32 rounding gives ~4e-7; the tanh GELU in place of the
         // exact one (or the reverse) moves the tokens by ~8e-5.
-        assert!(err <= 1e-5 * scale, "{name}: max |Δ| {err} against max |x| {scale}");
+        assert!(
+            err <= 1e-5 * scale,
+            "{name}: max |Δ| {err} against max |x| {scale}"
+        );
     };
     assert_eq!(out.tokens.shape(), [n / 4, cfg.out_hidden_size]);
     compare("tokens", &out.tokens);
@@ -146,4 +149,66 @@ fn tiny_encoder_matches_transformers() {
         compare(&format!("deepstack.{j}"), d);
     }
     assert!(stats.total_cycles() > 0);
+}
+
+/// The processor on the committed test images against transformers' (`processor.safetensors`):
+/// the same grid and the same patch rows within 1e-6, for an image already at its target size
+/// and for one the processor resizes (width shrunk 50 → 48, height grown 30 → 32: both branches of
+/// the antialiased bicubic).
+#[test]
+fn processor_matches_transformers_on_the_test_images() {
+    use model::vision::processor::{load_image, preprocess, ProcessorConfig};
+    use model::weights::Checkpoint;
+    let dir = Path::new("testdata/tiny/qwen3_vl_moe_vision");
+    let cfg = load_vision_config(dir).unwrap();
+    let p = ProcessorConfig::load(dir, &cfg).unwrap();
+    assert_eq!(p.limits.min_pixels, 256);
+    let golden = Checkpoint::open_file(&dir.join("processor.safetensors")).unwrap();
+    for name in ["a", "b"] {
+        let path = dir.join(format!("image_{name}.png"));
+        let (h, w, rgb) = load_image(&path, p.limits).unwrap();
+        let img = preprocess(name, h, w, &rgb, &p).unwrap();
+        let grid = golden.i64(&format!("grid_thw.{name}")).unwrap();
+        assert_eq!(
+            img.grid.map(|g| g as i64).to_vec(),
+            grid,
+            "image {name}: grid"
+        );
+        let rows = img.grid.iter().product::<usize>();
+        let want = golden
+            .f32(&format!("pixel_values.{name}"), &[rows, cfg.patch_values()])
+            .unwrap();
+        let diffs: Vec<f32> = img
+            .pixels
+            .iter()
+            .zip(&want)
+            .map(|(a, b)| (a - b).abs())
+            .collect();
+        let max = diffs.iter().fold(0.0f32, |m, d| m.max(*d));
+        assert!(max <= 1e-6, "image {name}: max |Δ| {max}");
+    }
+}
+
+/// Bad images are errors naming the file and what is wrong, never panics.
+#[test]
+fn bad_images_are_errors_naming_the_file() {
+    use model::vision::processor::load_image;
+    let tmp = tempfile::tempdir().unwrap();
+    let text = tmp.path().join("notes.png");
+    std::fs::write(&text, "not an image").unwrap();
+    let small = PixelLimits {
+        min_pixels: 16,
+        max_pixels: 1000,
+    };
+    let e = load_image(&text, small).unwrap_err().to_string();
+    assert!(e.contains("notes.png") && e.contains("PNG or JPEG"), "{e}");
+    let big = Path::new("testdata/tiny/qwen3_vl_moe_vision/image_a.png");
+    let e = load_image(big, small).unwrap_err().to_string();
+    assert!(
+        e.contains("image_a.png") && e.contains("max_pixels 1000"),
+        "{e}"
+    );
+    let missing = tmp.path().join("missing.jpg");
+    let e = load_image(&missing, small).unwrap_err().to_string();
+    assert!(e.contains("missing.jpg"), "{e}");
 }

@@ -8,6 +8,9 @@ exercised), runs it on random pixel rows of two images of different patch grids,
 
 - `config.json`: `{"model_type": "qwen3_vl_moe", "vision_config": {...}}` as transformers writes
   the vision config;
+- `preprocessor_config.json`, `image_a.png` (56×40, already at a size the processor keeps) and
+  `image_b.png` (50×30, resized to 48×32), and `processor.safetensors`: transformers'
+  `Qwen2VLImageProcessorFast` output for each, `pixel_values.{a,b}` and `grid_thw.{a,b}`;
 - `golden.safetensors`: the encoder's weights under `model.visual.` (the released checkpoints'
   names), `pixel_values` (F32 [N, C*T*P*P], the processor's patch rows), `grid_thw` (I64
   [images, 3]), `tokens` (F32 [N/4, out_hidden_size], the merger output), `deepstack.{j}` (the
@@ -47,6 +50,52 @@ VISION = dict(
 # Two images of different sizes (patch grids, multiples of the 2x2 merge), one of them taller
 # than the 6x6 position table is wide (the interpolation stretches it).
 GRIDS = [[1, 4, 6], [1, 8, 2]]
+
+
+PROCESSOR = {
+    "patch_size": 4,
+    "merge_size": 2,
+    "temporal_patch_size": 2,
+    "size": {"shortest_edge": 256, "longest_edge": 65536},
+    # CLIP's per-channel statistics (not Qwen3-VL's 0.5): each channel normalised differently.
+    "image_mean": [0.48145466, 0.4578275, 0.40821073],
+    "image_std": [0.26862954, 0.26130258, 0.27577711],
+    "do_convert_rgb": True,
+    "do_normalize": True,
+    "do_rescale": True,
+    "do_resize": True,
+    "rescale_factor": 1 / 255,
+    "resample": 3,
+    "image_processor_type": "Qwen2VLImageProcessorFast",
+}
+
+# (name, width, height): a keeps its size (multiples of 8, inside the pixel limits); b is resized.
+IMAGES = [("a", 56, 40), ("b", 50, 30)]
+
+
+def write_images_and_processor_golden(gen):
+    """Deterministic test images (gradients plus noise: every channel and pixel different), and
+    what transformers' processor makes of them."""
+    import numpy as np
+    from PIL import Image
+    from transformers import Qwen2VLImageProcessorFast
+
+    with open(os.path.join(OUT, "preprocessor_config.json"), "w") as f:
+        json.dump(PROCESSOR, f, indent=2, sort_keys=True)
+        f.write("\n")
+    proc = Qwen2VLImageProcessorFast.from_pretrained(OUT)
+    golden = {}
+    for name, w, h in IMAGES:
+        y, x = np.mgrid[0:h, 0:w]
+        base = np.stack([x * 255 / w, y * 255 / h, (x + y) * 255 / (w + h)], axis=-1)
+        noise = torch.randint(-40, 41, (h, w, 3), generator=gen).numpy()
+        arr = np.clip(base + noise, 0, 255).astype(np.uint8)
+        path = os.path.join(OUT, f"image_{name}.png")
+        Image.fromarray(arr, "RGB").save(path)
+        out = proc(images=Image.open(path), return_tensors="pt")
+        golden[f"pixel_values.{name}"] = out["pixel_values"].to(torch.float32).contiguous()
+        golden[f"grid_thw.{name}"] = out["image_grid_thw"].to(torch.long).contiguous()
+    return golden
 
 
 def main():
@@ -89,6 +138,12 @@ def main():
         "grids": GRIDS,
     }
     os.makedirs(OUT, exist_ok=True)
+    gen = torch.Generator().manual_seed(SEED + 1)
+    processed = write_images_and_processor_golden(gen)
+    import torchvision
+
+    provenance["torchvision"] = torchvision.__version__
+    save_file(processed, os.path.join(OUT, "processor.safetensors"), metadata={"provenance": json.dumps(provenance)})
     save_file(tensors, os.path.join(OUT, "golden.safetensors"), metadata={"provenance": json.dumps(provenance)})
     d = vcfg.to_dict()
     with open(os.path.join(OUT, "config.json"), "w") as f:

@@ -162,7 +162,11 @@ impl VisionWeights<f32> {
         let (c, t, p) = (cfg.in_channels, cfg.temporal_patch_size, cfg.patch_size);
         Ok(VisionWeights {
             patch: Linear {
-                w: read("patch_embed.proj.weight", &[h, c, t, p, p], &[h, cfg.patch_values()])?,
+                w: read(
+                    "patch_embed.proj.weight",
+                    &[h, c, t, p, p],
+                    &[h, cfg.patch_values()],
+                )?,
                 b: read("patch_embed.proj.bias", &[h], &[1, h])?,
             },
             pos_embed: read(

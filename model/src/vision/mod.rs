@@ -14,6 +14,8 @@
 //! rounded to multiples of `patch_size · spatial_merge_size` with the total pixels kept within
 //! `[min_pixels, max_pixels]` (65,536 and 16,777,216 for Qwen3-VL).
 
+pub mod processor;
+
 use crate::config::{parse_json, read_config_file, ModelError, Obj};
 use serde_json::Map;
 use std::fmt;
