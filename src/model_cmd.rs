@@ -39,6 +39,11 @@ pub struct ForwardArgs {
     /// (default: --prompt-len).
     #[arg(long)]
     context: Option<usize>,
+    /// Cost-only runs of a multimodal config (with a `vision_config`): an image of `WIDTHxHEIGHT`
+    /// pixels in the prompt (repeatable). Its vision encoder runs before the language prefill and
+    /// its tokens join the prompt (`--prompt-len` counts the text); TTFT reports the two apart.
+    #[arg(long = "image-size")]
+    pub image_size: Vec<String>,
     /// Cost-only runs: how tokens pick experts and DSA layers pick past tokens: `uniform`
     /// (balanced experts), `zipf:S` (expert e picked ∝ 1/(e+1)^S), or `replay:FILE` (what a
     /// functional run recorded with `--record-routing`: the cost-only run then launches exactly
@@ -385,6 +390,36 @@ fn decode_step(args: &ForwardArgs, config: &Path) -> Result<(), String> {
     Ok(())
 }
 
+/// The vision encoder's cost for `--image-size` images (none: `None`), from the config's
+/// `vision_config` and Qwen3-VL's processor limits.
+fn images_cost(
+    config: &Path,
+    sizes: &[String],
+    launcher: &Launcher,
+) -> Result<Option<model::forward::vision::VisionCost>, String> {
+    if sizes.is_empty() {
+        return Ok(None);
+    }
+    let vcfg = model::vision::load_vision_config(config)
+        .map_err(|e| format!("--image-size needs a multimodal config: {e}"))?;
+    let grids = sizes
+        .iter()
+        .map(|s| {
+            let (w, h) = crate::vision_cmd::parse_size(s)?;
+            vcfg.image_grid(
+                &format!("--image-size {s}"),
+                h,
+                w,
+                model::vision::PixelLimits::QWEN3_VL,
+            )
+            .map_err(|e| e.to_string())
+        })
+        .collect::<Result<Vec<_>, String>>()?;
+    model::forward::vision::encode_cost(&vcfg, &grids, launcher)
+        .map(Some)
+        .map_err(|e| e.to_string())
+}
+
 /// `day0 forward --cost-only`: one sequence's prefill and decode on shape-only weights.
 fn forward_cost_only(args: &ForwardArgs, config: &Path) -> Result<(), String> {
     if args.batch.is_some() || args.context.is_some() {
@@ -406,6 +441,10 @@ fn forward_cost_only(args: &ForwardArgs, config: &Path) -> Result<(), String> {
         );
     }
     let cfg = model::config::load_config(config).map_err(|e| e.to_string())?;
+    let launcher = Launcher::for_device(&args.device).map_err(|e| e.to_string())?;
+    let vision = images_cost(config, &args.image_size, &launcher)?;
+    let text_len = prompt_len;
+    let prompt_len = prompt_len + vision.as_ref().map_or(0, |v| v.tokens);
     let context = prompt_len
         .checked_add(output_len - 1)
         .ok_or("--prompt-len + --output-len overflows")?;
@@ -416,16 +455,23 @@ fn forward_cost_only(args: &ForwardArgs, config: &Path) -> Result<(), String> {
             ));
         }
     }
-    let launcher = Launcher::for_device(&args.device).map_err(|e| e.to_string())?;
     let clock_ghz = launcher.preset.clock_ghz;
     let precision = args.precision.unwrap_or(Precision::Native);
     let mut r =
         Runner::cost_only_at(cfg, launcher, context, precision).map_err(|e| e.to_string())?;
     apply_impls(&mut r, &args.impls)?;
     r.set_routing(routing).map_err(|e| e.to_string())?;
-    let run = r
+    let mut run = r
         .cost_run(prompt_len, output_len)
         .map_err(|e| e.to_string())?;
+    let language_cycles = run.prefill.total_cycles();
+    if let Some(v) = &vision {
+        // The encoder runs before the language prefill, within TTFT: its operators join the
+        // prefill's breakdown as a layer kind of their own.
+        run.prefill.add(&v.stats);
+        run.prefill_by_kind.insert("vision".into(), v.stats.clone());
+    }
+    let vision_cycles = vision.as_ref().map(|v| v.stats.total_cycles());
     let load = |decode: bool| {
         let loads: Vec<ExpertLoad> = r
             .expert_loads()
@@ -486,6 +532,11 @@ fn forward_cost_only(args: &ForwardArgs, config: &Path) -> Result<(), String> {
             "output_len": output_len,
             "routing": args.routing,
             "ttft_us": ttft,
+            "vision_us": vision_cycles.map(us),
+            "language_prefill_us": us(language_cycles),
+            "text_tokens": text_len,
+            "image_tokens": vision.as_ref().map(|v| v.tokens),
+            "image_grids": vision.as_ref().map(|v| v.grids.clone()),
             "tpot_us": tpot,
             "prefill_tokens_per_s": prompt_len as f64 / (ttft * 1e-6),
             "decode_tokens_per_s": tpot.map(|t| 1e6 / t),
@@ -526,6 +577,17 @@ fn forward_cost_only(args: &ForwardArgs, config: &Path) -> Result<(), String> {
         run.prefill.total_cycles(),
         prompt_len as f64 / (ttft * 1e-6)
     );
+    if let (Some(v), Some(c)) = (&vision, vision_cycles) {
+        println!(
+            "  = vision encoder {:.1} us ({} image(s), {} patches → {} tokens) + language prefill {:.1} us ({text_len} text + {} image tokens)",
+            us(c),
+            v.grids.len(),
+            v.patches,
+            v.tokens,
+            us(language_cycles),
+            v.tokens
+        );
+    }
     println!(
         "peak device memory {:.2} GB of {:.1} GB (the memory plan of one card: weights, KV cache, one step's activations and one layer's workspace)",
         peak.0 / 1e9,
@@ -577,6 +639,11 @@ fn forward_cost_only(args: &ForwardArgs, config: &Path) -> Result<(), String> {
 
 /// `day0 forward`.
 pub fn forward(args: ForwardArgs) -> Result<(), String> {
+    if !args.image_size.is_empty()
+        && (args.config.is_none() || args.batch.is_some() || args.context.is_some())
+    {
+        return Err("--image-size: images are costed in a one-sequence cost-only run of a multimodal config (--config FILE --cost-only, without --batch/--context); numeric runs with images are not supported yet".into());
+    }
     if args.record_routing.is_some() && args.cost_only {
         return Err("--record-routing: a cost-only run has no router output to record; record a numeric run (--model-dir with --tokens)".into());
     }

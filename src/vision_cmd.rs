@@ -34,7 +34,7 @@ pub struct VisionArgs {
 }
 
 /// Parses `WIDTHxHEIGHT`.
-fn parse_size(s: &str) -> Result<(usize, usize), String> {
+pub(crate) fn parse_size(s: &str) -> Result<(usize, usize), String> {
     let (w, h) = s
         .split_once(['x', 'X', '×'])
         .ok_or_else(|| format!("--image-size `{s}`: expected WIDTHxHEIGHT, e.g. 1024x768"))?;

@@ -1105,3 +1105,80 @@ fn vision_costs_the_encoder_of_a_multimodal_config() {
     assert!(!out.status.success());
     assert!(stderr(&out).contains("vision_config"), "{}", stderr(&out));
 }
+
+/// The cost-only forward of the Qwen3-VL-235B configuration with a 1024×1024 image: TTFT is the
+/// vision encoder plus the language prefill (whose prompt includes the image's 1,024 tokens), both
+/// reported, and the prefill's operator breakdown lists the vision kernels.
+#[test]
+fn cost_only_forward_with_an_image_reports_the_vision_encoder_apart() {
+    let config = "model/testdata/qwen3_vl_235b_a22b_config.json";
+    let args = [
+        "forward",
+        "--config",
+        config,
+        "--cost-only",
+        "--prompt-len",
+        "64",
+        "--output-len",
+        "2",
+        "--image-size",
+        "1024x1024",
+        "--json",
+    ];
+    let out = day0(&args);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let (ttft, vision, language) = (
+        v["ttft_us"].as_f64().unwrap(),
+        v["vision_us"].as_f64().unwrap(),
+        v["language_prefill_us"].as_f64().unwrap(),
+    );
+    assert!(vision > 0.0 && language > 0.0);
+    assert!(
+        (ttft - vision - language).abs() <= 1e-6 * ttft,
+        "{ttft} != {vision} + {language}"
+    );
+    assert_eq!(v["image_tokens"], 1024);
+    assert_eq!(v["prompt_len"], 64 + 1024);
+    for op in [
+        "vision.attention",
+        "vision.patch_embed",
+        "vision.merger.fc2",
+    ] {
+        assert!(v["prefill_ops"][op]["cycles"].as_u64().unwrap() > 0, "{op}");
+    }
+    assert!(
+        v["prefill_ops_by_layer_kind"]["vision"]["cycles"]
+            .as_u64()
+            .unwrap()
+            > 0
+    );
+    // Without an image the vision fields are null; a text-only config refuses --image-size.
+    let out = day0(&[
+        "forward",
+        "--config",
+        config,
+        "--cost-only",
+        "--prompt-len",
+        "64",
+        "--output-len",
+        "1",
+        "--json",
+    ]);
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(v["vision_us"].is_null());
+    let out = day0(&[
+        "forward",
+        "--config",
+        "model/testdata/kimi_k2_config.json",
+        "--cost-only",
+        "--prompt-len",
+        "8",
+        "--output-len",
+        "1",
+        "--image-size",
+        "64x64",
+    ]);
+    assert!(!out.status.success());
+    assert!(stderr(&out).contains("vision_config"), "{}", stderr(&out));
+}

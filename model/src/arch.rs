@@ -96,6 +96,7 @@ pub(crate) fn parse(o: &Obj, model_type: &str) -> Result<ModelConfig, ModelError
         "kimi_k2" => deepseek(o, model_type, Family::KimiK2),
         "deepseek_v32" => deepseek(o, model_type, Family::DeepseekV32),
         "qwen3_next" => qwen3_next(o, model_type),
+        "qwen3_vl_moe" => qwen3_vl_moe(o, model_type),
         "kimi_linear" => kimi_linear(o, model_type),
         "day0_hybrid" => hybrid(o, model_type),
         other => Err(ModelError::UnsupportedModelType {
@@ -620,20 +621,7 @@ fn qwen3_next(o: &Obj, model_type: &str) -> Result<ModelConfig, ModelError> {
         None
     };
     let experts = o.req_usize("num_experts")?;
-    let sparse_step = o.usize_or("decoder_sparse_step", 1, &mut w)?;
-    if sparse_step == 0 {
-        return Err(o.invalid("decoder_sparse_step", "must be at least 1"));
-    }
-    let mlp_only = o.opt_usize_list("mlp_only_layers")?.unwrap_or_default();
-    let ffn: Vec<FfnKind> = (0..n_layers)
-        .map(|i| {
-            if !mlp_only.contains(&i) && experts > 0 && (i + 1) % sparse_step == 0 {
-                FfnKind::Moe
-            } else {
-                FfnKind::Dense
-            }
-        })
-        .collect();
+    let ffn = qwen_ffn_layout(o, n_layers, experts, &mut w)?;
     let moe = if experts > 0 {
         let m = MoeDims {
             experts,
@@ -689,6 +677,138 @@ fn qwen3_next(o: &Obj, model_type: &str) -> Result<ModelConfig, ModelError> {
         weight_format,
         warnings: w,
     })
+}
+
+/// Qwen's MoE layout: layer `i` is MoE when experts exist, it is not in `mlp_only_layers` and
+/// `(i + 1)` is a multiple of `decoder_sparse_step`; dense otherwise.
+fn qwen_ffn_layout(
+    o: &Obj,
+    n_layers: usize,
+    experts: usize,
+    w: &mut Vec<ConfigWarning>,
+) -> Result<Vec<FfnKind>, ModelError> {
+    let sparse_step = o.usize_or("decoder_sparse_step", 1, w)?;
+    if sparse_step == 0 {
+        return Err(o.invalid("decoder_sparse_step", "must be at least 1"));
+    }
+    let mlp_only = o.opt_usize_list("mlp_only_layers")?.unwrap_or_default();
+    Ok((0..n_layers)
+        .map(|i| {
+            if !mlp_only.contains(&i) && experts > 0 && (i + 1) % sparse_step == 0 {
+                FfnKind::Moe
+            } else {
+                FfnKind::Dense
+            }
+        })
+        .collect())
+}
+
+/// Qwen3-VL-MoE (transformers `qwen3_vl_moe`): the language model of `text_config`, a Qwen3-MoE —
+/// GQA in every layer with per-head q/k RMSNorm and no output gate, softmax top-k routing always
+/// renormalised (transformers never reads `norm_topk_prob`), no shared expert, interleaved M-RoPE
+/// (`mrope_section`: which frequencies follow the temporal, height and width positions; on text
+/// positions it is plain RoPE, and it costs the same). The vision encoder (`vision_config`) is
+/// read by [`crate::vision`].
+fn qwen3_vl_moe(o: &Obj, model_type: &str) -> Result<ModelConfig, ModelError> {
+    let mut w = Vec::new();
+    o.ignore(HF_IGNORED);
+    o.ignore(&[
+        "vision_config",
+        "image_token_id",
+        "video_token_id",
+        "vision_start_token_id",
+        "vision_end_token_id",
+    ]);
+    let t = o.opt_obj("text_config")?.ok_or_else(|| {
+        o.missing_for(
+            "text_config",
+            "model_type qwen3_vl_moe (its language model)",
+        )
+    })?;
+    common_hf(&t, &mut w)?;
+    t.ignore(&["model_type", "norm_topk_prob"]);
+    let hidden_size = t.req_dim("hidden_size")?;
+    let n_layers = t.req_dim("num_hidden_layers")?;
+    let vocab_size = t.req_dim("vocab_size")?;
+    let heads = t.req_dim("num_attention_heads")?;
+    let kv_heads = t.req_dim("num_key_value_heads")?;
+    if heads % kv_heads != 0 {
+        return Err(t.invalid(
+            "num_key_value_heads",
+            format!("{kv_heads} does not divide num_attention_heads {heads}"),
+        ));
+    }
+    let head_dim = match t.opt_usize("head_dim")? {
+        Some(d) if d > 0 => d,
+        Some(_) => return Err(t.invalid("head_dim", "must be at least 1")),
+        None => hidden_size / heads,
+    };
+    let experts = t.req_usize("num_experts")?;
+    let ffn = qwen_ffn_layout(&t, n_layers, experts, &mut w)?;
+    let moe = if experts > 0 {
+        let m = MoeDims {
+            experts,
+            experts_per_token: t.req_dim("num_experts_per_tok")?,
+            intermediate_size: t.req_dim("moe_intermediate_size")?,
+            shared_experts: 0,
+            shared_intermediate_size: 0,
+            shared_expert_gate: false,
+            router: RouterKind::SoftmaxTopk,
+            n_group: 1,
+            topk_group: 1,
+            norm_topk_prob: true,
+            routed_scaling_factor: 1.0,
+            expert_format: weight_format(&t)?,
+        };
+        check_moe(&t, &m)?;
+        Some(m)
+    } else {
+        None
+    };
+    let dense_mlp = if ffn.contains(&FfnKind::Dense) {
+        Some(DenseMlpDims {
+            intermediate_size: t.req_dim("intermediate_size")?,
+        })
+    } else {
+        t.seen("intermediate_size");
+        None
+    };
+    let weight_format = weight_format(&t)?;
+    let rope = parse_rope(&t, 1.0, &mut w)?;
+    let cfg = ModelConfig {
+        source: o.file.to_string(),
+        model_type: model_type.to_string(),
+        family: Family::Qwen3VlMoe,
+        hidden_size,
+        vocab_size,
+        rms_norm_eps: t.f64_or("rms_norm_eps", 1e-6, &mut w)?,
+        tie_word_embeddings: o.bool_or("tie_word_embeddings", false, &mut w)?,
+        max_position_embeddings: t.opt_usize("max_position_embeddings")?,
+        rope: Some(rope),
+        mla: None,
+        indexer: None,
+        gqa: Some(GqaDims {
+            heads,
+            kv_heads,
+            head_dim,
+            qk_norm: true,
+            output_gate: false,
+        }),
+        linear_attention: None,
+        dense_mlp,
+        moe,
+        layers: ffn
+            .into_iter()
+            .map(|ffn| LayerSpec {
+                attention: AttentionKind::Gqa,
+                ffn,
+            })
+            .collect(),
+        weight_format,
+        warnings: w,
+    };
+    o.adopt(&t);
+    Ok(cfg)
 }
 
 /// The first of several alias keys that is present (Kimi Linear's checkpoints use other names

@@ -14,6 +14,7 @@
 //! | `deepseek_v3`, `kimi_k2` | DeepSeek-V3 (Kimi-K2 uses it) | MLA; dense MLP for the first `first_k_dense_replace`, then MoE |
 //! | `deepseek_v32` | DeepSeek-V3.2 | MLA + DSA indexer (`index_n_heads`, `index_head_dim`, `index_topk`) |
 //! | `qwen3_next` | Qwen3-Next | gated GQA every `full_attention_interval`-th layer, Gated DeltaNet elsewhere (or `layer_types`) |
+//! | `qwen3_vl_moe` | Qwen3-VL-MoE's language model (`text_config`; the vision encoder is [`crate::vision`]) | GQA with q/k norm in every layer; MoE per `decoder_sparse_step` / `mlp_only_layers`, no shared expert |
 //! | `kimi_linear` | Kimi Linear | KDA / MLA (no RoPE) from `linear_attn_config` |
 //! | `day0_hybrid` | day0's own schema (see [`crate::arch`]) | per-layer kind: MLA / sparse-indexed MLA / linear attention; MoE with MXFP4 experts |
 //!
@@ -101,6 +102,7 @@ pub const SUPPORTED_MODEL_TYPES: &[&str] = &[
     "kimi_k2",
     "deepseek_v32",
     "qwen3_next",
+    "qwen3_vl_moe",
     "kimi_linear",
     "day0_hybrid",
 ];
@@ -221,6 +223,8 @@ pub enum Family {
     Qwen3Next,
     /// `kimi_linear`.
     KimiLinear,
+    /// `qwen3_vl_moe`: the language model of Qwen3-VL-MoE (its vision encoder: [`crate::vision`]).
+    Qwen3VlMoe,
     /// `day0_hybrid`, day0's own schema.
     Day0Hybrid,
 }
@@ -234,6 +238,7 @@ impl Family {
             Family::DeepseekV32 => "DeepSeek-V3.2 (MLA + DSA)",
             Family::Qwen3Next => "Qwen3-Next (Gated DeltaNet + gated attention)",
             Family::KimiLinear => "Kimi Linear (KDA + MLA)",
+            Family::Qwen3VlMoe => "Qwen3-VL-MoE (language model; vision encoder: day0 vision)",
             Family::Day0Hybrid => "day0 hybrid",
         }
     }

@@ -545,7 +545,143 @@ pub struct Coverage {
 /// 4096-token context). What `day0 coverage --config FILE` calls.
 pub fn inventory(path: &Path) -> Result<Coverage, ModelError> {
     let cfg = load_config(path)?;
-    Ok(Coverage::of_config(&cfg))
+    let mut c = Coverage::of_config(&cfg);
+    // A multimodal configuration's vision encoder (a bad `vision_config` is the vision command's
+    // error to report; the language model's inventory stands without it).
+    if let Ok(v) = crate::vision::load_vision_config(path) {
+        c.add_vision(&v);
+    }
+    Ok(c)
+}
+
+impl Coverage {
+    /// Adds the vision encoder's operators (`vision.*` rows, `layers` = encoder blocks) and the
+    /// hand-off to the language model: image tokens placed at the prompt's placeholders, DeepStack
+    /// injection, and the text model's multi-axis RoPE tables.
+    pub fn add_vision(&mut self, v: &crate::vision::VisionConfig) {
+        use kernels::attention::varlen::varlen_attention;
+        use kernels::vision::{pos_embed::pos_embed_bilinear, scatter::scatter_rows};
+        let (lin, norm, gelu, rope) = (
+            &kernels::linear::linear_bias::META,
+            &kernels::norm::layernorm::META,
+            &kernels::elementwise::gelu::META,
+            &kernels::rope::rope::META,
+        );
+        let hd = v.head_dim();
+        let attention_covers =
+            kernels::tile_choice::at_least(&varlen_attention::META, "BD", hd).is_some();
+        let depth = v.depth;
+        let mergers = 1 + v.deepstack_visual_indexes.len();
+        let rows: Vec<(&str, usize, Status, Vec<&KernelMeta>, String)> = vec![
+            (
+                "vision.patch_embed",
+                0,
+                Status::Dsl,
+                vec![lin],
+                "Conv3d (kernel = stride) as a GEMM over patch rows".into(),
+            ),
+            (
+                "vision.pos_embed",
+                0,
+                Status::Dsl,
+                vec![&pos_embed_bilinear::META],
+                "learned grid, bilinear to each image".into(),
+            ),
+            (
+                "vision.layernorm",
+                depth,
+                Status::Dsl,
+                vec![norm],
+                String::new(),
+            ),
+            (
+                "vision.qkv_proj_mlp",
+                depth,
+                Status::Dsl,
+                vec![lin],
+                "qkv, proj, fc1, fc2 with bias".into(),
+            ),
+            (
+                "vision.rope_2d",
+                depth,
+                Status::Composite,
+                vec![rope],
+                "the rope kernel on (row, column) tables".into(),
+            ),
+            (
+                "vision.attention",
+                depth,
+                if attention_covers {
+                    Status::Dsl
+                } else {
+                    Status::Missing
+                },
+                vec![&varlen_attention::META],
+                if attention_covers {
+                    "bidirectional within each image (cu_seqlens)".into()
+                } else {
+                    format!("no BD tile covers head_dim {hd}")
+                },
+            ),
+            (
+                "vision.gelu",
+                depth,
+                Status::Dsl,
+                vec![gelu],
+                if v.gelu_tanh { "tanh form" } else { "exact" }.into(),
+            ),
+            (
+                "vision.merger",
+                mergers,
+                Status::Composite,
+                vec![norm, lin, gelu],
+                "LayerNorm, fc1, exact GELU, fc2 over each merged block".into(),
+            ),
+            (
+                "vision.image_tokens",
+                0,
+                Status::Dsl,
+                vec![&scatter_rows::META],
+                "image embeddings written at the placeholder tokens".into(),
+            ),
+            (
+                "vision.deepstack",
+                v.deepstack_visual_indexes.len(),
+                Status::Dsl,
+                vec![&scatter_rows::META],
+                "added to early language layers at image positions".into(),
+            ),
+            (
+                "text.mrope",
+                0,
+                Status::Composite,
+                vec![rope],
+                "the rope kernel on interleaved (t, h, w) tables".into(),
+            ),
+        ];
+        for (op, layers, status, metas, how) in rows {
+            self.rows.push(CoverageRow {
+                op: op.to_string(),
+                layers,
+                calls: layers.max(1),
+                status,
+                kernels: metas.iter().map(|m| m.name.to_string()).collect(),
+                how,
+                details: vec![],
+                example: format!(
+                    "{}x{} patches of {} values, {} heads of {hd}",
+                    v.patch_size,
+                    v.patch_size,
+                    v.patch_values(),
+                    v.num_heads
+                ),
+            });
+        }
+        self.notes.push(format!(
+            "vision encoder: {} blocks, hidden {}, merged {}x{} to {} (day0 vision costs it)",
+            v.depth, v.hidden_size, v.spatial_merge_size, v.spatial_merge_size, v.out_hidden_size
+        ));
+    }
 }
 
 impl Coverage {

@@ -212,3 +212,69 @@ fn bad_images_are_errors_naming_the_file() {
     let e = load_image(&missing, small).unwrap_err().to_string();
     assert!(e.contains("missing.jpg"), "{e}");
 }
+
+/// The language model of the Qwen3-VL-235B configuration parses as a Qwen3-MoE: 94 GQA layers
+/// with q/k norm and no output gate, 128 experts (8 active, softmax top-k renormalised, no shared
+/// expert); 235B parameters in all, about 22B active (the name's "235B-A22B"), vision encoder
+/// aside.
+#[test]
+fn the_235b_language_model_parses() {
+    use model::config::{load_config, AttentionKind, RouterKind};
+    let cfg = load_config(Path::new(CONFIG)).unwrap();
+    assert_eq!(cfg.num_layers(), 94);
+    assert!(cfg.layers.iter().all(|l| l.attention == AttentionKind::Gqa));
+    let g = cfg.gqa.as_ref().unwrap();
+    assert_eq!(
+        (g.heads, g.kv_heads, g.head_dim, g.qk_norm, g.output_gate),
+        (64, 4, 128, true, false)
+    );
+    let m = cfg.moe.as_ref().unwrap();
+    assert_eq!(
+        (
+            m.experts,
+            m.experts_per_token,
+            m.intermediate_size,
+            m.shared_experts
+        ),
+        (128, 8, 1536, 0)
+    );
+    assert_eq!(m.router, RouterKind::SoftmaxTopk);
+    assert!(m.norm_topk_prob);
+    assert_eq!(cfg.rope.as_ref().unwrap().theta, 5e6);
+    let c = model::plan::params::count(&cfg);
+    let (total, active) = (c.total() as f64 / 1e9, c.active() as f64 / 1e9);
+    assert!((233.0..236.0).contains(&total), "total {total}B");
+    assert!((21.0..23.0).contains(&active), "active {active}B");
+    assert!(
+        cfg.warnings
+            .iter()
+            .all(|w| !format!("{w:?}").contains("UnknownField")),
+        "{:?}",
+        cfg.warnings
+    );
+}
+
+/// `day0 coverage` of a multimodal config lists the vision operators with their kernels, and
+/// nothing is missing for Qwen3-VL-235B.
+#[test]
+fn coverage_lists_the_vision_operators() {
+    let c = model::coverage::inventory(Path::new(CONFIG)).unwrap();
+    let row = |op: &str| {
+        c.rows.iter().find(|r| r.op == op).unwrap_or_else(|| {
+            panic!(
+                "no {op} row in {:?}",
+                c.rows.iter().map(|r| &r.op).collect::<Vec<_>>()
+            )
+        })
+    };
+    assert_eq!(row("vision.attention").kernels, ["varlen_attention"]);
+    assert_eq!(row("vision.attention").layers, 27);
+    assert_eq!(row("vision.patch_embed").kernels, ["linear_bias"]);
+    assert_eq!(row("vision.pos_embed").kernels, ["pos_embed_bilinear"]);
+    assert_eq!(row("vision.deepstack").kernels, ["scatter_rows"]);
+    assert_eq!(row("vision.gelu").kernels, ["gelu"]);
+    assert!(c.missing().is_empty(), "{:?}", c.missing());
+    // A text-only model has no vision rows.
+    let k = model::coverage::inventory(Path::new("testdata/kimi_k2_config.json")).unwrap();
+    assert!(k.rows.iter().all(|r| !r.op.starts_with("vision.")));
+}

@@ -331,7 +331,7 @@ fn ffn(
                 Family::DeepseekV3 | Family::KimiK2 | Family::DeepseekV32 | Family::KimiLinear => {
                     true
                 }
-                Family::Qwen3Next => false,
+                Family::Qwen3Next | Family::Qwen3VlMoe => false,
                 Family::Day0Hybrid => moe.router == RouterKind::SigmoidGroupTopk,
             };
             if correction_bias {
