@@ -295,9 +295,96 @@ impl VisionConfig {
     }
 }
 
+/// A run of a multimodal prompt: text tokens, or one image's tokens (its patch grid `[t, h, w]`,
+/// `t·h·w / merge²` tokens).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PromptSpan {
+    /// This many text tokens.
+    Text(usize),
+    /// An image with this patch grid.
+    Image([usize; 3]),
+}
+
+/// The multi-axis RoPE positions `[t, h, w]` of every token of a prompt, as transformers'
+/// Qwen3-VL `get_rope_index` computes them, and the offset later tokens continue from
+/// (`rope_deltas`: the largest position + 1 − the prompt's length; a decode token at index `i`
+/// sits at `i + delta` on all three axes). Text tokens count up on all three axes; an image's
+/// tokens (merged blocks, row-major) sit at `t = start`, `h = start + row`, `w = start + column`,
+/// and the text after it resumes at `start + max(rows, columns)`.
+pub fn mrope_positions(spans: &[PromptSpan], merge: usize) -> (Vec<[usize; 3]>, i64) {
+    let m = merge.max(1);
+    let mut out = Vec::new();
+    let mut pos = 0usize;
+    for span in spans {
+        match *span {
+            PromptSpan::Text(n) => {
+                out.extend((pos..pos + n).map(|p| [p, p, p]));
+                pos += n;
+            }
+            PromptSpan::Image([t, h, w]) => {
+                let (rows, cols) = (h / m, w / m);
+                for ft in 0..t {
+                    for r in 0..rows {
+                        for c in 0..cols {
+                            out.push([pos + ft, pos + r, pos + c]);
+                        }
+                    }
+                }
+                pos += rows.max(cols);
+            }
+        }
+    }
+    let max = out
+        .iter()
+        .flat_map(|p| p.iter())
+        .copied()
+        .max()
+        .map_or(-1, |v| v as i64);
+    let delta = max + 1 - out.len() as i64;
+    (out, delta)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn mrope_positions_match_transformers() {
+        // transformers 5.25 `Qwen3VLMoeModel.get_rope_index` on text 3, an image of 4×6 patches,
+        // text 2, an image of 6×2 patches, text 1 (merge 2).
+        let spans = [
+            PromptSpan::Text(3),
+            PromptSpan::Image([1, 4, 6]),
+            PromptSpan::Text(2),
+            PromptSpan::Image([1, 6, 2]),
+            PromptSpan::Text(1),
+        ];
+        let (pos, delta) = mrope_positions(&spans, 2);
+        let want = [
+            [0, 0, 0],
+            [1, 1, 1],
+            [2, 2, 2],
+            [3, 3, 3],
+            [3, 3, 4],
+            [3, 3, 5],
+            [3, 4, 3],
+            [3, 4, 4],
+            [3, 4, 5],
+            [6, 6, 6],
+            [7, 7, 7],
+            [8, 8, 8],
+            [8, 9, 8],
+            [8, 10, 8],
+            [11, 11, 11],
+        ];
+        assert_eq!(pos, want);
+        assert_eq!(delta, -3);
+        // Text alone: plain positions, no offset.
+        assert_eq!(
+            mrope_positions(&[PromptSpan::Text(4)], 2),
+            (vec![[0, 0, 0], [1, 1, 1], [2, 2, 2], [3, 3, 3]], 0)
+        );
+    }
 
     #[test]
     fn smart_resize_matches_transformers() {
