@@ -1091,7 +1091,7 @@ fn vision_costs_the_encoder_of_a_multimodal_config() {
     }
     // Image files go through the checkpoint's processor: the tiny encoder's 56x40 test image is
     // 14x10 patches of 4 pixels.
-    let tiny = "model/testdata/tiny/qwen3_vl_moe_vision";
+    let tiny = "model/testdata/vision/qwen3_vl_moe_tiny";
     let image = format!("{tiny}/image_a.png");
     let out = day0(&["vision", "--config", tiny, "--image", &image, "--json"]);
     assert!(out.status.success(), "{}", stderr(&out));

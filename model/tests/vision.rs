@@ -113,7 +113,7 @@ fn encoding_two_images_costs_every_operator_and_keeps_physics() {
 fn tiny_encoder_matches_transformers() {
     use model::forward::vision::{encode_functional, VisionWeights};
     use model::weights::Checkpoint;
-    let dir = Path::new("testdata/tiny/qwen3_vl_moe_vision");
+    let dir = Path::new("testdata/vision/qwen3_vl_moe_tiny");
     let cfg = load_vision_config(dir).unwrap();
     let ckpt = Checkpoint::open_file(&dir.join("golden.safetensors")).unwrap();
     let weights = VisionWeights::load(&ckpt, &cfg, "model.visual.").unwrap();
@@ -159,7 +159,7 @@ fn tiny_encoder_matches_transformers() {
 fn processor_matches_transformers_on_the_test_images() {
     use model::vision::processor::{load_image, preprocess, ProcessorConfig};
     use model::weights::Checkpoint;
-    let dir = Path::new("testdata/tiny/qwen3_vl_moe_vision");
+    let dir = Path::new("testdata/vision/qwen3_vl_moe_tiny");
     let cfg = load_vision_config(dir).unwrap();
     let p = ProcessorConfig::load(dir, &cfg).unwrap();
     assert_eq!(p.limits.min_pixels, 256);
@@ -202,7 +202,7 @@ fn bad_images_are_errors_naming_the_file() {
     };
     let e = load_image(&text, small).unwrap_err().to_string();
     assert!(e.contains("notes.png") && e.contains("PNG or JPEG"), "{e}");
-    let big = Path::new("testdata/tiny/qwen3_vl_moe_vision/image_a.png");
+    let big = Path::new("testdata/vision/qwen3_vl_moe_tiny/image_a.png");
     let e = load_image(big, small).unwrap_err().to_string();
     assert!(
         e.contains("image_a.png") && e.contains("max_pixels 1000"),

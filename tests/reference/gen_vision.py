@@ -4,7 +4,7 @@
 Builds transformers' `Qwen3VLMoeVisionModel` from a tiny `vision_config` in float32 with random
 weights (every parameter drawn, LayerNorm scales around 1, so biases and affine norms are all
 exercised), runs it on random pixel rows of two images of different patch grids, and writes
-`model/testdata/tiny/qwen3_vl_moe_vision/`:
+`model/testdata/vision/qwen3_vl_moe_tiny/`:
 
 - `config.json`: `{"model_type": "qwen3_vl_moe", "vision_config": {...}}` as transformers writes
   the vision config;
@@ -30,7 +30,7 @@ import transformers
 from safetensors.torch import save_file
 
 SEED = 17
-OUT = os.path.join(os.path.dirname(__file__), "..", "..", "model", "testdata", "tiny", "qwen3_vl_moe_vision")
+OUT = os.path.join(os.path.dirname(__file__), "..", "..", "model", "testdata", "vision", "qwen3_vl_moe_tiny")
 
 VISION = dict(
     depth=3,
