@@ -526,6 +526,7 @@ fn deepseek(o: &Obj, model_type: &str, family: Family) -> Result<ModelConfig, Mo
         layers,
         weight_format,
         warnings: w,
+        vision: None,
     })
 }
 
@@ -676,6 +677,7 @@ fn qwen3_next(o: &Obj, model_type: &str) -> Result<ModelConfig, ModelError> {
         layers,
         weight_format,
         warnings: w,
+        vision: None,
     })
 }
 
@@ -713,7 +715,6 @@ fn qwen3_vl_moe(o: &Obj, model_type: &str) -> Result<ModelConfig, ModelError> {
     let mut w = Vec::new();
     o.ignore(HF_IGNORED);
     o.ignore(&[
-        "vision_config",
         "image_token_id",
         "video_token_id",
         "vision_start_token_id",
@@ -743,7 +744,15 @@ fn qwen3_vl_moe(o: &Obj, model_type: &str) -> Result<ModelConfig, ModelError> {
         Some(_) => return Err(t.invalid("head_dim", "must be at least 1")),
         None => hidden_size / heads,
     };
-    let experts = t.req_usize("num_experts")?;
+    // transformers 5 writes `num_local_experts` (its attribute map's name), 4.57 `num_experts`.
+    let experts = first_usize(&t, &["num_experts", "num_local_experts"])?
+        .ok_or_else(|| t.missing_for("num_experts", "model_type qwen3_vl_moe"))?;
+    t.ignore(&[
+        "output_router_logits",
+        "router_aux_loss_coef",
+        "sliding_window",
+        "tie_word_embeddings",
+    ]);
     let ffn = qwen_ffn_layout(&t, n_layers, experts, &mut w)?;
     let moe = if experts > 0 {
         let m = MoeDims {
@@ -775,6 +784,16 @@ fn qwen3_vl_moe(o: &Obj, model_type: &str) -> Result<ModelConfig, ModelError> {
     };
     let weight_format = weight_format(&t)?;
     let rope = parse_rope(&t, 1.0, &mut w)?;
+    // The vision encoder: its fields are checked where they are read; the rest (initializers,
+    // the vision model_type) change nothing.
+    let vision = match o.opt_obj("vision_config")? {
+        Some(v) => {
+            let vc = crate::vision::vision_from_obj(&v)?;
+            v.ignore_rest();
+            Some(vc)
+        }
+        None => None,
+    };
     let cfg = ModelConfig {
         source: o.file.to_string(),
         model_type: model_type.to_string(),
@@ -806,6 +825,7 @@ fn qwen3_vl_moe(o: &Obj, model_type: &str) -> Result<ModelConfig, ModelError> {
             .collect(),
         weight_format,
         warnings: w,
+        vision,
     };
     o.adopt(&t);
     Ok(cfg)
@@ -1028,6 +1048,7 @@ fn kimi_linear(o: &Obj, model_type: &str) -> Result<ModelConfig, ModelError> {
         layers,
         weight_format,
         warnings: w,
+        vision: None,
     })
 }
 
@@ -1263,5 +1284,6 @@ fn hybrid(o: &Obj, model_type: &str) -> Result<ModelConfig, ModelError> {
         layers,
         weight_format: weight_format(o)?,
         warnings: w,
+        vision: None,
     })
 }

@@ -230,6 +230,15 @@ pub enum Family {
 }
 
 impl Family {
+    /// The prefix of the language model's tensor names: `model.`, or `model.language_model.` for
+    /// a multimodal checkpoint whose `model` also holds the vision encoder (`model.visual.`).
+    pub fn tensor_prefix(self) -> &'static str {
+        match self {
+            Family::Qwen3VlMoe => "model.language_model.",
+            _ => "model.",
+        }
+    }
+
     /// A human name for tables.
     pub fn display_name(self) -> &'static str {
         match self {
@@ -605,6 +614,8 @@ pub struct ModelConfig {
     pub weight_format: WeightFormat,
     /// Unknown fields, defaults applied, fields ignored.
     pub warnings: Vec<ConfigWarning>,
+    /// The vision encoder of a multimodal model (`vision_config`), read by [`crate::vision`].
+    pub vision: Option<crate::vision::VisionConfig>,
 }
 
 impl ModelConfig {

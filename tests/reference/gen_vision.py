@@ -20,6 +20,7 @@ Deterministic: one CPU thread, fixed seed. Needs torch and transformers (>= 4.57
 """
 
 import json
+import math
 import os
 import platform
 import shlex
@@ -152,5 +153,128 @@ def main():
     print(f"wrote {OUT}: {n} patches -> tokens {tuple(tokens.shape)}, {len(deepstack)} deepstack features")
 
 
+
+
+# ---------------------------------------------------------------------------------------------
+# The language model of a tiny Qwen3-VL-MoE checkpoint, text-only prompt (issue #17 item 3's first
+# half): a whole `save_pretrained` checkpoint under model/testdata/tiny/qwen3_vl_moe with the
+# golden format of gen_models.py (input_ids, logits, hidden_states.{i}, last_hidden_state,
+# generated, decode_logits), so model/tests/forward_golden.rs checks it like the others.
+
+TEXT = dict(
+    vocab_size=256,
+    hidden_size=64,
+    intermediate_size=96,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    head_dim=16,
+    moe_intermediate_size=32,
+    num_experts=8,
+    num_experts_per_tok=2,
+    max_position_embeddings=256,
+    rms_norm_eps=1e-6,
+    rope_theta=10000.0,
+    # 8 frequencies per head: T H W T H W T T (interleaved, sections 4 / 2 / 2).
+    rope_scaling={"rope_type": "default", "mrope_section": [4, 2, 2], "mrope_interleaved": True},
+)
+TEXT_SEED = 23
+PROMPT_LEN = 24
+NEW_TOKENS = 16
+MIN_MARGIN = 1e-4
+TEXT_OUT = os.path.join(os.path.dirname(__file__), "..", "..", "model", "testdata", "tiny", "qwen3_vl_moe")
+
+
+def write_text_model():
+    from transformers import GenerationConfig
+    from transformers.models.qwen3_vl_moe import configuration_qwen3_vl_moe as conf
+    from transformers.models.qwen3_vl_moe import modeling_qwen3_vl_moe as modeling
+
+    torch.manual_seed(TEXT_SEED)
+    config = conf.Qwen3VLMoeConfig(text_config=TEXT, vision_config=VISION, tie_word_embeddings=False)
+    model = modeling.Qwen3VLMoeForConditionalGeneration(config).eval()
+    model.set_attn_implementation("eager")
+    gen = torch.Generator().manual_seed(TEXT_SEED)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            r = torch.randn(p.shape, generator=gen, dtype=torch.float32)
+            if "norm" in name and name.endswith("weight"):
+                p.copy_(1.0 + 0.1 * r)
+            elif name.endswith("bias"):
+                p.copy_(0.1 * r)
+            elif "embed_tokens" in name:
+                p.copy_(r)
+            else:
+                # [out, in] linears and the fused experts [E, 2I, H] / [E, H, I]: 1/sqrt(fan_in).
+                p.copy_(r / math.sqrt(p.shape[-1]))
+    lm = model.model.language_model
+    prompt = torch.randint(0, TEXT["vocab_size"], (PROMPT_LEN,), generator=torch.Generator().manual_seed(TEXT_SEED + 1000))
+
+    captured, margins = {}, []
+
+    def keep(i):
+        def hook(module, args, output):
+            captured[i] = (output[0] if isinstance(output, tuple) else output)[0].clone()
+
+        return hook
+
+    def router_margin(module, args):
+        x = args[0].reshape(-1, args[0].shape[-1])
+        probs = torch.softmax((x @ module.weight.T).double(), dim=-1)
+        top = torch.sort(probs, dim=-1, descending=True).values
+        k = TEXT["num_experts_per_tok"]
+        margins.append(float((top[:, k - 1] - top[:, k]).min()))
+
+    hooks = [lm.embed_tokens.register_forward_hook(keep(0))]
+    hooks += [layer.register_forward_hook(keep(i + 1)) for i, layer in enumerate(lm.layers)]
+    hooks += [layer.mlp.gate.register_forward_pre_hook(router_margin) for layer in lm.layers]
+    with torch.no_grad():
+        out = model(input_ids=prompt[None], use_cache=False, output_hidden_states=True)
+    for h in hooks:
+        h.remove()
+    layers = len(lm.layers)
+    hidden = [captured[i] for i in range(layers + 1)]
+    last_normed = lm.norm(hidden[-1][None])[0]
+    model.generation_config = GenerationConfig(
+        max_new_tokens=NEW_TOKENS, do_sample=False, pad_token_id=0, use_cache=True,
+        output_logits=True, return_dict_in_generate=True,
+    )
+    with torch.no_grad():
+        g = model.generate(input_ids=prompt[None], attention_mask=torch.ones(1, PROMPT_LEN, dtype=torch.long))
+    generated = g.sequences[0, PROMPT_LEN:]
+    decode_logits = torch.stack([step[0] for step in g.logits])
+    assert torch.equal(decode_logits.argmax(-1), generated)
+    assert len(set(generated.tolist())) > 1, f"degenerate generation {generated.tolist()}"
+    full = torch.cat((prompt, generated[:-1]))
+    with torch.no_grad():
+        ref = model(input_ids=full[None], use_cache=False).logits[0, PROMPT_LEN - 1 :]
+    rel = float((ref - decode_logits).abs().max() / ref.abs().max())
+    assert rel < 1e-4, f"decode logits differ from a cache-free forward by {rel}"
+    assert min(margins) > MIN_MARGIN, f"router top-k margin {min(margins)} too close to a tie"
+
+    os.makedirs(TEXT_OUT, exist_ok=True)
+    model.save_pretrained(TEXT_OUT)
+    tensors = {
+        "input_ids": prompt.to(torch.int64).contiguous(),
+        "logits": out.logits[0].contiguous(),
+        "last_hidden_state": last_normed.contiguous(),
+        "generated": generated.to(torch.int64).contiguous(),
+        "decode_logits": decode_logits.contiguous(),
+    }
+    for i, h in enumerate(hidden):
+        tensors[f"hidden_states.{i}"] = h.contiguous()
+    provenance = {
+        "script": "tests/reference/gen_vision.py",
+        "seed": TEXT_SEED,
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+        "router_margin": min(margins),
+        "decode_vs_full": rel,
+    }
+    save_file(tensors, os.path.join(TEXT_OUT, "golden.safetensors"), metadata={"provenance": json.dumps(provenance)})
+    print(f"wrote {TEXT_OUT}: prompt {PROMPT_LEN}, generated {generated.tolist()}, router margin {min(margins):.3g}")
+
+
 if __name__ == "__main__":
     main()
+    write_text_model()

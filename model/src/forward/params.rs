@@ -592,14 +592,15 @@ impl ModelWeights {
                 .map_or(Format::Bf16, |m| stored(&m.expert_format)),
         };
         let (h, v) = (cfg.hidden_size, cfg.vocab_size);
-        let embed = ld.get("model.embed_tokens.weight", &[v, h])?;
+        let m = cfg.family.tensor_prefix();
+        let embed = ld.get(&format!("{m}embed_tokens.weight"), &[v, h])?;
         // Qwen3-Next stores its RMSNorm weights as offsets from 1.
         let one_plus = cfg.family == crate::config::Family::Qwen3Next;
         // The FFN module's name (`mlp`, Kimi Linear's `block_sparse_moe`).
         let (ffn_module, _) = crate::weights::names::ffn_names(cfg.family);
         let mut layers = Vec::with_capacity(cfg.layers.len());
         for (l, spec) in cfg.layers.iter().enumerate() {
-            let p = format!("model.layers.{l}");
+            let p = format!("{m}layers.{l}");
             let attn = match &spec.attention {
                 AttentionKind::Mla | AttentionKind::SparseMla => {
                     AttnWeights::Mla(mla(&ld, cfg, &format!("{p}.self_attn"))?)
@@ -651,14 +652,14 @@ impl ModelWeights {
             });
         }
         let lm_head = if !ld.has("lm_head.weight") && cfg.tie_word_embeddings {
-            ld.plain("model.embed_tokens.weight", &[v, h])?
+            ld.plain(&format!("{m}embed_tokens.weight"), &[v, h])?
         } else {
             ld.plain("lm_head.weight", &[v, h])?
         };
         Ok(ModelWeights {
             embed,
             layers,
-            final_norm: ld.norm("model.norm.weight", h, one_plus)?,
+            final_norm: ld.norm(&format!("{m}norm.weight"), h, one_plus)?,
             lm_head,
         })
     }

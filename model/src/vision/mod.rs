@@ -74,6 +74,56 @@ impl VisionConfig {
         (self.num_position_embeddings as f64).sqrt().round() as usize
     }
 
+    /// Every tensor of the encoder, name (after `prefix`, `model.visual.` in Qwen3-VL
+    /// checkpoints) and shape, as transformers names them: what weight verification expects.
+    pub fn tensor_shapes(&self, prefix: &str) -> Vec<(String, Vec<usize>)> {
+        let (h, i, m) = (
+            self.hidden_size,
+            self.intermediate_size,
+            self.merged_width(),
+        );
+        let mut out = Vec::new();
+        let mut linear = |name: String, o: usize, i: usize| {
+            out.push((format!("{prefix}{name}.weight"), vec![o, i]));
+            out.push((format!("{prefix}{name}.bias"), vec![o]));
+        };
+        let (c, t, p) = (self.in_channels, self.temporal_patch_size, self.patch_size);
+        for b in 0..self.depth {
+            linear(format!("blocks.{b}.attn.qkv"), 3 * h, h);
+            linear(format!("blocks.{b}.attn.proj"), h, h);
+            linear(format!("blocks.{b}.mlp.linear_fc1"), i, h);
+            linear(format!("blocks.{b}.mlp.linear_fc2"), h, i);
+        }
+        let mergers = std::iter::once(("merger".to_string(), h)).chain(
+            (0..self.deepstack_visual_indexes.len())
+                .map(|j| (format!("deepstack_merger_list.{j}"), m)),
+        );
+        let mut norms = Vec::new();
+        for (name, norm) in mergers {
+            linear(format!("{name}.linear_fc1"), m, m);
+            linear(format!("{name}.linear_fc2"), self.out_hidden_size, m);
+            norms.push((format!("{name}.norm"), norm));
+        }
+        for b in 0..self.depth {
+            norms.push((format!("blocks.{b}.norm1"), h));
+            norms.push((format!("blocks.{b}.norm2"), h));
+        }
+        for (name, n) in norms {
+            out.push((format!("{prefix}{name}.weight"), vec![n]));
+            out.push((format!("{prefix}{name}.bias"), vec![n]));
+        }
+        out.push((
+            format!("{prefix}patch_embed.proj.weight"),
+            vec![h, c, t, p, p],
+        ));
+        out.push((format!("{prefix}patch_embed.proj.bias"), vec![h]));
+        out.push((
+            format!("{prefix}pos_embed.weight"),
+            vec![self.num_position_embeddings, h],
+        ));
+        out
+    }
+
     /// Encoder parameters: patch embedding, position table, blocks, the merger and the DeepStack
     /// mergers.
     pub fn params(&self) -> u64 {
@@ -142,27 +192,29 @@ pub fn parse_vision_config(text: &str, file: &str) -> Result<VisionConfig, Visio
             field: "vision_config".into(),
             needed_by: "a vision encoder (a multimodal model's config.json holds one)".into(),
         })?;
+    Ok(vision_from_obj(&v)?)
+}
+
+/// The vision encoder from a `vision_config` object being read (also what the `qwen3_vl_moe`
+/// parser keeps in [`crate::config::ModelConfig::vision`]).
+pub(crate) fn vision_from_obj(v: &Obj) -> Result<VisionConfig, ModelError> {
     let hidden_size = v.req_dim("hidden_size")?;
     let num_heads = v.req_dim("num_heads")?;
     if hidden_size % num_heads != 0 || (hidden_size / num_heads) % 2 != 0 {
-        return Err(v
-            .invalid(
-                "num_heads",
-                "must divide hidden_size into heads of an even width (2D rotary pairs)",
-            )
-            .into());
+        return Err(v.invalid(
+            "num_heads",
+            "must divide hidden_size into heads of an even width (2D rotary pairs)",
+        ));
     }
     let act = v.opt_str("hidden_act")?.unwrap_or("gelu_pytorch_tanh");
     let gelu_tanh = match act {
         "gelu_pytorch_tanh" | "gelu_new" | "gelu_fast" => true,
         "gelu" => false,
         _ => {
-            return Err(v
-                .invalid(
-                    "hidden_act",
-                    "day0's vision MLP runs gelu or gelu_pytorch_tanh",
-                )
-                .into())
+            return Err(v.invalid(
+                "hidden_act",
+                "day0's vision MLP runs gelu or gelu_pytorch_tanh",
+            ))
         }
     };
     let cfg = VisionConfig {
@@ -187,27 +239,23 @@ pub fn parse_vision_config(text: &str, file: &str) -> Result<VisionConfig, Visio
     };
     let side = cfg.pos_embed_side();
     if side * side != cfg.num_position_embeddings {
-        return Err(v
-            .invalid(
-                "num_position_embeddings",
-                "must be a square (a grid of learned positions)",
-            )
-            .into());
+        return Err(v.invalid(
+            "num_position_embeddings",
+            "must be a square (a grid of learned positions)",
+        ));
     }
     if let Some(bad) = cfg
         .deepstack_visual_indexes
         .iter()
         .find(|i| **i >= cfg.depth)
     {
-        return Err(v
-            .invalid(
-                "deepstack_visual_indexes",
-                format!(
-                    "names block {bad}, but the encoder has {} blocks",
-                    cfg.depth
-                ),
-            )
-            .into());
+        return Err(v.invalid(
+            "deepstack_visual_indexes",
+            format!(
+                "names block {bad}, but the encoder has {} blocks",
+                cfg.depth
+            ),
+        ));
     }
     Ok(cfg)
 }

@@ -11,6 +11,7 @@
 //! | `deepseek_v3`, `kimi_k2` | `self_attn.{q_a_proj, q_a_layernorm, q_b_proj}` (or `q_proj` when `q_lora_rank` is null), `kv_a_proj_with_mqa`, `kv_a_layernorm`, `kv_b_proj`, `o_proj` | dense `mlp.{gate,up,down}_proj`; MoE `mlp.gate.weight`, `mlp.gate.e_score_correction_bias`, `mlp.experts.{e}.{gate,up,down}_proj`, `mlp.shared_experts.*` |
 //! | `deepseek_v32` | as V3, plus `self_attn.indexer.{wq_b, wk, k_norm (weight, bias), weights_proj}` | as V3 |
 //! | `qwen3_next` | full: `self_attn.{q_proj (query + gate), k_proj, v_proj, o_proj, q_norm, k_norm}`; linear: `linear_attn.{in_proj_qkvz, in_proj_ba, conv1d, dt_bias, A_log, norm, out_proj}` | `mlp.gate`, `mlp.experts.{e}.*`, `mlp.shared_expert.*`, `mlp.shared_expert_gate` |
+//! | `qwen3_vl_moe` | `model.language_model.layers.N.self_attn.{q_proj, k_proj, v_proj, o_proj, q_norm, k_norm}` (every name under `model.language_model.`; the vision encoder's under `model.visual.`, [`crate::vision::VisionConfig::tensor_shapes`]) | `mlp.gate`, fused `mlp.experts.{gate_up_proj, down_proj}` |
 //! | `kimi_linear` | MLA as V3; KDA: `self_attn.{q,k,v}_proj`, `{q,k,v}_conv1d`, `f_a_proj`, `f_b_proj`, `dt_bias`, `A_log`, `b_proj`, `g_a_proj`, `g_b_proj`, `o_norm`, `o_proj` | `block_sparse_moe.*`, experts `w1` (gate), `w3` (up), `w2` (down) |
 //!
 //! Every model also has `model.embed_tokens.weight`, `model.norm.weight`, per layer
@@ -109,7 +110,7 @@ pub fn expert_banks(cfg: &ModelConfig) -> Vec<ExpertBank> {
         .filter(|(_, l)| l.ffn == FfnKind::Moe)
         .map(|(i, _)| ExpertBank {
             layer: i,
-            prefix: format!("model.layers.{i}.{ffn}.experts"),
+            prefix: format!("{}layers.{i}.{ffn}.experts", cfg.family.tensor_prefix()),
             experts: moe.experts,
             hidden: cfg.hidden_size,
             intermediate: moe.intermediate_size,
@@ -137,13 +138,14 @@ pub(crate) fn ffn_names(family: Family) -> (&'static str, [&'static str; 3]) {
 /// Everything a model needs, expert banks left as [`Part::Bank`].
 pub(crate) fn expected_parts(cfg: &ModelConfig) -> Vec<Part> {
     let h = cfg.hidden_size;
+    let m = cfg.family.tensor_prefix();
     let mut out = vec![Part::Tensor(ExpectedTensor::float(
-        "model.embed_tokens.weight".into(),
+        format!("{m}embed_tokens.weight"),
         vec![cfg.vocab_size, h],
     ))];
     let mut bank = 0;
     for (l, spec) in cfg.layers.iter().enumerate() {
-        let p = format!("model.layers.{l}");
+        let p = format!("{m}layers.{l}");
         let mut push = |name: String, shape: Vec<usize>| {
             out.push(Part::Tensor(ExpectedTensor::float(name, shape)))
         };
@@ -156,8 +158,13 @@ pub(crate) fn expected_parts(cfg: &ModelConfig) -> Vec<Part> {
             bank += 1;
         }
     }
+    if let Some(v) = &cfg.vision {
+        for (name, shape) in v.tensor_shapes("model.visual.") {
+            out.push(Part::Tensor(ExpectedTensor::float(name, shape)));
+        }
+    }
     out.push(Part::Tensor(ExpectedTensor::float(
-        "model.norm.weight".into(),
+        format!("{m}norm.weight"),
         vec![h],
     )));
     out.push(Part::Tensor(ExpectedTensor {

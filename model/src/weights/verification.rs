@@ -51,16 +51,20 @@ impl VerifyReport {
     }
 }
 
-/// `model.layers.N` of a name, if it has one.
+/// `model.layers.N` (or a multimodal checkpoint's `model.language_model.layers.N`) of a name, if
+/// it has one.
 fn layer_prefix(name: &str) -> Option<&str> {
-    let rest = name.strip_prefix("model.layers.")?;
+    let head = ["model.layers.", "model.language_model.layers."]
+        .into_iter()
+        .find(|h| name.starts_with(h))?;
+    let rest = &name[head.len()..];
     let digits = rest
         .find(|c: char| !c.is_ascii_digit())
         .unwrap_or(rest.len());
     if digits == 0 {
         return None;
     }
-    Some(&name[.."model.layers.".len() + digits])
+    Some(&name[..head.len() + digits])
 }
 
 /// Compares a checkpoint with the tensors `cfg` needs: every missing tensor, every shape and
