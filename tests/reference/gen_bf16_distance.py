@@ -9,8 +9,11 @@ golden's prompt cache-free with hidden-state hooks exactly as `gen_models.py` do
 `logits`), the relative L2 distance ||bf16 - f32|| / ||f32|| over all positions, plus the versions
 used. The Rust test (`model/tests/native_precision.rs`) reads only the JSON: no Python at test time.
 
-Run: /path/to/venv/bin/python tests/reference/gen_bf16_distance.py
+Run: /path/to/venv/bin/python tests/reference/gen_bf16_distance.py [NAME ...]
 (the venv needs torch and transformers; the committed file was made with the versions it records).
+With names, only those checkpoints are (re)measured and merged into the existing file, their
+versions recorded under `provenance.by_checkpoint` (`qwen3_vl_moe` was added that way, with
+transformers 5.25.0, without re-measuring the others).
 """
 
 import json
@@ -26,7 +29,9 @@ ROOT = os.path.join(os.path.dirname(__file__), "..", "..", "model", "testdata", 
 
 
 def hidden_and_logits(model, prompt):
-    layers = model.model.layers
+    # A multimodal model's language model sits one level down (Qwen3-VL-MoE).
+    lm = getattr(model.model, "language_model", model.model)
+    layers = lm.layers
     captured = {}
 
     def keep(i):
@@ -35,7 +40,7 @@ def hidden_and_logits(model, prompt):
 
         return hook
 
-    hooks = [model.model.embed_tokens.register_forward_hook(keep(0))]
+    hooks = [lm.embed_tokens.register_forward_hook(keep(0))]
     hooks += [layer.register_forward_hook(keep(i + 1)) for i, layer in enumerate(layers)]
     with torch.no_grad():
         out = model(prompt[None], use_cache=False)
@@ -56,7 +61,17 @@ def main():
         },
         "checkpoints": {},
     }
+    only = sys.argv[1:]
+    out = os.path.join(ROOT, "bf16_distance.json")
+    if only:
+        with open(out) as f:
+            result = json.load(f)
+        by = result["provenance"].setdefault("by_checkpoint", {})
+        for name in only:
+            by[name] = {"torch": torch.__version__, "transformers": transformers.__version__}
     for name in sorted(os.listdir(ROOT)):
+        if only and name not in only:
+            continue
         d = os.path.join(ROOT, name)
         golden = os.path.join(d, "golden.safetensors")
         if not os.path.exists(golden):
@@ -66,7 +81,14 @@ def main():
         # Eager attention and experts, as the f32 goldens were made (gen_models.py).
         kw = dict(torch_dtype=torch.bfloat16, attn_implementation="eager", experts_implementation="eager")
         try:
-            model = AutoModelForCausalLM.from_pretrained(d, **kw)
+            with open(os.path.join(d, "config.json")) as f:
+                model_type = json.load(f)["model_type"]
+            if model_type == "qwen3_vl_moe":
+                from transformers import Qwen3VLMoeForConditionalGeneration
+
+                model = Qwen3VLMoeForConditionalGeneration.from_pretrained(d, **kw)
+            else:
+                model = AutoModelForCausalLM.from_pretrained(d, **kw)
         except ValueError:
             # Kimi-K2 (`kimi_k2`) is DeepSeek-V3's architecture; gen_models.py builds it that way.
             model = DeepseekV3ForCausalLM.from_pretrained(d, **kw)
@@ -78,7 +100,6 @@ def main():
             dist[k] = float((v - r).norm() / r.norm().clamp_min(1e-30))
         result["checkpoints"][name] = dist
         print(name, f"logits {dist['logits']:.3e}", file=sys.stderr)
-    out = os.path.join(ROOT, "bf16_distance.json")
     with open(out, "w") as f:
         json.dump(result, f, indent=1, sort_keys=True)
         f.write("\n")
