@@ -572,14 +572,7 @@ fn qwen3_next(o: &Obj, model_type: &str) -> Result<ModelConfig, ModelError> {
         }
     };
     let gqa = if attention.contains(&AttentionKind::Gqa) {
-        let heads = o.req_dim("num_attention_heads")?;
-        let kv_heads = o.req_dim("num_key_value_heads")?;
-        if heads % kv_heads != 0 {
-            return Err(o.invalid(
-                "num_key_value_heads",
-                format!("{kv_heads} does not divide num_attention_heads {heads}"),
-            ));
-        }
+        let (heads, kv_heads) = gqa_heads(o)?;
         Some(GqaDims {
             heads,
             kv_heads,
@@ -643,14 +636,7 @@ fn qwen3_next(o: &Obj, model_type: &str) -> Result<ModelConfig, ModelError> {
     } else {
         None
     };
-    let dense_mlp = if ffn.contains(&FfnKind::Dense) {
-        Some(DenseMlpDims {
-            intermediate_size: o.req_dim("intermediate_size")?,
-        })
-    } else {
-        o.seen("intermediate_size");
-        None
-    };
+    let dense_mlp = dense_mlp_dims(o, &ffn)?;
     let weight_format = weight_format(o)?;
     let rope = parse_rope(o, 0.25, &mut w)?;
     let layers = attention
@@ -679,6 +665,32 @@ fn qwen3_next(o: &Obj, model_type: &str) -> Result<ModelConfig, ModelError> {
         warnings: w,
         vision: None,
     })
+}
+
+/// `num_attention_heads` and `num_key_value_heads`, the latter dividing the former.
+fn gqa_heads(o: &Obj) -> Result<(usize, usize), ModelError> {
+    let heads = o.req_dim("num_attention_heads")?;
+    let kv_heads = o.req_dim("num_key_value_heads")?;
+    if heads % kv_heads != 0 {
+        return Err(o.invalid(
+            "num_key_value_heads",
+            format!("{kv_heads} does not divide num_attention_heads {heads}"),
+        ));
+    }
+    Ok((heads, kv_heads))
+}
+
+/// The dense MLP's width when some layer is dense (`intermediate_size`), else `None` with the
+/// field marked as read.
+fn dense_mlp_dims(o: &Obj, ffn: &[FfnKind]) -> Result<Option<DenseMlpDims>, ModelError> {
+    if ffn.contains(&FfnKind::Dense) {
+        Ok(Some(DenseMlpDims {
+            intermediate_size: o.req_dim("intermediate_size")?,
+        }))
+    } else {
+        o.seen("intermediate_size");
+        Ok(None)
+    }
 }
 
 /// Qwen's MoE layout: layer `i` is MoE when experts exist, it is not in `mlp_only_layers` and
@@ -731,14 +743,7 @@ fn qwen3_vl_moe(o: &Obj, model_type: &str) -> Result<ModelConfig, ModelError> {
     let hidden_size = t.req_dim("hidden_size")?;
     let n_layers = t.req_dim("num_hidden_layers")?;
     let vocab_size = t.req_dim("vocab_size")?;
-    let heads = t.req_dim("num_attention_heads")?;
-    let kv_heads = t.req_dim("num_key_value_heads")?;
-    if heads % kv_heads != 0 {
-        return Err(t.invalid(
-            "num_key_value_heads",
-            format!("{kv_heads} does not divide num_attention_heads {heads}"),
-        ));
-    }
+    let (heads, kv_heads) = gqa_heads(&t)?;
     let head_dim = match t.opt_usize("head_dim")? {
         Some(d) if d > 0 => d,
         Some(_) => return Err(t.invalid("head_dim", "must be at least 1")),
@@ -774,14 +779,7 @@ fn qwen3_vl_moe(o: &Obj, model_type: &str) -> Result<ModelConfig, ModelError> {
     } else {
         None
     };
-    let dense_mlp = if ffn.contains(&FfnKind::Dense) {
-        Some(DenseMlpDims {
-            intermediate_size: t.req_dim("intermediate_size")?,
-        })
-    } else {
-        t.seen("intermediate_size");
-        None
-    };
+    let dense_mlp = dense_mlp_dims(&t, &ffn)?;
     let weight_format = weight_format(&t)?;
     let rope = parse_rope(&t, 1.0, &mut w)?;
     // The vision encoder: its fields are checked where they are read; the rest (initializers,
@@ -1009,14 +1007,7 @@ fn kimi_linear(o: &Obj, model_type: &str) -> Result<ModelConfig, ModelError> {
     } else {
         None
     };
-    let dense_mlp = if ffn.contains(&FfnKind::Dense) {
-        Some(DenseMlpDims {
-            intermediate_size: o.req_dim("intermediate_size")?,
-        })
-    } else {
-        o.seen("intermediate_size");
-        None
-    };
+    let dense_mlp = dense_mlp_dims(o, &ffn)?;
     // Kimi Linear's full-attention layers use no positional encoding when `mla_use_nope`.
     let rope = if mla.as_ref().is_some_and(|m| m.use_rope) {
         Some(parse_rope(o, 1.0, &mut w)?)
