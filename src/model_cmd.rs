@@ -58,6 +58,12 @@ pub struct ForwardArgs {
     /// Prompt token ids, comma-separated (numeric runs of a checkpoint).
     #[arg(long, value_delimiter = ',')]
     tokens: Vec<i64>,
+    /// Numeric runs of a multimodal checkpoint: an image file (PNG or JPEG; repeat for several,
+    /// in prompt order), processed as the checkpoint's `preprocessor_config.json` says and encoded
+    /// by its vision encoder. `--tokens` holds the config's `image_token_id` once where each image
+    /// goes (widened to the image's token count) or exactly that many times.
+    #[arg(long)]
+    image: Vec<PathBuf>,
     /// Greedy-generate this many tokens after the prompt.
     #[arg(long, default_value_t = 0)]
     generate: usize,
@@ -117,7 +123,9 @@ pub struct ValidateArgs {
     model_dir: PathBuf,
     /// Reference activations: a safetensors file with `input_ids` (the prompt), `hidden_states.{i}`
     /// (embedding output, then each decoder layer's output) and `logits`, as
-    /// tests/reference/gen_models.py writes them.
+    /// tests/reference/gen_models.py writes them. A multimodal reference also holds the images'
+    /// patch rows (`pixel_values`, `image_grid_thw`) and the vision encoder's output
+    /// (`vision.tokens`, `vision.deepstack.{j}`), compared too (tests/reference/gen_vision.py).
     #[arg(long)]
     reference: PathBuf,
     /// Flag tensors whose max relative error exceeds this.
@@ -642,7 +650,10 @@ pub fn forward(args: ForwardArgs) -> Result<(), String> {
     if !args.image_size.is_empty()
         && (args.config.is_none() || args.batch.is_some() || args.context.is_some())
     {
-        return Err("--image-size: images are costed in a one-sequence cost-only run of a multimodal config (--config FILE --cost-only, without --batch/--context); numeric runs with images are not supported yet".into());
+        return Err("--image-size: images are costed in a one-sequence cost-only run of a multimodal config (--config FILE --cost-only, without --batch/--context); a numeric run takes image files (--model-dir DIR --image FILE)".into());
+    }
+    if !args.image.is_empty() && (args.cost_only || args.config.is_some()) {
+        return Err("--image: image files run numerically through a checkpoint's encoder (--model-dir DIR without --cost-only); a cost-only run takes --image-size WIDTHxHEIGHT".into());
     }
     if args.record_routing.is_some() && args.cost_only {
         return Err("--record-routing: a cost-only run has no router output to record; record a numeric run (--model-dir with --tokens)".into());
@@ -673,10 +684,27 @@ pub fn forward(args: ForwardArgs) -> Result<(), String> {
         &format!("a functional forward of {}", model_dir.display()),
         "cost it with `--config DIR/config.json --cost-only` instead (cycles without numbers)",
     )?;
+    let images = process_images(&model_dir, &cfg, &args.image)?;
+    // The prompt as it runs: each image's placeholder widened to its tokens.
+    let prompt = match &images {
+        Some(images) => {
+            let v = cfg.vision.as_ref().ok_or("--image: no vision_config")?;
+            let grids: Vec<[usize; 3]> = images.iter().map(|i| i.grid).collect();
+            model::vision::expand_image_tokens(
+                &args.tokens,
+                v.image_token_id,
+                &grids,
+                v.spatial_merge_size,
+            )
+            .map_err(|e| format!("--tokens: {e}"))?
+            .0
+        }
+        None => args.tokens.clone(),
+    };
     let mut r = runner(
         &model_dir,
         &args.device,
-        args.tokens.len() + args.generate,
+        prompt.len() + args.generate,
         args.precision.unwrap_or(Precision::F32),
         args.check_finite,
     )?;
@@ -685,9 +713,21 @@ pub fn forward(args: ForwardArgs) -> Result<(), String> {
     if args.record_routing.is_some() {
         r.record_routing();
     }
-    let gen = r
-        .generate(&args.tokens, args.generate)
-        .map_err(|e| e.to_string())?;
+    let (gen, vision) = match &images {
+        Some(images) => {
+            let enc = r.encode_images(images).map_err(|e| e.to_string())?;
+            let gen = r
+                .generate_with_images(&prompt, &enc, args.generate)
+                .map_err(|e| e.to_string())?
+                .0;
+            (gen, Some(enc))
+        }
+        None => (
+            r.generate(&args.tokens, args.generate)
+                .map_err(|e| e.to_string())?,
+            None,
+        ),
+    };
     if let (Some(path), Some(rec)) = (&args.record_routing, r.take_recording()) {
         rec.write(path).map_err(|e| e.to_string())?;
     }
@@ -712,6 +752,9 @@ pub fn forward(args: ForwardArgs) -> Result<(), String> {
             "prefill_cycles": gen.prefill.total_cycles(),
             "prefill_us": us(gen.prefill.total_cycles()),
             "prefill_launches": gen.prefill.launches(),
+            "image_grids": vision.as_ref().map(|v| v.grids.clone()),
+            "image_tokens": vision.as_ref().map(|v| v.encoded.tokens.rows()),
+            "vision_us": vision.as_ref().map(|v| us(v.stats.total_cycles())),
             "decode_cycles": gen.decode.total_cycles(),
             "decode_us_per_token": if gen.tokens.len() > 1 { us(gen.decode.total_cycles()) / (gen.tokens.len() - 1) as f64 } else { 0.0 },
             "ops": gen.prefill.per_op.iter().map(|(k, (l, c))| (k.clone(), serde_json::json!({"launches": l, "cycles": c}))).collect::<serde_json::Map<_, _>>(),
@@ -738,6 +781,15 @@ pub fn forward(args: ForwardArgs) -> Result<(), String> {
         gen.prefill.total_cycles(),
         us(gen.prefill.total_cycles())
     );
+    if let Some(v) = &vision {
+        println!(
+            "  of which vision encoder: {} image(s), grids {:?} → {} tokens, {:.1} us simulated",
+            v.grids.len(),
+            v.grids,
+            v.encoded.tokens.rows(),
+            us(v.stats.total_cycles())
+        );
+    }
     println!(
         "  {:<32} {:>8} {:>12} {:>6}",
         "operator", "launches", "cycles", "share"
@@ -767,6 +819,35 @@ pub fn forward(args: ForwardArgs) -> Result<(), String> {
         );
     }
     Ok(())
+}
+
+/// The `--image` files through the processor `model_dir`'s `preprocessor_config.json`
+/// describes (`None` without images); errors name the file and the limit.
+fn process_images(
+    model_dir: &Path,
+    cfg: &model::config::ModelConfig,
+    files: &[PathBuf],
+) -> Result<Option<Vec<model::vision::processor::ProcessedImage>>, String> {
+    use model::vision::processor::{load_image, preprocess, ProcessorConfig};
+    if files.is_empty() {
+        return Ok(None);
+    }
+    let vcfg = cfg.vision.as_ref().ok_or_else(|| {
+        format!(
+            "--image: {} ({}) has no vision encoder (`vision_config`)",
+            model_dir.display(),
+            cfg.model_type
+        )
+    })?;
+    let p = ProcessorConfig::load(model_dir, vcfg).map_err(|e| e.to_string())?;
+    files
+        .iter()
+        .map(|f| {
+            let (h, w, rgb) = load_image(f, p.limits).map_err(|e| e.to_string())?;
+            preprocess(&f.display().to_string(), h, w, &rgb, &p).map_err(|e| e.to_string())
+        })
+        .collect::<Result<Vec<_>, _>>()
+        .map(Some)
 }
 
 /// `day0 validate`: exits non-zero when a tensor is over the threshold.
@@ -810,12 +891,12 @@ pub fn validate_cmd(args: ValidateArgs) -> Result<(), String> {
         );
     } else {
         println!(
-            "{:<12} {:>12} {:>12} {:>12} {:>12} {:>6}  (threshold {:e}, {} tokens)",
+            "{:<18} {:>12} {:>12} {:>12} {:>12} {:>6}  (threshold {:e}, {} tokens)",
             "tensor", "cosine", "max abs", "max rel", "rel L2", "worst", v.threshold, v.tokens
         );
         for d in &v.diffs {
             println!(
-                "{:<12} {:>12.9} {:>12.3e} {:>12.3e} {:>12.3e} {:>6}{}",
+                "{:<18} {:>12.9} {:>12.3e} {:>12.3e} {:>12.3e} {:>6}{}",
                 d.name,
                 d.cosine,
                 d.max_abs,

@@ -170,24 +170,145 @@ fn forward_writes_logits_matching_transformers() {
         .take(4)
         .map(|v| *v as i64)
         .collect();
-    let got_tokens: Vec<i64> = v["generated"]
+    assert_eq!(generated(&v), want_tokens);
+    assert!(v["prefill_cycles"].as_u64().unwrap() > 0);
+    let (_, want_shape, want) = get("logits");
+    logits_file_matches(&out_file, &want_shape, &want);
+}
+
+/// The `generated` token ids of `day0 forward --json`.
+fn generated(v: &serde_json::Value) -> Vec<i64> {
+    v["generated"]
         .as_array()
         .unwrap()
         .iter()
         .map(|t| t.as_i64().unwrap())
-        .collect();
-    assert_eq!(got_tokens, want_tokens);
-    assert!(v["prefill_cycles"].as_u64().unwrap() > 0);
-    let written = model::weights::read_all_f32(&out_file).unwrap();
-    std::fs::remove_file(&out_file).ok();
+        .collect()
+}
+
+/// The `--logits-out` file (removed after reading) holds one `logits` tensor of `shape` within
+/// 1e-4 of `want` (transformers').
+fn logits_file_matches(path: &std::path::Path, shape: &[usize], want: &[f32]) {
+    let written = model::weights::read_all_f32(path).unwrap();
+    std::fs::remove_file(path).ok();
     assert_eq!(written.len(), 1);
-    let (name, shape, logits) = &written[0];
-    assert_eq!(name, "logits");
-    let (_, want_shape, want) = get("logits");
-    assert_eq!(shape, &want_shape);
+    let (name, got_shape, logits) = &written[0];
+    assert_eq!((name.as_str(), got_shape.as_slice()), ("logits", shape));
     let want64: Vec<f64> = want.iter().map(|x| *x as f64).collect();
     let err = kernels::reference::rel_error(logits, &want64);
     assert!(err <= 1e-4, "logits differ from transformers by {err:.3e}");
+}
+
+/// `day0 forward --image` on the tiny Qwen3-VL-MoE checkpoint: the two test images processed as
+/// its preprocessor config says, one placeholder per image in `--tokens`, give transformers'
+/// prompt logits and 16 greedy tokens (`golden_image.safetensors`); `day0 validate` on that
+/// reference lists the vision encoder's outputs; a bad image or a placeholder count that does
+/// not match is an error naming what to fix.
+#[test]
+fn forward_with_images_matches_transformers() {
+    let dir = tiny("qwen3_vl_moe");
+    let images = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("model/testdata/vision/qwen3_vl_moe_tiny")
+        .display()
+        .to_string();
+    let (a, b) = (
+        format!("{images}/image_a.png"),
+        format!("{images}/image_b.png"),
+    );
+    let golden = std::path::Path::new(&dir).join("golden_image.safetensors");
+    let golden_tensors = model::weights::read_all_f32(&golden).unwrap();
+    let get = |n: &str| -> Vec<i64> {
+        let t = golden_tensors.iter().find(|(k, _, _)| k == n).unwrap();
+        t.2.iter().map(|v| *v as i64).collect()
+    };
+    let prompt: Vec<String> = get("prompt_tokens").iter().map(i64::to_string).collect();
+    let out_file = std::env::temp_dir().join(format!(
+        "day0-image-logits-{}.safetensors",
+        std::process::id()
+    ));
+    let out = day0(&[
+        "forward",
+        "--model-dir",
+        &dir,
+        "--image",
+        &a,
+        "--image",
+        &b,
+        "--tokens",
+        &prompt.join(","),
+        "--generate",
+        "16",
+        "--logits-out",
+        out_file.to_str().unwrap(),
+        "--json",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    assert_eq!(generated(&v), get("generated"));
+    assert_eq!(v["tokens"].as_u64(), Some(get("input_ids").len() as u64));
+    assert_eq!(
+        v["image_grids"],
+        serde_json::json!([[1, 10, 14], [1, 8, 12]])
+    );
+    assert!(v["vision_us"].as_f64().unwrap() > 0.0);
+    let (_, shape, want) = golden_tensors
+        .iter()
+        .find(|(k, _, _)| k == "logits")
+        .unwrap();
+    logits_file_matches(&out_file, shape, want);
+
+    let ok = day0(&[
+        "validate",
+        "--model-dir",
+        &dir,
+        "--reference",
+        golden.to_str().unwrap(),
+    ]);
+    assert!(
+        ok.status.success(),
+        "{}",
+        String::from_utf8_lossy(&ok.stderr)
+    );
+    let table = String::from_utf8_lossy(&ok.stdout);
+    for row in ["vision.tokens", "vision.deepstack.1", "layer 1", "logits"] {
+        assert!(table.contains(row), "{row} missing from\n{table}");
+    }
+
+    // One image for two placeholders; a file that is not an image.
+    let bad = day0(&[
+        "forward",
+        "--model-dir",
+        &dir,
+        "--image",
+        &a,
+        "--tokens",
+        &prompt.join(","),
+    ]);
+    let err = String::from_utf8_lossy(&bad.stderr);
+    assert!(
+        !bad.status.success() && err.contains("than the 1 image(s) given"),
+        "{err}"
+    );
+    let cfg = format!("{dir}/config.json");
+    let bad = day0(&[
+        "forward",
+        "--model-dir",
+        &dir,
+        "--image",
+        &cfg,
+        "--tokens",
+        "1,251,2",
+    ]);
+    let err = String::from_utf8_lossy(&bad.stderr);
+    assert!(
+        !bad.status.success() && err.contains("config.json"),
+        "{err}"
+    );
+    assert!(!err.contains("panicked"), "{err}");
 }
 
 /// `day0 validate` passes on a model's own reference activations and fails (non-zero exit,

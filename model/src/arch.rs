@@ -191,6 +191,7 @@ pub(crate) fn parse_rope(
     let mut theta = None;
     let mut partial = None;
     let mut scaling = RopeScaling::None;
+    let mut mrope_section = None;
     if let Some(d) = &chosen {
         theta = d.opt_f64("rope_theta")?;
         partial = d.opt_f64("partial_rotary_factor")?;
@@ -199,8 +200,18 @@ pub(crate) fn parse_rope(
             .or(d.opt_str("type")?)
             .unwrap_or("default")
             .to_string();
+        mrope_section = match d.opt_usize_list("mrope_section")?.as_deref() {
+            None => None,
+            Some(&[t, h, w]) => Some([t, h, w]),
+            Some(_) => {
+                return Err(d.invalid(
+                    "mrope_section",
+                    "must list three frequency counts (temporal, height, width)",
+                ))
+            }
+        };
+        // Qwen3-VL interleaves the sections whatever this says (its rotary never reads it).
         d.ignore(&[
-            "mrope_section",
             "mrope_interleaved",
             "attention_factor",
             "truncate",
@@ -292,6 +303,7 @@ pub(crate) fn parse_rope(
         scaling,
         partial_rotary_factor,
         source,
+        mrope_section,
     })
 }
 
@@ -727,7 +739,6 @@ fn qwen3_vl_moe(o: &Obj, model_type: &str) -> Result<ModelConfig, ModelError> {
     let mut w = Vec::new();
     o.ignore(HF_IGNORED);
     o.ignore(&[
-        "image_token_id",
         "video_token_id",
         "vision_start_token_id",
         "vision_end_token_id",
@@ -782,11 +793,28 @@ fn qwen3_vl_moe(o: &Obj, model_type: &str) -> Result<ModelConfig, ModelError> {
     let dense_mlp = dense_mlp_dims(&t, &ffn)?;
     let weight_format = weight_format(&t)?;
     let rope = parse_rope(&t, 1.0, &mut w)?;
+    if let Some(section) = rope.mrope_section {
+        if section.iter().sum::<usize>() > head_dim / 2 {
+            let field = if t.opt_obj("rope_scaling")?.is_some() {
+                "rope_scaling"
+            } else {
+                "rope_parameters"
+            };
+            return Err(t.invalid(
+                field,
+                format!(
+                    "mrope_section {section:?} names more frequencies than the {} of a \
+                     {head_dim}-wide head",
+                    head_dim / 2
+                ),
+            ));
+        }
+    }
     // The vision encoder: its fields are checked where they are read; the rest (initializers,
     // the vision model_type) change nothing.
     let vision = match o.opt_obj("vision_config")? {
         Some(v) => {
-            let vc = crate::vision::vision_from_obj(&v)?;
+            let vc = crate::vision::vision_from_obj(o, &v)?;
             v.ignore_rest();
             Some(vc)
         }

@@ -539,6 +539,11 @@ pub struct RopeConfig {
     /// Which key the parameters came from (`rope_scaling`, `rope_parameters`, or `None` if only
     /// `rope_theta` / defaults were used).
     pub source: Option<&'static str>,
+    /// Multi-axis RoPE (Qwen3-VL's `mrope_section`): how many of each head's frequencies follow
+    /// the temporal, height and width positions of a token, interleaved (frequency `i` on h when
+    /// `i % 3 == 1 && i < 3·h`, on w when `i % 3 == 2 && i < 3·w`, else on t). Text tokens sit at
+    /// the same position on all three axes, where it is plain RoPE.
+    pub mrope_section: Option<[usize; 3]>,
 }
 
 impl RopeConfig {

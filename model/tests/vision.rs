@@ -241,6 +241,21 @@ fn the_235b_language_model_parses() {
     assert_eq!(m.router, RouterKind::SoftmaxTopk);
     assert!(m.norm_topk_prob);
     assert_eq!(cfg.rope.as_ref().unwrap().theta, 5e6);
+    // 24 + 20 + 20 = the 64 frequencies of a 128-wide head; images at token 151655.
+    assert_eq!(cfg.rope.as_ref().unwrap().mrope_section, Some([24, 20, 20]));
+    assert_eq!(cfg.vision.as_ref().unwrap().image_token_id, 151655);
+    // A section that is not three counts, or wider than the head's frequencies, names the field.
+    let text = std::fs::read_to_string(CONFIG).unwrap();
+    for (bad, why) in [
+        ("[24, 20]", "three frequency counts"),
+        ("[24, 20, 40]", "frequencies"),
+    ] {
+        let t = text.replace("[24, 20, 20]", bad);
+        let e = model::config::parse_config(&t, "cfg.json")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("mrope_section") && e.contains(why), "{e}");
+    }
     let c = model::plan::params::count(&cfg);
     let (total, active) = (c.total() as f64 / 1e9, c.active() as f64 / 1e9);
     assert!((233.0..236.0).contains(&total), "total {total}B");
@@ -277,4 +292,122 @@ fn coverage_lists_the_vision_operators() {
     // A text-only model has no vision rows.
     let k = model::coverage::inventory(Path::new("testdata/kimi_k2_config.json")).unwrap();
     assert!(k.rows.iter().all(|r| !r.op.starts_with("vision.")));
+}
+
+/// The tiny Qwen3-VL-MoE checkpoint on a prompt holding both test images
+/// (`golden_image.safetensors`, tests/reference/gen_vision.py, transformers 5.25 in f32): the
+/// images through the checkpoint's own processor config give transformers' patch rows (1e-6);
+/// the prompt with one placeholder per image widens to transformers' ids; the encoder's tokens
+/// and DeepStack features, the embedding with the image tokens in place, every layer's output
+/// (DeepStack added after layers 0 and 1) and the logits match within 1e-4; the 16 greedy tokens
+/// (decoding at the multi-axis positions after the images: `rope_delta` −46) are exact and each
+/// step's logits match within 1e-4.
+#[test]
+fn image_prompt_matches_transformers() {
+    use model::forward::validate::validate;
+    use model::forward::Runner;
+    use model::vision::processor::{load_image, preprocess, ProcessorConfig};
+    use model::vision::{expand_image_tokens, mrope_positions};
+    use model::weights::read_all_f32;
+    const TOL: f64 = 1e-4;
+    let dir = Path::new("testdata/tiny/qwen3_vl_moe");
+    let g = read_all_f32(&dir.join("golden_image.safetensors")).unwrap();
+    let t = |name: &str| -> &[f32] { &g.iter().find(|(n, _, _)| n == name).unwrap().2 };
+    let ids = |name: &str| -> Vec<i64> { t(name).iter().map(|v| *v as i64).collect() };
+    let (prompt, want_ids) = (ids("prompt_tokens"), ids("input_ids"));
+
+    // The processor, configured by the checkpoint directory, on the committed images.
+    let cfg = model::config::load_config(&dir.join("config.json")).unwrap();
+    let vcfg = cfg.vision.clone().unwrap();
+    let p = ProcessorConfig::load(dir, &vcfg).unwrap();
+    let images: Vec<_> = ["a", "b"]
+        .iter()
+        .map(|name| {
+            let path =
+                Path::new("testdata/vision/qwen3_vl_moe_tiny").join(format!("image_{name}.png"));
+            let (h, w, rgb) = load_image(&path, p.limits).unwrap();
+            preprocess(name, h, w, &rgb, &p).unwrap()
+        })
+        .collect();
+    let pixels: Vec<f32> = images.iter().flat_map(|i| i.pixels.clone()).collect();
+    let max = pixels
+        .iter()
+        .zip(t("pixel_values"))
+        .fold(0.0f32, |m, (a, b)| m.max((a - b).abs()));
+    assert_eq!(pixels.len(), t("pixel_values").len());
+    assert!(max <= 1e-6, "pixel rows: max |Δ| {max}");
+    let grids: Vec<[usize; 3]> = images.iter().map(|i| i.grid).collect();
+    let want_grid: Vec<usize> = t("image_grid_thw").iter().map(|v| *v as usize).collect();
+    assert_eq!(grids.concat(), want_grid);
+
+    // Placeholders widened and multi-axis positions as transformers' get_rope_index.
+    let (widened, spans) = expand_image_tokens(
+        &prompt,
+        vcfg.image_token_id,
+        &grids,
+        vcfg.spatial_merge_size,
+    )
+    .unwrap();
+    assert_eq!(widened, want_ids);
+    let (pos, delta) = mrope_positions(&spans, vcfg.spatial_merge_size);
+    let want_pos = t("position_ids");
+    let n = want_ids.len();
+    for (i, p) in pos.iter().enumerate() {
+        for axis in 0..3 {
+            assert_eq!(
+                p[axis] as f32,
+                want_pos[axis * n + i],
+                "token {i} axis {axis}"
+            );
+        }
+    }
+    assert_eq!(delta as f32, t("rope_delta")[0]);
+
+    // Encoder, prefill and every layer against transformers (validate runs the images).
+    let launcher = Launcher::for_device("npu-910b").unwrap();
+    let mut r = Runner::load(dir, launcher.clone(), n).unwrap();
+    let v = validate(&mut r, &prompt, &g, TOL).unwrap();
+    let names: Vec<&str> = v.diffs.iter().map(|d| d.name.as_str()).collect();
+    assert_eq!(
+        names,
+        [
+            "vision.tokens",
+            "vision.deepstack.0",
+            "vision.deepstack.1",
+            "embedding",
+            "layer 0",
+            "layer 1",
+            "logits"
+        ]
+    );
+    if let Some(d) = v.first_flagged() {
+        panic!(
+            "{} max rel error {:.3e} at {}",
+            d.name, d.max_rel, d.worst_position
+        );
+    }
+    assert_eq!(v.tokens, n);
+
+    // Greedy generation after the images.
+    let want_gen = ids("generated");
+    let mut r = Runner::load(dir, launcher, n + want_gen.len()).unwrap();
+    let enc = r.encode_images(&images).unwrap();
+    let (gen, run_ids) = r
+        .generate_with_images(&prompt, &enc, want_gen.len())
+        .unwrap();
+    assert_eq!(run_ids, want_ids);
+    let got: Vec<i64> = gen.tokens.iter().map(|&t| t as i64).collect();
+    assert_eq!(got, want_gen, "greedy tokens");
+    let vocab = cfg.vocab_size;
+    let want_logits = t("decode_logits");
+    for (s, logits) in gen.step_logits.iter().enumerate() {
+        let want: Vec<f64> = want_logits[s * vocab..(s + 1) * vocab]
+            .iter()
+            .map(|v| *v as f64)
+            .collect();
+        let err = kernels::reference::rel_error(logits, &want);
+        assert!(err <= TOL, "decode step {s}: rel error {err:.3e}");
+    }
+    assert!(gen.prefill.per_op.contains_key("vision.attention"));
+    assert!(gen.prefill.per_op.contains_key("vision.deepstack"));
 }

@@ -178,11 +178,40 @@ TEXT = dict(
     # 8 frequencies per head: T H W T H W T T (interleaved, sections 4 / 2 / 2).
     rope_scaling={"rope_type": "default", "mrope_section": [4, 2, 2], "mrope_interleaved": True},
 )
-TEXT_SEED = 23
+TEXT_SEED = 27  # 23..26 put a router top-k within 1e-4 of a tie on one of the prompts
 PROMPT_LEN = 24
 NEW_TOKENS = 16
 MIN_MARGIN = 1e-4
 TEXT_OUT = os.path.join(os.path.dirname(__file__), "..", "..", "model", "testdata", "tiny", "qwen3_vl_moe")
+
+
+# The tiny checkpoint's encoder: VISION with merged tokens as wide as the language model's hidden
+# states (the checkpoint runs images end to end).
+VISION_LM = dict(VISION, out_hidden_size=TEXT["hidden_size"])
+# Special tokens inside the tiny vocabulary (the released ids, ~151k, are not).
+SPECIAL = dict(image_token_id=251, video_token_id=253, vision_start_token_id=250, vision_end_token_id=252)
+
+
+def greedy_checked(model, ids, mm=None, **kw):
+    """NEW_TOKENS greedy tokens after `ids` (image token types `mm`, images in `kw`) with each
+    step's logits, checked: the tokens are the logits' argmax, not all one token, and the cached
+    decode's logits match a cache-free forward over the whole sequence (1e-4)."""
+    n = ids.shape[0]
+    types = {} if mm is None else {"mm_token_type_ids": mm[None]}
+    with torch.no_grad():
+        g = model.generate(input_ids=ids[None], attention_mask=torch.ones(1, n, dtype=torch.long), **types, **kw)
+    generated = g.sequences[0, n:]
+    decode_logits = torch.stack([step[0] for step in g.logits])
+    assert torch.equal(decode_logits.argmax(-1), generated)
+    assert len(set(generated.tolist())) > 1, f"degenerate generation {generated.tolist()}"
+    full = torch.cat((ids, generated[:-1]))
+    if mm is not None:
+        types = {"mm_token_type_ids": torch.cat((mm, torch.zeros(NEW_TOKENS - 1, dtype=torch.int32)))[None]}
+    with torch.no_grad():
+        ref = model(input_ids=full[None], use_cache=False, **types, **kw).logits[0, n - 1 :]
+    rel = float((ref - decode_logits).abs().max() / ref.abs().max())
+    assert rel < 1e-4, f"decode logits differ from a cache-free forward by {rel}"
+    return generated, decode_logits, rel
 
 
 def write_text_model():
@@ -191,7 +220,7 @@ def write_text_model():
     from transformers.models.qwen3_vl_moe import modeling_qwen3_vl_moe as modeling
 
     torch.manual_seed(TEXT_SEED)
-    config = conf.Qwen3VLMoeConfig(text_config=TEXT, vision_config=VISION, tie_word_embeddings=False)
+    config = conf.Qwen3VLMoeConfig(text_config=TEXT, vision_config=VISION_LM, tie_word_embeddings=False, **SPECIAL)
     model = modeling.Qwen3VLMoeForConditionalGeneration(config).eval()
     model.set_attn_implementation("eager")
     gen = torch.Generator().manual_seed(TEXT_SEED)
@@ -239,17 +268,7 @@ def write_text_model():
         max_new_tokens=NEW_TOKENS, do_sample=False, pad_token_id=0, use_cache=True,
         output_logits=True, return_dict_in_generate=True,
     )
-    with torch.no_grad():
-        g = model.generate(input_ids=prompt[None], attention_mask=torch.ones(1, PROMPT_LEN, dtype=torch.long))
-    generated = g.sequences[0, PROMPT_LEN:]
-    decode_logits = torch.stack([step[0] for step in g.logits])
-    assert torch.equal(decode_logits.argmax(-1), generated)
-    assert len(set(generated.tolist())) > 1, f"degenerate generation {generated.tolist()}"
-    full = torch.cat((prompt, generated[:-1]))
-    with torch.no_grad():
-        ref = model(input_ids=full[None], use_cache=False).logits[0, PROMPT_LEN - 1 :]
-    rel = float((ref - decode_logits).abs().max() / ref.abs().max())
-    assert rel < 1e-4, f"decode logits differ from a cache-free forward by {rel}"
+    generated, decode_logits, rel = greedy_checked(model, prompt)
     assert min(margins) > MIN_MARGIN, f"router top-k margin {min(margins)} too close to a tie"
 
     os.makedirs(TEXT_OUT, exist_ok=True)
@@ -273,8 +292,109 @@ def write_text_model():
     }
     save_file(tensors, os.path.join(TEXT_OUT, "golden.safetensors"), metadata={"provenance": json.dumps(provenance)})
     print(f"wrote {TEXT_OUT}: prompt {PROMPT_LEN}, generated {generated.tolist()}, router margin {min(margins):.3g}")
+    write_image_golden(model, keep, router_margin, captured, margins)
+
+
+# Text around the two images: text, <vision_start> image a <vision_end>, text, <vision_start>
+# image b <vision_end>, text (a chat template's layout).
+IMAGE_PROMPT_TEXT = [5, 3, 4]
+
+
+def write_image_golden(model, keep, router_margin, captured, margins):
+    """The same checkpoint on a prompt with the two committed test images (processed as the
+    processor config in the checkpoint says): `golden_image.safetensors` next to `golden.safetensors`
+    with `prompt_tokens` (one image placeholder per image, what `day0 forward --image` takes),
+    `input_ids` (placeholders widened), `pixel_values` and `image_grid_thw`, `position_ids`
+    (I64 [3, T], get_rope_index) and `rope_delta`, `vision.tokens` and `vision.deepstack.{j}`
+    (the encoder's output), `hidden_states.{i}` (decoder layer outputs, before DeepStack adds to
+    them, as transformers records them), `logits`, `last_hidden_state`, `generated` (16 greedy
+    tokens) and `decode_logits`."""
+    from PIL import Image
+    from transformers import Qwen2VLImageProcessorFast
+
+    with open(os.path.join(TEXT_OUT, "preprocessor_config.json"), "w") as f:
+        json.dump(PROCESSOR, f, indent=2, sort_keys=True)
+        f.write("\n")
+    proc = Qwen2VLImageProcessorFast.from_pretrained(TEXT_OUT)
+    pixels, grids = [], []
+    for name, _, _ in IMAGES:
+        out = proc(images=Image.open(os.path.join(OUT, f"image_{name}.png")), return_tensors="pt")
+        pixels.append(out["pixel_values"].to(torch.float32))
+        grids.append(out["image_grid_thw"].to(torch.long))
+    pixels, grid = torch.cat(pixels), torch.cat(grids)
+    merge = VISION_LM["spatial_merge_size"]
+    counts = [int(g.prod()) // merge**2 for g in grid]
+    gen = torch.Generator().manual_seed(TEXT_SEED + 2000)
+    text = lambda n: torch.randint(0, 240, (n,), generator=gen).tolist()
+    start, image, end = SPECIAL["vision_start_token_id"], SPECIAL["image_token_id"], SPECIAL["vision_end_token_id"]
+    t0, t1, t2 = IMAGE_PROMPT_TEXT
+    short = text(t0) + [start, image, end] + text(t1) + [start, image, end] + text(t2)
+    ids = []
+    for tok in short:
+        ids += [image] * counts[len([t for t in ids if t == start]) - 1] if tok == image else [tok]
+    ids = torch.tensor(ids, dtype=torch.long)
+    prompt_short = torch.tensor(short, dtype=torch.long)
+    mm = (ids == image).to(torch.int32)
+    n = ids.shape[0]
+    lm = model.model.language_model
+    visual = model.model.visual
+    with torch.no_grad():
+        vout = visual(pixels, grid_thw=grid)
+    vtokens, vdeep = (vout[0], vout[1]) if isinstance(vout, tuple) else (vout.pooler_output, vout.deepstack_features)
+    position_ids, delta = model.model.get_rope_index(ids[None], mm[None], image_grid_thw=grid)
+    captured.clear()
+    margins.clear()
+    hooks = [lm.embed_tokens.register_forward_hook(keep(0))]
+    hooks += [layer.register_forward_hook(keep(i + 1)) for i, layer in enumerate(lm.layers)]
+    hooks += [layer.mlp.gate.register_forward_pre_hook(router_margin) for layer in lm.layers]
+    kw = dict(pixel_values=pixels, image_grid_thw=grid)
+    with torch.no_grad():
+        out = model(input_ids=ids[None], mm_token_type_ids=mm[None], use_cache=False, output_hidden_states=True, **kw)
+    for h in hooks:
+        h.remove()
+    layers = len(lm.layers)
+    hidden = [captured[i] for i in range(layers + 1)]
+    for i, h in enumerate(out.hidden_states[1:-1]):
+        assert torch.equal(h[0], hidden[i + 1]), f"output_hidden_states[{i + 1}] differs from the hooked layer output"
+    # The embedding hook sees the text embeddings; transformers' hidden_states[0] has the image
+    # tokens scattered in (what day0 reports as the embedding output).
+    hidden[0] = out.hidden_states[0][0].clone()
+    last_normed = out.hidden_states[-1][0]
+    generated, decode_logits, rel = greedy_checked(model, ids, mm, **kw)
+    assert min(margins) > MIN_MARGIN, f"router top-k margin {min(margins)} too close to a tie"
+    tensors = {
+        "prompt_tokens": prompt_short.contiguous(),
+        "input_ids": ids.contiguous(),
+        "pixel_values": pixels.contiguous(),
+        "image_grid_thw": grid.contiguous(),
+        "position_ids": position_ids[:, 0].to(torch.int64).contiguous(),
+        "rope_delta": delta.reshape(1).to(torch.int64).contiguous(),
+        "vision.tokens": vtokens.contiguous(),
+        "logits": out.logits[0].contiguous(),
+        "last_hidden_state": last_normed.contiguous(),
+        "generated": generated.to(torch.int64).contiguous(),
+        "decode_logits": decode_logits.contiguous(),
+    }
+    for j, d in enumerate(vdeep):
+        tensors[f"vision.deepstack.{j}"] = d.contiguous()
+    for i, h in enumerate(hidden):
+        tensors[f"hidden_states.{i}"] = h.contiguous()
+    provenance = {
+        "script": "tests/reference/gen_vision.py",
+        "seed": TEXT_SEED,
+        "images": [f"model/testdata/vision/qwen3_vl_moe_tiny/image_{name}.png" for name, _, _ in IMAGES],
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+        "router_margin": min(margins),
+        "decode_vs_full": rel,
+    }
+    save_file(tensors, os.path.join(TEXT_OUT, "golden_image.safetensors"), metadata={"provenance": json.dumps(provenance)})
+    print(f"wrote {TEXT_OUT}/golden_image.safetensors: {n} tokens ({sum(counts)} image), grids {grid.tolist()}, "
+          f"rope_delta {int(delta)}, generated {generated.tolist()}, router margin {min(margins):.3g}")
 
 
 if __name__ == "__main__":
-    main()
+    # `text`: only the tiny checkpoint and its goldens (the encoder-only data stays as it is).
+    if sys.argv[1:] != ["text"]:
+        main()
     write_text_model()

@@ -16,6 +16,7 @@ mod gated_attention;
 mod kda;
 mod linear_attention;
 mod mla;
+pub mod multimodal;
 pub mod ops;
 mod params;
 pub mod routing;
@@ -25,6 +26,7 @@ pub mod vision;
 
 pub use cache_format::CacheFormat;
 pub use cards::{greedy_steps, run_on_cards, CardRun};
+pub use multimodal::PromptImages;
 pub use ops::{OpStats, Traffic};
 pub use sequences::PoolUsage;
 
@@ -264,6 +266,12 @@ pub struct Runner {
     memoise: bool,
     blocks: Blocks,
     last_layers: Vec<LayerCost>,
+    /// The vision encoder of a multimodal checkpoint that holds one (f32).
+    vision_weights: Option<vision::VisionWeights<f32>>,
+    /// Images the next step places ([`Runner::forward_with_images`]).
+    step_images: Option<multimodal::StepImages>,
+    /// Per sequence, the offset of its rotary positions after a prompt with images.
+    rope_deltas: BTreeMap<usize, i64>,
 }
 
 /// One sequence's part of a batched step: which sequence, where its tokens start, how many, and
@@ -389,7 +397,19 @@ impl Runner {
         precision: Precision,
     ) -> Result<Runner, ForwardError> {
         let weights = ModelWeights::load(&cfg, Some(ckpt), precision)?;
-        Runner::with_weights(cfg, weights, launcher, capacity, precision)
+        // A multimodal checkpoint's encoder, when it holds one (a language-only extraction runs
+        // text; images then say what is missing).
+        let vision_weights = match &cfg.vision {
+            Some(v)
+                if ckpt.contains(&format!("{}patch_embed.proj.weight", vision::WEIGHT_PREFIX)) =>
+            {
+                Some(vision::VisionWeights::load(ckpt, v, vision::WEIGHT_PREFIX)?)
+            }
+            _ => None,
+        };
+        let mut runner = Runner::with_weights(cfg, weights, launcher, capacity, precision)?;
+        runner.vision_weights = vision_weights;
+        Ok(runner)
     }
 
     /// A cost-only runner from the configuration alone: shape-only weights and caches, every
@@ -467,6 +487,9 @@ impl Runner {
             memoise: true,
             blocks: Blocks::ALL,
             last_layers: Vec::new(),
+            vision_weights: None,
+            step_images: None,
+            rope_deltas: BTreeMap::new(),
         })
     }
 
@@ -525,6 +548,7 @@ impl Runner {
         )?;
         store.admit(&self.ops.launcher)?;
         self.store = store;
+        self.rope_deltas.clear();
         Ok(())
     }
 
@@ -541,6 +565,7 @@ impl Runner {
 
     /// Ends sequence `seq`: its cache pages and its state slot return to the pools.
     pub fn release_sequence(&mut self, seq: usize) -> Result<(), ForwardError> {
+        self.rope_deltas.remove(&seq);
         self.store.release(seq)
     }
 
@@ -823,14 +848,27 @@ impl Runner {
         // Each sequence's rotary tables at its own positions; the DSA indexer rotates half-split
         // whatever the MLA layout is.
         let mut ropes = Vec::with_capacity(parts.len());
+        let images = self.step_images.take();
+        let section = self.cfg.rope.as_ref().and_then(|r| r.mrope_section);
         for p in parts {
-            let positions: Vec<usize> = (p.pos0..p.pos0 + p.tokens).collect();
-            let rope = RopeTables::new(
-                &positions,
-                &self.inv_freq,
-                self.attention_factor,
-                self.interleaved,
-            )?;
+            let positions: Vec<usize> = (p.pos0..p.pos0 + p.tokens)
+                .map(|i| self.rope_position(p.seq, i))
+                .collect();
+            let rope = match (&images, section) {
+                // A prompt with images: its tokens' own multi-axis positions.
+                (Some(im), Some(section)) => RopeTables::multi_axis(
+                    &im.positions,
+                    &self.inv_freq,
+                    section,
+                    self.attention_factor,
+                )?,
+                _ => RopeTables::new(
+                    &positions,
+                    &self.inv_freq,
+                    self.attention_factor,
+                    self.interleaved,
+                )?,
+            };
             let half = RopeTables::new(&positions, &self.inv_freq, self.attention_factor, false)?;
             ropes.push((rope, half));
         }
@@ -844,6 +882,10 @@ impl Runner {
 
         self.ops.layer = None;
         let mut h = self.ops.embedding(ids, &self.weights.embed)?;
+        if let Some(im) = &images {
+            self.ops
+                .scatter_rows("vision.image_tokens", &im.tokens, &im.rows, &h, false)?;
+        }
         if capture {
             hidden_states.push(h.to_vec().unwrap_or_default());
         }
@@ -899,7 +941,10 @@ impl Runner {
                     } else {
                         self.ops.gather_rows("attention.batch_rows", &n, &rows)?
                     };
-                    let positions: Vec<usize> = decodes.iter().map(|&i| parts[i].pos0).collect();
+                    let positions: Vec<usize> = decodes
+                        .iter()
+                        .map(|&i| self.rope_position(parts[i].seq, parts[i].pos0))
+                        .collect();
                     let rope = RopeTables::new(
                         &positions,
                         &self.inv_freq,
@@ -1143,6 +1188,15 @@ impl Runner {
             if capture {
                 hidden_states.push(h.to_vec().unwrap_or_default());
             }
+            // DeepStack: the features of encoder block `deepstack_visual_indexes[l]` join the
+            // image rows after language layer `l` (the layer's own output, captured above, is
+            // what transformers reports for it).
+            if let Some(im) = &images {
+                if let Some(feature) = im.deepstack.get(l) {
+                    self.ops
+                        .scatter_rows("vision.deepstack", feature, &im.rows, &h, true)?;
+                }
+            }
             let cost = LayerCost {
                 attention: attention_done.since(&layer_start),
                 ffn: self.ops.stats.since(&attention_done),
@@ -1247,6 +1301,16 @@ impl Runner {
         let before = self.ops.stats.clone();
         let out = self.forward(prompt)?;
         let prefill = self.ops.stats.since(&before);
+        self.decode_greedy(out, prefill, n)
+    }
+
+    /// `n` greedy tokens after a prompt whose logits are `out` and cost `prefill`.
+    fn decode_greedy(
+        &mut self,
+        out: StepOutput,
+        prefill: OpStats,
+        n: usize,
+    ) -> Result<Generation, ForwardError> {
         let mut step_logits = vec![out.row(out.tokens - 1).to_vec()];
         let mut tokens = Vec::with_capacity(n);
         let after_prefill = self.ops.stats.clone();

@@ -813,6 +813,22 @@ impl Ops {
         self.book_sequence(op, r)
     }
 
+    /// Writes the rows of `src` into the rows `rows` of `out` in place, or adds them with
+    /// `accumulate` ([`kernels::vision::scatter`]: image tokens into their placeholders'
+    /// rows, DeepStack features onto them).
+    pub fn scatter_rows(
+        &mut self,
+        op: &str,
+        src: &Tensor<f32>,
+        rows: &[i32],
+        out: &Tensor<f32>,
+        accumulate: bool,
+    ) -> Result<(), ForwardError> {
+        let r =
+            kernels::vision::scatter::run_scatter_rows(&self.launcher, src, rows, out, accumulate);
+        self.book(op, r)
+    }
+
     /// Rows `rows` of `table` gathered into a new f32 `[rows.len(), W]` tensor (a sequence's
     /// rows out of a step's activations).
     pub fn gather_rows<T: Float>(

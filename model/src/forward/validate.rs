@@ -97,18 +97,49 @@ pub fn compare(
 }
 
 /// Runs `tokens` through a fresh `runner` with hidden-state capture and compares every
-/// `hidden_states.{i}` and `logits` tensor of `reference` (name, shape, data).
+/// `hidden_states.{i}` and `logits` tensor of `reference` (name, shape, data). A reference with
+/// images (`pixel_values` and `image_grid_thw`, as `tests/reference/gen_vision.py` writes them)
+/// runs them through the vision encoder first and also compares its output (`vision.tokens`,
+/// `vision.deepstack.{j}`); `tokens` then hold the image placeholders.
 pub fn validate(
     runner: &mut Runner,
     tokens: &[i64],
     reference: &[(String, Vec<usize>, Vec<f32>)],
     threshold: f64,
 ) -> Result<Validation, ForwardError> {
-    runner.capture_hidden(true);
-    let out = runner.forward(tokens)?;
-    runner.capture_hidden(false);
     let find = |name: &str| reference.iter().find(|(n, _, _)| n == name);
     let mut diffs = Vec::new();
+    let images = match (find("pixel_values"), find("image_grid_thw")) {
+        (Some((_, _, pixels)), Some((_, _, grid))) => {
+            let grids: Vec<[usize; 3]> = grid
+                .chunks_exact(3)
+                .map(|g| [g[0] as usize, g[1] as usize, g[2] as usize])
+                .collect();
+            let images = runner.encode_patches(pixels, &grids)?;
+            let enc = &images.encoded;
+            let outputs = std::iter::once(("vision.tokens".to_string(), &enc.tokens)).chain(
+                enc.deepstack
+                    .iter()
+                    .enumerate()
+                    .map(|(j, d)| (format!("vision.deepstack.{j}"), d)),
+            );
+            for (name, t) in outputs {
+                if let Some((_, _, data)) = find(&name) {
+                    let ours = t.to_vec().unwrap_or_default();
+                    diffs.push(compare(&name, &ours, data, t.cols(), threshold));
+                }
+            }
+            Some(images)
+        }
+        _ => None,
+    };
+    runner.capture_hidden(true);
+    let out = match &images {
+        Some(images) => runner.forward_with_images(tokens, images).map(|(o, _)| o),
+        None => runner.forward(tokens),
+    };
+    runner.capture_hidden(false);
+    let out = out?;
     for (i, ours) in out.hidden_states.iter().enumerate() {
         if let Some((_, shape, data)) = find(&format!("hidden_states.{i}")) {
             let name = if i == 0 {
@@ -129,7 +160,7 @@ pub fn validate(
         });
     }
     Ok(Validation {
-        tokens: tokens.len(),
+        tokens: out.tokens,
         diffs,
         threshold,
     })

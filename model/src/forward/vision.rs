@@ -22,6 +22,9 @@ use crate::weights::Checkpoint;
 use dsl_core::prelude::*;
 use kernels::vision::{pos_embed, rotary};
 
+/// Where the released Qwen3-VL checkpoints keep the encoder's tensors.
+pub const WEIGHT_PREFIX: &str = "model.visual.";
+
 /// LayerNorm eps of every norm in the encoder.
 const NORM_EPS: f64 = 1e-6;
 

@@ -51,6 +51,10 @@ pub struct VisionConfig {
     pub gelu_tanh: bool,
     /// Base of the 2D rotary frequencies (`rope_parameters.rope_theta`, 10000 when absent).
     pub rope_theta: f64,
+    /// The prompt token each image token replaces (the top-level `image_token_id`; transformers'
+    /// default 151655 when absent): a prompt holds one per encoder output row, or one per image
+    /// that [`expand_image_tokens`] widens.
+    pub image_token_id: usize,
 }
 
 impl VisionConfig {
@@ -192,12 +196,15 @@ pub fn parse_vision_config(text: &str, file: &str) -> Result<VisionConfig, Visio
             field: "vision_config".into(),
             needed_by: "a vision encoder (a multimodal model's config.json holds one)".into(),
         })?;
-    Ok(vision_from_obj(&v)?)
+    Ok(vision_from_obj(&root, &v)?)
 }
 
-/// The vision encoder from a `vision_config` object being read (also what the `qwen3_vl_moe`
-/// parser keeps in [`crate::config::ModelConfig::vision`]).
-pub(crate) fn vision_from_obj(v: &Obj) -> Result<VisionConfig, ModelError> {
+/// transformers' `Qwen3VLMoeConfig.image_token_id` when a config leaves it out.
+const DEFAULT_IMAGE_TOKEN_ID: usize = 151655;
+
+/// The vision encoder from a `vision_config` object `v` of the configuration `root` being read
+/// (also what the `qwen3_vl_moe` parser keeps in [`crate::config::ModelConfig::vision`]).
+pub(crate) fn vision_from_obj(root: &Obj, v: &Obj) -> Result<VisionConfig, ModelError> {
     let hidden_size = v.req_dim("hidden_size")?;
     let num_heads = v.req_dim("num_heads")?;
     if hidden_size % num_heads != 0 || (hidden_size / num_heads) % 2 != 0 {
@@ -232,6 +239,9 @@ pub(crate) fn vision_from_obj(v: &Obj) -> Result<VisionConfig, ModelError> {
             .opt_usize_list("deepstack_visual_indexes")?
             .unwrap_or_default(),
         gelu_tanh,
+        image_token_id: root
+            .opt_usize("image_token_id")?
+            .unwrap_or(DEFAULT_IMAGE_TOKEN_ID),
         rope_theta: match v.opt_obj("rope_parameters")? {
             Some(r) => r.opt_f64("rope_theta")?.unwrap_or(10000.0),
             None => 10000.0,
@@ -392,6 +402,67 @@ pub fn mrope_positions(spans: &[PromptSpan], merge: usize) -> (Vec<[usize; 3]>, 
     (out, delta)
 }
 
+/// A prompt's images placed: the token ids with each image's placeholder run widened to the
+/// image's token count, and the prompt's [`PromptSpan`]s. Each maximal run of `image_token_id`
+/// is one image, in order: one placeholder (as a chat template writes `<|image_pad|>` before the
+/// processor widens it) or already exactly `t·h·w / merge²` of them. The message of an error says
+/// what does not match and how to fix it.
+pub fn expand_image_tokens(
+    tokens: &[i64],
+    image_token_id: usize,
+    grids: &[[usize; 3]],
+    merge: usize,
+) -> Result<(Vec<i64>, Vec<PromptSpan>), String> {
+    let m = merge.max(1);
+    let image = image_token_id as i64;
+    let (mut out, mut spans) = (Vec::with_capacity(tokens.len()), Vec::new());
+    let mut images = grids.iter();
+    let mut i = 0;
+    while i < tokens.len() {
+        let run = tokens[i..]
+            .iter()
+            .take_while(|&&t| (t == image) == (tokens[i] == image))
+            .count();
+        if tokens[i] != image {
+            out.extend_from_slice(&tokens[i..i + run]);
+            spans.push(PromptSpan::Text(run));
+        } else {
+            let k = spans
+                .iter()
+                .filter(|s| matches!(s, PromptSpan::Image(_)))
+                .count();
+            let &[t, h, w] = images.next().ok_or_else(|| {
+                format!(
+                    "the prompt has more runs of the image token {image_token_id} than the {} \
+                     image(s) given: put one image token where each image goes",
+                    grids.len()
+                )
+            })?;
+            let n = t * (h / m) * (w / m);
+            if run != 1 && run != n {
+                return Err(format!(
+                    "image {k} (grid {t}×{h}×{w}) becomes {n} tokens, but its run of the image \
+                     token {image_token_id} holds {run}: give one placeholder (day0 widens it) \
+                     or exactly {n}"
+                ));
+            }
+            out.extend(std::iter::repeat_n(image, n));
+            spans.push(PromptSpan::Image([t, h, w]));
+        }
+        i += run;
+    }
+    let left = images.count();
+    if left > 0 {
+        return Err(format!(
+            "{} image(s) given but only {} image token run(s) in the prompt: put one image \
+             token {image_token_id} where each image goes",
+            grids.len(),
+            grids.len() - left
+        ));
+    }
+    Ok((out, spans))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -432,6 +503,32 @@ mod tests {
             mrope_positions(&[PromptSpan::Text(4)], 2),
             (vec![[0, 0, 0], [1, 1, 1], [2, 2, 2], [3, 3, 3]], 0)
         );
+    }
+
+    #[test]
+    fn image_placeholders_widen_to_each_image() {
+        let grids = [[1, 4, 6], [1, 2, 2]];
+        // One placeholder each, or already the full count; text around them kept.
+        let (ids, spans) = expand_image_tokens(&[5, 9, 7, 9, 9], 9, &grids, 2).unwrap();
+        assert_eq!(ids, [5, 9, 9, 9, 9, 9, 9, 7, 9]);
+        assert_eq!(
+            spans,
+            [
+                PromptSpan::Text(1),
+                PromptSpan::Image([1, 4, 6]),
+                PromptSpan::Text(1),
+                PromptSpan::Image([1, 2, 2]),
+            ]
+        );
+        let full = [9, 9, 9, 9, 9, 9, 3, 9];
+        assert_eq!(expand_image_tokens(&full, 9, &grids, 2).unwrap().0, full);
+        // Wrong counts name the fix.
+        let e = expand_image_tokens(&[9, 9, 3, 9], 9, &grids, 2).unwrap_err();
+        assert!(e.contains("image 0") && e.contains("exactly 6"), "{e}");
+        let e = expand_image_tokens(&[9, 3], 9, &grids, 2).unwrap_err();
+        assert!(e.contains("2 image(s) given but only 1"), "{e}");
+        let e = expand_image_tokens(&[9, 3, 9, 3, 9], 9, &grids, 2).unwrap_err();
+        assert!(e.contains("more runs"), "{e}");
     }
 
     #[test]
