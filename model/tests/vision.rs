@@ -411,3 +411,64 @@ fn image_prompt_matches_transformers() {
     assert!(gen.prefill.per_op.contains_key("vision.attention"));
     assert!(gen.prefill.per_op.contains_key("vision.deepstack"));
 }
+
+/// The released Qwen3-VL-MoE checkpoints store the fused experts input-major (transformers
+/// 4.57: `gate_up_proj [E, H, 2I]`, `down_proj [E, I, H]`; transformers 5 transposes them on
+/// load). The tiny checkpoint rewritten that way runs the image prompt to the same numbers; its
+/// `gate_up_proj` is square (`H = 2I`), so `down_proj` tells the layouts apart.
+#[test]
+fn released_expert_layout_runs_the_same() {
+    use model::forward::validate::validate;
+    use model::forward::Runner;
+    use model::weights::{read_all_f32, write_f32, Checkpoint, ExpertLayout};
+    let src = Path::new("testdata/tiny/qwen3_vl_moe");
+    let tmp = tempfile::tempdir().unwrap();
+    for f in ["config.json", "preprocessor_config.json"] {
+        std::fs::copy(src.join(f), tmp.path().join(f)).unwrap();
+    }
+    let mut tensors = read_all_f32(&src.join("model.safetensors")).unwrap();
+    let mut transposed = 0;
+    for (name, shape, data) in &mut tensors {
+        if name.ends_with("experts.gate_up_proj") || name.ends_with("experts.down_proj") {
+            let (e, r, c) = (shape[0], shape[1], shape[2]);
+            let mut t = vec![0.0; data.len()];
+            for x in 0..e {
+                for i in 0..r {
+                    for j in 0..c {
+                        t[(x * c + j) * r + i] = data[(x * r + i) * c + j];
+                    }
+                }
+            }
+            *data = t;
+            *shape = vec![e, c, r];
+            transposed += 1;
+        }
+    }
+    assert_eq!(transposed, 4);
+    let views: Vec<(&str, &[usize], &[f32])> = tensors
+        .iter()
+        .map(|(n, s, d)| (n.as_str(), s.as_slice(), d.as_slice()))
+        .collect();
+    write_f32(&tmp.path().join("model.safetensors"), &views, &[]).unwrap();
+    let cfg = model::config::load_config(&tmp.path().join("config.json")).unwrap();
+    let report = model::weights::check(&Checkpoint::open(tmp.path()).unwrap(), &cfg);
+    assert!(report.problems.is_empty(), "{:?}", report.problems);
+    assert!(report
+        .expert_layouts
+        .iter()
+        .all(|(_, l)| *l == ExpertLayout::FusedInOut));
+    let golden = read_all_f32(&src.join("golden_image.safetensors")).unwrap();
+    let ids: Vec<i64> = golden
+        .iter()
+        .find(|(n, _, _)| n == "input_ids")
+        .unwrap()
+        .2
+        .iter()
+        .map(|v| *v as i64)
+        .collect();
+    let launcher = Launcher::for_device("npu-910b").unwrap();
+    let mut r = Runner::load(tmp.path(), launcher, ids.len()).unwrap();
+    let v = validate(&mut r, &ids, &golden, 1e-4).unwrap();
+    assert!(v.first_flagged().is_none(), "{:?}", v.first_flagged());
+    assert_eq!(v.diffs.len(), 7);
+}

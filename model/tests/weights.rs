@@ -1051,6 +1051,46 @@ fn expert_banks_load_the_same_weights_from_every_layout() {
         .unwrap();
     assert_eq!(fused.layout, ExpertLayout::Fused);
     assert_eq!((&fused.gate, &fused.up, &fused.down), (&gate, &up, &down));
+    // Fused input-major (the released Qwen3-VL-MoE checkpoints): [E, H, 2I] with gate columns
+    // first, [E, I, H].
+    let mut gate_up_t = vec![0.0; e * h * 2 * i];
+    let mut down_t = vec![0.0; e * i * h];
+    for x in 0..e {
+        for r in 0..i {
+            for c in 0..h {
+                gate_up_t[(x * h + c) * 2 * i + r] = gate[(x * i + r) * h + c];
+                gate_up_t[(x * h + c) * 2 * i + i + r] = up[(x * i + r) * h + c];
+                down_t[(x * i + r) * h + c] = down[(x * h + c) * i + r];
+            }
+        }
+    }
+    let dir = tmp();
+    write_st(
+        &dir.path().join("model.safetensors"),
+        &[
+            raw_f32(
+                &format!("{}.gate_up_proj", bank.prefix),
+                &[e, h, 2 * i],
+                &gate_up_t,
+            ),
+            raw_f32(&format!("{}.down_proj", bank.prefix), &[e, i, h], &down_t),
+        ],
+    );
+    let ckpt = Checkpoint::open(dir.path()).unwrap();
+    let in_out = bank.load_f32(&ckpt).unwrap();
+    assert_eq!(in_out.layout, ExpertLayout::FusedInOut);
+    assert_eq!(
+        (&in_out.gate, &in_out.up, &in_out.down),
+        (&gate, &up, &down)
+    );
+    let report = model::weights::check(&ckpt, &cfg);
+    assert!(report
+        .expert_layouts
+        .contains(&(bank.layer, ExpertLayout::FusedInOut)));
+    assert!(report
+        .problems
+        .iter()
+        .all(|p| !p.to_string().contains(&bank.prefix)));
     // MXFP4: random packed bytes; the expected matrices are gpt_oss_dequant's output transposed
     // back to [out, in] per expert.
     let p = &bank.prefix;

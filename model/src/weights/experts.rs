@@ -5,6 +5,7 @@
 //! |---|---|---|
 //! | [`ExpertLayout::PerExpert`] | `<bank>.{e}.{gate,up,down}_proj.weight` (`[I, H]`, `[I, H]`, `[H, I]`; Kimi Linear `w1`/`w3`/`w2`) | the Hub's DeepSeek-V3/Kimi-K2/V3.2/Qwen3-Next checkpoints, transformers 5.24 `save_pretrained` |
 //! | [`ExpertLayout::Fused`] | `<bank>.gate_up_proj [E, 2I, H]` (gate rows, then up rows: transformers `chunk(2)`), `<bank>.down_proj [E, H, I]` | transformers' in-memory parameters (`state_dict()`) |
+//! | [`ExpertLayout::FusedInOut`] | `<bank>.gate_up_proj [E, H, 2I]` (gate columns, then up columns), `<bank>.down_proj [E, I, H]` | transformers ≤ 4.57's Qwen3-VL-MoE parameters (`x @ W`): the released Qwen3-VL-MoE checkpoints (transformers 5 transposes them on load) |
 //! | [`ExpertLayout::Mxfp4`] | `<bank>.gate_up_proj_{blocks,scales}` (`[E, 2I, H/32, 16]`, `[E, 2I, H/32]`), `<bank>.down_proj_{blocks,scales}` (`[E, H, I/32, 16]`, `[E, H, I/32]`) | day0_hybrid's MXFP4 experts, in gpt-oss's packing |
 //!
 //! For MXFP4 the packing (nibble order, E8M0 scales, transformers' transpose on dequantisation) is
@@ -26,6 +27,9 @@ pub enum ExpertLayout {
     /// `<bank>.gate_up_proj [E, 2I, H]` and `<bank>.down_proj [E, H, I]` (transformers'
     /// in-memory parameters).
     Fused,
+    /// `<bank>.gate_up_proj [E, H, 2I]` and `<bank>.down_proj [E, I, H]`: the fused matrices
+    /// stored input-major (transformers ≤ 4.57's Qwen3-VL-MoE, the released checkpoints).
+    FusedInOut,
     /// gpt-oss MXFP4 `<bank>.gate_up_proj_{blocks,scales}` and `<bank>.down_proj_{blocks,scales}`,
     /// dequantised shapes `[E, H, 2I]` and `[E, I, H]`.
     Mxfp4,
@@ -70,6 +74,10 @@ impl ExpertBank {
                 ExpectedTensor::float(format!("{p}.gate_up_proj"), vec![e, 2 * i, h]),
                 ExpectedTensor::float(format!("{p}.down_proj"), vec![e, h, i]),
             ],
+            ExpertLayout::FusedInOut => vec![
+                ExpectedTensor::float(format!("{p}.gate_up_proj"), vec![e, h, 2 * i]),
+                ExpectedTensor::float(format!("{p}.down_proj"), vec![e, i, h]),
+            ],
             ExpertLayout::Mxfp4 => vec![
                 ExpectedTensor {
                     name: format!("{p}.gate_up_proj"),
@@ -87,14 +95,25 @@ impl ExpertBank {
         }
     }
 
-    /// The layout `ckpt` stores this bank in, judged by a marker tensor of each layout;
-    /// `None` when it holds none of them.
+    /// The layout `ckpt` stores this bank in, judged by a marker tensor of each layout (and,
+    /// for the fused matrices, by which way round they are: `gate_up_proj`'s shape, or
+    /// `down_proj`'s when `H = 2I` makes the first square); `None` when it holds none of them.
     pub fn detect(&self, ckpt: &Checkpoint) -> Option<ExpertLayout> {
         let p = &self.prefix;
+        let (e, h, i) = (self.experts, self.hidden, self.intermediate);
         if ckpt.contains(&format!("{p}.gate_up_proj{MXFP4_BLOCKS_SUFFIX}")) {
             Some(ExpertLayout::Mxfp4)
-        } else if ckpt.contains(&format!("{p}.gate_up_proj")) {
-            Some(ExpertLayout::Fused)
+        } else if let Some(gate_up) = ckpt.shape(&format!("{p}.gate_up_proj")) {
+            let in_out = if h != 2 * i {
+                gate_up == [e, h, 2 * i]
+            } else {
+                ckpt.shape(&format!("{p}.down_proj")) == Some(&[e, i, h][..])
+            };
+            Some(if in_out {
+                ExpertLayout::FusedInOut
+            } else {
+                ExpertLayout::Fused
+            })
         } else if ckpt.contains(&format!("{p}.0.{}.weight", self.projections[0])) {
             Some(ExpertLayout::PerExpert)
         } else {
@@ -146,28 +165,16 @@ impl ExpertBank {
                 }
                 (gate, up, down)
             }
+            ExpertLayout::FusedInOut => {
+                let gate_up = ckpt.f32(&t[0].name, &t[0].shape)?;
+                let down_t = ckpt.f32(&t[1].name, &t[1].shape)?;
+                out_in(&gate_up, &down_t, e, h, i)
+            }
             ExpertLayout::Mxfp4 => {
-                // Dequantised shapes are transposed: gate_up [E, H, 2I], down [E, I, H].
+                // Dequantised shapes are input-major: gate_up [E, H, 2I], down [E, I, H].
                 let gate_up = ckpt.mxfp4_f32(&t[0].name, &t[0].shape)?;
                 let down_t = ckpt.mxfp4_f32(&t[1].name, &t[1].shape)?;
-                let mut gate = vec![0.0; e * i * h];
-                let mut up = vec![0.0; e * i * h];
-                let mut down = vec![0.0; e * h * i];
-                for x in 0..e {
-                    for c in 0..h {
-                        for r in 0..i {
-                            let src = (x * h + c) * 2 * i;
-                            gate[(x * i + r) * h + c] = gate_up[src + r];
-                            up[(x * i + r) * h + c] = gate_up[src + i + r];
-                        }
-                    }
-                    for r in 0..i {
-                        for c in 0..h {
-                            down[(x * h + c) * i + r] = down_t[(x * i + r) * h + c];
-                        }
-                    }
-                }
-                (gate, up, down)
+                out_in(&gate_up, &down_t, e, h, i)
             }
         };
         Ok(ExpertWeights {
@@ -177,4 +184,33 @@ impl ExpertBank {
             down,
         })
     }
+}
+
+/// Input-major fused experts (`gate_up [E, H, 2I]`, gate columns first; `down [E, I, H]`) as
+/// per-expert `[out, in]` gate, up and down matrices.
+fn out_in(
+    gate_up: &[f32],
+    down_t: &[f32],
+    e: usize,
+    h: usize,
+    i: usize,
+) -> (Vec<f32>, Vec<f32>, Vec<f32>) {
+    let mut gate = vec![0.0; e * i * h];
+    let mut up = vec![0.0; e * i * h];
+    let mut down = vec![0.0; e * h * i];
+    for x in 0..e {
+        for c in 0..h {
+            for r in 0..i {
+                let src = (x * h + c) * 2 * i;
+                gate[(x * i + r) * h + c] = gate_up[src + r];
+                up[(x * i + r) * h + c] = gate_up[src + i + r];
+            }
+        }
+        for r in 0..i {
+            for c in 0..h {
+                down[(x * h + c) * i + r] = down_t[(x * i + r) * h + c];
+            }
+        }
+    }
+    (gate, up, down)
 }

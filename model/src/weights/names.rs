@@ -22,9 +22,10 @@
 //! above: MLA/DSA layers as DeepSeek-V3.2, GDN layers as Qwen3-Next, KDA layers as Kimi Linear,
 //! MoE as DeepSeek-V3 (`e_score_correction_bias` only with the sigmoid router).
 //!
-//! Routed experts come in three layouts ([`ExpertLayout`]): per expert (what `save_pretrained`
+//! Routed experts come in four layouts ([`ExpertLayout`]): per expert (what `save_pretrained`
 //! and the Hub write), fused (transformers' in-memory `experts.gate_up_proj [E, 2I, H]` and
-//! `experts.down_proj [E, H, I]`), and gpt-oss MXFP4 (`experts.gate_up_proj_blocks/_scales`,
+//! `experts.down_proj [E, H, I]`), fused input-major (`[E, H, 2I]` and `[E, I, H]`: the released
+//! Qwen3-VL-MoE checkpoints), and gpt-oss MXFP4 (`experts.gate_up_proj_blocks/_scales`,
 //! `experts.down_proj_blocks/_scales`). [`expected_tensors`] lists the one the configuration's
 //! format implies (MXFP4 when the experts are stored as MXFP4, per expert otherwise);
 //! [`crate::weights::verify`] accepts any of them ([`ExpertBank::detect`]), and
