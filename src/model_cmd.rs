@@ -891,12 +891,12 @@ pub fn validate_cmd(args: ValidateArgs) -> Result<(), String> {
         );
     } else {
         println!(
-            "{:<18} {:>12} {:>12} {:>12} {:>12} {:>6}  (threshold {:e}, {} tokens)",
+            "{:<22} {:>12} {:>12} {:>12} {:>12} {:>6}  (threshold {:e}, {} tokens)",
             "tensor", "cosine", "max abs", "max rel", "rel L2", "worst", v.threshold, v.tokens
         );
         for d in &v.diffs {
             println!(
-                "{:<18} {:>12.9} {:>12.3e} {:>12.3e} {:>12.3e} {:>6}{}",
+                "{:<22} {:>12.9} {:>12.3e} {:>12.3e} {:>12.3e} {:>6}{}",
                 d.name,
                 d.cosine,
                 d.max_abs,

@@ -274,7 +274,13 @@ fn forward_with_images_matches_transformers() {
         String::from_utf8_lossy(&ok.stderr)
     );
     let table = String::from_utf8_lossy(&ok.stdout);
-    for row in ["vision.tokens", "vision.deepstack.1", "layer 1", "logits"] {
+    for row in [
+        "vision.hidden_states.2",
+        "vision.tokens",
+        "vision.deepstack.1",
+        "layer 1",
+        "logits",
+    ] {
         assert!(table.contains(row), "{row} missing from\n{table}");
     }
 

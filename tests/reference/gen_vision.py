@@ -305,9 +305,10 @@ def write_image_golden(model, keep, router_margin, captured, margins):
     processor config in the checkpoint says): `golden_image.safetensors` next to `golden.safetensors`
     with `prompt_tokens` (one image placeholder per image, what `day0 forward --image` takes),
     `input_ids` (placeholders widened), `pixel_values` and `image_grid_thw`, `position_ids`
-    (I64 [3, T], get_rope_index) and `rope_delta`, `vision.tokens` and `vision.deepstack.{j}`
-    (the encoder's output), `hidden_states.{i}` (decoder layer outputs, before DeepStack adds to
-    them, as transformers records them), `logits`, `last_hidden_state`, `generated` (16 greedy
+    (I64 [3, T], get_rope_index) and `rope_delta`, `vision.hidden_states.{i}` (each encoder
+    block's output), `vision.tokens` and `vision.deepstack.{j}` (the encoder's output),
+    `hidden_states.{i}` (decoder layer outputs, before DeepStack adds to them, as transformers
+    records them), `logits`, `last_hidden_state`, `generated` (16 greedy
     tokens) and `decode_logits`."""
     from PIL import Image
     from transformers import Qwen2VLImageProcessorFast
@@ -338,8 +339,19 @@ def write_image_golden(model, keep, router_margin, captured, margins):
     n = ids.shape[0]
     lm = model.model.language_model
     visual = model.model.visual
+    blocks = {}
+
+    def keep_block(i):
+        def hook(module, args, output):
+            blocks[i] = (output[0] if isinstance(output, tuple) else output).clone()
+
+        return hook
+
+    block_hooks = [b.register_forward_hook(keep_block(i)) for i, b in enumerate(visual.blocks)]
     with torch.no_grad():
         vout = visual(pixels, grid_thw=grid)
+    for h in block_hooks:
+        h.remove()
     vtokens, vdeep = (vout[0], vout[1]) if isinstance(vout, tuple) else (vout.pooler_output, vout.deepstack_features)
     position_ids, delta = model.model.get_rope_index(ids[None], mm[None], image_grid_thw=grid)
     captured.clear()
@@ -377,6 +389,8 @@ def write_image_golden(model, keep, router_margin, captured, margins):
     }
     for j, d in enumerate(vdeep):
         tensors[f"vision.deepstack.{j}"] = d.contiguous()
+    for i in range(len(visual.blocks)):
+        tensors[f"vision.hidden_states.{i}"] = blocks[i].contiguous()
     for i, h in enumerate(hidden):
         tensors[f"hidden_states.{i}"] = h.contiguous()
     provenance = {

@@ -106,8 +106,14 @@ impl Runner {
             Tensor::from_f32(&[rows, cfg.patch_values()], pixels),
             "image patch rows",
         )?;
-        let (encoded, stats) =
-            encode_functional(&cfg, weights, &pixels, grids, &self.ops.launcher)?;
+        let (encoded, stats) = encode_functional(
+            &cfg,
+            weights,
+            &pixels,
+            grids,
+            &self.ops.launcher,
+            self.capture,
+        )?;
         self.ops.stats.add(&stats);
         Ok(PromptImages {
             grids: grids.to_vec(),

@@ -99,7 +99,8 @@ pub fn compare(
 /// Runs `tokens` through a fresh `runner` with hidden-state capture and compares every
 /// `hidden_states.{i}` and `logits` tensor of `reference` (name, shape, data). A reference with
 /// images (`pixel_values` and `image_grid_thw`, as `tests/reference/gen_vision.py` writes them)
-/// runs them through the vision encoder first and also compares its output (`vision.tokens`,
+/// runs them through the vision encoder first and also compares each encoder block's output
+/// (`vision.hidden_states.{i}`) and the encoder's outputs (`vision.tokens`,
 /// `vision.deepstack.{j}`); `tokens` then hold the image placeholders.
 pub fn validate(
     runner: &mut Runner,
@@ -109,20 +110,29 @@ pub fn validate(
 ) -> Result<Validation, ForwardError> {
     let find = |name: &str| reference.iter().find(|(n, _, _)| n == name);
     let mut diffs = Vec::new();
+    runner.capture_hidden(true);
     let images = match (find("pixel_values"), find("image_grid_thw")) {
         (Some((_, _, pixels)), Some((_, _, grid))) => {
             let grids: Vec<[usize; 3]> = grid
                 .chunks_exact(3)
                 .map(|g| [g[0] as usize, g[1] as usize, g[2] as usize])
                 .collect();
-            let images = runner.encode_patches(pixels, &grids)?;
+            let images = runner.encode_patches(pixels, &grids);
+            if images.is_err() {
+                runner.capture_hidden(false);
+            }
+            let images = images?;
             let enc = &images.encoded;
-            let outputs = std::iter::once(("vision.tokens".to_string(), &enc.tokens)).chain(
-                enc.deepstack
-                    .iter()
-                    .enumerate()
-                    .map(|(j, d)| (format!("vision.deepstack.{j}"), d)),
-            );
+            let blocks = enc.blocks.iter().enumerate();
+            let outputs = blocks
+                .map(|(i, b)| (format!("vision.hidden_states.{i}"), b))
+                .chain(std::iter::once(("vision.tokens".to_string(), &enc.tokens)))
+                .chain(
+                    enc.deepstack
+                        .iter()
+                        .enumerate()
+                        .map(|(j, d)| (format!("vision.deepstack.{j}"), d)),
+                );
             for (name, t) in outputs {
                 if let Some((_, _, data)) = find(&name) {
                     let ours = t.to_vec().unwrap_or_default();
@@ -133,7 +143,6 @@ pub fn validate(
         }
         _ => None,
     };
-    runner.capture_hidden(true);
     let out = match &images {
         Some(images) => runner.forward_with_images(tokens, images).map(|(o, _)| o),
         None => runner.forward(tokens),

@@ -199,18 +199,20 @@ impl VisionWeights<f32> {
 }
 
 /// Encodes `pixels` (patch rows of images with patch grids `grids`) functionally on `launcher`
-/// with `weights`: the tokens and DeepStack features, and the launches' costs.
+/// with `weights`: the tokens and DeepStack features (and each block's output with
+/// `capture_blocks`), and the launches' costs.
 pub fn encode_functional(
     cfg: &VisionConfig,
     weights: &VisionWeights<f32>,
     pixels: &Tensor<f32>,
     grids: &[[usize; 3]],
     launcher: &Launcher,
+    capture_blocks: bool,
 ) -> Result<(VisionOutput, OpStats), ForwardError> {
     let launcher = launcher.clone().with_backend(dsl_core::Backend::Functional);
     let mem = Mem::new(&launcher, super::cache_format::CacheFormat::F32);
     let mut ops = Ops::new(launcher, mem);
-    let out = encode(&mut ops, cfg, weights, pixels, grids)?;
+    let out = encode(&mut ops, cfg, weights, pixels, grids, capture_blocks)?;
     Ok((out, ops.stats))
 }
 
@@ -220,6 +222,9 @@ pub struct VisionOutput {
     pub tokens: Tensor<f32>,
     /// The DeepStack features, one tensor like `tokens` per `deepstack_visual_indexes` entry.
     pub deepstack: Vec<Tensor<f32>>,
+    /// Each block's output `[Σ t·h·w, hidden]` (the hidden states transformers records per
+    /// vision block), when captured; empty otherwise.
+    pub blocks: Vec<Tensor<f32>>,
 }
 
 /// Segment bounds of the packed patches: one segment per frame of each image.
@@ -234,13 +239,15 @@ pub fn cu_seqlens(grids: &[[usize; 3]]) -> Vec<i32> {
 }
 
 /// Runs the encoder on `pixels [Σ t·h·w, C·T·P·P]` (patch rows in the processor's order) of
-/// images with patch grids `grids`, booking every launch in `ops` under `vision.*` names.
+/// images with patch grids `grids`, booking every launch in `ops` under `vision.*` names;
+/// `capture` keeps each block's output.
 pub(crate) fn encode<T: Float>(
     ops: &mut Ops,
     cfg: &VisionConfig,
     w: &VisionWeights<T>,
     pixels: &Tensor<f32>,
     grids: &[[usize; 3]],
+    capture: bool,
 ) -> Result<VisionOutput, ForwardError> {
     let merge = cfg.spatial_merge_size;
     let n: usize = grids.iter().map(|[t, h, w]| t * h * w).sum();
@@ -279,7 +286,7 @@ pub(crate) fn encode<T: Float>(
         interleaved: false,
     };
     let cu = cu_seqlens(grids);
-    let mut deepstack = Vec::new();
+    let (mut deepstack, mut blocks) = (Vec::new(), Vec::new());
     for (i, b) in w.blocks.iter().enumerate() {
         let y = ops.layernorm("vision.norm", &x, &b.norm1.w, &b.norm1.b, NORM_EPS)?;
         let qkv = ops.linear_bias("vision.qkv", &y, &b.qkv.w, &b.qkv.b)?;
@@ -296,6 +303,9 @@ pub(crate) fn encode<T: Float>(
         let g = ops.gelu("vision.gelu", &f, cfg.gelu_tanh)?;
         let f = ops.linear_bias("vision.fc2", &g, &b.fc2.w, &b.fc2.b)?;
         x = ops.add("vision.add", &x, &f)?;
+        if capture {
+            blocks.push(x.clone());
+        }
         if let Some(j) = cfg.deepstack_visual_indexes.iter().position(|d| *d == i) {
             deepstack.push(merge_blocks(
                 ops,
@@ -307,7 +317,11 @@ pub(crate) fn encode<T: Float>(
         }
     }
     let tokens = merge_blocks(ops, cfg, &w.merger, &x, "vision.merger")?;
-    Ok(VisionOutput { tokens, deepstack })
+    Ok(VisionOutput {
+        tokens,
+        deepstack,
+        blocks,
+    })
 }
 
 /// A patch merger: each `merge × merge` block of patches (consecutive rows) becomes one token.
@@ -361,7 +375,7 @@ pub fn encode_cost(
     let weights = VisionWeights::<bf16>::shape_only(cfg);
     let patches: usize = grids.iter().map(|[t, h, w]| t * h * w).sum();
     let pixels = Tensor::shape_only(&[patches, cfg.patch_values()]);
-    let out = encode(&mut ops, cfg, &weights, &pixels, grids)?;
+    let out = encode(&mut ops, cfg, &weights, &pixels, grids, false)?;
     Ok(VisionCost {
         grids: grids.to_vec(),
         patches,
