@@ -190,6 +190,57 @@ fn processor_matches_transformers_on_the_test_images() {
     }
 }
 
+/// A JPEG (`image_c.jpg`, quality 95 without chroma subsampling) decodes to what PIL decodes
+/// within two levels per channel, 98% of values equal (the `image` crate's zune-jpeg and PIL's
+/// libjpeg round their integer IDCTs differently), and the processor's patch rows stay within
+/// those two levels, normalised, of transformers'.
+#[test]
+fn jpeg_decodes_like_pil() {
+    use model::vision::processor::{load_image, preprocess, ProcessorConfig};
+    let dir = Path::new("testdata/vision/qwen3_vl_moe_tiny");
+    let cfg = load_vision_config(dir).unwrap();
+    let p = ProcessorConfig::load(dir, &cfg).unwrap();
+    let bytes = std::fs::read(dir.join("jpeg.safetensors")).unwrap();
+    let golden = safetensors::SafeTensors::deserialize(&bytes).unwrap();
+    let pil = golden.tensor("rgb.c").unwrap();
+    let (h, w, rgb) = load_image(&dir.join("image_c.jpg"), p.limits).unwrap();
+    assert_eq!(pil.shape(), [h, w, 3]);
+    let level = rgb
+        .iter()
+        .zip(pil.data())
+        .map(|(a, b)| a.abs_diff(*b))
+        .max()
+        .unwrap();
+    let same = rgb.iter().zip(pil.data()).filter(|(a, b)| a == b).count();
+    assert!(
+        level <= 2,
+        "decoded RGB differs from PIL's by {level} levels"
+    );
+    assert!(
+        100 * same >= 95 * rgb.len(),
+        "{same} of {} values equal PIL's",
+        rgb.len()
+    );
+    let img = preprocess("image_c.jpg", h, w, &rgb, &p).unwrap();
+    assert_eq!(img.grid, [1, 12, 16]);
+    let want: Vec<f32> = golden
+        .tensor("pixel_values.c")
+        .unwrap()
+        .data()
+        .chunks_exact(4)
+        .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+        .collect();
+    assert_eq!(want.len(), img.pixels.len());
+    // Two levels, normalised: 2/255 over the smallest channel std.
+    let bound = (2.0 / 255.0) / p.std.iter().fold(f64::MAX, |m, s| m.min(*s)) + 1e-6;
+    let max = img
+        .pixels
+        .iter()
+        .zip(&want)
+        .fold(0.0f32, |m, (a, b)| m.max((a - b).abs()));
+    assert!((max as f64) <= bound, "pixel rows: max |Δ| {max} > {bound}");
+}
+
 /// Bad images are errors naming the file and what is wrong, never panics.
 #[test]
 fn bad_images_are_errors_naming_the_file() {

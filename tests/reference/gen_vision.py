@@ -14,7 +14,12 @@ exercised), runs it on random pixel rows of two images of different patch grids,
 - `golden.safetensors`: the encoder's weights under `model.visual.` (the released checkpoints'
   names), `pixel_values` (F32 [N, C*T*P*P], the processor's patch rows), `grid_thw` (I64
   [images, 3]), `tokens` (F32 [N/4, out_hidden_size], the merger output), `deepstack.{j}` (the
-  DeepStack mergers' outputs), and metadata `provenance` (versions, seed, command).
+  DeepStack mergers' outputs), and metadata `provenance` (versions, seed, command);
+- `image_c.jpg` and `jpeg.safetensors` (`gen_vision.py jpeg`): a JPEG, what PIL decodes and what
+  the processor makes of it.
+
+`gen_vision.py text` writes the tiny checkpoint `model/testdata/tiny/qwen3_vl_moe` with its text
+and image-prompt goldens (see `write_text_model` and `write_image_golden`).
 
 Deterministic: one CPU thread, fixed seed. Needs torch and transformers (>= 4.57: Qwen3-VL).
 """
@@ -153,6 +158,40 @@ def main():
     print(f"wrote {OUT}: {n} patches -> tokens {tuple(tokens.shape)}, {len(deepstack)} deepstack features")
 
 
+
+
+def write_jpeg_golden():
+    """A JPEG test image (`image_c.jpg`, 64x48, quality 95, no chroma subsampling, so decoders
+    differ only by their IDCT rounding) with what PIL decodes (`rgb.c`, U8 [h, w, 3]) and what
+    transformers' processor makes of it (`pixel_values.c`, `grid_thw.c`): `jpeg.safetensors`."""
+    import numpy as np
+    from PIL import Image
+    from transformers import Qwen2VLImageProcessorFast
+
+    gen = torch.Generator().manual_seed(SEED + 3)
+    w, h = 64, 48
+    y, x = np.mgrid[0:h, 0:w]
+    base = np.stack([255 - x * 255 / w, (x + y) * 255 / (w + h), y * 255 / h], axis=-1)
+    noise = torch.randint(-30, 31, (h, w, 3), generator=gen).numpy()
+    arr = np.clip(base + noise, 0, 255).astype(np.uint8)
+    path = os.path.join(OUT, "image_c.jpg")
+    Image.fromarray(arr, "RGB").save(path, quality=95, subsampling=0)
+    proc = Qwen2VLImageProcessorFast.from_pretrained(OUT)
+    img = Image.open(path)
+    out = proc(images=img, return_tensors="pt")
+    golden = {
+        "rgb.c": torch.from_numpy(np.asarray(img.convert("RGB")).copy()),
+        "pixel_values.c": out["pixel_values"].to(torch.float32).contiguous(),
+        "grid_thw.c": out["image_grid_thw"].to(torch.long).contiguous(),
+    }
+    import PIL
+    import torchvision
+
+    provenance = {"script": "tests/reference/gen_vision.py jpeg", "seed": SEED + 3, "pillow": PIL.__version__,
+                  "torch": torch.__version__, "torchvision": torchvision.__version__,
+                  "transformers": transformers.__version__}
+    save_file(golden, os.path.join(OUT, "jpeg.safetensors"), metadata={"provenance": json.dumps(provenance)})
+    print(f"wrote {path} and jpeg.safetensors: grid {out['image_grid_thw'].tolist()}")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -408,7 +447,11 @@ def write_image_golden(model, keep, router_margin, captured, margins):
 
 
 if __name__ == "__main__":
-    # `text`: only the tiny checkpoint and its goldens (the encoder-only data stays as it is).
-    if sys.argv[1:] != ["text"]:
-        main()
-    write_text_model()
+    # `text`: only the tiny checkpoint and its goldens; `jpeg`: only the JPEG test image (the
+    # rest stays as it is).
+    if sys.argv[1:] == ["jpeg"]:
+        write_jpeg_golden()
+    else:
+        if sys.argv[1:] != ["text"]:
+            main()
+        write_text_model()

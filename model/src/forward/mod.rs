@@ -1188,15 +1188,6 @@ impl Runner {
             if capture {
                 hidden_states.push(h.to_vec().unwrap_or_default());
             }
-            // DeepStack: the features of encoder block `deepstack_visual_indexes[l]` join the
-            // image rows after language layer `l` (the layer's own output, captured above, is
-            // what transformers reports for it).
-            if let Some(im) = &images {
-                if let Some(feature) = im.deepstack.get(l) {
-                    self.ops
-                        .scatter_rows("vision.deepstack", feature, &im.rows, &h, true)?;
-                }
-            }
             let cost = LayerCost {
                 attention: attention_done.since(&layer_start),
                 ffn: self.ops.stats.since(&attention_done),
@@ -1205,6 +1196,15 @@ impl Runner {
                 memo.insert(kinds, cost.clone());
             }
             self.last_layers.push(cost);
+            // DeepStack: the features of encoder block `deepstack_visual_indexes[l]` join the
+            // image rows after language layer `l` (the layer's own output, captured above, is
+            // what transformers reports for it; the add is booked apart from the layer's blocks).
+            if let Some(im) = &images {
+                if let Some(feature) = im.deepstack.get(l) {
+                    self.ops
+                        .scatter_rows("vision.deepstack", feature, &im.rows, &h, true)?;
+                }
+            }
         }
         self.ops.layer = None;
         let n = self
