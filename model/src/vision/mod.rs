@@ -334,6 +334,15 @@ pub fn smart_resize(
         hb = (h * beta / f).ceil() * f;
         wb = (w * beta / f).ceil() * f;
     }
+    // transformers returns the 0 and fails later; with a min_pixels of 0 a side under half a
+    // patch block rounds away.
+    if hb == 0.0 || wb == 0.0 {
+        return Err(bad(format!(
+            "a {height}×{width} image resizes to {hb}×{wb}: a side rounds to less than one \
+             {factor}-pixel block (min_pixels {} does not lift it; raise it or use a larger image)",
+            limits.min_pixels
+        )));
+    }
     Ok((hb as usize, wb as usize))
 }
 
@@ -509,7 +518,7 @@ mod tests {
     fn image_placeholders_widen_to_each_image() {
         let grids = [[1, 4, 6], [1, 2, 2]];
         // One placeholder each, or already the full count; text around them kept.
-        let (ids, spans) = expand_image_tokens(&[5, 9, 7, 9, 9], 9, &grids, 2).unwrap();
+        let (ids, spans) = expand_image_tokens(&[5, 9, 7, 9], 9, &grids, 2).unwrap();
         assert_eq!(ids, [5, 9, 9, 9, 9, 9, 9, 7, 9]);
         assert_eq!(
             spans,
@@ -529,6 +538,27 @@ mod tests {
         assert!(e.contains("2 image(s) given but only 1"), "{e}");
         let e = expand_image_tokens(&[9, 3, 9, 3, 9], 9, &grids, 2).unwrap_err();
         assert!(e.contains("more runs"), "{e}");
+    }
+
+    #[test]
+    fn an_image_that_rounds_to_nothing_is_an_error() {
+        let limits = PixelLimits {
+            min_pixels: 0,
+            max_pixels: 1 << 20,
+        };
+        let e = smart_resize("tiny.png", 10, 100, 32, limits)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("tiny.png") && e.contains("min_pixels 0"), "{e}");
+        // The same image with Qwen3-VL's floor is lifted to whole blocks.
+        let limits = PixelLimits {
+            min_pixels: 64 * 64,
+            ..limits
+        };
+        assert_eq!(
+            smart_resize("tiny.png", 10, 100, 32, limits).unwrap(),
+            (32, 224)
+        );
     }
 
     #[test]
