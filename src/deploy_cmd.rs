@@ -55,8 +55,9 @@ pub struct DeployArgs {
     /// Share of each card's memory kept free for the runtime.
     #[arg(long, default_value_t = 0.15)]
     pub reserve: f64,
-    /// Swap an operator's implementation in every card's forward, `OP=NAME` (repeatable), e.g.
-    /// `attention_decode_batch=paged_decode_hand`; the default is each operator's DSL kernel.
+    /// Pin an operator's implementation in every card's forward, `OP=NAME` (repeatable), e.g.
+    /// `attention_decode_batch=paged_decode_gqa_batch`; by default each launch runs the fastest
+    /// verified implementation at its shapes.
     #[arg(long = "impl", value_name = "OP=NAME")]
     pub impls: Vec<String>,
 }

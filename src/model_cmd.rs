@@ -86,9 +86,10 @@ pub struct ForwardArgs {
     /// line, the tensor and the element.
     #[arg(long)]
     check_finite: bool,
-    /// Swap an operator's implementation, `OP=NAME` (repeatable), e.g.
-    /// `attention_decode_batch=paged_decode_hand` runs the GQA decode on the hand-tuned kernel
-    /// (`day0 kernels` lists the implementations; the default is each operator's DSL kernel).
+    /// Pin an operator's implementation, `OP=NAME` (repeatable), e.g.
+    /// `attention_decode_batch=paged_decode_gqa_batch` runs the GQA decode on its DSL prototype
+    /// (`day0 kernels` lists the implementations; by default each launch runs the fastest
+    /// verified implementation at its shapes).
     #[arg(long = "impl", value_name = "OP=NAME")]
     impls: Vec<String>,
 }
@@ -544,6 +545,7 @@ fn forward_cost_only(args: &ForwardArgs, config: &Path) -> Result<(), String> {
             "language_prefill_us": us(language_cycles),
             "text_tokens": text_len,
             "image_tokens": vision.as_ref().map(|v| v.tokens),
+            "implementations": picks_json(&r),
             "image_grids": vision.as_ref().map(|v| v.grids.clone()),
             "tpot_us": tpot,
             "prefill_tokens_per_s": prompt_len as f64 / (ttft * 1e-6),
@@ -801,6 +803,9 @@ pub fn forward(args: ForwardArgs) -> Result<(), String> {
             100.0 * c as f64 / total as f64
         );
     }
+    for ((op, name), n) in r.implementation_picks() {
+        println!("  {op}: {name} ran {n} launch(es)");
+    }
     if !gen.tokens.is_empty() {
         let steps = gen.tokens.len().saturating_sub(1).max(1);
         println!(
@@ -819,6 +824,18 @@ pub fn forward(args: ForwardArgs) -> Result<(), String> {
         );
     }
     Ok(())
+}
+
+/// Which implementation of each swappable operator ran, launches per implementation.
+fn picks_json(r: &Runner) -> serde_json::Value {
+    let mut out = serde_json::Map::new();
+    for ((op, name), n) in r.implementation_picks() {
+        let entry = out
+            .entry(op.to_string())
+            .or_insert_with(|| serde_json::json!({}));
+        entry[*name] = serde_json::json!(n);
+    }
+    serde_json::Value::Object(out)
 }
 
 /// The `--image` files through the processor `model_dir`'s `preprocessor_config.json`

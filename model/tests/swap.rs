@@ -33,10 +33,13 @@ fn the_hand_tuned_gqa_decode_swaps_in_with_the_same_logits() {
             Precision::F32,
         )
         .unwrap();
-        if hand {
-            r.set_implementation("attention_decode_batch", "paged_decode_hand")
-                .unwrap();
-        }
+        let name = if hand {
+            "paged_decode_hand"
+        } else {
+            "paged_decode_gqa_batch"
+        };
+        r.set_implementation("attention_decode_batch", name)
+            .unwrap();
         r.serve(3, 3 * 64).unwrap();
         let (a, b) = (r.add_sequence().unwrap(), r.add_sequence().unwrap());
         r.forward_batch(&[(0, &[1, 2, 3, 4, 5][..]), (a, &[6, 7][..]), (b, &[8][..])])
@@ -62,25 +65,38 @@ fn the_hand_tuned_gqa_decode_swaps_in_with_the_same_logits() {
 }
 
 /// At Qwen3-Next-80B's real sizes (cost-only), the swapped decode step is faster than the DSL one
-/// and everything but the attention decode costs the same.
+/// and everything but the attention decode costs the same; unpinned, the forward runs the faster
+/// one (the fastest verified implementation is the default).
 #[test]
 fn the_swap_speeds_up_a_cost_only_decode_step() {
     let cfg = load_config(&testdata("qwen3_next_config.json")).unwrap();
-    let step = |hand: bool| {
+    let step = |pin: Option<&str>| {
         let l = Launcher::for_device("npu-910b")
             .unwrap()
             .with_backend(Backend::CostOnly);
         let mut r = Runner::cost_only_at(cfg.clone(), l, 8193, Precision::Native).unwrap();
-        if hand {
-            r.set_implementation("attention_decode_batch", "paged_decode_hand")
+        if let Some(name) = pin {
+            r.set_implementation("attention_decode_batch", name)
                 .unwrap();
         }
         r.seek(8192).unwrap();
         let before = r.stats().clone();
         r.forward(&[0]).unwrap();
-        r.stats().since(&before)
+        (r.stats().since(&before), r.implementation_picks().clone())
     };
-    let (dsl, hand) = (step(false), step(true));
+    let ((dsl, _), (hand, _)) = (
+        step(Some("paged_decode_gqa_batch")),
+        step(Some("paged_decode_hand")),
+    );
+    // Unpinned, every launch runs the faster one: the hand-tuned kernel's cycles.
+    let (auto, picks) = step(None);
+    assert_eq!(auto.per_op, hand.per_op);
+    assert!(picks
+        .iter()
+        .all(|((op, name), n)| *op == "attention_decode_batch"
+            && *name == "paged_decode_hand"
+            && *n > 0));
+    assert!(!picks.is_empty());
     let split = |s: &model::forward::OpStats| s.per_op["attn.decode_split"].1;
     assert!(
         split(&hand) < split(&dsl),
@@ -127,7 +143,10 @@ fn the_estimator_prices_a_decode_batch_with_the_swap() {
         pp: 1,
         ep: 1,
     };
-    let dsl = Estimator::new(cfg.clone(), cluster.clone(), Routing::Uniform).unwrap();
+    let dsl = Estimator::new(cfg.clone(), cluster.clone(), Routing::Uniform)
+        .unwrap()
+        .with_implementation("attention_decode_batch", "paged_decode_gqa_batch")
+        .unwrap();
     let hand = Estimator::new(cfg, cluster, Routing::Uniform)
         .unwrap()
         .with_implementation("attention_decode_batch", "paged_decode_hand")

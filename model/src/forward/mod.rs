@@ -690,10 +690,12 @@ impl Runner {
         Ok(())
     }
 
-    /// Swaps the implementation of operator `op` (a registry operator the forward can swap, see
-    /// [`ops::SWAPPABLE`]) for `implementation`, e.g. `attention_decode_batch` →
-    /// `paged_decode_hand`: the one-line swap of a DSL prototype for its hand-tuned kernel. The
-    /// default is each operator's DSL kernel. Anything else is an error naming `--impl`.
+    /// Pins the implementation of operator `op` (a registry operator the forward can swap, see
+    /// [`ops::SWAPPABLE`]) to `implementation`, e.g. `attention_decode_batch` →
+    /// `paged_decode_hand`: the one-line swap of a DSL prototype for its hand-tuned kernel, or
+    /// back. Unpinned, each launch runs the fastest verified implementation at its shapes
+    /// ([`Runner::implementation_picks`] counts which ran). Anything else is an error naming
+    /// `--impl`.
     pub fn set_implementation(
         &mut self,
         op: &str,
@@ -702,6 +704,11 @@ impl Runner {
         let name = ops::swap_choice(op, implementation)?;
         self.ops.impls.insert(op.to_string(), name);
         Ok(())
+    }
+
+    /// Launches so far per (swappable operator, implementation that ran).
+    pub fn implementation_picks(&self) -> &BTreeMap<(&'static str, &'static str), u64> {
+        &self.ops.picks
     }
 
     /// Cost-only runners: each later step of `t` tokens is `t` sequences decoding one token each

@@ -188,14 +188,11 @@ impl Runner {
             positions,
         });
         let out = self.forward(&ids);
+        // A step that failed before placing them must not leave them for the next one.
         self.step_images = None;
-        match out {
-            Ok(out) => {
-                self.rope_deltas.insert(0, delta);
-                Ok((out, ids))
-            }
-            Err(e) => Err(e),
-        }
+        let out = out?;
+        self.rope_deltas.insert(0, delta);
+        Ok((out, ids))
     }
 
     /// Greedy generation after a prompt holding images ([`Runner::forward_with_images`]); the

@@ -152,15 +152,21 @@ pub(crate) struct Ops {
     /// The card's place in a multi-card run ([`super::cards`]); `None` on a single card.
     pub cards: Option<super::cards::CardLink>,
     /// The implementation chosen for each swappable operator ([`SWAPPABLE`]); an operator not
-    /// named runs its DSL kernel.
+    /// named runs the fastest of its implementations at each launch.
     pub impls: BTreeMap<String, &'static str>,
+    /// Launches per (swappable operator, implementation that ran).
+    pub picks: BTreeMap<(&'static str, &'static str), u64>,
 }
 
+/// The GQA paged decode over a batch of sequences.
+pub const DECODE_BATCH_OP: &str = "attention_decode_batch";
+
 /// The operators whose implementation the forward can swap, each with the implementations its
-/// call site launches (the first is the default): `Runner::set_implementation`,
-/// `day0 forward --impl op=name`.
+/// call site launches, DSL prototype first: `Runner::set_implementation`,
+/// `day0 forward --impl op=name`. Without a choice each launch runs the fastest of them at its
+/// shapes ([`Ops::run_implementation`]).
 pub const SWAPPABLE: &[(&str, &[&str])] = &[(
-    "attention_decode_batch",
+    DECODE_BATCH_OP,
     &["paged_decode_gqa_batch", "paged_decode_hand"],
 )];
 
@@ -311,6 +317,7 @@ impl Ops {
             routing: super::routing::RoutingState::new(),
             cards: None,
             impls: BTreeMap::new(),
+            picks: BTreeMap::new(),
         }
     }
 
@@ -897,26 +904,13 @@ impl Ops {
         // The largest key tile within a page that fits the core (wide heads overflow an
         // H100-class SM at 64 keys). The launch writes only the partials: a retry is safe.
         let meta = &paged_decode_gqa_batch::META;
-        let r = if self.impls.get("attention_decode_batch") == Some(&hand::META.name) {
-            self.gqa_decode_hand(
-                &q3,
-                k_pool,
-                v_pool,
-                block_tables,
-                ctx_lens,
-                max_ctx,
-                &o_part,
-                &lse_part,
-                group,
-                scale,
-            )
-        } else {
+        let dsl = |launcher: &Launcher| {
             first_fitting(page_tiles(meta, page), |bk| {
                 let base = Config::new().with("BK", bk);
                 decode_config(meta, &base, head_dim, v_head_dim, page, group).and_then(|cfg| {
                     on_cache_pair!(k_pool, v_pool, meta.name, (k, v) => {
                         paged_decode_gqa_batch::launch(
-                            &self.launcher,
+                            launcher,
                             &cfg,
                             &q3,
                             k,
@@ -932,62 +926,146 @@ impl Ops {
                 })
             })
         };
+        let hand_tuned = |launcher: &Launcher| {
+            gqa_decode_hand(
+                launcher,
+                &q3,
+                k_pool,
+                v_pool,
+                block_tables,
+                ctx_lens,
+                max_ctx,
+                &o_part,
+                &lse_part,
+                group,
+                scale,
+            )
+        };
+        let (name, r) = self.run_implementation(
+            DECODE_BATCH_OP,
+            &[(meta.name, &dsl), (hand::META.name, &hand_tuned)],
+        );
+        *self.picks.entry((DECODE_BATCH_OP, name)).or_default() += 1;
         self.book_decode(op, seqs, r, &o_part, &lse_part, &o)?;
         view(o.reshaped(&[seqs, heads * v_head_dim]), "decode output")
     }
 }
 
+/// One implementation of a swappable operator: its registered name and how to launch it on a
+/// launcher (the real one, or a cost-only copy that prices it).
+type Implementation<'a> = (
+    &'static str,
+    &'a dyn Fn(&Launcher) -> Result<Launch, SimError>,
+);
+
 impl Ops {
-    /// [`Ops::gqa_decode`]'s split launch on the hand-tuned kernel
-    /// ([`kernels::hand_tuned::paged_decode`]): the smallest query-row tile that holds a group,
-    /// the largest key tile within a page, a three-deep ring, moving to smaller tiles and a
-    /// shallower ring while they overflow the core.
-    #[allow(clippy::too_many_arguments)]
-    fn gqa_decode_hand(
+    /// Launches operator `op` on the implementation the user chose ([`Ops::impls`]) or, by
+    /// default, on the fastest of `choices` at this launch's shapes: each is priced cost-only
+    /// (a functional launch then runs the winner on the data; a cost-only one keeps the winner's
+    /// launch) and the fewest cycles win, the first listed on a tie. Every implementation listed
+    /// is verified against the operator's reference by the kernel tests (`day0 compare`); one
+    /// that cannot run at this shape (its tiles overflow the core) is passed over. Returns the
+    /// name of the implementation that ran.
+    fn run_implementation(
         &self,
-        q3: &Tensor<f32>,
-        k_pool: &CacheTensor,
-        v_pool: &CacheTensor,
-        block_tables: &Tensor<i32>,
-        ctx_lens: &Tensor<i32>,
-        max_ctx: usize,
-        o_part: &Tensor<f32>,
-        lse_part: &Tensor<f32>,
-        group: usize,
-        scale: f64,
-    ) -> Result<Launch, SimError> {
-        use kernels::hand_tuned::paged_decode::{launch, DecodeTensors, META};
-        let page = k_pool.shape().get(1).copied().unwrap_or(1);
-        let bh = [16i64, 32, 64, 128]
-            .into_iter()
-            .find(|b| *b as usize >= group)
-            .unwrap_or(128);
-        let configs: Vec<Config> = page_tiles(&META, page)
-            .into_iter()
-            .flat_map(|bk| {
-                [3i64, 2].map(|stages| {
-                    Config::new()
-                        .with("BH", bh)
-                        .with("BK", bk)
-                        .with("STAGES", stages)
-                })
-            })
-            .collect();
-        first_fitting(configs, |cfg| {
-            on_cache_pair!(k_pool, v_pool, META.name, (k, v) => {
-                let tensors = DecodeTensors {
-                    q: q3,
-                    k_pool: k,
-                    v_pool: v,
-                    block_table: block_tables,
-                    ctx_lens: Some(ctx_lens),
-                    o_part,
-                    lse_part,
-                };
-                launch(&self.launcher, &cfg, &tensors, max_ctx, scale as f32)
+        op: &str,
+        choices: &[Implementation<'_>],
+    ) -> (&'static str, Result<Launch, SimError>) {
+        if let Some(&(name, launch)) = self
+            .impls
+            .get(op)
+            .and_then(|chosen| choices.iter().find(|(n, _)| n == chosen))
+        {
+            return (name, launch(&self.launcher));
+        }
+        let cost_only = self.launcher.backend == dsl_core::Backend::CostOnly;
+        let probe = if cost_only {
+            self.launcher.clone()
+        } else {
+            self.launcher
+                .clone()
+                .with_backend(dsl_core::Backend::CostOnly)
+        };
+        let mut best: Option<(usize, Launch)> = None;
+        let mut first_error = None;
+        for (i, (_, launch)) in choices.iter().enumerate() {
+            match launch(&probe) {
+                Ok(l) => {
+                    if best
+                        .as_ref()
+                        .is_none_or(|(_, b)| l.report.cycles < b.report.cycles)
+                    {
+                        best = Some((i, l));
+                    }
+                }
+                Err(e) => {
+                    first_error.get_or_insert(e);
+                }
+            }
+        }
+        match best {
+            Some((i, l)) if cost_only => (choices[i].0, Ok(l)),
+            Some((i, _)) => (choices[i].0, (choices[i].1)(&self.launcher)),
+            None => (
+                choices[0].0,
+                Err(first_error.unwrap_or_else(|| SimError::Launch {
+                    kernel: op.to_string(),
+                    message: "no implementation offered".into(),
+                })),
+            ),
+        }
+    }
+}
+
+/// [`Ops::gqa_decode`]'s split launch on the hand-tuned kernel
+/// ([`kernels::hand_tuned::paged_decode`]): the smallest query-row tile that holds a group, the
+/// largest key tile within a page, a three-deep ring, moving to smaller tiles and a shallower ring
+/// while they overflow the core.
+#[allow(clippy::too_many_arguments)]
+fn gqa_decode_hand(
+    launcher: &Launcher,
+    q3: &Tensor<f32>,
+    k_pool: &CacheTensor,
+    v_pool: &CacheTensor,
+    block_tables: &Tensor<i32>,
+    ctx_lens: &Tensor<i32>,
+    max_ctx: usize,
+    o_part: &Tensor<f32>,
+    lse_part: &Tensor<f32>,
+    group: usize,
+    scale: f64,
+) -> Result<Launch, SimError> {
+    use kernels::hand_tuned::paged_decode::{launch, DecodeTensors, META};
+    let page = k_pool.shape().get(1).copied().unwrap_or(1);
+    let bh = [16i64, 32, 64, 128]
+        .into_iter()
+        .find(|b| *b as usize >= group)
+        .unwrap_or(128);
+    let configs: Vec<Config> = page_tiles(&META, page)
+        .into_iter()
+        .flat_map(|bk| {
+            [3i64, 2].map(|stages| {
+                Config::new()
+                    .with("BH", bh)
+                    .with("BK", bk)
+                    .with("STAGES", stages)
             })
         })
-    }
+        .collect();
+    first_fitting(configs, |cfg| {
+        on_cache_pair!(k_pool, v_pool, META.name, (k, v) => {
+            let tensors = DecodeTensors {
+                q: q3,
+                k_pool: k,
+                v_pool: v,
+                block_table: block_tables,
+                ctx_lens: Some(ctx_lens),
+                o_part,
+                lse_part,
+            };
+            launch(launcher, &cfg, &tensors, max_ctx, scale as f32)
+        })
+    })
 }
 
 impl Ops {
