@@ -210,6 +210,20 @@ pub fn encode_functional(
     capture_blocks: bool,
 ) -> Result<(VisionOutput, OpStats), ForwardError> {
     let launcher = launcher.clone().with_backend(dsl_core::Backend::Functional);
+    encode_on(launcher, cfg, weights, pixels, grids, capture_blocks)
+}
+
+/// [`encode`] on its own bookkeeping for `launcher` (whose backend decides functional or
+/// cost-only): the output and the launches' costs.
+fn encode_on<T: Float>(
+    launcher: Launcher,
+    cfg: &VisionConfig,
+    weights: &VisionWeights<T>,
+    pixels: &Tensor<f32>,
+    grids: &[[usize; 3]],
+    capture_blocks: bool,
+) -> Result<(VisionOutput, OpStats), ForwardError> {
+    // The encoder keeps no cache; the format only sizes pools it never allocates.
     let mem = Mem::new(&launcher, super::cache_format::CacheFormat::F32);
     let mut ops = Ops::new(launcher, mem);
     let out = encode(&mut ops, cfg, weights, pixels, grids, capture_blocks)?;
@@ -370,16 +384,14 @@ pub fn encode_cost(
         .clone()
         .with_backend(dsl_core::Backend::CostOnly)
         .with_memo(true);
-    let mem = Mem::new(&launcher, super::cache_format::CacheFormat::Bf16);
-    let mut ops = Ops::new(launcher, mem);
     let weights = VisionWeights::<bf16>::shape_only(cfg);
     let patches: usize = grids.iter().map(|[t, h, w]| t * h * w).sum();
     let pixels = Tensor::shape_only(&[patches, cfg.patch_values()]);
-    let out = encode(&mut ops, cfg, &weights, &pixels, grids, false)?;
+    let (out, stats) = encode_on(launcher, cfg, &weights, &pixels, grids, false)?;
     Ok(VisionCost {
         grids: grids.to_vec(),
         patches,
         tokens: out.tokens.rows(),
-        stats: ops.stats,
+        stats,
     })
 }
