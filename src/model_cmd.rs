@@ -701,7 +701,25 @@ pub fn forward(args: ForwardArgs) -> Result<(), String> {
             .map_err(|e| format!("--tokens: {e}"))?
             .0
         }
-        None => args.tokens.clone(),
+        None => {
+            // Image tokens without an image would run the placeholder's own embedding: a prompt
+            // copied from a multimodal chat without its --image.
+            if let Some(v) = &cfg.vision {
+                let n = args
+                    .tokens
+                    .iter()
+                    .filter(|t| **t == v.image_token_id as i64)
+                    .count();
+                if n > 0 {
+                    return Err(format!(
+                        "--tokens holds the image token {} {n} time(s) but no --image is given: \
+                         give the image(s) with --image FILE, or drop the image tokens",
+                        v.image_token_id
+                    ));
+                }
+            }
+            args.tokens.clone()
+        }
     };
     let mut r = runner(
         &model_dir,

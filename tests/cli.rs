@@ -299,6 +299,10 @@ fn forward_with_images_matches_transformers() {
         !bad.status.success() && err.contains("than the 1 image(s) given"),
         "{err}"
     );
+    // Image tokens without --image.
+    let bad = day0(&["forward", "--model-dir", &dir, "--tokens", "1,251,2"]);
+    let err = String::from_utf8_lossy(&bad.stderr);
+    assert!(!bad.status.success() && err.contains("no --image"), "{err}");
     let cfg = format!("{dir}/config.json");
     let bad = day0(&[
         "forward",
