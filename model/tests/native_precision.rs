@@ -42,6 +42,19 @@ fn tiny() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("testdata/tiny")
 }
 
+/// The checkpoint in `dir` at native precision against its golden `file`, every tensor compared.
+fn native_validation(dir: &std::path::Path, file: &str) -> model::forward::validate::Validation {
+    let reference = model::weights::read_all_f32(&dir.join(file)).unwrap();
+    let ids: Vec<i64> = reference
+        .iter()
+        .find(|(n, _, _)| n == "input_ids")
+        .map(|(_, _, d)| d.iter().map(|v| *v as i64).collect())
+        .unwrap();
+    let launcher = Launcher::for_device("npu-910b").unwrap();
+    let mut r = Runner::load_at(dir, launcher, ids.len(), Precision::Native).unwrap();
+    validate(&mut r, &ids, &reference, f64::INFINITY).unwrap()
+}
+
 #[test]
 fn native_forward_is_within_twice_transformers_bf16_distance() {
     let text = std::fs::read_to_string(tiny().join("bf16_distance.json")).unwrap();
@@ -51,15 +64,7 @@ fn native_forward_is_within_twice_transformers_bf16_distance() {
     let mut failures = Vec::new();
     for (name, bf16) in checkpoints {
         let dir = tiny().join(name);
-        let reference = model::weights::read_all_f32(&dir.join("golden.safetensors")).unwrap();
-        let ids: Vec<i64> = reference
-            .iter()
-            .find(|(n, _, _)| n == "input_ids")
-            .map(|(_, _, d)| d.iter().map(|v| *v as i64).collect())
-            .unwrap();
-        let launcher = Launcher::for_device("npu-910b").unwrap();
-        let mut r = Runner::load_at(&dir, launcher, ids.len(), Precision::Native).unwrap();
-        let v = validate(&mut r, &ids, &reference, f64::INFINITY).unwrap();
+        let v = native_validation(&dir, "golden.safetensors");
         if smallest_margin(&dir.join("golden.safetensors")) < NEAR_TIE {
             let logits = v.diffs.iter().find(|d| d.name == "logits").unwrap();
             assert!(
@@ -90,4 +95,41 @@ fn native_forward_is_within_twice_transformers_bf16_distance() {
         }
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+/// The same bound on a prompt with images (`golden_image.safetensors`: the vision encoder at
+/// native precision holds its matrices in bf16 too): the encoder's tokens, every layer's output
+/// and the logits within twice transformers' bf16 distance on that prompt (`image_prompts` in
+/// `bf16_distance.json`).
+#[test]
+fn native_image_prompt_is_within_twice_transformers_bf16_distance() {
+    let text = std::fs::read_to_string(tiny().join("bf16_distance.json")).unwrap();
+    let json: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let prompts = json["image_prompts"].as_object().unwrap();
+    assert!(!prompts.is_empty());
+    for (name, bf16) in prompts {
+        let v = native_validation(&tiny().join(name), "golden_image.safetensors");
+        let mut checked = 0;
+        for d in &v.diffs {
+            let key = match d.name.as_str() {
+                "logits" | "vision.tokens" => d.name.clone(),
+                layer if layer.starts_with("layer ") => {
+                    let i: usize = layer.trim_start_matches("layer ").parse().unwrap();
+                    format!("hidden_states.{}", i + 1)
+                }
+                _ => continue,
+            };
+            let theirs = bf16[&key].as_f64().unwrap();
+            assert!(
+                d.rel_l2 <= 2.0 * theirs,
+                "{name} {}: day0 native {:.3e} > 2 x transformers bf16 {theirs:.3e}",
+                d.name,
+                d.rel_l2
+            );
+            // bf16 matrices really ran: not the f32 path's ~1e-6.
+            assert!(d.rel_l2 > 1e-4, "{name} {}: {:.3e}", d.name, d.rel_l2);
+            checked += 1;
+        }
+        assert_eq!(checked, bf16.as_object().unwrap().len(), "{name}");
+    }
 }

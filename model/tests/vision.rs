@@ -116,7 +116,7 @@ fn tiny_encoder_matches_transformers() {
     let dir = Path::new("testdata/vision/qwen3_vl_moe_tiny");
     let cfg = load_vision_config(dir).unwrap();
     let ckpt = Checkpoint::open_file(&dir.join("golden.safetensors")).unwrap();
-    let weights = VisionWeights::load(&ckpt, &cfg, "model.visual.").unwrap();
+    let weights = VisionWeights::<f32>::load(&ckpt, &cfg, "model.visual.").unwrap();
     let grid = ckpt.i64("grid_thw").unwrap();
     let grids: Vec<[usize; 3]> = grid
         .chunks(3)

@@ -7,7 +7,8 @@ the distance of transformers in bf16 from it. This script loads each checkpoint 
 golden's prompt cache-free with hidden-state hooks exactly as `gen_models.py` does, and writes
 `model/testdata/tiny/bf16_distance.json`: per checkpoint and per tensor (`hidden_states.{i}`,
 `logits`), the relative L2 distance ||bf16 - f32|| / ||f32|| over all positions, plus the versions
-used. The Rust test (`model/tests/native_precision.rs`) reads only the JSON: no Python at test time.
+used; a checkpoint with a `golden_image.safetensors` (prompt with images) also gets an
+`image_prompts` entry (`vision.tokens`, `hidden_states.{i >= 1}`, `logits`). The Rust test (`model/tests/native_precision.rs`) reads only the JSON: no Python at test time.
 
 Run: /path/to/venv/bin/python tests/reference/gen_bf16_distance.py [NAME ...]
 (the venv needs torch and transformers; the committed file was made with the versions it records).
@@ -49,6 +50,44 @@ def hidden_and_logits(model, prompt):
     tensors = {f"hidden_states.{i}": captured[i] for i in range(len(layers) + 1)}
     tensors["logits"] = out.logits[0].float()
     return tensors
+
+
+def image_prompt_distance(model, d):
+    """The bf16 distance on a checkpoint's prompt with images (`golden_image.safetensors`, from
+    gen_vision.py): the encoder's tokens, every decoder layer's output and the logits (the
+    embedding row is left out: its hook sees the text embeddings before the image tokens go in)."""
+    ref = load_file(os.path.join(d, "golden_image.safetensors"))
+    ids = ref["input_ids"].to(torch.long)
+    image_token = model.config.image_token_id
+    kw = dict(
+        pixel_values=ref["pixel_values"].to(torch.bfloat16),
+        image_grid_thw=ref["image_grid_thw"].to(torch.long),
+        mm_token_type_ids=(ids == image_token).to(torch.int32)[None],
+    )
+    lm = model.model.language_model
+    captured = {}
+
+    def keep(i):
+        def hook(module, args, output):
+            captured[i] = (output[0] if isinstance(output, tuple) else output)[0].float().clone()
+
+        return hook
+
+    hooks = [layer.register_forward_hook(keep(i + 1)) for i, layer in enumerate(lm.layers)]
+    with torch.no_grad():
+        vout = model.model.visual(kw["pixel_values"], grid_thw=kw["image_grid_thw"])
+        out = model(ids[None], use_cache=False, **kw)
+    for h in hooks:
+        h.remove()
+    tokens = vout[0] if isinstance(vout, tuple) else vout.pooler_output
+    got = {f"hidden_states.{i}": captured[i] for i in range(1, len(lm.layers) + 1)}
+    got["logits"] = out.logits[0].float()
+    got["vision.tokens"] = tokens.float()
+    dist = {}
+    for k, v in got.items():
+        r = ref[k].float()
+        dist[k] = float((v - r).norm() / r.norm().clamp_min(1e-30))
+    return dist
 
 
 def main():
@@ -100,6 +139,10 @@ def main():
             dist[k] = float((v - r).norm() / r.norm().clamp_min(1e-30))
         result["checkpoints"][name] = dist
         print(name, f"logits {dist['logits']:.3e}", file=sys.stderr)
+        if os.path.exists(os.path.join(d, "golden_image.safetensors")):
+            img = image_prompt_distance(model, d)
+            result.setdefault("image_prompts", {})[name] = img
+            print(name, f"image prompt logits {img['logits']:.3e}", file=sys.stderr)
     with open(out, "w") as f:
         json.dump(result, f, indent=1, sort_keys=True)
         f.write("\n")

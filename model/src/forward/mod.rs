@@ -266,8 +266,8 @@ pub struct Runner {
     memoise: bool,
     blocks: Blocks,
     last_layers: Vec<LayerCost>,
-    /// The vision encoder of a multimodal checkpoint that holds one (f32).
-    vision_weights: Option<vision::VisionWeights<f32>>,
+    /// The vision encoder of a multimodal checkpoint that holds one.
+    vision_weights: Option<multimodal::VisionBank>,
     /// Images the next step places ([`Runner::forward_with_images`]).
     step_images: Option<multimodal::StepImages>,
     /// Per sequence, the offset of its rotary positions after a prompt with images.
@@ -403,7 +403,7 @@ impl Runner {
             Some(v)
                 if ckpt.contains(&format!("{}patch_embed.proj.weight", vision::WEIGHT_PREFIX)) =>
             {
-                Some(vision::VisionWeights::load(ckpt, v, vision::WEIGHT_PREFIX)?)
+                Some(multimodal::VisionBank::load(ckpt, v, precision)?)
             }
             _ => None,
         };

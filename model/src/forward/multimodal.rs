@@ -5,10 +5,13 @@
 //! diagonal, and every later token (the decode steps) shifted by the prompt's `rope_delta`.
 
 use super::ops::{view, OpStats, RopeTables};
-use super::vision::{encode_functional, VisionOutput};
-use super::{ForwardError, Generation, Runner, StepOutput};
+use super::vision::{encode_functional, VisionOutput, VisionWeights, WEIGHT_PREFIX};
+use super::{ForwardError, Generation, Precision, Runner, StepOutput};
 use crate::vision::processor::ProcessedImage;
+use crate::vision::VisionConfig;
 use crate::vision::{expand_image_tokens, mrope_positions};
+use crate::weights::Checkpoint;
+use dsl_core::bf16;
 use dsl_core::Tensor;
 
 /// A prompt's images through the encoder ([`Runner::encode_images`]).
@@ -19,6 +22,27 @@ pub struct PromptImages {
     pub encoded: VisionOutput,
     /// The encoder's launches and cycles.
     pub stats: OpStats,
+}
+
+/// The encoder's weights at the runner's precision: f32 (the reference path), or bf16 matrices
+/// at native precision, as the released checkpoints store them.
+pub(super) enum VisionBank {
+    F32(VisionWeights<f32>),
+    Bf16(VisionWeights<bf16>),
+}
+
+impl VisionBank {
+    /// Reads the encoder under [`WEIGHT_PREFIX`] at `precision`.
+    pub(super) fn load(
+        ckpt: &Checkpoint,
+        cfg: &VisionConfig,
+        precision: Precision,
+    ) -> Result<VisionBank, ForwardError> {
+        Ok(match precision {
+            Precision::F32 => VisionBank::F32(VisionWeights::load(ckpt, cfg, WEIGHT_PREFIX)?),
+            Precision::Native => VisionBank::Bf16(VisionWeights::load(ckpt, cfg, WEIGHT_PREFIX)?),
+        })
+    }
 }
 
 /// What the next step places: the rows of its image tokens, the tokens and DeepStack features
@@ -82,7 +106,7 @@ impl Runner {
             .ok_or_else(|| ForwardError::Unsupported {
                 what: format!(
                     "images: the checkpoint has no vision encoder weights ({}* tensors)",
-                    super::vision::WEIGHT_PREFIX
+                    WEIGHT_PREFIX
                 ),
             })?;
         if grids.is_empty() {
@@ -106,14 +130,11 @@ impl Runner {
             Tensor::from_f32(&[rows, cfg.patch_values()], pixels),
             "image patch rows",
         )?;
-        let (encoded, stats) = encode_functional(
-            &cfg,
-            weights,
-            &pixels,
-            grids,
-            &self.ops.launcher,
-            self.capture,
-        )?;
+        let (l, capture) = (&self.ops.launcher, self.capture);
+        let (encoded, stats) = match weights {
+            VisionBank::F32(w) => encode_functional(&cfg, w, &pixels, grids, l, capture)?,
+            VisionBank::Bf16(w) => encode_functional(&cfg, w, &pixels, grids, l, capture)?,
+        };
         self.ops.stats.add(&stats);
         Ok(PromptImages {
             grids: grids.to_vec(),

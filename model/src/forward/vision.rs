@@ -128,23 +128,30 @@ impl<T: Float> VisionWeights<T> {
     }
 }
 
-impl VisionWeights<f32> {
-    /// The encoder's weights from a checkpoint, at f32, under `prefix` (`model.visual.` in the
-    /// released Qwen3-VL checkpoints): transformers' names, the Conv3d patch embedding
-    /// `[hidden, C, T, P, P]` read as the linear layer `[hidden, C·T·P·P]` it is.
+impl<T: Float> VisionWeights<T> {
+    /// The encoder's weights from a checkpoint under `prefix` (`model.visual.` in the released
+    /// Qwen3-VL checkpoints), the matrices held as `T` (f32 for the reference path, bf16 at native
+    /// precision), biases, norms and position embeddings in f32: transformers' names, the Conv3d
+    /// patch embedding `[hidden, C, T, P, P]` read as the linear layer `[hidden, C·T·P·P]` it is.
     pub fn load(
         ckpt: &Checkpoint,
         cfg: &VisionConfig,
         prefix: &str,
-    ) -> Result<VisionWeights<f32>, ForwardError> {
+    ) -> Result<VisionWeights<T>, ForwardError> {
         let (h, i, m) = (cfg.hidden_size, cfg.intermediate_size, cfg.merged_width());
+        let values = |name: &str, shape: &[usize]| ckpt.f32(&format!("{prefix}{name}"), shape);
         let read = |name: &str, shape: &[usize], as_shape: &[usize]| {
-            let v = ckpt.f32(&format!("{prefix}{name}"), shape)?;
-            view(Tensor::from_f32(as_shape, &v), name)
+            view(
+                Tensor::<f32>::from_f32(as_shape, &values(name, shape)?),
+                name,
+            )
         };
-        let linear = |name: &str, o: usize, i: usize| -> Result<Linear<f32>, ForwardError> {
+        let matrix = |name: &str, shape: &[usize], as_shape: &[usize]| {
+            view(Tensor::<T>::from_f32(as_shape, &values(name, shape)?), name)
+        };
+        let linear = |name: &str, o: usize, i: usize| -> Result<Linear<T>, ForwardError> {
             Ok(Linear {
-                w: read(&format!("{name}.weight"), &[o, i], &[o, i])?,
+                w: matrix(&format!("{name}.weight"), &[o, i], &[o, i])?,
                 b: read(&format!("{name}.bias"), &[o], &[1, o])?,
             })
         };
@@ -154,7 +161,7 @@ impl VisionWeights<f32> {
                 b: read(&format!("{name}.bias"), &[n], &[n])?,
             })
         };
-        let merger = |name: &str, postshuffle: bool| -> Result<MergerWeights<f32>, ForwardError> {
+        let merger = |name: &str, postshuffle: bool| -> Result<MergerWeights<T>, ForwardError> {
             Ok(MergerWeights {
                 norm: norm(&format!("{name}.norm"), if postshuffle { m } else { h })?,
                 postshuffle,
@@ -165,7 +172,7 @@ impl VisionWeights<f32> {
         let (c, t, p) = (cfg.in_channels, cfg.temporal_patch_size, cfg.patch_size);
         Ok(VisionWeights {
             patch: Linear {
-                w: read(
+                w: matrix(
                     "patch_embed.proj.weight",
                     &[h, c, t, p, p],
                     &[h, cfg.patch_values()],
@@ -201,9 +208,9 @@ impl VisionWeights<f32> {
 /// Encodes `pixels` (patch rows of images with patch grids `grids`) functionally on `launcher`
 /// with `weights`: the tokens and DeepStack features (and each block's output with
 /// `capture_blocks`), and the launches' costs.
-pub fn encode_functional(
+pub fn encode_functional<T: Float>(
     cfg: &VisionConfig,
-    weights: &VisionWeights<f32>,
+    weights: &VisionWeights<T>,
     pixels: &Tensor<f32>,
     grids: &[[usize; 3]],
     launcher: &Launcher,
