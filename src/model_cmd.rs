@@ -772,6 +772,7 @@ pub fn forward(args: ForwardArgs) -> Result<(), String> {
             "prefill_cycles": gen.prefill.total_cycles(),
             "prefill_us": us(gen.prefill.total_cycles()),
             "prefill_launches": gen.prefill.launches(),
+            "implementations": picks_json(&r),
             "image_grids": vision.as_ref().map(|v| v.grids.clone()),
             "image_tokens": vision.as_ref().map(|v| v.encoded.tokens.rows()),
             "vision_us": vision.as_ref().map(|v| us(v.stats.total_cycles())),
@@ -844,7 +845,8 @@ pub fn forward(args: ForwardArgs) -> Result<(), String> {
     Ok(())
 }
 
-/// Which implementation of each swappable operator ran, launches per implementation.
+/// Which implementation of each swappable operator ran: per implementation, the launches that
+/// chose it (a cost-only run's memoised layers reuse their first layer's choice uncounted).
 fn picks_json(r: &Runner) -> serde_json::Value {
     let mut out = serde_json::Map::new();
     for ((op, name), n) in r.implementation_picks() {

@@ -255,6 +255,11 @@ fn forward_with_images_matches_transformers() {
         serde_json::json!([[1, 10, 14], [1, 8, 12]])
     );
     assert!(v["vision_us"].as_f64().unwrap() > 0.0);
+    // 15 decode steps × 2 GQA layers, each on the implementation that priced faster.
+    let picks = v["implementations"]["attention_decode_batch"]
+        .as_object()
+        .unwrap();
+    assert_eq!(picks.values().map(|n| n.as_u64().unwrap()).sum::<u64>(), 30);
     let (_, shape, want) = golden_tensors
         .iter()
         .find(|(k, _, _)| k == "logits")

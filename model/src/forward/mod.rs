@@ -706,7 +706,8 @@ impl Runner {
         Ok(())
     }
 
-    /// Launches so far per (swappable operator, implementation that ran).
+    /// Launches so far per (swappable operator, implementation that ran); a cost-only run's
+    /// memoised layers book their first layer's launches without choosing again, uncounted.
     pub fn implementation_picks(&self) -> &BTreeMap<(&'static str, &'static str), u64> {
         &self.ops.picks
     }
