@@ -9,6 +9,17 @@ fn day0(args: &[&str]) -> std::process::Output {
         .expect("day0 runs")
 }
 
+/// `day0 args…`, which must succeed, and its JSON output.
+fn day0_json(args: &[&str]) -> serde_json::Value {
+    let out = day0(args);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).expect("JSON")
+}
+
 #[test]
 fn gemm_json_has_the_stable_fields() {
     let out = day0(&[
@@ -146,7 +157,7 @@ fn forward_writes_logits_matching_transformers() {
         .collect();
     let out_file =
         std::env::temp_dir().join(format!("day0-logits-{}.safetensors", std::process::id()));
-    let out = day0(&[
+    let v = day0_json(&[
         "forward",
         "--model-dir",
         &dir,
@@ -158,12 +169,6 @@ fn forward_writes_logits_matching_transformers() {
         out_file.to_str().unwrap(),
         "--json",
     ]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
     let want_tokens: Vec<i64> = get("generated")
         .2
         .iter()
@@ -226,7 +231,7 @@ fn forward_with_images_matches_transformers() {
         "day0-image-logits-{}.safetensors",
         std::process::id()
     ));
-    let out = day0(&[
+    let v = day0_json(&[
         "forward",
         "--model-dir",
         &dir,
@@ -242,12 +247,6 @@ fn forward_with_images_matches_transformers() {
         out_file.to_str().unwrap(),
         "--json",
     ]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
     assert_eq!(generated(&v), get("generated"));
     assert_eq!(v["tokens"].as_u64(), Some(get("input_ids").len() as u64));
     assert_eq!(

@@ -231,6 +231,20 @@ VISION_LM = dict(VISION, out_hidden_size=TEXT["hidden_size"])
 SPECIAL = dict(image_token_id=251, video_token_id=253, vision_start_token_id=250, vision_end_token_id=252)
 
 
+def lm_golden(out, last_normed, generated, decode_logits, hidden):
+    """The language model's part of a golden file (gen_models.py's format): logits, the final
+    norm's output, the greedy tokens and their logits, and `hidden_states.{i}`."""
+    tensors = {
+        "logits": out.logits[0].contiguous(),
+        "last_hidden_state": last_normed.contiguous(),
+        "generated": generated.to(torch.int64).contiguous(),
+        "decode_logits": decode_logits.contiguous(),
+    }
+    for i, h in enumerate(hidden):
+        tensors[f"hidden_states.{i}"] = h.contiguous()
+    return tensors
+
+
 def greedy_checked(model, ids, mm=None, **kw):
     """NEW_TOKENS greedy tokens after `ids` (image token types `mm`, images in `kw`) with each
     step's logits, checked: the tokens are the logits' argmax, not all one token, and the cached
@@ -312,15 +326,8 @@ def write_text_model():
 
     os.makedirs(TEXT_OUT, exist_ok=True)
     model.save_pretrained(TEXT_OUT)
-    tensors = {
-        "input_ids": prompt.to(torch.int64).contiguous(),
-        "logits": out.logits[0].contiguous(),
-        "last_hidden_state": last_normed.contiguous(),
-        "generated": generated.to(torch.int64).contiguous(),
-        "decode_logits": decode_logits.contiguous(),
-    }
-    for i, h in enumerate(hidden):
-        tensors[f"hidden_states.{i}"] = h.contiguous()
+    tensors = {"input_ids": prompt.to(torch.int64).contiguous()}
+    tensors.update(lm_golden(out, last_normed, generated, decode_logits, hidden))
     provenance = {
         "script": "tests/reference/gen_vision.py",
         "seed": TEXT_SEED,
@@ -421,17 +428,12 @@ def write_image_golden(model, keep, router_margin, captured, margins):
         "position_ids": position_ids[:, 0].to(torch.int64).contiguous(),
         "rope_delta": delta.reshape(1).to(torch.int64).contiguous(),
         "vision.tokens": vtokens.contiguous(),
-        "logits": out.logits[0].contiguous(),
-        "last_hidden_state": last_normed.contiguous(),
-        "generated": generated.to(torch.int64).contiguous(),
-        "decode_logits": decode_logits.contiguous(),
     }
     for j, d in enumerate(vdeep):
         tensors[f"vision.deepstack.{j}"] = d.contiguous()
     for i in range(len(visual.blocks)):
         tensors[f"vision.hidden_states.{i}"] = blocks[i].contiguous()
-    for i, h in enumerate(hidden):
-        tensors[f"hidden_states.{i}"] = h.contiguous()
+    tensors.update(lm_golden(out, last_normed, generated, decode_logits, hidden))
     provenance = {
         "script": "tests/reference/gen_vision.py",
         "seed": TEXT_SEED,

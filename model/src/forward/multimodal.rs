@@ -67,13 +67,7 @@ impl RopeTables {
         let (mut c, mut s) = kernels::vision::rotary::axis_cos_sin(positions, &freqs);
         let af = attention_factor as f32;
         c.iter_mut().chain(s.iter_mut()).for_each(|v| *v *= af);
-        let shape = [positions.len(), inv_freq.len()];
-        Ok(RopeTables {
-            cos: view(Tensor::from_f32(&shape, &c), "M-RoPE cos table")?,
-            sin: view(Tensor::from_f32(&shape, &s), "M-RoPE sin table")?,
-            rot_dim: 2 * inv_freq.len(),
-            interleaved: false,
-        })
+        RopeTables::from_cos_sin(positions.len(), inv_freq.len(), &c, &s, false)
     }
 }
 

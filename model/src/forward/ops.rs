@@ -1466,11 +1466,23 @@ impl RopeTables {
         interleaved: bool,
     ) -> Result<RopeTables, ForwardError> {
         let (c, s) = kernels::rope::cos_sin(positions, inv_freq, attention_factor);
-        let shape = [positions.len(), inv_freq.len()];
+        RopeTables::from_cos_sin(positions.len(), inv_freq.len(), &c, &s, interleaved)
+    }
+
+    /// Tables from `cos` and `sin` values of `tokens` rows of `pairs` rotated pairs each
+    /// (row-major): the one constructor the 1D, multi-axis and vision tables share.
+    pub fn from_cos_sin(
+        tokens: usize,
+        pairs: usize,
+        cos: &[f32],
+        sin: &[f32],
+        interleaved: bool,
+    ) -> Result<RopeTables, ForwardError> {
+        let shape = [tokens, pairs];
         Ok(RopeTables {
-            cos: view(Tensor::from_f32(&shape, &c), "rope cos table")?,
-            sin: view(Tensor::from_f32(&shape, &s), "rope sin table")?,
-            rot_dim: 2 * inv_freq.len(),
+            cos: view(Tensor::from_f32(&shape, cos), "rope cos table")?,
+            sin: view(Tensor::from_f32(&shape, sin), "rope sin table")?,
+            rot_dim: 2 * shape[1],
             interleaved,
         })
     }

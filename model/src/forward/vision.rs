@@ -300,12 +300,7 @@ pub(crate) fn encode<T: Float>(
     let mut x = ops.add("vision.add", &patches, &pos)?;
     let positions = rotary::vision_positions(grids, merge);
     let (cos, sin) = rotary::axis_cos_sin(&positions, &rotary::vision_freqs(hd, cfg.rope_theta));
-    let tables = RopeTables {
-        cos: view(Tensor::from_f32(&[n, hd / 2], &cos), "vision rotary cos")?,
-        sin: view(Tensor::from_f32(&[n, hd / 2], &sin), "vision rotary sin")?,
-        rot_dim: hd,
-        interleaved: false,
-    };
+    let tables = RopeTables::from_cos_sin(n, hd / 2, &cos, &sin, false)?;
     let cu = cu_seqlens(grids);
     let (mut deepstack, mut blocks) = (Vec::new(), Vec::new());
     for (i, b) in w.blocks.iter().enumerate() {
