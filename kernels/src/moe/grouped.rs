@@ -443,13 +443,19 @@ pub fn run_grouped_linear_weight(
             Ok(vec![(name, l.report)])
         }
         Weight::Fp8Block { weight, scale_inv } => {
-            let cfg = Config::new().with("BM", bm.min(64)).with("BK", 128);
             if !crate::linear::has_fp8_matrix(launcher) {
+                // W8A16 casts each weight tile to bf16 on chip: a row tile covering the expert's
+                // rows (up to 128) casts it once for all of them.
+                let cfg = Config::new().with("BM", bm).with("BK", 128);
                 let l = grouped_linear_fp8w::launch::<bf16>(
                     launcher, &cfg, x, weight, scale_inv, offsets, y,
                 )?;
                 return Ok(vec![(grouped_linear_fp8w::META.name, l.report)]);
             }
+            let per_expert = n.div_ceil(e);
+            let cfg = Config::new()
+                .with("BM", crate::linear::fp8_row_tile(per_expert))
+                .with("BK", 128);
             let (q, quant) = crate::linear::run_act_quant_fp8(launcher, x)?;
             let l = grouped_linear_fp8::launch(
                 launcher, &cfg, &q.codes, &q.scales, weight, scale_inv, offsets, y,
