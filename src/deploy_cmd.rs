@@ -60,6 +60,10 @@ pub struct DeployArgs {
     /// verified implementation at its shapes.
     #[arg(long = "impl", value_name = "OP=NAME")]
     pub impls: Vec<String>,
+    /// Tuned tiles (`day0 tune --model`): a tuning file, or `none` for the heuristic tiles. By
+    /// default the cached file for this model and card, when `day0 tune --model` wrote one.
+    #[arg(long, value_name = "FILE")]
+    pub tuning: Option<String>,
 }
 
 /// `day0 run`.
@@ -196,6 +200,8 @@ pub fn clusters(json_out: bool) -> Result<(), String> {
 /// The model, cluster (grown to `cards`), estimator, workload and memory options of a command.
 struct Setup {
     est: Estimator,
+    /// The tuning file the cards' launches take their tiles from, if any.
+    tuning: Option<std::path::PathBuf>,
     cards: usize,
     workload: Workload,
     mem: MemoryOptions,
@@ -265,8 +271,13 @@ fn setup(a: &DeployArgs, cards: Option<usize>) -> Result<Setup, String> {
             .with_implementation(op, name)
             .map_err(|e| e.to_string())?;
     }
+    let device = est.device().name.clone();
+    let tuning = day0::tune_model::resolve_tuning(a.tuning.as_deref(), est.config(), &device)?;
+    let tuning_path = tuning.as_ref().map(|(_, p)| p.clone());
+    est = est.with_tuning(tuning.map(|(t, _)| t));
     Ok(Setup {
         est,
+        tuning: tuning_path,
         cards,
         workload,
         mem: MemoryOptions {
@@ -406,6 +417,9 @@ pub fn run(a: RunArgs) -> Result<(), String> {
         s.est.cluster().name,
         s.est.device().name
     ));
+    if let Some(p) = &s.tuning {
+        say(format!("      tiles: tuned, from {}", p.display()));
+    }
     // 1. Coverage.
     let cov = model::coverage::Coverage::of_config(&cfg);
     say(format!(
@@ -538,6 +552,7 @@ pub fn run(a: RunArgs) -> Result<(), String> {
             "decode": phase_json(&decode, Phase::Decode, s.workload.tpot_target_s),
             "memory": memory_json(&decode.best.memory),
             "kv_cache": kv_cache_json(&a.deploy.kv_dtype),
+            "tuning": s.tuning.as_ref().map(|p| p.display().to_string()),
             "wall_s": wall,
         });
         println!(

@@ -26,3 +26,4 @@ pub mod host_memory;
 pub mod profile;
 pub mod suite;
 pub mod tune;
+pub mod tune_model;

@@ -92,6 +92,11 @@ pub struct ForwardArgs {
     /// verified implementation at its shapes).
     #[arg(long = "impl", value_name = "OP=NAME")]
     impls: Vec<String>,
+    /// Tuned tiles (`day0 tune --model`): a tuning file, or `none` for the heuristic tiles.
+    /// Cost-only runs default to the cached file for this model and device, when `day0 tune
+    /// --model` wrote one; numeric runs use a file only when given.
+    #[arg(long, value_name = "FILE")]
+    tuning: Option<String>,
 }
 
 /// `--impl OP=NAME` flags as (operator, implementation) pairs.
@@ -150,10 +155,12 @@ fn runner(
     capacity: usize,
     precision: Precision,
     check_finite: bool,
+    tuning: Option<std::sync::Arc<dsl_core::Tuning>>,
 ) -> Result<Runner, String> {
     let launcher = Launcher::for_device(device)
         .map_err(|e| e.to_string())?
-        .with_check_finite(check_finite);
+        .with_check_finite(check_finite)
+        .with_tuning(tuning);
     Runner::load_at(dir, launcher, capacity, precision).map_err(|e| e.to_string())
 }
 
@@ -281,6 +288,10 @@ fn decode_step(args: &ForwardArgs, config: &Path) -> Result<(), String> {
     let mut est = Estimator::new(cfg, cluster, routing)
         .map_err(|e| e.to_string())?
         .with_precision(args.precision.unwrap_or(Precision::Native));
+    let tuning =
+        day0::tune_model::resolve_tuning(args.tuning.as_deref(), est.config(), &est.device().name)?;
+    let tuning_path = tuning.as_ref().map(|(_, p)| p.display().to_string());
+    est = est.with_tuning(tuning.map(|(t, _)| t));
     for (op, name) in parse_impls(&args.impls)? {
         est = est
             .with_implementation(op, name)
@@ -338,6 +349,7 @@ fn decode_step(args: &ForwardArgs, config: &Path) -> Result<(), String> {
             "ops": ops,
             "ops_by_layer_kind": ops_by_kind,
             "prefill_ops": prefill.as_ref().map(|p| op_table_json(&p.ops).0),
+            "tuning": tuning_path,
         });
         println!(
             "{}",
@@ -350,6 +362,9 @@ fn decode_step(args: &ForwardArgs, config: &Path) -> Result<(), String> {
         config.display(),
         est.device().name
     );
+    if let Some(p) = &tuning_path {
+        println!("  tiles: tuned, from {p}");
+    }
     if let (Some(p), Some(len)) = (&prefill, args.prompt_len) {
         println!(
             "TTFT {:.3} ms for one {len}-token prompt ({:.0} prefill tokens/s)",
@@ -451,6 +466,10 @@ fn forward_cost_only(args: &ForwardArgs, config: &Path) -> Result<(), String> {
     }
     let cfg = model::config::load_config(config).map_err(|e| e.to_string())?;
     let launcher = Launcher::for_device(&args.device).map_err(|e| e.to_string())?;
+    let tuning =
+        day0::tune_model::resolve_tuning(args.tuning.as_deref(), &cfg, &launcher.preset.name)?;
+    let tuning_path = tuning.as_ref().map(|(_, p)| p.display().to_string());
+    let launcher = launcher.with_tuning(tuning.map(|(t, _)| t));
     let vision = images_cost(config, &args.image_size, &launcher)?;
     let text_len = prompt_len;
     let prompt_len = prompt_len + vision.as_ref().map_or(0, |v| v.tokens);
@@ -537,6 +556,7 @@ fn forward_cost_only(args: &ForwardArgs, config: &Path) -> Result<(), String> {
             "model": r.config().model_type,
             "device": args.device,
             "cost_only": true,
+            "tuning": tuning_path,
             "prompt_len": prompt_len,
             "output_len": output_len,
             "routing": args.routing,
@@ -581,6 +601,9 @@ fn forward_cost_only(args: &ForwardArgs, config: &Path) -> Result<(), String> {
         args.device,
         args.routing
     );
+    if let Some(p) = &tuning_path {
+        println!("  tiles: tuned, from {p}");
+    }
     println!(
         "TTFT {ttft:.1} us ({} launches, {} cycles; {:.0} prefill tokens/s)",
         run.prefill.launches(),
@@ -721,12 +744,20 @@ pub fn forward(args: ForwardArgs) -> Result<(), String> {
             args.tokens.clone()
         }
     };
+    // Numeric runs take tuned tiles only from a file given: their numbers are the goldens'.
+    let tuning = match args.tuning.as_deref() {
+        None | Some("none") => None,
+        Some(path) => Some(std::sync::Arc::new(
+            day0::tune_model::read_tuning(Path::new(path))?.1,
+        )),
+    };
     let mut r = runner(
         &model_dir,
         &args.device,
         prompt.len() + args.generate,
         args.precision.unwrap_or(Precision::F32),
         args.check_finite,
+        tuning,
     )?;
     apply_impls(&mut r, &args.impls)?;
     let clock_ghz = r.device().clock_ghz;
@@ -906,6 +937,7 @@ pub fn validate_cmd(args: ValidateArgs) -> Result<(), String> {
         ids.len(),
         args.precision,
         false,
+        None,
     )?;
     let v = validate(&mut r, &ids, &reference, args.threshold).map_err(|e| e.to_string())?;
     if args.json {
@@ -1046,6 +1078,7 @@ pub fn cards_cmd(a: CardsArgs) -> Result<(), String> {
             prompt.len() + a.steps,
             Precision::F32,
             false,
+            None,
         )?;
         let (want, want_tokens) =
             model::forward::greedy_steps(&mut one, prompt, a.steps).map_err(|e| e.to_string())?;

@@ -26,6 +26,12 @@ KERNELS AND --shape:
       --shape experts=E,tokens=T,n=N,k=K (K a multiple of 32)
       e.g. --shape experts=8,tokens=16,n=2048,k=7168
 
+MODELS:
+  --model CONFIG (a config.json or a preset from `day0 models`) tunes every launch of the model
+  whose tiles a tuning table may set (linear layers and expert GEMMs) at a prefill of
+  --prompt-len tokens and a decode step of --batch sequences at --context, and writes the tuning
+  file to the cache (and --out FILE); `day0 forward` and `day0 run` use it (see --tuning there).
+
 Every configuration of the declared tunable space runs cost-only; the three fastest then run
 functionally at a reduced shape against the f64 reference (non-zero exit above tolerance).
 Results are cached under $XDG_CACHE_HOME/day0 (default ~/.cache/day0), keyed by the kernels'
@@ -34,11 +40,29 @@ pub struct TuneArgs {
     /// An operator (gemm, attention_prefill, sparse_mla, attention_decode, expert_gemm_mxfp4:
     /// every implementation of it) or one implementation (gemm_db, gemm_pipelined,
     /// gemm_persistent, gemm_hand, flash_prefill, flash_prefill_pipelined, paged_decode_split,
-    /// paged_decode_hand, expert_gemm_mxfp4_hand).
-    kernel: String,
+    /// paged_decode_hand, expert_gemm_mxfp4_hand). Not with --model.
+    kernel: Option<String>,
     /// The problem shape; the syntax depends on the kernel (see below).
     #[arg(long)]
-    shape: String,
+    shape: Option<String>,
+    /// Tune every tunable launch of a model (a config.json path or a preset: `day0 models`) at
+    /// its prefill and decode shapes, and write a tuning file that `day0 forward` and `day0 run`
+    /// use (by default from the cache; `--tuning FILE` elsewhere).
+    #[arg(long, value_name = "CONFIG")]
+    model: Option<String>,
+    /// With --model: prompt tokens of the prefill tuned at.
+    #[arg(long, default_value_t = 4096)]
+    prompt_len: usize,
+    /// With --model: sequences of the decode step tuned at.
+    #[arg(long, default_value_t = 64)]
+    batch: usize,
+    /// With --model: context of the decode step tuned at.
+    #[arg(long, default_value_t = 4096)]
+    context: usize,
+    /// With --model: write the tuning file here too (it always goes to the cache unless
+    /// --no-cache).
+    #[arg(long, value_name = "FILE")]
+    out: Option<String>,
     /// Device preset name or path to a preset .toml file.
     #[arg(long, default_value = "npu-910b")]
     device: String,
@@ -66,8 +90,18 @@ pub struct TuneArgs {
 /// Runs `day0 tune`: errors are returned with the flag at fault; a failed spot check, or no
 /// configuration that runs, is an error after the result is printed.
 pub fn tune_cmd(args: TuneArgs) -> Result<(), String> {
-    let target = tune::resolve(&args.kernel, &args.impls)?;
-    let shape = Shape::parse(target.family, &args.shape)?;
+    if let Some(model) = &args.model {
+        return tune_model_cmd(&args, model);
+    }
+    let kernel = args
+        .kernel
+        .clone()
+        .ok_or("name a kernel to tune (`day0 tune gemm --shape 4096x4096x4096`), or a model with --model CONFIG")?;
+    let shape_text = args.shape.as_deref().ok_or_else(|| {
+        format!("--shape is required to tune `{kernel}` (see `day0 tune --help`)")
+    })?;
+    let target = tune::resolve(&kernel, &args.impls)?;
+    let shape = Shape::parse(target.family, shape_text)?;
     let dtype = match &args.dtype {
         Some(d) => tune::parse_dtype(d)?,
         None => target.family.default_dtype(),
@@ -78,7 +112,7 @@ pub fn tune_cmd(args: TuneArgs) -> Result<(), String> {
     let preset = accel_sim::DevicePreset::load(&args.device)
         .map_err(|e| format!("--device {}: {e}", args.device))?;
     let req = TuneRequest {
-        kernel: args.kernel.clone(),
+        kernel: kernel.clone(),
         target,
         shape,
         dtype,
@@ -120,6 +154,134 @@ pub fn tune_cmd(args: TuneArgs) -> Result<(), String> {
         }
     }
     check(&result)
+}
+
+/// `day0 tune --model`: discovers the model's tunable launches, sweeps each one's tiles, writes
+/// the tuning file (cache, and `--out`), prints the table or the file. A second run with the
+/// same request is served from the cached file.
+fn tune_model_cmd(args: &TuneArgs, model: &str) -> Result<(), String> {
+    use day0::tune_model::{self, ModelTuneRequest};
+    if args.kernel.is_some() || args.shape.is_some() || !args.impls.is_empty() {
+        return Err(
+            "--model tunes every launch of the model: give no kernel, --shape or --impl".into(),
+        );
+    }
+    for (flag, v) in [
+        ("--prompt-len", args.prompt_len),
+        ("--batch", args.batch),
+        ("--context", args.context),
+    ] {
+        if v == 0 {
+            return Err(format!("{flag}: must be at least 1"));
+        }
+    }
+    let cfg = model::plan::presets::load_model(model).map_err(|e| format!("--model: {e}"))?;
+    if let Some(max) = cfg.max_position_embeddings {
+        let need = args.prompt_len.max(args.context + 1);
+        if need > max {
+            return Err(format!(
+                "--prompt-len/--context: {need} positions, beyond the config's max_position_embeddings {max}"
+            ));
+        }
+    }
+    let preset = accel_sim::DevicePreset::load(&args.device)
+        .map_err(|e| format!("--device {}: {e}", args.device))?;
+    let req = ModelTuneRequest {
+        cfg,
+        model: model.to_string(),
+        device: args.device.clone(),
+        prompt_len: args.prompt_len,
+        batch: args.batch,
+        context: args.context,
+    };
+    let cache = (!args.no_cache)
+        .then(|| tune_model::default_path(&req.cfg, &preset.name))
+        .flatten();
+    let cached = cache.as_ref().and_then(|p| {
+        let (f, _) = tune_model::read_tuning(p).ok()?;
+        (f.kernels_hash == tune_model::kernels_hash()
+            && (f.prompt_len, f.batch, f.context) == (req.prompt_len, req.batch, req.context))
+            .then_some(f)
+    });
+    let from_cache = cached.is_some();
+    let file = match cached {
+        Some(f) => f,
+        None => {
+            let pool = rayon::ThreadPoolBuilder::new()
+                .num_threads(args.threads.unwrap_or(0))
+                .build()
+                .map_err(|e| format!("--threads: {e}"))?;
+            let bar = progress_bar();
+            bar.set_message(format!("tuning {model}"));
+            let f = pool.install(|| {
+                tune_model::tune_model(&req, &|n| bar.set_length(n as u64), &|| bar.inc(1))
+            });
+            bar.finish_and_clear();
+            f?
+        }
+    };
+    let text = serde_json::to_string_pretty(&file).map_err(|e| e.to_string())?;
+    let mut written = Vec::new();
+    if let (Some(p), false) = (&cache, from_cache) {
+        match write_atomic(p, &text) {
+            Ok(()) => written.push(p.display().to_string()),
+            // A cache that cannot be written costs the next run time, not this one's answer.
+            Err(e) => eprintln!("warning: {e}"),
+        }
+    }
+    if let Some(out) = &args.out {
+        write_atomic(std::path::Path::new(out), &text).map_err(|e| format!("--out: {e}"))?;
+        written.push(out.clone());
+    }
+    if args.json {
+        println!("{text}");
+    } else {
+        print!("{}", tune_model::table(&file));
+        if from_cache {
+            println!(
+                "(from the cache: {})",
+                cache
+                    .as_ref()
+                    .map_or(String::new(), |p| p.display().to_string())
+            );
+        }
+        for w in &written {
+            println!("tuning file written to {w}");
+        }
+        println!(
+            "`day0 forward` and `day0 run` on this model and device use the cached file; \
+             elsewhere pass --tuning FILE (--tuning none: the heuristic tiles)"
+        );
+    }
+    Ok(())
+}
+
+/// Writes `text` to `path` through a temporary file and a rename (a reader never sees half).
+fn write_atomic(path: &std::path::Path, text: &str) -> Result<(), String> {
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir)
+            .map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+    }
+    let tmp = path.with_extension(format!("json.{}", std::process::id()));
+    std::fs::write(&tmp, text).map_err(|e| format!("cannot write {}: {e}", tmp.display()))?;
+    std::fs::rename(&tmp, path).map_err(|e| format!("cannot write {}: {e}", path.display()))
+}
+
+/// A progress bar on stderr when it is a terminal (hidden otherwise).
+fn progress_bar() -> indicatif::ProgressBar {
+    use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+    let target = if std::io::stderr().is_terminal() {
+        ProgressDrawTarget::stderr()
+    } else {
+        ProgressDrawTarget::hidden()
+    };
+    let bar = ProgressBar::with_draw_target(None, target);
+    bar.set_style(
+        ProgressStyle::with_template("{msg} [{bar:40}] {pos}/{len} configs, {elapsed}")
+            .unwrap_or_else(|_| ProgressStyle::default_bar())
+            .progress_chars("=> "),
+    );
+    bar
 }
 
 /// `day0 compare`.
@@ -337,19 +499,9 @@ fn check(r: &TuneResult) -> Result<(), String> {
 /// Tunes with a progress bar on stderr, drawn only when stderr is a terminal (so pipes, tests and
 /// `--json` consumers see nothing of it).
 fn run_with_progress(req: &TuneRequest) -> Result<TuneResult, String> {
-    use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
     let total: usize = req.target.impls.iter().map(|m| m.space().len()).sum();
-    let target = if std::io::stderr().is_terminal() {
-        ProgressDrawTarget::stderr()
-    } else {
-        ProgressDrawTarget::hidden()
-    };
-    let bar = ProgressBar::with_draw_target(Some(total as u64), target);
-    bar.set_style(
-        ProgressStyle::with_template("{msg} [{bar:40}] {pos}/{len} configs, {elapsed}")
-            .unwrap_or_else(|_| ProgressStyle::default_bar())
-            .progress_chars("=> "),
-    );
+    let bar = progress_bar();
+    bar.set_length(total as u64);
     bar.set_message(format!("tuning {}", req.kernel));
     let result = tune::tune(req, &|| bar.inc(1));
     bar.finish_and_clear();

@@ -5,8 +5,14 @@ use std::process::Command;
 fn day0(args: &[&str]) -> std::process::Output {
     Command::new(env!("CARGO_BIN_EXE_day0"))
         .args(args)
+        .env("XDG_CACHE_HOME", empty_cache())
         .output()
         .expect("day0 runs")
+}
+
+/// An empty cache directory, so no run sees a tuning file `day0 tune --model` left in the user's.
+fn empty_cache() -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("cli-empty-cache")
 }
 
 /// `day0 args…`, which must succeed, and its JSON output.
@@ -1014,6 +1020,7 @@ fn functional_runs_beyond_host_memory_are_refused_up_front() {
         Command::new(env!("CARGO_BIN_EXE_day0"))
             .args(args)
             .env("DAY0_HOST_MEMORY_BYTES", "100000")
+            .env("XDG_CACHE_HOME", empty_cache())
             .output()
             .expect("day0 runs")
     };
@@ -1157,6 +1164,7 @@ fn the_launch_log_names_each_simulated_launch() {
         let out = Command::new(env!("CARGO_BIN_EXE_day0"))
             .args(args)
             .env("DAY0_LAUNCH_LOG", log)
+            .env("XDG_CACHE_HOME", empty_cache())
             .output()
             .expect("day0 runs");
         assert!(out.status.success());

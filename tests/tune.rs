@@ -222,6 +222,11 @@ fn bad_input_is_a_clear_error_not_a_panic() {
             vec!["tune", "gemm", "--shape", "64x64x64", "--device", "nope"],
             "--device",
         ),
+        (vec!["tune"], "--model CONFIG"),
+        (vec!["tune", "gemm"], "--shape is required"),
+        (vec!["tune", "--model", "nope.json"], "--model"),
+        (vec!["tune", "gemm", "--model", TINY_V3], "give no kernel"),
+        (vec!["tune", "--model", TINY_V3, "--batch", "0"], "--batch"),
     ] {
         let out = day0(dir.path(), &args);
         let err = String::from_utf8_lossy(&out.stderr);
@@ -455,5 +460,163 @@ fn a_profile_charges_every_cycle_to_a_line() {
         let out = day0(dir.path(), args);
         assert_eq!(out.status.code(), Some(1), "{args:?}");
         assert!(!String::from_utf8_lossy(&out.stderr).contains("panicked"));
+    }
+}
+
+/// A tiny DeepSeek-V3 (bf16 weights): its model tuning runs in well under a second.
+const TINY_V3: &str = "model/testdata/tiny/deepseek_v3/config.json";
+
+/// `day0 tune --model` at a small prefill and decode on h200, the file also written to `out`.
+fn tune_model_args(out: &str) -> Vec<&str> {
+    let mut args = tune_model_base();
+    args.extend(["--out", out, "--json"]);
+    args
+}
+
+/// `day0 tune --model` at a small prefill and decode on h200.
+fn tune_model_base() -> Vec<&'static str> {
+    vec![
+        "tune",
+        "--model",
+        TINY_V3,
+        "--device",
+        "h200",
+        "--prompt-len",
+        "200",
+        "--batch",
+        "4",
+        "--context",
+        "100",
+    ]
+}
+
+/// `day0 forward` cost-only at the tuned workload, with `--tuning` when given.
+fn forward_tuned(cache: &std::path::Path, tuning: Option<&str>) -> serde_json::Value {
+    // The tuned workload: everything after `tune --model TINY_V3`.
+    let mut args = vec!["forward", "--config", TINY_V3, "--cost-only", "--json"];
+    args.extend(&tune_model_base()[3..]);
+    if let Some(t) = tuning {
+        args.extend(["--tuning", t]);
+    }
+    json(&day0(cache, &args))
+}
+
+#[test]
+fn model_tuning_measures_each_launch_and_forward_runs_the_tuned_tiles() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("tuning.json");
+    let file = file.to_str().unwrap();
+    let first = json(&day0(dir.path(), &tune_model_args(file)));
+    let launches = first["launches"].as_array().expect("launches");
+    assert!(launches.len() >= 10, "{} launches", launches.len());
+    let mut improved = 0;
+    for l in launches {
+        let (c, h) = (
+            l["cycles"].as_u64().unwrap(),
+            l["heuristic_cycles"].as_u64().unwrap(),
+        );
+        assert!(c <= h, "{l}");
+        assert!(l["configs_run"].as_u64().unwrap() >= 1, "{l}");
+        if l["config"] != l["heuristic"] {
+            improved += 1;
+            assert!(c < h, "{l}");
+            // A tuned launch computes the heuristic's numbers (up to summation order).
+            assert!(l["spot_check_rel_diff"].as_f64().unwrap() <= 1e-4, "{l}");
+        }
+    }
+    assert!(improved > 0, "no launch found a faster configuration");
+    // The file written is the report, and a second run is served from the cache unchanged.
+    let written: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(file).unwrap()).unwrap();
+    assert_eq!(written, first);
+    let t = std::time::Instant::now();
+    let out = day0(dir.path(), &tune_model_base());
+    assert!(out.status.success());
+    assert!(String::from_utf8_lossy(&out.stdout).contains("from the cache"));
+    assert!(t.elapsed().as_secs_f64() < 1.0);
+
+    // The forward takes the cached file by default, a file given, or none.
+    let by_default = forward_tuned(dir.path(), None);
+    let given = forward_tuned(dir.path(), Some(file));
+    let none = forward_tuned(dir.path(), Some("none"));
+    assert!(by_default["tuning"]
+        .as_str()
+        .unwrap()
+        .contains("tuning-deepseek_v3"));
+    assert_eq!(given["tuning"], file);
+    assert!(none["tuning"].is_null());
+    for key in ["ttft_us", "tpot_us"] {
+        let (t, h) = (given[key].as_f64().unwrap(), none[key].as_f64().unwrap());
+        assert_eq!(by_default[key], given[key]);
+        // Every tuned launch runs fewer cycles than its heuristic, and no other launch moves.
+        assert!(t < h, "{key}: tuned {t} vs heuristic {h}");
+    }
+    // `day0 run` on one card applies it too.
+    let run = |tuning: &str| {
+        json(&day0(
+            dir.path(),
+            &[
+                "run",
+                "--model",
+                TINY_V3,
+                "--cluster",
+                "h200-node",
+                "--cards",
+                "1",
+                "--plan",
+                "tp=1,dp=1,pp=1,ep=1",
+                "--no-check",
+                "--prompt-len",
+                "200",
+                "--output-len",
+                "4",
+                "--tuning",
+                tuning,
+                "--json",
+            ],
+        ))
+    };
+    let (tuned, plain) = (run(file), run("none"));
+    assert_eq!(tuned["tuning"], file);
+    assert!(plain["tuning"].is_null());
+    let ttft = |v: &serde_json::Value| v["prefill"]["ttft_ms"].as_f64().unwrap();
+    assert!(ttft(&tuned) < ttft(&plain));
+}
+
+#[test]
+fn a_bad_tuning_file_is_an_error_naming_the_flag_and_the_entry() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("tuning.json");
+    let file = file.to_str().unwrap();
+    let mut tuned = json(&day0(dir.path(), &tune_model_args(file)));
+    tuned["launches"][0]["config"]["BM"] = serde_json::json!(48);
+    let bad = dir.path().join("bad.json");
+    std::fs::write(&bad, tuned.to_string()).unwrap();
+    for (path, says) in [
+        (
+            bad.to_str().unwrap(),
+            "not in the kernel's declared tunable space",
+        ),
+        ("/nonexistent/tuning.json", "cannot read"),
+        (TINY_V3, "not a tuning file"),
+    ] {
+        let out = day0(
+            dir.path(),
+            &[
+                "forward",
+                "--config",
+                TINY_V3,
+                "--cost-only",
+                "--tuning",
+                path,
+            ],
+        );
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{path}");
+        assert!(
+            err.contains("--tuning") && err.contains(says),
+            "{path}: {err}"
+        );
+        assert!(!err.contains("panicked"), "{err}");
     }
 }

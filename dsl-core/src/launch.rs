@@ -3,6 +3,7 @@
 use crate::ctx::Ctx;
 use crate::hazard::{self, ArgView, Hazards, ProgramHazards, ProgramLog};
 use crate::memo::{ArgKey, LaunchMemo};
+use crate::tuning::Tuning;
 use accel_sim::manual::ManualProgram;
 use accel_sim::program::{ProgramTrace, References, ShapesHandle, MAX_REFERENCES};
 use accel_sim::schedule::{LaunchInfo, LaunchSim};
@@ -277,6 +278,9 @@ pub struct Launcher {
     /// cycles, host seconds): on when `DAY0_LAUNCH_LOG=1`, to see where a command's host time
     /// goes. Launches answered from the memo are not simulated and not printed.
     pub log: bool,
+    /// Tuned tile configurations that override the heuristic tiles of the call sites that ask
+    /// [`Launcher::tiles`] (see [`crate::tuning`]); `None` keeps every heuristic.
+    pub tuning: Option<Arc<Tuning>>,
 }
 
 impl Launcher {
@@ -291,6 +295,24 @@ impl Launcher {
             hazards: Hazards::from_env(),
             sampling: !std::env::var("DAY0_SAMPLING").is_ok_and(|v| v.trim() == "0"),
             log: std::env::var("DAY0_LAUNCH_LOG").is_ok_and(|v| v.trim() == "1"),
+            tuning: None,
+        }
+    }
+
+    /// Same launcher, launching `tuning`'s configurations where it holds the launch (see
+    /// [`Launcher::tiles`]); the launcher's clones share the table.
+    pub fn with_tuning(mut self, tuning: Option<Arc<Tuning>>) -> Launcher {
+        self.tuning = tuning;
+        self
+    }
+
+    /// The tiles of `meta`'s launch at `key` (the shapes the launch depends on, e.g.
+    /// `m=8192,n=7168,k=2048`): the tuning table's when it holds that launch, else `heuristic`.
+    /// Only call sites whose every declared configuration computes the same numbers ask.
+    pub fn tiles(&self, meta: &KernelMeta, key: &str, heuristic: Config) -> Config {
+        match &self.tuning {
+            Some(t) => t.choose(meta.name, key, heuristic),
+            None => heuristic,
         }
     }
 

@@ -40,6 +40,7 @@ pub mod launch;
 pub mod memo;
 pub mod tensor;
 pub mod tile;
+pub mod tuning;
 
 pub use accel_sim::{self, DevicePreset, Report, SimError};
 pub use ctx::Ctx;
@@ -50,6 +51,7 @@ pub use launch::{Backend, Config, IntoGrid, KernelMeta, Launch, Launcher};
 pub use memo::{ArgKey, LaunchArg, LaunchMemo};
 pub use tensor::Tensor;
 pub use tile::Tile;
+pub use tuning::Tuning;
 
 /// Everything a kernel file needs: `use dsl_core::prelude::*;`.
 pub mod prelude {

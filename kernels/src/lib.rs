@@ -21,5 +21,6 @@ pub mod rope;
 pub mod softmax;
 pub mod testdata;
 pub mod tile_choice;
+pub mod tunable;
 pub mod vision;
 pub mod weight;

@@ -317,12 +317,14 @@ pub fn run_linear_weight(
             ),
         ));
     }
+    // The native formats' tiles are the tuning table's where it holds this launch.
+    let key = crate::tunable::linear_key(m, n, k);
     match w {
         Weight::F32(wt) => Ok(vec![(name, run_linear(launcher, x, wt, y)?)]),
-        Weight::Bf16(wt) => Ok(vec![(
-            name,
-            linear_cast::launch(launcher, &tiles_for(m, n, k), x, wt, y)?,
-        )]),
+        Weight::Bf16(wt) => {
+            let cfg = launcher.tiles(&linear_cast::META, &key, tiles_for(m, n, k));
+            Ok(vec![(name, linear_cast::launch(launcher, &cfg, x, wt, y)?)])
+        }
         Weight::Fp8Block { weight, scale_inv } => {
             let bn = if n <= 64 { 64 } else { 128 };
             let cfg = Config::new()
@@ -330,9 +332,11 @@ pub fn run_linear_weight(
                 .with("BN", bn)
                 .with("BK", 128);
             if !has_fp8_matrix(launcher) {
+                let cfg = launcher.tiles(&linear_fp8w::META, &key, cfg);
                 let l = linear_fp8w::launch::<bf16>(launcher, &cfg, x, weight, scale_inv, y)?;
                 return Ok(vec![(linear_fp8w::META.name, l)]);
             }
+            let cfg = launcher.tiles(&linear_fp8::META, &key, cfg);
             let (q, quant) = run_act_quant_fp8(launcher, x)?;
             let gemm =
                 linear_fp8::launch(launcher, &cfg, &q.codes, &q.scales, weight, scale_inv, y)?;

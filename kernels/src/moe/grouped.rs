@@ -430,6 +430,8 @@ pub fn run_grouped_linear_weight(
     }
     check_offsets(name, offsets, e, n)?;
     let bm = row_tile(n, e);
+    // The native formats' tiles are the tuning table's where it holds this launch.
+    let key = crate::tunable::grouped_key(n, e, n_out, k);
     match w {
         Weight::F32(wt) => Ok(vec![(
             name,
@@ -439,6 +441,7 @@ pub fn run_grouped_linear_weight(
             let cfg = Config::new()
                 .with("BM", bm)
                 .with("BK", deep_k(launcher, bm, 4, 2));
+            let cfg = launcher.tiles(&grouped_linear_cast::META, &key, cfg);
             let l = grouped_linear_cast::launch(launcher, &cfg, x, wt, offsets, y)?;
             Ok(vec![(name, l.report)])
         }
@@ -447,6 +450,7 @@ pub fn run_grouped_linear_weight(
                 // W8A16 casts each weight tile to bf16 on chip: a row tile covering the expert's
                 // rows (up to 128) casts it once for all of them.
                 let cfg = Config::new().with("BM", bm).with("BK", 128);
+                let cfg = launcher.tiles(&grouped_linear_fp8w::META, &key, cfg);
                 let l = grouped_linear_fp8w::launch::<bf16>(
                     launcher, &cfg, x, weight, scale_inv, offsets, y,
                 )?;
@@ -456,6 +460,7 @@ pub fn run_grouped_linear_weight(
             let cfg = Config::new()
                 .with("BM", crate::linear::fp8_row_tile(per_expert))
                 .with("BK", 128);
+            let cfg = launcher.tiles(&grouped_linear_fp8::META, &key, cfg);
             let (q, quant) = crate::linear::run_act_quant_fp8(launcher, x)?;
             let l = grouped_linear_fp8::launch(
                 launcher, &cfg, &q.codes, &q.scales, weight, scale_inv, offsets, y,
@@ -469,6 +474,7 @@ pub fn run_grouped_linear_weight(
             let cfg = Config::new()
                 .with("BM", bm)
                 .with("BK", deep_k(launcher, bm, 4, 2));
+            let cfg = launcher.tiles(&grouped_linear_mxfp4::META, &key, cfg);
             let l = grouped_linear_mxfp4::launch::<bf16>(
                 launcher, &cfg, x, blocks, scales, offsets, y,
             )?;

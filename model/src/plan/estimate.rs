@@ -343,6 +343,14 @@ impl Estimator {
         })
     }
 
+    /// The estimator with its launches' tiles taken from `tuning` where it holds them (`day0
+    /// tune --model`; see [`dsl_core::tuning`]); `None` keeps the heuristic tiles.
+    pub fn with_tuning(mut self, tuning: Option<Arc<dsl_core::Tuning>>) -> Estimator {
+        self.launcher = self.launcher.with_tuning(tuning);
+        lock(&self.cache).clear();
+        self
+    }
+
     /// The estimator with the cards' weights held at `precision` (default
     /// [`Precision::Native`], what a deployment reads).
     pub fn with_precision(mut self, precision: Precision) -> Estimator {
