@@ -266,15 +266,16 @@ fn setup(a: &DeployArgs, cards: Option<usize>) -> Result<Setup, String> {
     let mut est = Estimator::new(cfg, cluster, routing)
         .map_err(|e| e.to_string())?
         .with_precision(a.precision);
-    for (op, name) in crate::model_cmd::parse_impls(&a.impls)? {
+    let device = est.device().name.clone();
+    let tuning = day0::tune_model::resolve_tuning(a.tuning.as_deref(), est.config(), &device)?;
+    let tuning_path = tuning.as_ref().map(|t| t.path.clone());
+    let impls = day0::tune_model::ResolvedTuning::impls_then(tuning.as_ref(), &a.impls);
+    for (op, name) in crate::model_cmd::parse_impls(&impls)? {
         est = est
             .with_implementation(op, name)
             .map_err(|e| e.to_string())?;
     }
-    let device = est.device().name.clone();
-    let tuning = day0::tune_model::resolve_tuning(a.tuning.as_deref(), est.config(), &device)?;
-    let tuning_path = tuning.as_ref().map(|(_, p)| p.clone());
-    est = est.with_tuning(tuning.map(|(t, _)| t));
+    est = est.with_tuning(tuning.map(|t| t.table));
     Ok(Setup {
         est,
         tuning: tuning_path,

@@ -1,6 +1,7 @@
 //! `day0 forward` and `day0 validate`: a released checkpoint run numerically on the simulator.
 
 use clap::Args;
+use day0::tune_model::ResolvedTuning;
 use dsl_core::Launcher;
 use model::forward::routing::{ExpertLoad, RoutingModel};
 use model::forward::validate::validate;
@@ -290,13 +291,13 @@ fn decode_step(args: &ForwardArgs, config: &Path) -> Result<(), String> {
         .with_precision(args.precision.unwrap_or(Precision::Native));
     let tuning =
         day0::tune_model::resolve_tuning(args.tuning.as_deref(), est.config(), &est.device().name)?;
-    let tuning_path = tuning.as_ref().map(|(_, p)| p.display().to_string());
-    est = est.with_tuning(tuning.map(|(t, _)| t));
-    for (op, name) in parse_impls(&args.impls)? {
+    let tuning_path = tuning.as_ref().map(|t| t.path.display().to_string());
+    for (op, name) in parse_impls(&ResolvedTuning::impls_then(tuning.as_ref(), &args.impls))? {
         est = est
             .with_implementation(op, name)
             .map_err(|e| e.to_string())?;
     }
+    est = est.with_tuning(tuning.map(|t| t.table));
     let one = Plan {
         tp: 1,
         dp: 1,
@@ -468,8 +469,9 @@ fn forward_cost_only(args: &ForwardArgs, config: &Path) -> Result<(), String> {
     let launcher = Launcher::for_device(&args.device).map_err(|e| e.to_string())?;
     let tuning =
         day0::tune_model::resolve_tuning(args.tuning.as_deref(), &cfg, &launcher.preset.name)?;
-    let tuning_path = tuning.as_ref().map(|(_, p)| p.display().to_string());
-    let launcher = launcher.with_tuning(tuning.map(|(t, _)| t));
+    let tuning_path = tuning.as_ref().map(|t| t.path.display().to_string());
+    let impls = ResolvedTuning::impls_then(tuning.as_ref(), &args.impls);
+    let launcher = launcher.with_tuning(tuning.map(|t| t.table));
     let vision = images_cost(config, &args.image_size, &launcher)?;
     let text_len = prompt_len;
     let prompt_len = prompt_len + vision.as_ref().map_or(0, |v| v.tokens);
@@ -487,7 +489,7 @@ fn forward_cost_only(args: &ForwardArgs, config: &Path) -> Result<(), String> {
     let precision = args.precision.unwrap_or(Precision::Native);
     let mut r =
         Runner::cost_only_at(cfg, launcher, context, precision).map_err(|e| e.to_string())?;
-    apply_impls(&mut r, &args.impls)?;
+    apply_impls(&mut r, &impls)?;
     r.set_routing(routing).map_err(|e| e.to_string())?;
     let mut run = r
         .cost_run(prompt_len, output_len)
@@ -745,11 +747,17 @@ pub fn forward(args: ForwardArgs) -> Result<(), String> {
         }
     };
     // Numeric runs take tuned tiles only from a file given: their numbers are the goldens'.
-    let tuning = match args.tuning.as_deref() {
-        None | Some("none") => None,
-        Some(path) => Some(std::sync::Arc::new(
-            day0::tune_model::read_tuning(Path::new(path))?.1,
-        )),
+    let (tuning, pins) = match args.tuning.as_deref() {
+        None | Some("none") => (None, Vec::new()),
+        Some(path) => {
+            let (file, table) = day0::tune_model::read_tuning(Path::new(path))?;
+            let pins = file
+                .implementations
+                .iter()
+                .map(|(op, name)| format!("{op}={name}"))
+                .collect();
+            (Some(std::sync::Arc::new(table)), pins)
+        }
     };
     let mut r = runner(
         &model_dir,
@@ -759,7 +767,7 @@ pub fn forward(args: ForwardArgs) -> Result<(), String> {
         args.check_finite,
         tuning,
     )?;
-    apply_impls(&mut r, &args.impls)?;
+    apply_impls(&mut r, &[pins, args.impls.clone()].concat())?;
     let clock_ghz = r.device().clock_ghz;
     if args.record_routing.is_some() {
         r.record_routing();

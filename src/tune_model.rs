@@ -93,6 +93,35 @@ pub struct TuningFile {
     pub kernels_hash: String,
     /// Every tunable launch of the prefill and the decode step, by kernel and key.
     pub launches: Vec<TunedLaunch>,
+    /// Implementations pinned for swappable operators (`op` → implementation, as `--impl
+    /// OP=NAME`; an `--impl` flag for the same operator wins). Empty as the tuner writes it:
+    /// each launch then runs the fastest verified implementation at its shapes.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub implementations: BTreeMap<String, String>,
+}
+
+/// A tuning file in effect: its table, where it came from, and the implementations it pins as
+/// `OP=NAME` (applied before the command's own `--impl` flags, which override them).
+#[derive(Debug, Clone)]
+pub struct ResolvedTuning {
+    /// The tiles.
+    pub table: Arc<Tuning>,
+    /// The file.
+    pub path: PathBuf,
+    /// `OP=NAME` per pinned operator.
+    pub impls: Vec<String>,
+}
+
+impl ResolvedTuning {
+    /// The pins of `resolved` (none without a file) followed by the command's `--impl` flags.
+    pub fn impls_then(resolved: Option<&ResolvedTuning>, flags: &[String]) -> Vec<String> {
+        resolved
+            .map_or(&[][..], |r| &r.impls[..])
+            .iter()
+            .chain(flags)
+            .cloned()
+            .collect()
+    }
 }
 
 fn fnv1a(bytes: &[u8]) -> u64 {
@@ -308,6 +337,7 @@ pub fn tune_model(
         context: req.context,
         kernels_hash: kernels_hash(),
         launches: tuned,
+        implementations: BTreeMap::new(),
     })
 }
 
@@ -352,17 +382,34 @@ pub fn read_tuning(path: &Path) -> Result<(TuningFile, Tuning), String> {
         }
         table.insert(&t.kernel, &t.key, cfg);
     }
+    for (op, name) in &file.implementations {
+        model::forward::ops::swap_choice(op, name).map_err(|e| {
+            format!(
+                "--tuning {}: implementations: {op} = {name}: {e}",
+                path.display()
+            )
+        })?;
+    }
     Ok((file, table))
 }
 
-/// The tuning table a command runs with: `flag` `none` → none; a path → that file (its errors
+/// The tuning file a command runs with: `flag` `none` → none; a path → that file (its errors
 /// are the command's); no flag → the default file for the model and device when there is one
-/// from these kernels. With the file's path.
+/// from these kernels.
 pub fn resolve_tuning(
     flag: Option<&str>,
     cfg: &ModelConfig,
     device: &str,
-) -> Result<Option<(Arc<Tuning>, PathBuf)>, String> {
+) -> Result<Option<ResolvedTuning>, String> {
+    let resolved = |file: TuningFile, table: Tuning, path: PathBuf| ResolvedTuning {
+        table: Arc::new(table),
+        path,
+        impls: file
+            .implementations
+            .iter()
+            .map(|(op, name)| format!("{op}={name}"))
+            .collect(),
+    };
     match flag {
         Some("none") => Ok(None),
         Some(path) => {
@@ -381,7 +428,7 @@ pub fn resolve_tuning(
                     file.model
                 );
             }
-            Ok(Some((Arc::new(table), p)))
+            Ok(Some(resolved(file, table, p)))
         }
         None => {
             let Some(p) = default_path(cfg, device).filter(|p| p.exists()) else {
@@ -389,7 +436,7 @@ pub fn resolve_tuning(
             };
             match read_tuning(&p) {
                 Ok((file, table)) if file.kernels_hash == kernels_hash() => {
-                    Ok(Some((Arc::new(table), p)))
+                    Ok(Some(resolved(file, table, p)))
                 }
                 // A stale or unreadable cached file is not the user's input: it is skipped.
                 _ => Ok(None),

@@ -592,10 +592,18 @@ fn a_bad_tuning_file_is_an_error_naming_the_flag_and_the_entry() {
     tuned["launches"][0]["config"]["BM"] = serde_json::json!(48);
     let bad = dir.path().join("bad.json");
     std::fs::write(&bad, tuned.to_string()).unwrap();
+    let mut pinned = json(&day0(dir.path(), &tune_model_args(file)));
+    pinned["implementations"] = serde_json::json!({"moe_grouped_linear_mxfp4": "gemm_hand"});
+    let bad_pin = dir.path().join("bad_pin.json");
+    std::fs::write(&bad_pin, pinned.to_string()).unwrap();
     for (path, says) in [
         (
             bad.to_str().unwrap(),
             "not in the kernel's declared tunable space",
+        ),
+        (
+            bad_pin.to_str().unwrap(),
+            "implementations: moe_grouped_linear_mxfp4",
         ),
         ("/nonexistent/tuning.json", "cannot read"),
         (TINY_V3, "not a tuning file"),
@@ -619,4 +627,53 @@ fn a_bad_tuning_file_is_an_error_naming_the_flag_and_the_entry() {
         );
         assert!(!err.contains("panicked"), "{err}");
     }
+}
+
+/// A tuning file may pin a swappable operator's implementation, as `--impl OP=NAME` does; the
+/// command's own `--impl` wins.
+#[test]
+fn a_tuning_file_pins_implementations_and_impl_flags_override_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("tuning.json");
+    let file = file.to_str().unwrap();
+    let mut tuned = json(&day0(dir.path(), &tune_model_args(file)));
+    tuned["implementations"] =
+        serde_json::json!({"moe_grouped_linear_mxfp4": "grouped_linear_mxfp4"});
+    std::fs::write(file, tuned.to_string()).unwrap();
+    let hybrid = "model/testdata/day0_hybrid_config.json";
+    let fwd = |extra: &[&str]| {
+        let mut args = vec![
+            "forward",
+            "--config",
+            hybrid,
+            "--cost-only",
+            "--prompt-len",
+            "64",
+            "--output-len",
+            "2",
+            "--json",
+            "--tuning",
+            file,
+        ];
+        args.extend(extra);
+        json(&day0(dir.path(), &args))["implementations"]["moe_grouped_linear_mxfp4"].clone()
+    };
+    let pinned = fwd(&[]);
+    assert!(
+        pinned["grouped_linear_mxfp4"].as_u64().unwrap() > 0,
+        "{pinned}"
+    );
+    assert!(
+        pinned.get("grouped_linear_mxfp4_hand").is_none(),
+        "{pinned}"
+    );
+    let overridden = fwd(&[
+        "--impl",
+        "moe_grouped_linear_mxfp4=grouped_linear_mxfp4_hand",
+    ]);
+    assert!(
+        overridden.get("grouped_linear_mxfp4").is_none(),
+        "{overridden}"
+    );
+    assert!(overridden["grouped_linear_mxfp4_hand"].as_u64().unwrap() > 0);
 }

@@ -398,42 +398,30 @@ impl Launcher {
         describe: &dyn Fn(&mut ArgKey),
         body: &(dyn Fn(&mut Ctx) + Sync),
     ) -> Result<Launch, SimError> {
-        match &self.memo {
-            Some(memo)
-                if self.backend == Backend::CostOnly
-                    && !self.trace
-                    && memo.serves(&self.preset) =>
-            {
-                let mut args = ArgKey::default();
-                describe(&mut args);
-                let report = memo.get_or_run(meta.name, meta.file, config, grid, args, || {
-                    self.run(meta, config, grid, body).map(|l| l.report)
-                })?;
-                Ok(Launch {
-                    report,
-                    trace: None,
-                })
-            }
-            _ if self.backend == Backend::Functional && self.hazards.any() => {
-                // Name the tensor arguments in hazard messages.
-                let mut key = ArgKey::views_only();
-                describe(&mut key);
-                let args: Vec<ArgView> = key
-                    .into_views()
-                    .into_iter()
-                    .map(|(i, mem, offset, rows, cols, stride)| ArgView {
-                        name: meta.params.get(i).copied().unwrap_or("?"),
-                        mem,
-                        offset,
-                        rows,
-                        cols,
-                        stride,
-                    })
-                    .collect();
-                self.run_with(meta, config, grid, Arc::from(args), body)
-            }
-            _ => self.run(meta, config, grid, body),
+        if let Some(l) = self.memoised(meta, config, grid, describe, &|| {
+            self.run(meta, config, grid, body).map(|l| l.report)
+        }) {
+            return l;
         }
+        if self.backend != Backend::Functional || !self.hazards.any() {
+            return self.run(meta, config, grid, body);
+        }
+        // Name the tensor arguments in hazard messages.
+        let mut key = ArgKey::views_only();
+        describe(&mut key);
+        let args: Vec<ArgView> = key
+            .into_views()
+            .into_iter()
+            .map(|(i, mem, offset, rows, cols, stride)| ArgView {
+                name: meta.params.get(i).copied().unwrap_or("?"),
+                mem,
+                offset,
+                rows,
+                cols,
+                stride,
+            })
+            .collect();
+        self.run_with(meta, config, grid, Arc::from(args), body)
     }
 
     /// Runs `body` once per program of `grid` and simulates the launch. Called by the code
@@ -466,7 +454,8 @@ impl Launcher {
     }
 
     /// Runs a hand-written kernel ([`accel_sim::manual`]): `body` issues program `pid`'s
-    /// operations, and the launch is timed as a `#[kernel]`'s is (same sampling, memo-free).
+    /// operations, and the launch is timed as a `#[kernel]`'s is (same sampling; memo-free, see
+    /// [`Launcher::run_manual_keyed`]).
     /// `source` is the kernel's source file, whose lines name the profile's rows.
     pub fn run_manual(
         &self,
@@ -493,6 +482,50 @@ impl Launcher {
             let (report, trace) = sim.finish()?;
             Ok(Launch { report, trace })
         })
+    }
+
+    /// [`Launcher::run_manual`], answered from the launch memo as [`Launcher::run_keyed`] is:
+    /// `describe` writes every tensor argument's description (a cost-only launch of a
+    /// hand-written kernel is a pure function of its kernel, configuration, grid and arguments'
+    /// shapes, as a DSL kernel's is).
+    pub fn run_manual_keyed(
+        &self,
+        meta: &KernelMeta,
+        source: &'static str,
+        config: &Config,
+        grid: [usize; 3],
+        describe: &dyn Fn(&mut ArgKey),
+        body: &(dyn Fn([usize; 3], &mut ManualProgram) + Sync),
+    ) -> Result<Launch, SimError> {
+        self.memoised(meta, config, grid, describe, &|| {
+            self.run_manual(meta.name, source, config, grid, body)
+                .map(|l| l.report)
+        })
+        .unwrap_or_else(|| self.run_manual(meta.name, source, config, grid, body))
+    }
+
+    /// The launch answered from (or simulated into) the memo, when the launcher has one, the
+    /// launch is cost-only and no trace is asked for; `None` otherwise.
+    fn memoised(
+        &self,
+        meta: &KernelMeta,
+        config: &Config,
+        grid: [usize; 3],
+        describe: &dyn Fn(&mut ArgKey),
+        run: &dyn Fn() -> Result<Report, SimError>,
+    ) -> Option<Result<Launch, SimError>> {
+        let memo = self.memo.as_ref().filter(|m| {
+            self.backend == Backend::CostOnly && !self.trace && m.serves(&self.preset)
+        })?;
+        let mut args = ArgKey::default();
+        describe(&mut args);
+        Some(
+            memo.get_or_run(meta.name, meta.file, config, grid, args, run)
+                .map(|report| Launch {
+                    report,
+                    trace: None,
+                }),
+        )
     }
 
     /// Checks the grid, runs `launch` on the launcher's threads, and logs it when asked.

@@ -473,6 +473,12 @@ pub fn all() -> Vec<Implementation> {
             summary: "grouped expert GEMM over packed MXFP4 weights, dequantized tile by tile in SRAM",
         },
         Implementation {
+            op: "moe_grouped_linear_mxfp4",
+            kind: ImplKind::HandTuned,
+            meta: &crate::hand_tuned::expert_gemm_mxfp4::GROUPED_META,
+            summary: "grouped MXFP4 expert GEMM on accel-sim's manual API (the model's layout, run-time row ranges read on chip): two placed dequantization and two activation-cast buffers so the vector unit prepares step j+1 while the matrix unit multiplies step j, STAGES-deep load ring, overwrite-mode first K-step",
+        },
+        Implementation {
             op: "swiglu",
             kind: ImplKind::Dsl,
             meta: &crate::moe::expert_gemm::swiglu::META,

@@ -167,3 +167,52 @@ fn the_estimator_prices_a_decode_batch_with_the_swap() {
         .with_implementation("attention_decode_batch", "nope")
         .is_err());
 }
+
+/// The MXFP4 expert GEMM swaps the same way: at the hybrid model's real sizes (cost-only, MXFP4
+/// experts), the hand-tuned grouped kernel runs the experts' prefill and decode in fewer cycles
+/// than the DSL prototype, nothing else moves, and unpinned the forward runs it.
+#[test]
+fn the_hand_tuned_mxfp4_expert_gemm_swaps_in_at_hybrid_sizes() {
+    let cfg = load_config(&testdata("day0_hybrid_config.json")).unwrap();
+    let run = |pin: Option<&str>| {
+        let l = Launcher::for_device("npu-910b")
+            .unwrap()
+            .with_backend(Backend::CostOnly);
+        let mut r = Runner::cost_only_at(cfg.clone(), l, 600, Precision::Native).unwrap();
+        if let Some(name) = pin {
+            r.set_implementation("moe_grouped_linear_mxfp4", name)
+                .unwrap();
+        }
+        let run = r.cost_run(512, 2).unwrap();
+        (run.prefill, run.decode, r.implementation_picks().clone())
+    };
+    let (dp, dd, _) = run(Some("grouped_linear_mxfp4"));
+    let (hp, hd, _) = run(Some("grouped_linear_mxfp4_hand"));
+    let (ap, ad, picks) = run(None);
+    let experts = |s: &model::forward::OpStats| {
+        s.per_op
+            .iter()
+            .filter(|(op, _)| op.starts_with("moe.experts"))
+            .map(|(_, (_, c))| *c)
+            .sum::<u64>()
+    };
+    for (what, d, h) in [("prefill", &dp, &hp), ("decode", &dd, &hd)] {
+        assert!(
+            experts(h) < experts(d),
+            "{what}: {} vs {}",
+            experts(h),
+            experts(d)
+        );
+        for (op, (n, c)) in &d.per_op {
+            if !op.starts_with("moe.experts") {
+                assert_eq!(h.per_op[op], (*n, *c), "{what} {op}");
+            }
+        }
+    }
+    assert_eq!((ap.per_op, ad.per_op), (hp.per_op, hd.per_op));
+    assert!(picks
+        .iter()
+        .any(|((op, name), n)| *op == "moe_grouped_linear_mxfp4"
+            && *name == "grouped_linear_mxfp4_hand"
+            && *n > 0));
+}

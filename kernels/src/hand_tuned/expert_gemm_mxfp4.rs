@@ -11,6 +11,11 @@
 //! - **a `STAGES`-deep load ring** for the activations, packed blocks and scales: a stage's packed
 //!   weights are reloaded as soon as their dequantization is done (not their multiply);
 //! - **no zero fill**: the first K-step multiplies in overwrite mode.
+//!
+//! [`launch_grouped`] is the same kernel over the model's layout, the swap target of
+//! [`crate::moe::grouped::grouped_linear_mxfp4`]: f32 rows of all experts in one tensor, expert
+//! `e`'s rows `offsets[e]..offsets[e + 1]` (read on chip at run time), each K-step's activations
+//! rounded to bf16 on the vector unit into two placed buffers as the weights are.
 
 use super::{Placer, Ring};
 use accel_sim::manual::{Accumulate, Buffer, DeviceTensor, Event, ManualProgram};
@@ -34,6 +39,89 @@ pub static META: KernelMeta = super::meta(
     file!(),
     SOURCE,
 );
+
+/// Registry and tuning metadata of [`launch_grouped`] (the tunables of [`META`]; a shallower ring
+/// first, since f32 activation stages are twice as wide).
+pub static GROUPED_META: KernelMeta = super::meta(
+    "grouped_linear_mxfp4_hand",
+    &["x", "blocks", "scales", "offsets", "y"],
+    &[
+        ("BM", &[16, 32, 64, 128]),
+        ("BN", &[128, 64, 256]),
+        ("BK", &[128, 64, 256]),
+        ("STAGES", &[2, 3, 4]),
+    ],
+    file!(),
+    SOURCE,
+);
+
+/// Runs the hand-tuned MXFP4 expert GEMM over run-time expert row ranges: `x [R, K]` (f32),
+/// `blocks [E, N, K/2]`, `scales [E, N, K/32]` (u8), `offsets [E + 1]` (expert `e` owns rows
+/// `offsets[e]..offsets[e + 1]`), `y [R, N]` (f32). The grid is the DSL prototype's: `(row tiles
+/// of an even share, N / BN, E)`, each program striding over its expert's row tiles. Cost-only
+/// launches (no offsets data) share the rows evenly, as the prototype does.
+pub fn launch_grouped(
+    launcher: &Launcher,
+    config: &Config,
+    x: &Tensor<f32>,
+    blocks: &Tensor<u8>,
+    scales: &Tensor<u8>,
+    offsets: &Tensor<i32>,
+    y: &Tensor<f32>,
+) -> Result<Launch, SimError> {
+    let cfg = GROUPED_META.resolve(config)?;
+    let bad = |message: String| SimError::Launch {
+        kernel: GROUPED_META.name.to_string(),
+        message,
+    };
+    let (rows, k) = (x.rows(), x.cols());
+    let (e, n) = match blocks.shape() {
+        [e, n, _] => (*e, *n),
+        s => return Err(bad(format!("`blocks` must be [E, N, K/2], got {s:?}"))),
+    };
+    if e == 0
+        || k % 32 != 0
+        || blocks.shape() != [e, n, k / 2]
+        || scales.shape() != [e, n, k / 32]
+        || offsets.shape().iter().product::<usize>() != e + 1
+        || y.shape() != [rows, n]
+    {
+        return Err(bad(format!(
+            "shapes do not chain: x {x:?}, blocks {blocks:?}, scales {scales:?}, offsets {offsets:?}, y {y:?} (need x [R, K] with K a multiple of 32, blocks [E, N, K/2], scales [E, N, K/32], offsets [E + 1], y [R, N])"
+        )));
+    }
+    // One row of E + 1 entries, so a program reads its expert's two with one transfer.
+    let offsets = &offsets.reshaped(&[1, e + 1]).map_err(bad)?;
+    let t = Ring::of(&cfg);
+    let grid = [rows.div_ceil(e).div_ceil(t.bm).max(1), n.div_ceil(t.bn), e];
+    let describe = |key: &mut dsl_core::ArgKey| {
+        use dsl_core::LaunchArg;
+        LaunchArg::describe(x, key);
+        LaunchArg::describe(blocks, key);
+        LaunchArg::describe(scales, key);
+        LaunchArg::describe(offsets, key);
+        LaunchArg::describe(y, key);
+    };
+    launcher.run_manual_keyed(&GROUPED_META, SOURCE, &cfg, grid, &describe, &|pid, p| {
+        let ex = pid[2];
+        let mut sram = Placer::default();
+        // The expert's row range, read on chip; the program's row tiles depend on it.
+        let range = sram.place(p, line!(), "offsets", 1, 2, DType::I32);
+        let loaded = p.at(line!()).dma_in(offsets, 0, ex, range, &[]);
+        let start = p.at(line!()).index_at(range, 0, ex * rows / e, &[loaded]);
+        let end = p
+            .at(line!())
+            .index_at(range, 1, (ex + 1) * rows / e, &[loaded]);
+        let (xe, ye) = (x.rows_clipped(start, end), y.rows_clipped(start, end));
+        let (be, se) = (blocks.at(ex), scales.at(ex));
+        let col = pid[1] * t.bn;
+        let tiles: Vec<(usize, usize)> = (pid[0] * t.bm..xe.rows())
+            .step_by(grid[0] * t.bm)
+            .map(|row| (row, col))
+            .collect();
+        program(p, sram, &tiles, &xe, &be, &se, &ye, t)
+    })
+}
 
 /// Runs the hand-tuned MXFP4 expert GEMM: `x [E, T, K]` (bf16), `w_blocks [E, N, K/2]` and
 /// `w_scales [E, N, K/32]` (u8), `y [E, T, N]` (f32); one program per (token tile, output tile,
@@ -66,16 +154,8 @@ pub fn launch(
     launcher.run_manual(META.name, SOURCE, &cfg, grid, &|pid, p| {
         let ex = pid[2];
         let (xe, be, se, ye) = (x.at(ex), w_blocks.at(ex), w_scales.at(ex), y.at(ex));
-        program(
-            p,
-            pid[0] * tiles.bm,
-            pid[1] * tiles.bn,
-            &xe,
-            &be,
-            &se,
-            &ye,
-            tiles,
-        )
+        let tile = [(pid[0] * tiles.bm, pid[1] * tiles.bn)];
+        program(p, Placer::default(), &tile, &xe, &be, &se, &ye, tiles)
     })
 }
 
@@ -141,21 +221,26 @@ fn bad(message: String) -> SimError {
     }
 }
 
-/// One output tile (`row`, `col`) of one expert: the K loop through the load ring and the two
-/// dequantization buffers.
+/// Output tiles (`row`, `col`) of one expert, one after another: each a K loop through the load
+/// ring and the two dequantization buffers. Activations that are not bf16 (the model's f32 rows)
+/// are rounded to bf16 on the vector unit, into two more placed buffers, as the weights are
+/// dequantized. `sram` places the buffers after whatever the caller placed.
 #[allow(clippy::too_many_arguments)]
 fn program(
     p: &mut ManualProgram,
-    row: usize,
-    col: usize,
-    x: &Tensor<bf16>,
+    mut sram: Placer,
+    tiles: &[(usize, usize)],
+    x: &dyn DeviceTensor,
     blocks: &Tensor<u8>,
     scales: &Tensor<u8>,
     y: &Tensor<f32>,
     t: Ring,
 ) {
+    if tiles.is_empty() {
+        return;
+    }
     let steps = x.cols().div_ceil(t.bk).max(1);
-    let mut sram = Placer::default();
+    let cast = x.dtype() != DType::Bf16;
     let mut place = |p: &mut ManualProgram, name, rows, cols, dtype: DType| {
         sram.place(p, line!(), name, rows, cols, dtype)
     };
@@ -163,7 +248,7 @@ fn program(
     let stage: Vec<(Buffer, Buffer, Buffer)> = (0..t.stages)
         .map(|_| {
             (
-                place(p, "x_stage", t.bm, t.bk, DType::Bf16),
+                place(p, "x_stage", t.bm, t.bk, x.dtype()),
                 place(p, "blocks_stage", t.bn, t.bk / 2, DType::U8),
                 place(p, "scales_stage", t.bn, t.bk / 32, DType::U8),
             )
@@ -173,27 +258,34 @@ fn program(
         place(p, "w0", t.bn, t.bk, DType::Bf16),
         place(p, "w1", t.bn, t.bk, DType::Bf16),
     ];
+    let xb = cast.then(|| {
+        [
+            place(p, "x_bf16_0", t.bm, t.bk, DType::Bf16),
+            place(p, "x_bf16_1", t.bm, t.bk, DType::Bf16),
+        ]
+    });
     let acc = place(p, "acc", t.bm, t.bn, DType::F32);
-    // Step `j`'s loads: the packed weights wait on the dequantization that read their stage, the
-    // activations on the multiply that read theirs (in that order on the DMA-in queue, so the
-    // weights are not held back by the multiply).
-    let load = |p: &mut ManualProgram, j: usize, dequantized: &[Event], multiplied: &[Event]| {
+    // Step `j`'s loads (step `j` of tile `j / steps`): the packed weights wait on the
+    // dequantization that read their stage, the activations on what read theirs (the cast, or
+    // the multiply), in that order on the DMA-in queue.
+    let load = |p: &mut ManualProgram, j: usize, dequantized: &[Event], read_x: &[Event]| {
         let (sx, sb, ss) = stage[j % t.stages];
-        let k = j * t.bk;
+        let (row, col) = tiles[j / steps];
+        let k = (j % steps) * t.bk;
         let eb = p.at(line!()).dma_in(blocks, col, k / 2, sb, dequantized);
         let es = p.at(line!()).dma_in(scales, col, k / 32, ss, &[]);
-        let ex = p
-            .at(line!())
-            .dma_in(x as &dyn DeviceTensor, row, k, sx, multiplied);
+        let ex = p.at(line!()).dma_in(x, row, k, sx, read_x);
         (eb, es, ex)
     };
-    let mut loads: VecDeque<(Event, Event, Event)> = (0..t.stages.min(steps))
+    let total = steps * tiles.len();
+    let mut loads: VecDeque<(Event, Event, Event)> = (0..t.stages.min(total))
         .map(|j| load(p, j, &[], &[]))
         .collect();
-    // The multiply of each of the last two steps (it frees `w[j mod 2]`).
+    // The multiply of each of the last two steps (it frees `w[j mod 2]` and `xb[j mod 2]`), and
+    // the store of the last tile (it frees the accumulator).
     let mut multiplied: [Option<Event>; 2] = [None, None];
-    let mut last = None;
-    for j in 0..steps {
+    let mut stored = None;
+    for j in 0..total {
         let Some((eb, es, ex)) = loads.pop_front() else {
             break;
         };
@@ -201,18 +293,35 @@ fn program(
         let mut wait = vec![eb, es];
         wait.extend(multiplied[j % 2]);
         let deq = p.at(line!()).dequant_mxfp4(sb, ss, w[j % 2], &wait);
-        let mode = if j == 0 {
+        let (a, read_x) = match xb {
+            Some(xb) => {
+                let mut wait = vec![ex];
+                wait.extend(multiplied[j % 2]);
+                let c = p.at(line!()).cast(sx, xb[j % 2], &wait);
+                (xb[j % 2], c)
+            }
+            None => (sx, ex),
+        };
+        let first = j % steps == 0;
+        let mut wait = vec![read_x, deq];
+        if first {
+            // The accumulator's previous tile must have left for device memory.
+            wait.extend(stored.take());
+        }
+        let mode = if first {
             Accumulate::Overwrite
         } else {
             Accumulate::Add
         };
-        let mm = p.at(line!()).mma_bt(acc, sx, w[j % 2], mode, &[ex, deq]);
+        let mm = p.at(line!()).mma_bt(acc, a, w[j % 2], mode, &wait);
         multiplied[j % 2] = Some(mm);
-        last = Some(mm);
-        if j + t.stages < steps {
-            loads.push_back(load(p, j + t.stages, &[deq], &[mm]));
+        if j + t.stages < total {
+            let x_free = if cast { read_x } else { mm };
+            loads.push_back(load(p, j + t.stages, &[deq], &[x_free]));
+        }
+        if (j + 1) % steps == 0 {
+            let (row, col) = tiles[j / steps];
+            stored = Some(p.at(line!()).dma_out(acc, y, row, col, &[mm]));
         }
     }
-    p.at(line!())
-        .dma_out(acc, y, row, col, &[last.expect("at least one K-step")]);
 }

@@ -386,6 +386,41 @@ pub fn grouped_linear_mxfp4<T: Float>(
     }
 }
 
+/// [`grouped_linear_mxfp4()`]'s hand-tuned swap
+/// ([`crate::hand_tuned::expert_gemm_mxfp4::launch_grouped`]) on an MXFP4 expert weight: the
+/// prototype's row tile (the even share of rows, up to 128), `BN = 128`, the deepest K-step that
+/// fits the core and a two-deep ring, moving to shallower K-steps while the buffers overflow it.
+pub fn run_grouped_linear_mxfp4_hand(
+    launcher: &Launcher,
+    x: &Tensor<f32>,
+    w: &Weight,
+    offsets: &Tensor<i32>,
+    y: &Tensor<f32>,
+) -> Result<dsl_core::Launch, SimError> {
+    use crate::hand_tuned::expert_gemm_mxfp4::{launch_grouped, GROUPED_META};
+    let Weight::Mxfp4 { blocks, scales } = w else {
+        return Err(bad(
+            GROUPED_META.name,
+            format!("takes an MXFP4 expert weight, got {}", w.format().name()),
+        ));
+    };
+    let e = blocks.shape().first().copied().unwrap_or(1);
+    let bm = row_tile(x.rows(), e);
+    let mut last = None;
+    for bk in [deep_k(launcher, bm, 4, 2), 64] {
+        let cfg = Config::new()
+            .with("BM", bm)
+            .with("BN", 128)
+            .with("BK", bk)
+            .with("STAGES", 2);
+        match launch_grouped(launcher, &cfg, x, blocks, scales, offsets, y) {
+            Err(e @ SimError::SramOverflow { .. }) => last = Some(e),
+            r => return r,
+        }
+    }
+    Err(last.expect("a configuration was tried"))
+}
+
 /// Per-expert `y[r] = x[r] · w[e(r)]ᵀ` for expert weights in any stored format: f32 →
 /// [`grouped_linear()`], bf16 → [`grouped_linear_cast()`], FP8 → the rows quantized by
 /// [`crate::linear::act_quant_fp8()`] then [`grouped_linear_fp8()`] (W8A8; [`grouped_linear_fp8w()`],

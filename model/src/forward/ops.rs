@@ -161,14 +161,23 @@ pub(crate) struct Ops {
 /// The GQA paged decode over a batch of sequences.
 pub const DECODE_BATCH_OP: &str = "attention_decode_batch";
 
+/// The grouped expert GEMM over MXFP4 expert weights.
+pub const MXFP4_GROUPED_OP: &str = "moe_grouped_linear_mxfp4";
+
 /// The operators whose implementation the forward can swap, each with the implementations its
 /// call site launches, DSL prototype first: `Runner::set_implementation`,
 /// `day0 forward --impl op=name`. Without a choice each launch runs the fastest of them at its
 /// shapes ([`Ops::run_implementation`]).
-pub const SWAPPABLE: &[(&str, &[&str])] = &[(
-    DECODE_BATCH_OP,
-    &["paged_decode_gqa_batch", "paged_decode_hand"],
-)];
+pub const SWAPPABLE: &[(&str, &[&str])] = &[
+    (
+        DECODE_BATCH_OP,
+        &["paged_decode_gqa_batch", "paged_decode_hand"],
+    ),
+    (
+        MXFP4_GROUPED_OP,
+        &["grouped_linear_mxfp4", "grouped_linear_mxfp4_hand"],
+    ),
+];
 
 /// Checks that the forward can run `implementation` for operator `op` ([`SWAPPABLE`]) and
 /// returns its registered name; anything else is an error naming `--impl` that lists the choices.
@@ -1131,6 +1140,32 @@ impl Ops {
         offsets: &Tensor<i32>,
     ) -> Result<Tensor<f32>, ForwardError> {
         let y = self.mem.act(x.rows(), w.out_features());
+        if let Weight::Mxfp4 { .. } = w {
+            // A swappable operator: the DSL prototype or the hand-tuned kernel, one launch each.
+            use kernels::moe::grouped as g;
+            let dsl = |l: &Launcher| {
+                let mut launches = g::run_grouped_linear_weight(l, x, w, offsets, &y)?;
+                let (_, report) = launches.pop().expect("one MXFP4 launch");
+                Ok(Launch {
+                    report,
+                    trace: None,
+                })
+            };
+            let hand = |l: &Launcher| g::run_grouped_linear_mxfp4_hand(l, x, w, offsets, &y);
+            let (name, r) = self.run_implementation(
+                MXFP4_GROUPED_OP,
+                &[
+                    (g::grouped_linear_mxfp4::META.name, &dsl),
+                    (
+                        kernels::hand_tuned::expert_gemm_mxfp4::GROUPED_META.name,
+                        &hand,
+                    ),
+                ],
+            );
+            *self.picks.entry((MXFP4_GROUPED_OP, name)).or_default() += 1;
+            self.book_report(op, r.map(|l| l.report))?;
+            return Ok(y);
+        }
         match kernels::moe::grouped::run_grouped_linear_weight(&self.launcher, x, w, offsets, &y) {
             Ok(launches) => {
                 for (kernel, r) in launches {
