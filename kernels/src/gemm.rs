@@ -321,8 +321,32 @@ fn run_typed<T: Float>(
     };
     let output = c.to_vec();
     if let (Some(out), Some(av), Some(bv)) = (&output, a.to_vec(), b.to_vec()) {
-        let want = crate::reference::gemm(&av, &bv, m, n, k);
+        let want = reference_of(&av, &bv, m, n, k);
         launch.report.max_rel_error = Some(crate::reference::rel_error(out, &want));
     }
     Ok(GemmRun { launch, output })
+}
+
+/// The f64 reference of `a · b`, computed once for the same inputs: the kernel suite checks
+/// every GEMM variant on one seeded 1024³ case, whose reference alone is ~1 G f64 multiply-adds.
+/// Keyed by the shape and a hash of the inputs' bits; the last two are kept.
+fn reference_of(a: &[f32], b: &[f32], m: usize, n: usize, k: usize) -> std::sync::Arc<Vec<f64>> {
+    use std::sync::{Arc, Mutex};
+    type Entry = ((usize, usize, usize, u64), Arc<Vec<f64>>);
+    static RECENT: Mutex<Vec<Entry>> = Mutex::new(Vec::new());
+    let hash = a.iter().chain(b).fold(0xcbf2_9ce4_8422_2325u64, |h, v| {
+        (h ^ v.to_bits() as u64).wrapping_mul(0x0100_0000_01b3)
+    });
+    let key = (m, n, k, hash);
+    let lock = || RECENT.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some((_, r)) = lock().iter().find(|(k2, _)| *k2 == key) {
+        return r.clone();
+    }
+    let r = Arc::new(crate::reference::gemm(a, b, m, n, k));
+    let mut recent = lock();
+    recent.push((key, r.clone()));
+    if recent.len() > 2 {
+        recent.remove(0);
+    }
+    r
 }
