@@ -1257,7 +1257,7 @@ fn run_sparse_mla<T: dsl_core::Float>(
 
 /// A 64-bit FNV-1a hash: stable across Rust versions and platforms (std's hasher is not
 /// promised to be), so cache keys survive a toolchain update.
-fn fnv1a(bytes: &[u8]) -> u64 {
+pub(crate) fn fnv1a(bytes: &[u8]) -> u64 {
     bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, b| {
         (h ^ *b as u64).wrapping_mul(0x0100_0000_01b3)
     })
@@ -1337,14 +1337,21 @@ pub fn load_cached(req: &TuneRequest) -> Option<TuneResult> {
 pub fn store_cached(req: &TuneRequest, result: &TuneResult) -> Result<std::path::PathBuf, String> {
     let path = cache_path(req, &result.cache_key)
         .ok_or("no cache directory: set XDG_CACHE_HOME or HOME (or pass --no-cache)")?;
-    let dir = path.parent().unwrap_or(std::path::Path::new("."));
-    std::fs::create_dir_all(dir)
-        .map_err(|e| format!("cannot create the cache directory {}: {e}", dir.display()))?;
     let text = serde_json::to_string(result).map_err(|e| e.to_string())?;
+    write_atomic(&path, &text)?;
+    Ok(path)
+}
+
+/// Writes `text` to `path` (creating its directory) through a temporary file and a rename, so a
+/// reader never sees half a file.
+pub fn write_atomic(path: &std::path::Path, text: &str) -> Result<(), String> {
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir)
+            .map_err(|e| format!("cannot create the directory {}: {e}", dir.display()))?;
+    }
     let tmp = path.with_extension(format!("json.{}", std::process::id()));
     std::fs::write(&tmp, text).map_err(|e| format!("cannot write {}: {e}", tmp.display()))?;
-    std::fs::rename(&tmp, &path).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
-    Ok(path)
+    std::fs::rename(&tmp, path).map_err(|e| format!("cannot write {}: {e}", path.display()))
 }
 
 /// Sweeps the request's tunable space cost-only (in parallel; `on_done` is called once per

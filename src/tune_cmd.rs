@@ -223,14 +223,14 @@ fn tune_model_cmd(args: &TuneArgs, model: &str) -> Result<(), String> {
     let text = serde_json::to_string_pretty(&file).map_err(|e| e.to_string())?;
     let mut written = Vec::new();
     if let (Some(p), false) = (&cache, from_cache) {
-        match write_atomic(p, &text) {
+        match tune::write_atomic(p, &text) {
             Ok(()) => written.push(p.display().to_string()),
             // A cache that cannot be written costs the next run time, not this one's answer.
             Err(e) => eprintln!("warning: {e}"),
         }
     }
     if let Some(out) = &args.out {
-        write_atomic(std::path::Path::new(out), &text).map_err(|e| format!("--out: {e}"))?;
+        tune::write_atomic(std::path::Path::new(out), &text).map_err(|e| format!("--out: {e}"))?;
         written.push(out.clone());
     }
     if args.json {
@@ -254,17 +254,6 @@ fn tune_model_cmd(args: &TuneArgs, model: &str) -> Result<(), String> {
         );
     }
     Ok(())
-}
-
-/// Writes `text` to `path` through a temporary file and a rename (a reader never sees half).
-fn write_atomic(path: &std::path::Path, text: &str) -> Result<(), String> {
-    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-        std::fs::create_dir_all(dir)
-            .map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
-    }
-    let tmp = path.with_extension(format!("json.{}", std::process::id()));
-    std::fs::write(&tmp, text).map_err(|e| format!("cannot write {}: {e}", tmp.display()))?;
-    std::fs::rename(&tmp, path).map_err(|e| format!("cannot write {}: {e}", path.display()))
 }
 
 /// A progress bar on stderr when it is a terminal (hidden otherwise).

@@ -9,6 +9,7 @@
 //! heuristic's output at a reduced shape, and written. A tuning file lists every launch with both
 //! configurations and their cycles, so the gain is on record.
 
+use crate::tune::fnv1a;
 use dsl_core::{Backend, Config, Launcher, SimError, Tuning};
 use kernels::tunable;
 use model::config::ModelConfig;
@@ -122,12 +123,6 @@ impl ResolvedTuning {
             .cloned()
             .collect()
     }
-}
-
-fn fnv1a(bytes: &[u8]) -> u64 {
-    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, b| {
-        (h ^ *b as u64).wrapping_mul(0x0100_0000_01b3)
-    })
 }
 
 /// Hash of a parsed model configuration.

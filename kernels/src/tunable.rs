@@ -8,6 +8,7 @@
 //! `rows=…,experts=…,n=…,k=…` for an expert GEMM over all experts' rows.
 
 use crate::testdata::CaseTensors;
+use crate::weight::bad;
 use accel_sim::Report;
 use dsl_core::{bf16, fp8e4m3, Config, KernelMeta, Launcher, SimError, Tensor};
 use std::collections::BTreeMap;
@@ -176,13 +177,6 @@ pub fn run_at(
         other => return Err(bad(other, "no standalone run for this kernel".into())),
     };
     Ok((report, y.to_vec()))
-}
-
-fn bad(kernel: &str, message: String) -> SimError {
-    SimError::Launch {
-        kernel: kernel.to_string(),
-        message,
-    }
 }
 
 #[cfg(test)]

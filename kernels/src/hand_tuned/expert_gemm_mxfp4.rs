@@ -70,10 +70,7 @@ pub fn launch_grouped(
     y: &Tensor<f32>,
 ) -> Result<Launch, SimError> {
     let cfg = GROUPED_META.resolve(config)?;
-    let bad = |message: String| SimError::Launch {
-        kernel: GROUPED_META.name.to_string(),
-        message,
-    };
+    let bad = |message: String| crate::weight::bad(GROUPED_META.name, message);
     let (rows, k) = (x.rows(), x.cols());
     let (e, n) = match blocks.shape() {
         [e, n, _] => (*e, *n),

@@ -9,7 +9,7 @@
 use super::expert_gemm::{matmul_bt_tile, swiglu};
 use crate::gemm_fp8::fp8_matmul_bt_tile;
 use crate::linear::{cast_matmul_bt_tile, fp8w_matmul_bt_tile};
-use crate::weight::Weight;
+use crate::weight::{bad, Weight};
 use dsl_core::prelude::*;
 use dsl_core::{Report, SimError};
 
@@ -49,13 +49,6 @@ pub fn grouped_linear<T: Float>(
     for row in (program_id(0) * BM..xe.rows()).step_by(num_programs(0) * BM) {
         let acc = matmul_bt_tile::<T, BM, BN, BK>(&xe, &we, row, col);
         store(&ye, row, col, &acc);
-    }
-}
-
-fn bad(kernel: &str, message: String) -> SimError {
-    SimError::Launch {
-        kernel: kernel.to_string(),
-        message,
     }
 }
 
