@@ -199,6 +199,17 @@ pub enum RopeScalingParams {
         /// `true`).
         truncate: bool,
     },
+    /// Llama 3.1's frequency-dependent interpolation (`rope_type` `llama3`).
+    Llama3 {
+        /// Divisor of the low frequencies.
+        factor: f64,
+        /// Wavelengths above `original / low_freq_factor` are divided by `factor`.
+        low_freq_factor: f64,
+        /// Wavelengths below `original / high_freq_factor` are kept; the band between blends.
+        high_freq_factor: f64,
+        /// The pre-training context length.
+        original_max_position_embeddings: usize,
+    },
 }
 
 /// The `rot_dim/2` inverse frequencies of a rotary span of `rot_dim` dims with base `theta`, scaled
@@ -217,6 +228,18 @@ pub fn inv_freq(rot_dim: usize, theta: f64, scaling: &RopeScalingParams) -> Vec<
             .iter()
             .map(|p| (1.0 / p) / *factor as f32)
             .collect(),
+        RopeScalingParams::Llama3 {
+            factor,
+            low_freq_factor,
+            high_freq_factor,
+            original_max_position_embeddings,
+        } => llama3_inv_freq(
+            &pos_freqs,
+            *factor,
+            *low_freq_factor,
+            *high_freq_factor,
+            *original_max_position_embeddings,
+        ),
         RopeScalingParams::Yarn {
             factor,
             original_max_position_embeddings,
@@ -261,6 +284,46 @@ pub fn inv_freq(rot_dim: usize, theta: f64, scaling: &RopeScalingParams) -> Vec<
     inv.into_iter().map(f64::from).collect()
 }
 
+/// transformers' `_compute_llama3_parameters` on f32 inverse frequencies, in f32 as torch computes
+/// it (Python scalars taken to f32, operations in the order written there).
+fn llama3_inv_freq(
+    pos_freqs: &[f32],
+    factor: f64,
+    low_freq_factor: f64,
+    high_freq_factor: f64,
+    original: usize,
+) -> Vec<f32> {
+    let old = original as f64;
+    let (low_wavelen, high_wavelen) = (
+        (old / low_freq_factor) as f32,
+        (old / high_freq_factor) as f32,
+    );
+    let (factor, low) = (factor as f32, low_freq_factor as f32);
+    let band = (high_freq_factor - low_freq_factor) as f32;
+    let two_pi = (2.0 * std::f64::consts::PI) as f32;
+    pos_freqs
+        .iter()
+        .map(|p| {
+            let inv = 1.0 / p;
+            let wavelen = two_pi / inv;
+            let scaled = if wavelen > low_wavelen {
+                inv / factor
+            } else {
+                inv
+            };
+            let smooth = (old as f32 / wavelen - low) / band;
+            let smoothed = (1.0 - smooth) * scaled / factor + smooth * scaled;
+            // transformers' `~(wavelen < high) * ~(wavelen > low)`; wavelengths are finite.
+            let medium = wavelen >= high_wavelen && wavelen <= low_wavelen;
+            if medium {
+                smoothed
+            } else {
+                scaled
+            }
+        })
+        .collect()
+}
+
 /// transformers' YaRN `get_mscale`: `0.1 · mscale · ln(scale) + 1` above scale 1, else 1.
 fn yarn_mscale(scale: f64, mscale: f64) -> f64 {
     if scale <= 1.0 {
@@ -287,7 +350,9 @@ pub fn attention_factor(scaling: &RopeScalingParams) -> f64 {
                 yarn_mscale(*factor, 1.0)
             }
         }
-        RopeScalingParams::None | RopeScalingParams::Linear { .. } => 1.0,
+        RopeScalingParams::None
+        | RopeScalingParams::Linear { .. }
+        | RopeScalingParams::Llama3 { .. } => 1.0,
     }
 }
 

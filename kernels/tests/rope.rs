@@ -293,6 +293,14 @@ fn scaling(v: &Value) -> RopeScalingParams {
             mscale_all_dim: f("mscale_all_dim"),
             truncate: v["truncate"].as_bool().unwrap(),
         },
+        "llama3" => RopeScalingParams::Llama3 {
+            factor: f("factor"),
+            low_freq_factor: f("low_freq_factor"),
+            high_freq_factor: f("high_freq_factor"),
+            original_max_position_embeddings: v["original_max_position_embeddings"]
+                .as_u64()
+                .unwrap() as usize,
+        },
         other => panic!("unknown scaling {other}"),
     }
 }
@@ -301,7 +309,7 @@ fn scaling(v: &Value) -> RopeScalingParams {
 fn tables_match_transformers() {
     let g = golden();
     let cases = g["cases"].as_array().unwrap();
-    assert_eq!(cases.len(), 7);
+    assert_eq!(cases.len(), 8);
     for case in cases {
         let name = case["name"].as_str().unwrap();
         let rot = case["rot_dim"].as_u64().unwrap() as usize;

@@ -12,6 +12,17 @@
 //! - **Qwen3-Next**: `layer_types` when given, else layer `i` is full (gated GQA) attention when
 //!   `(i + 1) % full_attention_interval == 0` and Gated DeltaNet otherwise; MoE when `i` is not in
 //!   `mlp_only_layers`, `num_experts > 0` and `(i + 1) % decoder_sparse_step == 0`.
+//! - **Qwen3 / Qwen3-MoE** (`qwen3`, `qwen3_moe`): GQA with per-head q/k RMSNorm (plain weight) in
+//!   every layer; MoE per Qwen's layout (as Qwen3-Next) with softmax top-k routing, renormalised
+//!   when `norm_topk_prob` (default false, as `Qwen3MoeConfig`), no shared expert; `head_dim`
+//!   defaults to 128 (`qwen3`) or `hidden_size / heads` (`qwen3_moe`). A sliding window
+//!   (`use_sliding_window`: Qwen3-MoE every layer, Qwen3 the layers from `max_window_layers`, or
+//!   `layer_types`) is kept as the attention kind `sliding_attention`, which day0 lacks.
+//! - **Llama / Mistral / Mixtral** (`llama`, `mistral`, `mixtral`): GQA without q/k norms,
+//!   `head_dim` defaulting to `hidden_size / heads`, RoPE with `llama3` scaling where given; a dense
+//!   SwiGLU MLP (`llama`, `mistral`) or MoE in every layer (`mixtral`: `num_local_experts`, softmax
+//!   top-k always renormalised). A non-null `sliding_window` (Mistral, Mixtral) makes every layer
+//!   `sliding_attention`.
 //! - **Kimi Linear**: `linear_attn_config.kda_layers` / `full_attn_layers` (1-based) when given,
 //!   else `layer_types`, else transformers' default; dense MLP for `i < first_k_dense_replace`
 //!   (default 1) unless `mlp_layer_types` says otherwise. Its MLA uses no RoPE unless `mla_use_nope` is false (absent: none, as transformers).
@@ -98,6 +109,8 @@ pub(crate) fn parse(o: &Obj, model_type: &str) -> Result<ModelConfig, ModelError
         "qwen3_next" => qwen3_next(o, model_type),
         "qwen3_vl_moe" => qwen3_vl_moe(o, model_type),
         "kimi_linear" => kimi_linear(o, model_type),
+        "qwen3_moe" | "qwen3" => qwen3(o, model_type),
+        "llama" | "mistral" | "mixtral" => llama(o, model_type),
         "day0_hybrid" => hybrid(o, model_type),
         other => Err(ModelError::UnsupportedModelType {
             file: o.file.to_string(),
@@ -215,11 +228,12 @@ pub(crate) fn parse_rope(
             "mrope_interleaved",
             "attention_factor",
             "truncate",
-            "low_freq_factor",
-            "high_freq_factor",
             "long_factor",
             "short_factor",
         ]);
+        if kind != "llama3" {
+            d.ignore(&["low_freq_factor", "high_freq_factor"]);
+        }
         scaling = match kind.as_str() {
             "default" => RopeScaling::None,
             "yarn" => {
@@ -248,6 +262,36 @@ pub(crate) fn parse_rope(
                     .opt_f64("factor")?
                     .ok_or_else(|| d.missing_for("factor", "linear RoPE scaling"))?,
             },
+            "llama3" => {
+                let need = |key: &str| {
+                    d.opt_f64(key)?
+                        .ok_or_else(|| d.missing_for(key, "llama3 RoPE scaling"))
+                };
+                let (factor, low, high) = (
+                    need("factor")?,
+                    need("low_freq_factor")?,
+                    need("high_freq_factor")?,
+                );
+                if !(factor > 0.0 && low > 0.0 && high > low) {
+                    return Err(d.invalid(
+                        "high_freq_factor",
+                        format!(
+                            "llama3 RoPE scaling needs factor > 0 and high_freq_factor > \
+                             low_freq_factor > 0, found factor {factor}, low {low}, high {high}"
+                        ),
+                    ));
+                }
+                RopeScaling::Llama3 {
+                    factor,
+                    low_freq_factor: low,
+                    high_freq_factor: high,
+                    original_max_position_embeddings: d
+                        .opt_usize("original_max_position_embeddings")?
+                        .ok_or_else(|| {
+                            d.missing_for("original_max_position_embeddings", "llama3 RoPE scaling")
+                        })?,
+                }
+            }
             "dynamic" => RopeScaling::Dynamic {
                 factor: d
                     .opt_f64("factor")?
@@ -855,6 +899,196 @@ fn qwen3_vl_moe(o: &Obj, model_type: &str) -> Result<ModelConfig, ModelError> {
     };
     o.adopt(&t);
     Ok(cfg)
+}
+
+/// `head_dim`, or `default` when absent; zero is an error.
+fn head_dim_or(o: &Obj, default: usize) -> Result<usize, ModelError> {
+    match o.opt_usize("head_dim")? {
+        Some(0) => Err(o.invalid("head_dim", "must be at least 1")),
+        Some(d) => Ok(d),
+        None => Ok(default),
+    }
+}
+
+/// Per-layer attention of a GQA decoder: `layer_types` when given (`full_attention` is GQA; any
+/// other kind, e.g. `sliding_attention`, is kept by name for the coverage inventory), else GQA,
+/// or `sliding_attention` for the layers `sliding(i)` says use a window.
+fn gqa_layer_kinds(
+    o: &Obj,
+    n_layers: usize,
+    sliding: impl Fn(usize) -> bool,
+) -> Result<Vec<AttentionKind>, ModelError> {
+    let kind = |s: &str| match s {
+        "full_attention" => AttentionKind::Gqa,
+        other => AttentionKind::Unknown(other.to_string()),
+    };
+    match o.opt_str_list("layer_types")? {
+        Some(l) => {
+            check_len(o, "layer_types", &l, n_layers)?;
+            Ok(l.iter().map(|s| kind(s)).collect())
+        }
+        None => Ok((0..n_layers)
+            .map(|i| {
+                kind(if sliding(i) {
+                    "sliding_attention"
+                } else {
+                    "full_attention"
+                })
+            })
+            .collect()),
+    }
+}
+
+/// Softmax top-k routing without shared experts (Qwen3-MoE, Mixtral).
+fn softmax_moe(
+    o: &Obj,
+    experts: usize,
+    intermediate_key: &str,
+    norm_topk_prob: bool,
+) -> Result<MoeDims, ModelError> {
+    let m = MoeDims {
+        experts,
+        experts_per_token: o.req_dim("num_experts_per_tok")?,
+        intermediate_size: o.req_dim(intermediate_key)?,
+        shared_experts: 0,
+        shared_intermediate_size: 0,
+        shared_expert_gate: false,
+        router: RouterKind::SoftmaxTopk,
+        n_group: 1,
+        topk_group: 1,
+        norm_topk_prob,
+        routed_scaling_factor: 1.0,
+        expert_format: weight_format(o)?,
+    };
+    check_moe(o, &m)?;
+    Ok(m)
+}
+
+/// A GQA decoder's [`ModelConfig`] from its parts (the families without MLA or linear attention).
+#[allow(clippy::too_many_arguments)]
+fn gqa_model(
+    o: &Obj,
+    model_type: &str,
+    family: Family,
+    gqa: GqaDims,
+    attention: Vec<AttentionKind>,
+    ffn: Vec<FfnKind>,
+    moe: Option<MoeDims>,
+    rope: RopeConfig,
+    mut w: Vec<ConfigWarning>,
+) -> Result<ModelConfig, ModelError> {
+    let dense_mlp = dense_mlp_dims(o, &ffn)?;
+    Ok(ModelConfig {
+        source: o.file.to_string(),
+        model_type: model_type.to_string(),
+        family,
+        hidden_size: o.req_dim("hidden_size")?,
+        vocab_size: o.req_dim("vocab_size")?,
+        rms_norm_eps: o.f64_or("rms_norm_eps", 1e-6, &mut w)?,
+        tie_word_embeddings: o.bool_or("tie_word_embeddings", false, &mut w)?,
+        max_position_embeddings: o.opt_usize("max_position_embeddings")?,
+        rope: Some(rope),
+        mla: None,
+        indexer: None,
+        gqa: Some(gqa),
+        linear_attention: None,
+        dense_mlp,
+        moe,
+        layers: attention
+            .into_iter()
+            .zip(ffn)
+            .map(|(attention, ffn)| LayerSpec { attention, ffn })
+            .collect(),
+        weight_format: weight_format(o)?,
+        warnings: w,
+        vision: None,
+    })
+}
+
+/// Qwen3 (`qwen3`, dense) and Qwen3-MoE (`qwen3_moe`): see the module docs.
+fn qwen3(o: &Obj, model_type: &str) -> Result<ModelConfig, ModelError> {
+    let mut w = Vec::new();
+    common_hf(o, &mut w)?;
+    let hidden_size = o.req_dim("hidden_size")?;
+    let n_layers = o.req_dim("num_hidden_layers")?;
+    let (heads, kv_heads) = gqa_heads(o)?;
+    let is_moe = model_type == "qwen3_moe";
+    let head_dim = head_dim_or(o, if is_moe { hidden_size / heads } else { 128 })?;
+    // transformers keeps `sliding_window` only with `use_sliding_window`.
+    let windowed =
+        o.opt_bool("use_sliding_window")? == Some(true) && o.opt_usize("sliding_window")?.is_some();
+    let max_window_layers = o.opt_usize("max_window_layers")?.unwrap_or(28);
+    o.seen("sliding_window");
+    let attention = gqa_layer_kinds(o, n_layers, |i| {
+        windowed && (is_moe || i >= max_window_layers)
+    })?;
+    let (ffn, moe) = if is_moe {
+        // transformers 5 writes `num_local_experts` (its attribute map's name), 4.x `num_experts`.
+        let experts = first_usize(o, &["num_experts", "num_local_experts"])?
+            .ok_or_else(|| o.missing_for("num_experts", "model_type qwen3_moe"))?;
+        let ffn = qwen_ffn_layout(o, n_layers, experts, &mut w)?;
+        let norm = o.bool_or("norm_topk_prob", false, &mut w)?;
+        let moe = if experts > 0 {
+            Some(softmax_moe(o, experts, "moe_intermediate_size", norm)?)
+        } else {
+            o.ignore(&["num_experts_per_tok", "moe_intermediate_size"]);
+            None
+        };
+        (ffn, moe)
+    } else {
+        (vec![FfnKind::Dense; n_layers], None)
+    };
+    let rope = parse_rope(o, 1.0, &mut w)?;
+    let gqa = GqaDims {
+        heads,
+        kv_heads,
+        head_dim,
+        qk_norm: true,
+        output_gate: false,
+    };
+    let family = Family::Qwen3;
+    gqa_model(o, model_type, family, gqa, attention, ffn, moe, rope, w)
+}
+
+/// Llama (`llama`), Mistral (`mistral`) and Mixtral (`mixtral`): see the module docs.
+fn llama(o: &Obj, model_type: &str) -> Result<ModelConfig, ModelError> {
+    let mut w = Vec::new();
+    common_hf(o, &mut w)?;
+    o.ignore(&[
+        "router_jitter_noise",
+        "max_window_layers",
+        "use_sliding_window",
+    ]);
+    if o.opt_bool("mlp_bias")? == Some(true) {
+        w.push(ConfigWarning::Ignored {
+            field: o.path("mlp_bias"),
+            reason: "MLP biases are not modelled in the operator graph".into(),
+        });
+    }
+    let hidden_size = o.req_dim("hidden_size")?;
+    let n_layers = o.req_dim("num_hidden_layers")?;
+    let (heads, kv_heads) = gqa_heads(o)?;
+    let head_dim = head_dim_or(o, hidden_size / heads)?;
+    let windowed = model_type != "llama" && o.opt_usize("sliding_window")?.is_some();
+    o.seen("sliding_window");
+    let attention = gqa_layer_kinds(o, n_layers, |_| windowed)?;
+    let (ffn, moe, family) = if model_type == "mixtral" {
+        let experts = first_usize(o, &["num_local_experts", "num_experts"])?
+            .ok_or_else(|| o.missing_for("num_local_experts", "model_type mixtral"))?;
+        let moe = softmax_moe(o, experts, "intermediate_size", true)?;
+        (vec![FfnKind::Moe; n_layers], Some(moe), Family::Mixtral)
+    } else {
+        (vec![FfnKind::Dense; n_layers], None, Family::Llama)
+    };
+    let rope = parse_rope(o, 1.0, &mut w)?;
+    let gqa = GqaDims {
+        heads,
+        kv_heads,
+        head_dim,
+        qk_norm: false,
+        output_gate: false,
+    };
+    gqa_model(o, model_type, family, gqa, attention, ffn, moe, rope, w)
 }
 
 /// The first of several alias keys that is present (Kimi Linear's checkpoints use other names

@@ -16,6 +16,9 @@
 //! | `qwen3_next` | Qwen3-Next | gated GQA every `full_attention_interval`-th layer, Gated DeltaNet elsewhere (or `layer_types`) |
 //! | `qwen3_vl_moe` | Qwen3-VL-MoE's language model (`text_config`; the vision encoder is [`crate::vision`]) | GQA with q/k norm in every layer; MoE per `decoder_sparse_step` / `mlp_only_layers`, no shared expert |
 //! | `kimi_linear` | Kimi Linear | KDA / MLA (no RoPE) from `linear_attn_config` |
+//! | `qwen3_moe`, `qwen3` | Qwen3 (MoE, dense) | GQA with q/k norm in every layer; MoE per `decoder_sparse_step` / `mlp_only_layers` (`qwen3`: dense MLP) |
+//! | `llama`, `mistral` | Llama 2/3 (`llama3` RoPE scaling), Mistral | GQA, dense SwiGLU MLP |
+//! | `mixtral` | Mixtral | GQA, MoE (softmax top-k, renormalised) in every layer |
 //! | `day0_hybrid` | day0's own schema (see [`crate::arch`]) | per-layer kind: MLA / sparse-indexed MLA / linear attention; MoE with MXFP4 experts |
 //!
 //! Rules, following the reference code (transformers' `configuration_*.py`) where it has one:
@@ -104,6 +107,11 @@ pub const SUPPORTED_MODEL_TYPES: &[&str] = &[
     "qwen3_next",
     "qwen3_vl_moe",
     "kimi_linear",
+    "qwen3_moe",
+    "qwen3",
+    "llama",
+    "mistral",
+    "mixtral",
     "day0_hybrid",
 ];
 
@@ -225,6 +233,14 @@ pub enum Family {
     KimiLinear,
     /// `qwen3_vl_moe`: the language model of Qwen3-VL-MoE (its vision encoder: [`crate::vision`]).
     Qwen3VlMoe,
+    /// `qwen3_moe` and `qwen3`: Qwen3 (GQA with q/k RMSNorm in every layer; MoE with softmax
+    /// top-k routing, or dense).
+    Qwen3,
+    /// `llama` and `mistral`: GQA without q/k norms, dense SwiGLU MLP.
+    Llama,
+    /// `mixtral`: Mistral attention, MoE with softmax top-k routing renormalised, experts
+    /// under `block_sparse_moe` (`w1` gate, `w3` up, `w2` down).
+    Mixtral,
     /// `day0_hybrid`, day0's own schema.
     Day0Hybrid,
 }
@@ -248,6 +264,9 @@ impl Family {
             Family::Qwen3Next => "Qwen3-Next (Gated DeltaNet + gated attention)",
             Family::KimiLinear => "Kimi Linear (KDA + MLA)",
             Family::Qwen3VlMoe => "Qwen3-VL-MoE (language model; vision encoder: day0 vision)",
+            Family::Qwen3 => "Qwen3 (GQA with q/k norm)",
+            Family::Llama => "Llama / Mistral (GQA)",
+            Family::Mixtral => "Mixtral (GQA + softmax top-k MoE)",
             Family::Day0Hybrid => "day0 hybrid",
         }
     }
@@ -523,6 +542,19 @@ pub enum RopeScaling {
         /// `factor`.
         factor: f64,
     },
+    /// Llama 3.1's frequency-dependent interpolation (`rope_type` `llama3`): wavelengths longer
+    /// than `original / low_freq_factor` are divided by `factor`, shorter than `original /
+    /// high_freq_factor` kept, the band between blended.
+    Llama3 {
+        /// `factor`.
+        factor: f64,
+        /// `low_freq_factor`.
+        low_freq_factor: f64,
+        /// `high_freq_factor`.
+        high_freq_factor: f64,
+        /// `original_max_position_embeddings`.
+        original_max_position_embeddings: usize,
+    },
     /// Another `rope_type`, by name (parameters kept unparsed).
     Other(String),
 }
@@ -574,6 +606,7 @@ impl RopeConfig {
             RopeScaling::Yarn { factor, .. } => format!("yarn x{factor}"),
             RopeScaling::Linear { factor } => format!("linear x{factor}"),
             RopeScaling::Dynamic { factor } => format!("dynamic x{factor}"),
+            RopeScaling::Llama3 { factor, .. } => format!("llama3 x{factor}"),
             RopeScaling::Other(t) => t.clone(),
         };
         format!("{s}, theta {}", self.theta)

@@ -1,5 +1,5 @@
 //! Configuration parsing: the published DeepSeek-V3.2 and Kimi-K2 files, Qwen3-Next, Kimi Linear,
-//! day0's hybrid schema; RoPE from either key; errors that name the field and the file; unknown
+//! Qwen3-MoE, Llama 3.1 and Mixtral, day0's hybrid schema; RoPE from either key; errors that name the field and the file; unknown
 //! fields as warnings.
 
 use model::config::{
@@ -439,9 +439,9 @@ fn wrong_types_and_invalid_values_are_errors() {
 
 #[test]
 fn unsupported_or_missing_model_type() {
-    let e = parse_config(r#"{"model_type": "llama"}"#, "llama.json").unwrap_err();
+    let e = parse_config(r#"{"model_type": "gpt_oss"}"#, "gpt.json").unwrap_err();
     assert!(
-        matches!(&e, ModelError::UnsupportedModelType { model_type, .. } if model_type == "llama")
+        matches!(&e, ModelError::UnsupportedModelType { model_type, .. } if model_type == "gpt_oss")
     );
     assert!(
         e.to_string().contains("deepseek_v32"),
@@ -537,4 +537,163 @@ fn yarn_absent_mscale_is_not_given() {
         } => assert_eq!((mscale, mscale_all_dim), (1.0, 0.5)),
         ref other => panic!("expected YaRN, got {other:?}"),
     }
+}
+
+#[test]
+fn qwen3_moe_published_config() {
+    let c = load_config(&testdata("qwen3_235b_a22b_config.json")).unwrap();
+    assert_eq!(c.family, Family::Qwen3);
+    assert_eq!(c.num_layers(), 94);
+    let g = c.gqa.as_ref().unwrap();
+    assert_eq!((g.heads, g.kv_heads, g.head_dim), (64, 4, 128));
+    assert!(g.qk_norm && !g.output_gate);
+    let m = c.moe.as_ref().unwrap();
+    assert_eq!(
+        (m.experts, m.experts_per_token, m.intermediate_size),
+        (128, 8, 1536)
+    );
+    assert!(m.router == RouterKind::SoftmaxTopk && m.shared_experts == 0);
+    assert!(m.norm_topk_prob);
+    assert!(c
+        .layers
+        .iter()
+        .all(|l| l.attention == AttentionKind::Gqa && l.ffn == FfnKind::Moe));
+    assert!(c.unknown_fields().is_empty(), "{:?}", c.unknown_fields());
+    // Qwen3MoeConfig's defaults: no renormalisation, head_dim = hidden / heads; dense layers
+    // from `mlp_only_layers`.
+    let c = parse_config(
+        &edited("qwen3_235b_a22b_config.json", |o| {
+            o.remove("norm_topk_prob");
+            o.remove("head_dim");
+            o.insert("mlp_only_layers".into(), serde_json::json!([0, 5]));
+        }),
+        "q.json",
+    )
+    .unwrap();
+    assert!(!c.moe.as_ref().unwrap().norm_topk_prob);
+    assert_eq!(c.gqa.as_ref().unwrap().head_dim, 4096 / 64);
+    assert_eq!(c.layers[0].ffn, FfnKind::Dense);
+    assert_eq!(c.layers[5].ffn, FfnKind::Dense);
+    assert_eq!(c.dense_mlp.as_ref().unwrap().intermediate_size, 12288);
+    // A sliding window is an attention kind day0 lacks: kept by name for the coverage inventory.
+    let c = parse_config(
+        &edited("qwen3_235b_a22b_config.json", |o| {
+            o.insert("use_sliding_window".into(), Value::Bool(true));
+            o.insert("sliding_window".into(), serde_json::json!(4096));
+        }),
+        "q.json",
+    )
+    .unwrap();
+    assert!(c
+        .layers
+        .iter()
+        .all(|l| l.attention == AttentionKind::Unknown("sliding_attention".into())));
+}
+
+#[test]
+fn qwen3_dense_takes_its_window_layers_and_head_dim_default() {
+    let dense = |f: &dyn Fn(&mut serde_json::Map<String, Value>)| {
+        parse_config(
+            &edited("qwen3_235b_a22b_config.json", |o| {
+                o.insert("model_type".into(), "qwen3".into());
+                for k in [
+                    "num_experts",
+                    "num_experts_per_tok",
+                    "moe_intermediate_size",
+                ] {
+                    o.remove(k);
+                }
+                o.insert("num_hidden_layers".into(), serde_json::json!(6));
+                f(o);
+            }),
+            "qwen3.json",
+        )
+        .unwrap()
+    };
+    let c = dense(&|o| {
+        o.remove("head_dim");
+    });
+    assert!(c.moe.is_none() && c.layers.iter().all(|l| l.ffn == FfnKind::Dense));
+    // Qwen3Config's head_dim default is 128 whatever hidden / heads is.
+    assert_eq!(c.gqa.as_ref().unwrap().head_dim, 128);
+    // Windows from `max_window_layers` on, as transformers builds `layer_types`.
+    let c = dense(&|o| {
+        o.insert("use_sliding_window".into(), Value::Bool(true));
+        o.insert("sliding_window".into(), serde_json::json!(4096));
+        o.insert("max_window_layers".into(), serde_json::json!(4));
+    });
+    let kinds: Vec<bool> = c
+        .layers
+        .iter()
+        .map(|l| l.attention == AttentionKind::Gqa)
+        .collect();
+    assert_eq!(kinds, [true, true, true, true, false, false]);
+}
+
+#[test]
+fn llama_31_published_config_with_llama3_rope() {
+    let c = load_config(&testdata("llama31_405b_config.json")).unwrap();
+    assert_eq!(c.family, Family::Llama);
+    assert_eq!(c.num_layers(), 126);
+    let g = c.gqa.as_ref().unwrap();
+    assert_eq!((g.heads, g.kv_heads, g.head_dim), (128, 8, 128));
+    assert!(!g.qk_norm && !g.output_gate);
+    assert!(c.moe.is_none());
+    assert_eq!(c.dense_mlp.as_ref().unwrap().intermediate_size, 53248);
+    let rope = c.rope.as_ref().unwrap();
+    assert_eq!(rope.theta, 500000.0);
+    assert_eq!(
+        rope.scaling,
+        RopeScaling::Llama3 {
+            factor: 8.0,
+            low_freq_factor: 1.0,
+            high_freq_factor: 4.0,
+            original_max_position_embeddings: 8192
+        }
+    );
+    assert!(c.unknown_fields().is_empty(), "{:?}", c.unknown_fields());
+    // A llama3 scaling without its band is an error naming the field and the file.
+    let e = parse_config(
+        &edited("llama31_405b_config.json", |o| {
+            o["rope_scaling"]
+                .as_object_mut()
+                .unwrap()
+                .remove("low_freq_factor");
+        }),
+        "l.json",
+    )
+    .unwrap_err();
+    assert!(
+        e.to_string().contains("low_freq_factor") && e.to_string().contains("l.json"),
+        "{e}"
+    );
+}
+
+#[test]
+fn mixtral_published_config_and_sliding_window() {
+    let c = load_config(&testdata("mixtral_8x22b_config.json")).unwrap();
+    assert_eq!(c.family, Family::Mixtral);
+    let m = c.moe.as_ref().unwrap();
+    assert_eq!(
+        (m.experts, m.experts_per_token, m.intermediate_size),
+        (8, 2, 16384)
+    );
+    assert!(m.norm_topk_prob && m.router == RouterKind::SoftmaxTopk);
+    assert!(c.dense_mlp.is_none());
+    assert!(c
+        .layers
+        .iter()
+        .all(|l| l.attention == AttentionKind::Gqa && l.ffn == FfnKind::Moe));
+    // Mistral-7B-v0.1's 4096-token window: every layer windowed.
+    let c = parse_config(
+        &edited("mixtral_8x22b_config.json", |o| {
+            o.insert("sliding_window".into(), serde_json::json!(4096));
+        }),
+        "m.json",
+    )
+    .unwrap();
+    assert!(c
+        .layers
+        .iter()
+        .all(|l| l.attention == AttentionKind::Unknown("sliding_attention".into())));
 }

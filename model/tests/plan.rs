@@ -58,10 +58,34 @@ fn parameter_counts_match_the_published_totals() {
     );
     for p in MODEL_PRESETS {
         let c = count(&load_model(p.name).unwrap());
+        let cfg = load_model(p.name).unwrap();
         assert!(
-            c.active() < c.total() && c.routed_experts() > 0,
+            (c.active() < c.total() && c.routed_experts() > 0) == cfg.moe.is_some(),
             "{}",
             p.name
+        );
+    }
+}
+
+/// The GQA families (Qwen3-MoE, Mixtral, Llama 3.1): the counts day0 derives from their published
+/// `config.json` are within 1% (total) and 3% (active) of the totals their model cards state.
+#[test]
+fn gqa_presets_match_their_model_cards() {
+    for (name, total, active) in [
+        ("qwen3-235b-a22b", 235e9, 22e9),
+        ("mixtral-8x22b", 141e9, 39e9),
+        ("llama-3.1-405b", 405e9, 405e9),
+    ] {
+        let c = count(&load_model(name).unwrap());
+        assert!(
+            within(c.total() as f64, total, 0.01),
+            "{name}: total {}",
+            c.total()
+        );
+        assert!(
+            within(c.active() as f64, active, 0.03),
+            "{name}: active {}",
+            c.active()
         );
     }
 }
@@ -71,7 +95,15 @@ fn parameter_counts_match_the_published_totals() {
 #[test]
 fn parameter_counts_equal_the_checkpoint_tensors() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("testdata/tiny");
-    for name in ["deepseek_v3", "deepseek_v32", "qwen3_next", "kimi_linear"] {
+    for name in [
+        "deepseek_v3",
+        "deepseek_v32",
+        "qwen3_next",
+        "kimi_linear",
+        "qwen3_moe",
+        "llama",
+        "mixtral",
+    ] {
         let dir = root.join(name);
         let cfg = load_config(&dir.join("config.json")).unwrap();
         let ckpt = Checkpoint::open(&dir).unwrap();

@@ -57,6 +57,12 @@ from transformers.models.deepseek_v32 import modeling_deepseek_v32 as ds32
 from transformers.models.kimi_linear import KimiLinearConfig, KimiLinearForCausalLM
 from transformers.models.kimi_linear import modeling_kimi_linear as kl
 from transformers.models.qwen3_next import modeling_qwen3_next as qn
+from transformers.models.llama import LlamaConfig, LlamaForCausalLM
+from transformers.models.llama import modeling_llama as ll
+from transformers.models.mixtral import MixtralConfig, MixtralForCausalLM
+from transformers.models.mixtral import modeling_mixtral as mx
+from transformers.models.qwen3_moe import Qwen3MoeConfig, Qwen3MoeForCausalLM
+from transformers.models.qwen3_moe import modeling_qwen3_moe as q3m
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 DEFAULT_OUT = os.path.join(REPO, "model", "testdata", "tiny")
@@ -226,6 +232,87 @@ PRESETS = {
         ),
         {},
     ),
+    # Qwen3-MoE: GQA with plain-weight q/k norms, no output gate; a dense first layer
+    # (`mlp_only_layers`), then MoE with softmax top-2 of 8 *not* renormalised (`norm_topk_prob`
+    # false, Qwen3MoeConfig's default), no shared expert.
+    "qwen3_moe": (
+        Qwen3MoeForCausalLM,
+        Qwen3MoeConfig,
+        31,
+        dict(
+            vocab_size=256,
+            hidden_size=64,
+            intermediate_size=96,
+            num_hidden_layers=3,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            head_dim=16,
+            num_experts=8,
+            num_experts_per_tok=2,
+            moe_intermediate_size=32,
+            norm_topk_prob=False,
+            decoder_sparse_step=1,
+            mlp_only_layers=[0],
+            rope_parameters=dict(rope_type="default", rope_theta=1000000.0),
+            max_position_embeddings=256,
+            rms_norm_eps=1e-6,
+        ),
+        {},
+    ),
+    # Llama 3.1: GQA without q/k norms, dense SwiGLU, `llama3` RoPE scaling whose bands fall inside
+    # a 16-dim head (original context 64: wavelength 6.3 kept, 20 and 63 blended, the rest / 8).
+    "llama": (
+        LlamaForCausalLM,
+        LlamaConfig,
+        32,
+        dict(
+            vocab_size=256,
+            hidden_size=64,
+            intermediate_size=112,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            rope_parameters=dict(
+                rope_type="llama3",
+                rope_theta=10000.0,
+                factor=8.0,
+                low_freq_factor=1.0,
+                high_freq_factor=4.0,
+                original_max_position_embeddings=64,
+            ),
+            pad_token_id=0,
+            bos_token_id=1,
+            eos_token_id=2,
+            max_position_embeddings=512,
+            rms_norm_eps=1e-5,
+        ),
+        {},
+    ),
+    # Mixtral: Mistral attention (GQA, no sliding window), MoE in every layer under
+    # `block_sparse_moe` (experts w1/w3/w2), softmax top-2 of 8 always renormalised.
+    "mixtral": (
+        MixtralForCausalLM,
+        MixtralConfig,
+        33,
+        dict(
+            vocab_size=256,
+            hidden_size=64,
+            intermediate_size=32,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            num_local_experts=8,
+            num_experts_per_tok=2,
+            sliding_window=None,
+            rope_parameters=dict(rope_type="default", rope_theta=1000000.0),
+            pad_token_id=0,
+            bos_token_id=1,
+            eos_token_id=2,
+            max_position_embeddings=256,
+            rms_norm_eps=1e-5,
+        ),
+        {},
+    ),
 }
 
 
@@ -318,6 +405,9 @@ def init_weights(model, gen):
                 qn.Qwen3NextRMSNormGated,
                 kl.KimiLinearRMSNorm,
                 kl.KimiLinearRMSNormGated,
+                q3m.Qwen3MoeRMSNorm,
+                ll.LlamaRMSNorm,
+                mx.MixtralRMSNorm,
             ),
         ):
             put(name, "weight", near_one(m.weight.shape[0]))
@@ -328,9 +418,19 @@ def init_weights(model, gen):
             put(name, "weight", randn(*m.weight.shape) / math.sqrt(m.weight.shape[1]))
             # Comparable to the spread of the sigmoid scores, so it changes some selections.
             put(name, "e_score_correction_bias", 0.1 * randn(*m.e_score_correction_bias.shape))
-        elif isinstance(m, qn.Qwen3NextTopKRouter):
+        elif isinstance(m, (qn.Qwen3NextTopKRouter, q3m.Qwen3MoeTopKRouter, mx.MixtralTopKRouter)):
             put(name, "weight", randn(*m.weight.shape) / math.sqrt(m.weight.shape[1]))
-        elif isinstance(m, (ds3.DeepseekV3Experts, ds32.DeepseekV32Experts, qn.Qwen3NextExperts, kl.KimiLinearExperts)):
+        elif isinstance(
+            m,
+            (
+                ds3.DeepseekV3Experts,
+                ds32.DeepseekV32Experts,
+                qn.Qwen3NextExperts,
+                kl.KimiLinearExperts,
+                q3m.Qwen3MoeExperts,
+                mx.MixtralExperts,
+            ),
+        ):
             e, two_i, hidden = m.gate_up_proj.shape
             put(name, "gate_up_proj", randn(e, two_i, hidden) / math.sqrt(hidden))
             put(name, "down_proj", randn(*m.down_proj.shape) / math.sqrt(two_i // 2))
@@ -387,7 +487,7 @@ class SelectionChecks:
                 self.handles.append(m.register_forward_hook(self._indexer(name), with_kwargs=True))
             elif isinstance(m, (ds3.DeepseekV3TopkRouter, ds32.DeepseekV32TopkRouter, kl.KimiLinearTopkRouter)):
                 self.handles.append(m.register_forward_hook(self._deepseek_router(name)))
-            elif isinstance(m, qn.Qwen3NextTopKRouter):
+            elif isinstance(m, (qn.Qwen3NextTopKRouter, q3m.Qwen3MoeTopKRouter, mx.MixtralTopKRouter)):
                 self.handles.append(m.register_forward_hook(self._qwen_router(name)))
 
     def _record(self, key, margin):

@@ -2,8 +2,9 @@
 """Golden data for day0's RoPE tables (inverse frequencies, YaRN attention factor, cos/sin).
 
 Builds each model's own rotary-embedding module from a config (transformers
-`DeepseekV3RotaryEmbedding`, `Qwen3NextRotaryEmbedding`), which calls
-`modeling_rope_utils._compute_yarn_parameters` / `_compute_linear_scaling_rope_parameters` or the
+`DeepseekV3RotaryEmbedding`, `Qwen3NextRotaryEmbedding`, `LlamaRotaryEmbedding`), which calls
+`modeling_rope_utils._compute_yarn_parameters` / `_compute_linear_scaling_rope_parameters` /
+`_compute_llama3_parameters` or the
 model's `compute_default_rope_parameters`, and records `inv_freq`, `attention_scaling` and the
 `cos`/`sin` its `forward` returns for fixed positions (first half of the last dimension only: the
 second half repeats it). Writes `golden/rope.json`.
@@ -18,8 +19,9 @@ import platform
 
 import torch
 import transformers
-from transformers import DeepseekV3Config, Qwen3NextConfig
+from transformers import DeepseekV3Config, LlamaConfig, Qwen3NextConfig
 from transformers.models.deepseek_v3.modeling_deepseek_v3 import DeepseekV3RotaryEmbedding
+from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding
 from transformers.models.qwen3_next.modeling_qwen3_next import Qwen3NextRotaryEmbedding
 
 OUT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "golden")
@@ -56,6 +58,17 @@ def qwen3_next(head_dim, partial_rotary_factor, theta):
     return Qwen3NextRotaryEmbedding(cfg)
 
 
+def llama(head_dim, rope_parameters):
+    cfg = LlamaConfig(
+        hidden_size=head_dim * 2,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        max_position_embeddings=131072,
+        rope_parameters=rope_parameters,
+    )
+    return LlamaRotaryEmbedding(cfg)
+
+
 def case(name, module, rot_dim, scaling):
     x = torch.zeros(1, len(POSITIONS), rot_dim)
     cos, sin = module(x, torch.tensor([POSITIONS]))
@@ -89,6 +102,10 @@ def main():
         "rope_type": "yarn", "rope_theta": 10000.0, "factor": 4.0,
         "original_max_position_embeddings": 1024, "beta_fast": 32, "beta_slow": 1,
     }
+    llama31 = {
+        "rope_type": "llama3", "rope_theta": 500000.0, "factor": 8.0, "low_freq_factor": 1.0,
+        "high_freq_factor": 4.0, "original_max_position_embeddings": 8192,
+    }
     cases = [
         case("default_64", deepseek(64, {"rope_type": "default", "rope_theta": 10000.0}), 64,
              {"type": "none"}),
@@ -105,6 +122,10 @@ def main():
               "beta_fast": 32.0, "beta_slow": 1.0, "mscale": 0.0, "mscale_all_dim": 0.0, "truncate": True}),
         case("qwen3_next_partial_64_of_256", qwen3_next(256, 0.25, 10000000.0), 64, {"type": "none"}),
         case("qwen3_next_partial_4_of_16", qwen3_next(16, 0.25, 10000000.0), 4, {"type": "none"}),
+        # Llama 3.1's published rope_scaling (128-dim heads, θ 500000, ×8 from 8192).
+        case("llama3_llama31_128", llama(128, llama31), 128,
+             {"type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+              "original_max_position_embeddings": 8192}),
     ]
     data = {
         "provenance": {

@@ -351,6 +351,17 @@ fn rope_params(cfg: &ModelConfig) -> Result<kernels::rope::RopeScalingParams, Fo
             mscale_all_dim: *mscale_all_dim,
             truncate: true,
         },
+        RopeScaling::Llama3 {
+            factor,
+            low_freq_factor,
+            high_freq_factor,
+            original_max_position_embeddings,
+        } => P::Llama3 {
+            factor: *factor,
+            low_freq_factor: *low_freq_factor,
+            high_freq_factor: *high_freq_factor,
+            original_max_position_embeddings: *original_max_position_embeddings,
+        },
         other => {
             return Err(ForwardError::Unsupported {
                 what: format!("rope scaling {other:?}"),

@@ -53,6 +53,27 @@ pub const MODEL_PRESETS: &[ModelPreset] = &[
         file: "model/testdata/qwen3_next_config.json",
     },
     ModelPreset {
+        name: "qwen3-235b-a22b",
+        description: "Qwen3-235B-A22B: GQA with q/k norm in 94 layers, 128 experts (8 active)",
+        published: Some((235e9, 22e9)),
+        config: include_str!("../../testdata/qwen3_235b_a22b_config.json"),
+        file: "model/testdata/qwen3_235b_a22b_config.json",
+    },
+    ModelPreset {
+        name: "mixtral-8x22b",
+        description: "Mixtral-8x22B: GQA, 8 experts (2 active) in every layer",
+        published: Some((141e9, 39e9)),
+        config: include_str!("../../testdata/mixtral_8x22b_config.json"),
+        file: "model/testdata/mixtral_8x22b_config.json",
+    },
+    ModelPreset {
+        name: "llama-3.1-405b",
+        description: "Llama-3.1-405B: dense GQA, llama3 RoPE scaling to 128K",
+        published: Some((405e9, 405e9)),
+        config: include_str!("../../testdata/llama31_405b_config.json"),
+        file: "model/testdata/llama31_405b_config.json",
+    },
+    ModelPreset {
         name: "hybrid-3t",
         description: "day0's release-day model: ~2.9T, 1M context, DSA-MLA 1:3 Gated DeltaNet, 1024 MXFP4 experts",
         published: None,

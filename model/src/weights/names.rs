@@ -12,6 +12,9 @@
 //! | `deepseek_v32` | as V3, plus `self_attn.indexer.{wq_b, wk, k_norm (weight, bias), weights_proj}` | as V3 |
 //! | `qwen3_next` | full: `self_attn.{q_proj (query + gate), k_proj, v_proj, o_proj, q_norm, k_norm}`; linear: `linear_attn.{in_proj_qkvz, in_proj_ba, conv1d, dt_bias, A_log, norm, out_proj}` | `mlp.gate`, `mlp.experts.{e}.*`, `mlp.shared_expert.*`, `mlp.shared_expert_gate` |
 //! | `qwen3_vl_moe` | `model.language_model.layers.N.self_attn.{q_proj, k_proj, v_proj, o_proj, q_norm, k_norm}` (every name under `model.language_model.`; the vision encoder's under `model.visual.`, [`crate::vision::VisionConfig::tensor_shapes`]) | `mlp.gate`, fused `mlp.experts.{gate_up_proj, down_proj}` |
+//! | `qwen3`, `qwen3_moe` | `self_attn.{q_proj, k_proj, v_proj, o_proj, q_norm, k_norm}` | dense `mlp.{gate,up,down}_proj`; MoE `mlp.gate`, `mlp.experts.{e}.*` |
+//! | `llama`, `mistral` | `self_attn.{q_proj, k_proj, v_proj, o_proj}` | `mlp.{gate,up,down}_proj` |
+//! | `mixtral` | as Llama | `block_sparse_moe.gate`, experts `w1` (gate), `w3` (up), `w2` (down) |
 //! | `kimi_linear` | MLA as V3; KDA: `self_attn.{q,k,v}_proj`, `{q,k,v}_conv1d`, `f_a_proj`, `f_b_proj`, `dt_bias`, `A_log`, `b_proj`, `g_a_proj`, `g_b_proj`, `o_norm`, `o_proj` | `block_sparse_moe.*`, experts `w1` (gate), `w3` (up), `w2` (down) |
 //!
 //! Every model also has `model.embed_tokens.weight`, `model.norm.weight`, per layer
@@ -131,7 +134,7 @@ pub(crate) enum Part {
 /// The FFN module name and the per-expert projection names of a family.
 pub(crate) fn ffn_names(family: Family) -> (&'static str, [&'static str; 3]) {
     match family {
-        Family::KimiLinear => ("block_sparse_moe", ["w1", "w3", "w2"]),
+        Family::KimiLinear | Family::Mixtral => ("block_sparse_moe", ["w1", "w3", "w2"]),
         _ => ("mlp", ["gate_proj", "up_proj", "down_proj"]),
     }
 }
@@ -339,7 +342,11 @@ fn ffn(
                 Family::DeepseekV3 | Family::KimiK2 | Family::DeepseekV32 | Family::KimiLinear => {
                     true
                 }
-                Family::Qwen3Next | Family::Qwen3VlMoe => false,
+                Family::Qwen3Next
+                | Family::Qwen3VlMoe
+                | Family::Qwen3
+                | Family::Llama
+                | Family::Mixtral => false,
                 Family::Day0Hybrid => moe.router == RouterKind::SigmoidGroupTopk,
             };
             if correction_bias {
