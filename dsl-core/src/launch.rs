@@ -656,7 +656,15 @@ impl Launcher {
         // Programs run in parallel a wave at a time, and each wave is timed while the next one
         // runs. Traces are timed in program-id order, so the numbers and cycles are the same for
         // any thread count.
-        let batch = (self.preset.cores as usize).max(1);
+        // Cost-only programs are recorded many waves at a time: each batch is one fork-join of the
+        // host threads, and a launch of tens of thousands of tiny programs paid more in joins
+        // than in recording. Which programs share a batch changes no trace and no cycle.
+        let waves = if functional {
+            1
+        } else {
+            COST_ONLY_WAVES_PER_BATCH
+        };
+        let batch = (self.preset.cores as usize).max(1) * waves;
         let mut recorded: Vec<Result<ProgramTrace, SimError>> = Vec::new();
         let mut logs: Vec<ProgramLog> = Vec::new();
         while start < total {
@@ -691,6 +699,9 @@ impl Launcher {
         Ok((sim, logs))
     }
 }
+
+/// Waves of programs a cost-only launch records per batch (see [`Launcher::time_programs`]).
+const COST_ONLY_WAVES_PER_BATCH: usize = 16;
 
 /// A recorded program: its trace (or the error it hit) and, in a checked launch, its log.
 type ProgramOutcome = (Result<ProgramTrace, SimError>, Option<ProgramLog>);
