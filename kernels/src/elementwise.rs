@@ -5,6 +5,8 @@
 //!   `attn_output * torch.sigmoid(gate)`);
 //! - [`sigmoid_mul_col()`]: `out[t, :] = x[t, :] · σ(gate[t])` with `gate [T, 1]` (Qwen3-Next's
 //!   shared-expert gate, one scalar per token);
+//! - [`add_bias()`]: `out[t, :] = x[t, :] + b` with `b [1, N]` (the q/k/v projection biases of
+//!   Qwen2 and GLM-4.5's attention);
 //! - [`gelu()`]: `out = GELU(x)`, exact (`nn.GELU()`, erf) or tanh-approximated
 //!   (`gelu_pytorch_tanh`), the activation of vision transformers' MLPs and of Qwen3-VL's patch
 //!   merger.
@@ -25,6 +27,18 @@ pub fn add(a: &Tensor<f32>, b: &Tensor<f32>, out: &Tensor<f32>) {
     let ta = load_async::<BR, BC>(a, r, c);
     let tb = load_async::<BR, BC>(b, r, c);
     store(out, r, c, &add(&ta, &tb));
+}
+
+/// `out[t, :] = x[t, :] + b` with one bias row `b [1, N]`: one program per `BR×BC` tile.
+#[kernel(
+    grid = (cdiv(out.rows(), BR), cdiv(out.cols(), BC)),
+    tunable(BR = [16, 1, 4, 64], BC = [256, 32, 64, 128, 512])
+)]
+pub fn add_bias(x: &Tensor<f32>, b: &Tensor<f32>, out: &Tensor<f32>) {
+    let (r, c) = (program_id(0) * BR, program_id(1) * BC);
+    let tb = load_async::<1, BC>(b, 0, c);
+    let tx = load_async::<BR, BC>(x, r, c);
+    store(out, r, c, &add_row(&tx, &tb));
 }
 
 /// `out = x · σ(gate)`: one program per `BR×BC` tile.
@@ -123,6 +137,26 @@ pub fn run_add(
         launcher,
         &tiles_for(shape[0], shape[1], launcher.preset.sram.bytes_per_core),
         a,
+        b,
+        out,
+    )
+}
+
+/// Runs [`add_bias()`]: `out[t, :] = x[t, :] + b`, `x` and `out [T, N]`, `b [1, N]` (checked;
+/// `out` may be `x`).
+pub fn run_add_bias(
+    launcher: &Launcher,
+    x: &Tensor<f32>,
+    b: &Tensor<f32>,
+    out: &Tensor<f32>,
+) -> Result<Launch, SimError> {
+    let (rows, cols) = (out.rows(), out.cols());
+    check_shape(add_bias::META.name, "x", x, [rows, cols])?;
+    check_shape(add_bias::META.name, "b", b, [1, cols])?;
+    add_bias::launch(
+        launcher,
+        &tiles_for(rows, cols, launcher.preset.sram.bytes_per_core),
+        x,
         b,
         out,
     )

@@ -234,6 +234,17 @@ pub fn embedding(ids: &[i32], table: &[f32], h: usize) -> Vec<f64> {
         .collect()
 }
 
+/// `x[t, :] + b` in f64 for row-major `x [T, N]` and `b [N]` (a bias row).
+pub fn add_bias(x: &[f32], b: &[f32]) -> Vec<f64> {
+    assert!(
+        !b.is_empty() && x.len().is_multiple_of(b.len()),
+        "add_bias: lengths"
+    );
+    x.chunks(b.len())
+        .flat_map(|row| row.iter().zip(b).map(|(x, b)| *x as f64 + *b as f64))
+        .collect()
+}
+
 /// Element-wise `a + b` in f64.
 pub fn add(a: &[f32], b: &[f32]) -> Vec<f64> {
     assert_eq!(a.len(), b.len(), "add: lengths");

@@ -168,6 +168,12 @@ pub fn all() -> Vec<Implementation> {
             summary: "element-wise a + b (residual adds), f32 tiles",
         },
         Implementation {
+            op: "add_bias",
+            kind: ImplKind::Dsl,
+            meta: &crate::elementwise::add_bias::META,
+            summary: "x + b with one bias row (attention q/k/v projection biases), f32 tiles",
+        },
+        Implementation {
             op: "sigmoid_mul",
             kind: ImplKind::Dsl,
             meta: &crate::elementwise::sigmoid_mul::META,

@@ -1,4 +1,5 @@
-//! Element-wise kernels (`add`, `sigmoid_mul`, `sigmoid_mul_col`) against the f64 reference.
+//! Element-wise kernels (`add`, `add_bias`, `sigmoid_mul`, `sigmoid_mul_col`) against the f64
+//! reference.
 //!
 //! Tolerance: f32 ≤ 1e-5 max relative error (reference RMS as the floor; one or two f32
 //! operations per element, plus the sigmoid's exp). Inputs are fresh random values, shapes ragged
@@ -6,7 +7,9 @@
 
 use dsl_core::prelude::*;
 use dsl_core::SimError;
-use kernels::elementwise::{run_add, run_sigmoid_mul, run_sigmoid_mul_col, sigmoid_mul, tiles_for};
+use kernels::elementwise::{
+    add_bias, run_add, run_add_bias, run_sigmoid_mul, run_sigmoid_mul_col, sigmoid_mul, tiles_for,
+};
 use kernels::reference::{self, rel_error};
 use kernels::testdata::Rng;
 use proptest::prelude::*;
@@ -32,6 +35,28 @@ proptest! {
         run_add(&launcher(), &tensor(&[rows, cols], &av), &tensor(&[rows, cols], &bv), &out).unwrap();
         let err = rel_error(&out.to_vec().unwrap(), &reference::add(&av, &bv));
         prop_assert!(err <= TOL, "{rows}x{cols}: max rel error {err}");
+    }
+
+    #[test]
+    fn add_bias_matches_reference(rows in 1usize..80, cols in 1usize..700, seed in any::<u64>()) {
+        let mut rng = Rng::new(seed);
+        let (xv, bv) = (rng.vec(rows * cols, 1.0), rng.vec(cols, 1.0));
+        let out = Tensor::<f32>::poisoned(&[rows, cols]);
+        run_add_bias(&launcher(), &tensor(&[rows, cols], &xv), &tensor(&[1, cols], &bv), &out).unwrap();
+        let err = rel_error(&out.to_vec().unwrap(), &reference::add_bias(&xv, &bv));
+        prop_assert!(err <= TOL, "{rows}x{cols}: max rel error {err}");
+    }
+
+    /// Every declared tile, in place (`out` is `x`, as the attention adds its biases).
+    #[test]
+    fn add_bias_in_place_any_tiles(config in prop::sample::select(add_bias::META.space()), seed in any::<u64>()) {
+        let (rows, cols) = (19, 133);
+        let mut rng = Rng::new(seed);
+        let (xv, bv) = (rng.vec(rows * cols, 1.0), rng.vec(cols, 1.0));
+        let x = tensor(&[rows, cols], &xv);
+        add_bias::launch(&launcher(), &config, &x, &tensor(&[1, cols], &bv), &x).unwrap();
+        let err = rel_error(&x.to_vec().unwrap(), &reference::add_bias(&xv, &bv));
+        prop_assert!(err <= TOL, "{config}: max rel error {err}");
     }
 
     #[test]
@@ -117,7 +142,7 @@ fn mismatched_shapes_are_launch_errors() {
 
 #[test]
 fn registered() {
-    for op in ["add", "sigmoid_mul", "sigmoid_mul_col"] {
+    for op in ["add", "add_bias", "sigmoid_mul", "sigmoid_mul_col"] {
         let imps = kernels::registry::implementations(op);
         assert_eq!(imps.len(), 1, "{op}");
         assert_eq!(imps[0].meta.name, op);

@@ -23,6 +23,10 @@
 //!   SwiGLU MLP (`llama`, `mistral`) or MoE in every layer (`mixtral`: `num_local_experts`, softmax
 //!   top-k always renormalised). A non-null `sliding_window` (Mistral, Mixtral) makes every layer
 //!   `sliding_attention`.
+//! - **Qwen2** (`qwen2`): as Llama, with q/k/v projection biases; windows as Qwen3.
+//! - **GLM-4.5** (`glm4_moe`): GQA with q/k/v biases (`attention_bias`), optional q/k norms
+//!   (`use_qk_norm`), half-split RoPE on the first `partial_rotary_factor` (0.5) of each head;
+//!   dense MLP for `i < first_k_dense_replace`, then DeepSeek-V3's MoE and shared experts.
 //! - **Kimi Linear**: `linear_attn_config.kda_layers` / `full_attn_layers` (1-based) when given,
 //!   else `layer_types`, else transformers' default; dense MLP for `i < first_k_dense_replace`
 //!   (default 1) unless `mlp_layer_types` says otherwise. Its MLA uses no RoPE unless `mla_use_nope` is false (absent: none, as transformers).
@@ -110,6 +114,8 @@ pub(crate) fn parse(o: &Obj, model_type: &str) -> Result<ModelConfig, ModelError
         "qwen3_vl_moe" => qwen3_vl_moe(o, model_type),
         "kimi_linear" => kimi_linear(o, model_type),
         "qwen3_moe" | "qwen3" => qwen3(o, model_type),
+        "qwen2" => qwen2(o, model_type),
+        "glm4_moe" => glm4_moe(o, model_type),
         "llama" | "mistral" | "mixtral" => llama(o, model_type),
         "day0_hybrid" => hybrid(o, model_type),
         other => Err(ModelError::UnsupportedModelType {
@@ -121,6 +127,13 @@ pub(crate) fn parse(o: &Obj, model_type: &str) -> Result<ModelConfig, ModelError
 
 /// Fields shared by the Hugging Face families: activation, biases, MTP layers.
 fn common_hf(o: &Obj, w: &mut Vec<ConfigWarning>) -> Result<(), ModelError> {
+    common_hf_with(o, w, false)
+}
+
+/// [`common_hf`], where `qkv_bias` says the family's `attention_bias` puts biases on the q/k/v
+/// projections only, which day0 models (Qwen2, GLM-4.5); elsewhere a true `attention_bias` is
+/// reported as ignored.
+fn common_hf_with(o: &Obj, w: &mut Vec<ConfigWarning>, qkv_bias: bool) -> Result<(), ModelError> {
     o.ignore(HF_IGNORED);
     if let Some(act) = o.opt_str("hidden_act")? {
         if act != "silu" {
@@ -132,7 +145,7 @@ fn common_hf(o: &Obj, w: &mut Vec<ConfigWarning>) -> Result<(), ModelError> {
             });
         }
     }
-    if o.opt_bool("attention_bias")? == Some(true) {
+    if o.opt_bool("attention_bias")? == Some(true) && !qkv_bias {
         w.push(ConfigWarning::Ignored {
             field: o.path("attention_bias"),
             reason: "projection biases are not modelled in the operator graph".into(),
@@ -635,6 +648,7 @@ fn qwen3_next(o: &Obj, model_type: &str) -> Result<ModelConfig, ModelError> {
             head_dim: o.req_dim("head_dim")?,
             qk_norm: true,
             output_gate: true,
+            qkv_bias: false,
         })
     } else {
         o.ignore(&["num_attention_heads", "num_key_value_heads", "head_dim"]);
@@ -882,6 +896,7 @@ fn qwen3_vl_moe(o: &Obj, model_type: &str) -> Result<ModelConfig, ModelError> {
             head_dim,
             qk_norm: true,
             output_gate: false,
+            qkv_bias: false,
         }),
         linear_attention: None,
         dense_mlp,
@@ -937,6 +952,24 @@ fn gqa_layer_kinds(
             })
             .collect()),
     }
+}
+
+/// Qwen's per-layer attention (Qwen2, Qwen3, Qwen3-MoE): a sliding window only with
+/// `use_sliding_window` (transformers drops `sliding_window` otherwise), on every layer
+/// (`every_layer`: Qwen3-MoE) or on the layers from `max_window_layers` (default 28); explicit
+/// `layer_types` win.
+fn qwen_layer_kinds(
+    o: &Obj,
+    n_layers: usize,
+    every_layer: bool,
+) -> Result<Vec<AttentionKind>, ModelError> {
+    let windowed =
+        o.opt_bool("use_sliding_window")? == Some(true) && o.opt_usize("sliding_window")?.is_some();
+    let max_window_layers = o.opt_usize("max_window_layers")?.unwrap_or(28);
+    o.seen("sliding_window");
+    gqa_layer_kinds(o, n_layers, |i| {
+        windowed && (every_layer || i >= max_window_layers)
+    })
 }
 
 /// Softmax top-k routing without shared experts (Qwen3-MoE, Mixtral).
@@ -1014,14 +1047,7 @@ fn qwen3(o: &Obj, model_type: &str) -> Result<ModelConfig, ModelError> {
     let (heads, kv_heads) = gqa_heads(o)?;
     let is_moe = model_type == "qwen3_moe";
     let head_dim = head_dim_or(o, if is_moe { hidden_size / heads } else { 128 })?;
-    // transformers keeps `sliding_window` only with `use_sliding_window`.
-    let windowed =
-        o.opt_bool("use_sliding_window")? == Some(true) && o.opt_usize("sliding_window")?.is_some();
-    let max_window_layers = o.opt_usize("max_window_layers")?.unwrap_or(28);
-    o.seen("sliding_window");
-    let attention = gqa_layer_kinds(o, n_layers, |i| {
-        windowed && (is_moe || i >= max_window_layers)
-    })?;
+    let attention = qwen_layer_kinds(o, n_layers, is_moe)?;
     let (ffn, moe) = if is_moe {
         // transformers 5 writes `num_local_experts` (its attribute map's name), 4.x `num_experts`.
         let experts = first_usize(o, &["num_experts", "num_local_experts"])?
@@ -1045,6 +1071,7 @@ fn qwen3(o: &Obj, model_type: &str) -> Result<ModelConfig, ModelError> {
         head_dim,
         qk_norm: true,
         output_gate: false,
+        qkv_bias: false,
     };
     let family = Family::Qwen3;
     gqa_model(o, model_type, family, gqa, attention, ffn, moe, rope, w)
@@ -1087,8 +1114,109 @@ fn llama(o: &Obj, model_type: &str) -> Result<ModelConfig, ModelError> {
         head_dim,
         qk_norm: false,
         output_gate: false,
+        qkv_bias: false,
     };
     gqa_model(o, model_type, family, gqa, attention, ffn, moe, rope, w)
+}
+
+/// Qwen2 / Qwen2.5 (`qwen2`): GQA with q/k/v biases (always), no q/k norms, dense SwiGLU; windows
+/// as Qwen3's.
+fn qwen2(o: &Obj, model_type: &str) -> Result<ModelConfig, ModelError> {
+    let mut w = Vec::new();
+    common_hf_with(o, &mut w, true)?;
+    let hidden_size = o.req_dim("hidden_size")?;
+    let n_layers = o.req_dim("num_hidden_layers")?;
+    let (heads, kv_heads) = gqa_heads(o)?;
+    let head_dim = head_dim_or(o, hidden_size / heads)?;
+    let attention = qwen_layer_kinds(o, n_layers, false)?;
+    let rope = parse_rope(o, 1.0, &mut w)?;
+    let gqa = GqaDims {
+        heads,
+        kv_heads,
+        head_dim,
+        qk_norm: false,
+        output_gate: false,
+        qkv_bias: true,
+    };
+    let ffn = vec![FfnKind::Dense; n_layers];
+    gqa_model(
+        o,
+        model_type,
+        Family::Qwen2,
+        gqa,
+        attention,
+        ffn,
+        None,
+        rope,
+        w,
+    )
+}
+
+/// GLM-4.5 / 4.6 (`glm4_moe`): GQA with q/k/v biases per `attention_bias`, optional q/k norms
+/// (`use_qk_norm`), partial half-split RoPE (`partial_rotary_factor`, default 0.5); dense MLP for
+/// the first `first_k_dense_replace` layers (default 1), then DeepSeek-V3's MoE (sigmoid scores
+/// with `e_score_correction_bias`, group-limited top-k, `routed_scaling_factor`, shared experts of
+/// width `moe_intermediate_size · n_shared_experts`). Defaults are `Glm4MoeConfig`'s.
+fn glm4_moe(o: &Obj, model_type: &str) -> Result<ModelConfig, ModelError> {
+    let mut w = Vec::new();
+    common_hf_with(o, &mut w, true)?;
+    o.ignore(&["num_mtp_layers"]);
+    let hidden_size = o.req_dim("hidden_size")?;
+    let n_layers = o.req_dim("num_hidden_layers")?;
+    let (heads, kv_heads) = gqa_heads(o)?;
+    let head_dim = head_dim_or(o, hidden_size / heads)?;
+    let first_k = o.usize_or("first_k_dense_replace", 1, &mut w)?;
+    let ffn: Vec<FfnKind> = (0..n_layers)
+        .map(|i| {
+            if i < first_k {
+                FfnKind::Dense
+            } else {
+                FfnKind::Moe
+            }
+        })
+        .collect();
+    let moe_inter = o.req_dim("moe_intermediate_size")?;
+    let shared = o.usize_or("n_shared_experts", 1, &mut w)?;
+    let moe = MoeDims {
+        experts: match first_usize(o, &["n_routed_experts", "num_local_experts"])? {
+            Some(e) => e,
+            None => o.usize_or("n_routed_experts", 128, &mut w)?,
+        },
+        experts_per_token: o.usize_or("num_experts_per_tok", 8, &mut w)?,
+        intermediate_size: moe_inter,
+        shared_experts: shared,
+        shared_intermediate_size: moe_inter * shared,
+        shared_expert_gate: false,
+        router: RouterKind::SigmoidGroupTopk,
+        n_group: o.usize_or("n_group", 1, &mut w)?,
+        topk_group: o.usize_or("topk_group", 1, &mut w)?,
+        norm_topk_prob: o.bool_or("norm_topk_prob", true, &mut w)?,
+        routed_scaling_factor: o.f64_or("routed_scaling_factor", 1.0, &mut w)?,
+        expert_format: weight_format(o)?,
+    };
+    check_moe(o, &moe)?;
+    let gqa = GqaDims {
+        heads,
+        kv_heads,
+        head_dim,
+        qk_norm: o.bool_or("use_qk_norm", false, &mut w)?,
+        output_gate: false,
+        qkv_bias: o.opt_bool("attention_bias")? == Some(true),
+    };
+    let rope = parse_rope(o, 0.5, &mut w)?;
+    let attention = vec![AttentionKind::Gqa; n_layers];
+    let moe = (first_k < n_layers).then_some(moe);
+    gqa_model(
+        o,
+        model_type,
+        Family::Glm4Moe,
+        gqa,
+        attention,
+        ffn,
+        moe,
+        rope,
+        w,
+    )
 }
 
 /// The first of several alias keys that is present (Kimi Linear's checkpoints use other names

@@ -19,6 +19,8 @@
 //! | `qwen3_moe`, `qwen3` | Qwen3 (MoE, dense) | GQA with q/k norm in every layer; MoE per `decoder_sparse_step` / `mlp_only_layers` (`qwen3`: dense MLP) |
 //! | `llama`, `mistral` | Llama 2/3 (`llama3` RoPE scaling), Mistral | GQA, dense SwiGLU MLP |
 //! | `mixtral` | Mixtral | GQA, MoE (softmax top-k, renormalised) in every layer |
+//! | `qwen2` | Qwen2 / Qwen2.5 | GQA with q/k/v biases, dense SwiGLU MLP |
+//! | `glm4_moe` | GLM-4.5 / 4.6 | GQA with q/k/v biases and partial RoPE; dense MLP for `first_k_dense_replace`, then DeepSeek-V3's MoE |
 //! | `day0_hybrid` | day0's own schema (see [`crate::arch`]) | per-layer kind: MLA / sparse-indexed MLA / linear attention; MoE with MXFP4 experts |
 //!
 //! Rules, following the reference code (transformers' `configuration_*.py`) where it has one:
@@ -112,6 +114,8 @@ pub const SUPPORTED_MODEL_TYPES: &[&str] = &[
     "llama",
     "mistral",
     "mixtral",
+    "qwen2",
+    "glm4_moe",
     "day0_hybrid",
 ];
 
@@ -241,6 +245,10 @@ pub enum Family {
     /// `mixtral`: Mistral attention, MoE with softmax top-k routing renormalised, experts
     /// under `block_sparse_moe` (`w1` gate, `w3` up, `w2` down).
     Mixtral,
+    /// `qwen2`: Qwen2 / Qwen2.5, GQA with q/k/v biases, dense SwiGLU MLP.
+    Qwen2,
+    /// `glm4_moe`: GLM-4.5, GQA (q/k/v biases, partial RoPE) with DeepSeek-V3's MoE.
+    Glm4Moe,
     /// `day0_hybrid`, day0's own schema.
     Day0Hybrid,
 }
@@ -267,6 +275,8 @@ impl Family {
             Family::Qwen3 => "Qwen3 (GQA with q/k norm)",
             Family::Llama => "Llama / Mistral (GQA)",
             Family::Mixtral => "Mixtral (GQA + softmax top-k MoE)",
+            Family::Qwen2 => "Qwen2 (GQA with q/k/v biases)",
+            Family::Glm4Moe => "GLM-4.5 (GQA with q/k/v biases, DeepSeek-V3 MoE)",
             Family::Day0Hybrid => "day0 hybrid",
         }
     }
@@ -395,6 +405,8 @@ pub struct GqaDims {
     pub qk_norm: bool,
     /// Sigmoid output gate from a second half of `q_proj` (Qwen3-Next: yes).
     pub output_gate: bool,
+    /// q/k/v projections carry biases (`attention_bias`: Qwen2, GLM-4.5); `o_proj` has none.
+    pub qkv_bias: bool,
 }
 
 /// How the gated delta rule decays its state.

@@ -375,6 +375,7 @@ pub fn rules(kind: &OpKind) -> Rule {
         OpKind::AttnOutputGate => {
             from_registry("sigmoid_mul", |_| vec![], "no sigmoid-gate kernel")
         }
+        OpKind::BiasAdd => from_registry("add_bias", |_| vec![], "no bias-add kernel"),
         OpKind::ShortConv => rule(
             Status::Dsl,
             vec![&conv::short_conv4::META, &conv::short_conv::META],

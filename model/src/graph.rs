@@ -102,6 +102,8 @@ pub enum OpKind {
     GqaAttention(Phase),
     /// `o · σ(gate)` after attention (Qwen3-Next).
     AttnOutputGate,
+    /// A bias row added to every token's projection (`x + b`).
+    BiasAdd,
     /// Causal depthwise short convolution + SiLU (linear attention).
     ShortConv,
     /// Decay and β gates of the delta rule (`g = −exp(A_log)·softplus(a + dt_bias)`, `β = σ(b)`).
@@ -148,6 +150,7 @@ impl OpKind {
             OpKind::SparseMlaAttention(p) => format!("sparse_mla_attention.{p}"),
             OpKind::GqaAttention(p) => format!("gqa_attention.{p}"),
             OpKind::AttnOutputGate => "attn_output_gate".into(),
+            OpKind::BiasAdd => "bias_add".into(),
             OpKind::ShortConv => "short_conv".into(),
             OpKind::DeltaGates(Decay::Scalar) => "delta_gates.gdn".into(),
             OpKind::DeltaGates(Decay::PerChannel) => "delta_gates.kda".into(),
@@ -643,6 +646,22 @@ impl Builder<'_> {
         }
         self.linear("self_attn.k_proj", h, nkv * d);
         self.linear("self_attn.v_proj", h, nkv * d);
+        if g.qkv_bias {
+            for (name, width) in [
+                ("self_attn.q_proj.bias", nq * d),
+                ("self_attn.k_proj.bias", nkv * d),
+                ("self_attn.v_proj.bias", nkv * d),
+            ] {
+                self.op(
+                    OpKind::BiasAdd,
+                    name,
+                    vec![opnd("x", &[t, width]), opnd("b", &[1, width])],
+                    vec![opnd("x", &[t, width])],
+                    vec![("width", width)],
+                    None,
+                );
+            }
+        }
         if g.qk_norm {
             self.norm(OpKind::RmsNorm, "self_attn.q_norm", t * nq, d);
             self.norm(OpKind::RmsNorm, "self_attn.k_norm", t * nkv, d);

@@ -697,3 +697,54 @@ fn mixtral_published_config_and_sliding_window() {
         .iter()
         .all(|l| l.attention == AttentionKind::Unknown("sliding_attention".into())));
 }
+
+/// Qwen2.5-72B's published sizes (`qwen2`: q/k/v biases always) and GLM-4.5's (`glm4_moe`:
+/// biases per `attention_bias`, partial RoPE 0.5 by default, DeepSeek-V3's MoE after
+/// `first_k_dense_replace` dense layers), with `Glm4MoeConfig`'s defaults where fields are absent.
+#[test]
+fn qwen2_and_glm4_moe_configs() {
+    let qwen25 = serde_json::json!({
+        "model_type": "qwen2", "hidden_size": 8192, "intermediate_size": 29568,
+        "num_hidden_layers": 80, "num_attention_heads": 64, "num_key_value_heads": 8,
+        "vocab_size": 152064, "rope_theta": 1000000.0, "rms_norm_eps": 1e-6,
+        "max_position_embeddings": 32768, "max_window_layers": 70, "sliding_window": 131072,
+        "use_sliding_window": false, "tie_word_embeddings": false
+    });
+    let c = parse_config(&qwen25.to_string(), "qwen25.json").unwrap();
+    assert_eq!(c.family, Family::Qwen2);
+    let g = c.gqa.as_ref().unwrap();
+    assert!(g.qkv_bias && !g.qk_norm && !g.output_gate && g.head_dim == 128);
+    assert!(c.layers.iter().all(|l| l.attention == AttentionKind::Gqa));
+    assert!(c.unknown_fields().is_empty(), "{:?}", c.unknown_fields());
+    assert!(
+        !c.warnings.iter().any(|w| w.to_string().contains("bias")),
+        "biases are modelled: {:?}",
+        c.warnings
+    );
+    let glm = serde_json::json!({
+        "model_type": "glm4_moe", "hidden_size": 5120, "intermediate_size": 12288,
+        "num_hidden_layers": 92, "num_attention_heads": 96, "num_key_value_heads": 8,
+        "head_dim": 128, "attention_bias": true, "first_k_dense_replace": 3,
+        "moe_intermediate_size": 1536, "n_routed_experts": 160, "num_experts_per_tok": 8,
+        "n_shared_experts": 1, "routed_scaling_factor": 2.5, "vocab_size": 151552,
+        "rope_theta": 1000000, "num_nextn_predict_layers": 1
+    });
+    let c = parse_config(&glm.to_string(), "glm.json").unwrap();
+    assert_eq!(c.family, Family::Glm4Moe);
+    let g = c.gqa.as_ref().unwrap();
+    assert!(g.qkv_bias && !g.qk_norm);
+    assert_eq!(c.rope.as_ref().unwrap().partial_rotary_factor, 0.5);
+    let m = c.moe.as_ref().unwrap();
+    assert!(m.router == RouterKind::SigmoidGroupTopk && m.norm_topk_prob);
+    assert_eq!(
+        (
+            m.experts,
+            m.experts_per_token,
+            m.shared_intermediate_size,
+            m.n_group
+        ),
+        (160, 8, 1536, 1)
+    );
+    assert!(c.layers[..3].iter().all(|l| l.ffn == FfnKind::Dense));
+    assert!(c.layers[3..].iter().all(|l| l.ffn == FfnKind::Moe));
+}

@@ -103,6 +103,8 @@ fn parameter_counts_equal_the_checkpoint_tensors() {
         "qwen3_moe",
         "llama",
         "mixtral",
+        "qwen2",
+        "glm4_moe",
     ] {
         let dir = root.join(name);
         let cfg = load_config(&dir.join("config.json")).unwrap();

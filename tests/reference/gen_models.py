@@ -62,6 +62,10 @@ from transformers.models.llama import modeling_llama as ll
 from transformers.models.mixtral import MixtralConfig, MixtralForCausalLM
 from transformers.models.mixtral import modeling_mixtral as mx
 from transformers.models.qwen3_moe import Qwen3MoeConfig, Qwen3MoeForCausalLM
+from transformers.models.qwen2 import Qwen2Config, Qwen2ForCausalLM
+from transformers.models.qwen2 import modeling_qwen2 as q2
+from transformers.models.glm4_moe import Glm4MoeConfig, Glm4MoeForCausalLM
+from transformers.models.glm4_moe import modeling_glm4_moe as glm
 from transformers.models.qwen3_moe import modeling_qwen3_moe as q3m
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -313,6 +317,60 @@ PRESETS = {
         ),
         {},
     ),
+    # Qwen2.5: GQA with q/k/v projection biases (o_proj none), no q/k norms, dense SwiGLU.
+    "qwen2": (
+        Qwen2ForCausalLM,
+        Qwen2Config,
+        34,
+        dict(
+            vocab_size=256,
+            hidden_size=64,
+            intermediate_size=96,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            rope_parameters=dict(rope_type="default", rope_theta=1000000.0),
+            max_position_embeddings=256,
+            rms_norm_eps=1e-6,
+        ),
+        {},
+    ),
+    # GLM-4.5: GQA with q/k/v biases and q/k norms (`use_qk_norm`), half-split RoPE on the first
+    # half of each head (`partial_rotary_factor` 0.5); one dense layer, then DeepSeek-V3's MoE
+    # (sigmoid + correction bias, 2 groups keep 1, renormalised, scaling 2.5, 1 shared expert).
+    "glm4_moe": (
+        Glm4MoeForCausalLM,
+        Glm4MoeConfig,
+        35,
+        dict(
+            vocab_size=256,
+            hidden_size=64,
+            intermediate_size=96,
+            num_hidden_layers=3,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            head_dim=16,
+            partial_rotary_factor=0.5,
+            attention_bias=True,
+            use_qk_norm=True,
+            first_k_dense_replace=1,
+            n_routed_experts=8,
+            num_experts_per_tok=2,
+            n_group=2,
+            topk_group=1,
+            n_shared_experts=1,
+            moe_intermediate_size=32,
+            routed_scaling_factor=2.5,
+            norm_topk_prob=True,
+            rope_parameters=dict(rope_type="default", rope_theta=10000.0, partial_rotary_factor=0.5),
+            pad_token_id=0,
+            bos_token_id=1,
+            eos_token_id=2,
+            max_position_embeddings=256,
+            rms_norm_eps=1e-5,
+        ),
+        {},
+    ),
 }
 
 
@@ -390,7 +448,8 @@ def init_weights(model, gen):
             put(name, "weight", randn(*m.weight.shape))
         elif isinstance(m, torch.nn.Linear):
             put(name, "weight", randn(*m.weight.shape) / math.sqrt(m.in_features))
-            assert m.bias is None, f"{name}: unexpected bias"
+            if m.bias is not None:  # q/k/v projection biases (Qwen2, GLM-4.5)
+                put(name, "bias", 0.5 * randn(*m.bias.shape))
         elif isinstance(m, torch.nn.Conv1d):
             k = m.weight.shape[-1]
             put(name, "weight", randn(*m.weight.shape) / math.sqrt(k))
@@ -408,13 +467,17 @@ def init_weights(model, gen):
                 q3m.Qwen3MoeRMSNorm,
                 ll.LlamaRMSNorm,
                 mx.MixtralRMSNorm,
+                q2.Qwen2RMSNorm,
+                glm.Glm4MoeRMSNorm,
             ),
         ):
             put(name, "weight", near_one(m.weight.shape[0]))
         elif isinstance(m, torch.nn.LayerNorm):
             put(name, "weight", near_one(m.weight.shape[0]))
             put(name, "bias", 0.1 * randn(*m.bias.shape))
-        elif isinstance(m, (ds3.DeepseekV3TopkRouter, ds32.DeepseekV32TopkRouter, kl.KimiLinearTopkRouter)):
+        elif isinstance(
+            m, (ds3.DeepseekV3TopkRouter, ds32.DeepseekV32TopkRouter, kl.KimiLinearTopkRouter, glm.Glm4MoeTopkRouter)
+        ):
             put(name, "weight", randn(*m.weight.shape) / math.sqrt(m.weight.shape[1]))
             # Comparable to the spread of the sigmoid scores, so it changes some selections.
             put(name, "e_score_correction_bias", 0.1 * randn(*m.e_score_correction_bias.shape))
@@ -429,6 +492,7 @@ def init_weights(model, gen):
                 kl.KimiLinearExperts,
                 q3m.Qwen3MoeExperts,
                 mx.MixtralExperts,
+                glm.Glm4MoeExperts,
             ),
         ):
             e, two_i, hidden = m.gate_up_proj.shape
@@ -485,7 +549,9 @@ class SelectionChecks:
         for name, m in model.named_modules():
             if isinstance(m, ds32.DeepseekV32Indexer):
                 self.handles.append(m.register_forward_hook(self._indexer(name), with_kwargs=True))
-            elif isinstance(m, (ds3.DeepseekV3TopkRouter, ds32.DeepseekV32TopkRouter, kl.KimiLinearTopkRouter)):
+            elif isinstance(
+                m, (ds3.DeepseekV3TopkRouter, ds32.DeepseekV32TopkRouter, kl.KimiLinearTopkRouter, glm.Glm4MoeTopkRouter)
+            ):
                 self.handles.append(m.register_forward_hook(self._deepseek_router(name)))
             elif isinstance(m, (qn.Qwen3NextTopKRouter, q3m.Qwen3MoeTopKRouter, mx.MixtralTopKRouter)):
                 self.handles.append(m.register_forward_hook(self._qwen_router(name)))

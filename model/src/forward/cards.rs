@@ -385,6 +385,14 @@ fn gqa_shard(
         o_proj: cols(w.o_proj, rank * hq * d, hq * d, "o_proj")?,
         q_norm: w.q_norm,
         k_norm: w.k_norm,
+        qkv_bias: match w.qkv_bias {
+            Some([q, k, v]) => Some([
+                tensor_cols(q, &[(rank * hq * q_rows, hq * q_rows)], "q_proj.bias")?,
+                tensor_cols(k, &[(kv0 * d, kv * d)], "k_proj.bias")?,
+                tensor_cols(v, &[(kv0 * d, kv * d)], "v_proj.bias")?,
+            ]),
+            None => None,
+        },
     })
 }
 

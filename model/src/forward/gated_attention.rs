@@ -55,6 +55,11 @@ pub(crate) fn forward(
 ) -> Result<Tensor<f32>, ForwardError> {
     let (t, d, hq, hkv) = (x.rows(), g.head_dim, g.heads, g.kv_heads);
     let qg = ops.linear("attn.q_proj", x, &w.q_proj)?;
+    if let Some([qb, _, _]) = &w.qkv_bias {
+        // In place, before any split, norm or RoPE (transformers' biased `nn.Linear`; with an
+        // output gate the bias row spans `q_proj`'s interleaved query and gate columns).
+        ops.add_bias("attn.qkv_bias", &qg, qb)?;
+    }
     let (q, gate) = if g.output_gate {
         let (q, gate) = (ops.mem.act(t, hq * d), ops.mem.act(t, hq * d));
         for h in 0..hq {
@@ -77,6 +82,10 @@ pub(crate) fn forward(
     let k = ops.linear("attn.k_proj", x, &w.k_proj)?;
     let k_new = ops.mem.act(t, hkv * d);
     let v_new = ops.linear("attn.v_proj", x, &w.v_proj)?;
+    if let Some([_, kb, vb]) = &w.qkv_bias {
+        ops.add_bias("attn.qkv_bias", &k, kb)?;
+        ops.add_bias("attn.qkv_bias", &v_new, vb)?;
+    }
     let (q, k) = match (&w.q_norm, &w.k_norm) {
         (Some(qn), Some(kn)) => {
             // Per-head norms: the same RMSNorm over rows of D.

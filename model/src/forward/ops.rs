@@ -598,6 +598,17 @@ impl Ops {
         self.binary(op, gate, x, x, kernels::elementwise::run_sigmoid_mul)
     }
 
+    /// `x += b` in place, one bias row `b [1, N]` for every row of `x [T, N]`.
+    pub fn add_bias(
+        &mut self,
+        op: &str,
+        x: &Tensor<f32>,
+        b: &Tensor<f32>,
+    ) -> Result<(), ForwardError> {
+        let r = kernels::elementwise::run_add_bias(&self.launcher, x, b, x);
+        self.book(op, r)
+    }
+
     /// `x · σ(gate)` with one gate per row (`gate [T, 1]`) into a new tensor.
     pub fn sigmoid_mul_col(
         &mut self,

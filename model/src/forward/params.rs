@@ -224,6 +224,8 @@ pub(crate) struct GqaWeights {
     /// Per-head norms, `1 + weight` already applied.
     pub q_norm: Option<Tensor<f32>>,
     pub k_norm: Option<Tensor<f32>>,
+    /// `[1, N]` bias rows of q, k and v (`qkv_bias`).
+    pub qkv_bias: Option<[Tensor<f32>; 3]>,
 }
 
 /// Qwen3-Next Gated DeltaNet.
@@ -475,6 +477,15 @@ fn gqa(
         o_proj: ld.linear(&format!("{p}.o_proj.weight"), &[h, g.heads * d])?,
         q_norm,
         k_norm,
+        qkv_bias: if g.qkv_bias {
+            Some([
+                ld.row(&format!("{p}.q_proj.bias"), q_rows)?,
+                ld.row(&format!("{p}.k_proj.bias"), g.kv_heads * d)?,
+                ld.row(&format!("{p}.v_proj.bias"), g.kv_heads * d)?,
+            ])
+        } else {
+            None
+        },
     })
 }
 

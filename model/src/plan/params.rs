@@ -176,7 +176,8 @@ fn attention(cfg: &ModelConfig, kind: &AttentionKind) -> u64 {
             let q_rows = g.heads as u64 * d * if g.output_gate { 2 } else { 1 };
             let kv_rows = 2 * g.kv_heads as u64 * d;
             let norms = if g.qk_norm { 2 * d } else { 0 };
-            (q_rows + kv_rows) * h + h * g.heads as u64 * d + norms
+            let biases = if g.qkv_bias { q_rows + kv_rows } else { 0 };
+            (q_rows + kv_rows) * h + h * g.heads as u64 * d + norms + biases
         }
         AttentionKind::LinearAttention => {
             let Some(l) = &cfg.linear_attention else {

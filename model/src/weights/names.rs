@@ -15,6 +15,8 @@
 //! | `qwen3`, `qwen3_moe` | `self_attn.{q_proj, k_proj, v_proj, o_proj, q_norm, k_norm}` | dense `mlp.{gate,up,down}_proj`; MoE `mlp.gate`, `mlp.experts.{e}.*` |
 //! | `llama`, `mistral` | `self_attn.{q_proj, k_proj, v_proj, o_proj}` | `mlp.{gate,up,down}_proj` |
 //! | `mixtral` | as Llama | `block_sparse_moe.gate`, experts `w1` (gate), `w3` (up), `w2` (down) |
+//! | `qwen2` | as Llama, plus `self_attn.{q,k,v}_proj.bias` | `mlp.{gate,up,down}_proj` |
+//! | `glm4_moe` | as Qwen2 (biases per `attention_bias`), `q_norm`/`k_norm` with `use_qk_norm` | as DeepSeek-V3 |
 //! | `kimi_linear` | MLA as V3; KDA: `self_attn.{q,k,v}_proj`, `{q,k,v}_conv1d`, `f_a_proj`, `f_b_proj`, `dt_bias`, `A_log`, `b_proj`, `g_a_proj`, `g_b_proj`, `o_norm`, `o_proj` | `block_sparse_moe.*`, experts `w1` (gate), `w3` (up), `w2` (down) |
 //!
 //! Every model also has `model.embed_tokens.weight`, `model.norm.weight`, per layer
@@ -252,6 +254,14 @@ fn attention(
                 vec![g.kv_heads * g.head_dim, h],
             );
             push(format!("{a}.o_proj.weight"), vec![h, g.heads * g.head_dim]);
+            if g.qkv_bias {
+                push(
+                    format!("{a}.q_proj.bias"),
+                    vec![g.heads * g.head_dim * gate],
+                );
+                push(format!("{a}.k_proj.bias"), vec![g.kv_heads * g.head_dim]);
+                push(format!("{a}.v_proj.bias"), vec![g.kv_heads * g.head_dim]);
+            }
             if g.qk_norm {
                 push(format!("{a}.q_norm.weight"), vec![g.head_dim]);
                 push(format!("{a}.k_norm.weight"), vec![g.head_dim]);
@@ -339,14 +349,17 @@ fn ffn(
             push(format!("{m}.gate.weight"), vec![moe.experts, h]);
             let correction_bias = match cfg.family {
                 // transformers' DeepSeek-V3 / Kimi router always has the bias parameter.
-                Family::DeepseekV3 | Family::KimiK2 | Family::DeepseekV32 | Family::KimiLinear => {
-                    true
-                }
+                Family::DeepseekV3
+                | Family::KimiK2
+                | Family::DeepseekV32
+                | Family::KimiLinear
+                | Family::Glm4Moe => true,
                 Family::Qwen3Next
                 | Family::Qwen3VlMoe
                 | Family::Qwen3
                 | Family::Llama
-                | Family::Mixtral => false,
+                | Family::Mixtral
+                | Family::Qwen2 => false,
                 Family::Day0Hybrid => moe.router == RouterKind::SigmoidGroupTopk,
             };
             if correction_bias {
