@@ -23,7 +23,9 @@
 //!   SwiGLU MLP (`llama`, `mistral`) or MoE in every layer (`mixtral`: `num_local_experts`, softmax
 //!   top-k always renormalised). A non-null `sliding_window` (Mistral, Mixtral) makes every layer
 //!   `sliding_attention`.
-//! - **Qwen2** (`qwen2`): as Llama, with q/k/v projection biases; windows as Qwen3.
+//! - **Qwen2** (`qwen2`): as Llama, with q/k/v projection biases; windows as Qwen3. **Qwen2-MoE**
+//!   (`qwen2_moe`): biases per `qkv_bias`, Qwen's MoE layout with softmax top-k and a
+//!   sigmoid-gated shared expert (as Qwen3-Next's).
 //! - **GLM-4.5** (`glm4_moe`): GQA with q/k/v biases (`attention_bias`), optional q/k norms
 //!   (`use_qk_norm`), half-split RoPE on the first `partial_rotary_factor` (0.5) of each head;
 //!   dense MLP for `i < first_k_dense_replace`, then DeepSeek-V3's MoE and shared experts.
@@ -114,7 +116,7 @@ pub(crate) fn parse(o: &Obj, model_type: &str) -> Result<ModelConfig, ModelError
         "qwen3_vl_moe" => qwen3_vl_moe(o, model_type),
         "kimi_linear" => kimi_linear(o, model_type),
         "qwen3_moe" | "qwen3" => qwen3(o, model_type),
-        "qwen2" => qwen2(o, model_type),
+        "qwen2" | "qwen2_moe" => qwen2(o, model_type),
         "glm4_moe" => glm4_moe(o, model_type),
         "llama" | "mistral" | "mixtral" => llama(o, model_type),
         "day0_hybrid" => hybrid(o, model_type),
@@ -1119,8 +1121,11 @@ fn llama(o: &Obj, model_type: &str) -> Result<ModelConfig, ModelError> {
     gqa_model(o, model_type, family, gqa, attention, ffn, moe, rope, w)
 }
 
-/// Qwen2 / Qwen2.5 (`qwen2`): GQA with q/k/v biases (always), no q/k norms, dense SwiGLU; windows
-/// as Qwen3's.
+/// Qwen2 / Qwen2.5 (`qwen2`: q/k/v biases always, dense SwiGLU, windows as Qwen3's) and
+/// Qwen2-MoE / Qwen1.5-MoE (`qwen2_moe`: biases per `qkv_bias`, default true; a window on the odd
+/// layers below `max_window_layers` with `use_sliding_window`; MoE per Qwen's layout with softmax
+/// top-k, renormalised when `norm_topk_prob` (default false), plus a sigmoid-gated shared expert of
+/// width `shared_expert_intermediate_size`).
 fn qwen2(o: &Obj, model_type: &str) -> Result<ModelConfig, ModelError> {
     let mut w = Vec::new();
     common_hf_with(o, &mut w, true)?;
@@ -1128,7 +1133,42 @@ fn qwen2(o: &Obj, model_type: &str) -> Result<ModelConfig, ModelError> {
     let n_layers = o.req_dim("num_hidden_layers")?;
     let (heads, kv_heads) = gqa_heads(o)?;
     let head_dim = head_dim_or(o, hidden_size / heads)?;
-    let attention = qwen_layer_kinds(o, n_layers, false)?;
+    let is_moe = model_type == "qwen2_moe";
+    let (attention, qkv_bias) = if is_moe {
+        let windowed = o.opt_bool("use_sliding_window")? == Some(true);
+        let max_window_layers = o.opt_usize("max_window_layers")?.unwrap_or(28);
+        o.seen("sliding_window");
+        let kinds = gqa_layer_kinds(o, n_layers, |i| {
+            windowed && (i + 1) % 2 == 1 && i < max_window_layers
+        })?;
+        (kinds, o.bool_or("qkv_bias", true, &mut w)?)
+    } else {
+        (qwen_layer_kinds(o, n_layers, false)?, true)
+    };
+    let (ffn, moe) = if is_moe {
+        let experts = first_usize(o, &["num_experts", "num_local_experts"])?
+            .ok_or_else(|| o.missing_for("num_experts", "model_type qwen2_moe"))?;
+        let ffn = qwen_ffn_layout(o, n_layers, experts, &mut w)?;
+        let moe = if experts > 0 {
+            let m = MoeDims {
+                shared_experts: 1,
+                shared_intermediate_size: o.req_dim("shared_expert_intermediate_size")?,
+                shared_expert_gate: true,
+                ..softmax_moe(
+                    o,
+                    experts,
+                    "moe_intermediate_size",
+                    o.bool_or("norm_topk_prob", false, &mut w)?,
+                )?
+            };
+            Some(m)
+        } else {
+            None
+        };
+        (ffn, moe)
+    } else {
+        (vec![FfnKind::Dense; n_layers], None)
+    };
     let rope = parse_rope(o, 1.0, &mut w)?;
     let gqa = GqaDims {
         heads,
@@ -1136,9 +1176,8 @@ fn qwen2(o: &Obj, model_type: &str) -> Result<ModelConfig, ModelError> {
         head_dim,
         qk_norm: false,
         output_gate: false,
-        qkv_bias: true,
+        qkv_bias,
     };
-    let ffn = vec![FfnKind::Dense; n_layers];
     gqa_model(
         o,
         model_type,
@@ -1146,7 +1185,7 @@ fn qwen2(o: &Obj, model_type: &str) -> Result<ModelConfig, ModelError> {
         gqa,
         attention,
         ffn,
-        None,
+        moe,
         rope,
         w,
     )

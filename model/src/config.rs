@@ -19,7 +19,7 @@
 //! | `qwen3_moe`, `qwen3` | Qwen3 (MoE, dense) | GQA with q/k norm in every layer; MoE per `decoder_sparse_step` / `mlp_only_layers` (`qwen3`: dense MLP) |
 //! | `llama`, `mistral` | Llama 2/3 (`llama3` RoPE scaling), Mistral | GQA, dense SwiGLU MLP |
 //! | `mixtral` | Mixtral | GQA, MoE (softmax top-k, renormalised) in every layer |
-//! | `qwen2` | Qwen2 / Qwen2.5 | GQA with q/k/v biases, dense SwiGLU MLP |
+//! | `qwen2`, `qwen2_moe` | Qwen2 / Qwen2.5, Qwen2-MoE | GQA with q/k/v biases; dense SwiGLU MLP, or Qwen's MoE layout with a sigmoid-gated shared expert |
 //! | `glm4_moe` | GLM-4.5 / 4.6 | GQA with q/k/v biases and partial RoPE; dense MLP for `first_k_dense_replace`, then DeepSeek-V3's MoE |
 //! | `day0_hybrid` | day0's own schema (see [`crate::arch`]) | per-layer kind: MLA / sparse-indexed MLA / linear attention; MoE with MXFP4 experts |
 //!
@@ -115,6 +115,7 @@ pub const SUPPORTED_MODEL_TYPES: &[&str] = &[
     "mistral",
     "mixtral",
     "qwen2",
+    "qwen2_moe",
     "glm4_moe",
     "day0_hybrid",
 ];
@@ -245,7 +246,8 @@ pub enum Family {
     /// `mixtral`: Mistral attention, MoE with softmax top-k routing renormalised, experts
     /// under `block_sparse_moe` (`w1` gate, `w3` up, `w2` down).
     Mixtral,
-    /// `qwen2`: Qwen2 / Qwen2.5, GQA with q/k/v biases, dense SwiGLU MLP.
+    /// `qwen2` and `qwen2_moe`: Qwen2 / Qwen2.5, GQA with q/k/v biases; dense SwiGLU MLP, or MoE
+    /// with a sigmoid-gated shared expert.
     Qwen2,
     /// `glm4_moe`: GLM-4.5, GQA (q/k/v biases, partial RoPE) with DeepSeek-V3's MoE.
     Glm4Moe,

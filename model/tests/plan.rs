@@ -104,6 +104,7 @@ fn parameter_counts_equal_the_checkpoint_tensors() {
         "llama",
         "mixtral",
         "qwen2",
+        "qwen2_moe",
         "glm4_moe",
     ] {
         let dir = root.join(name);

@@ -65,6 +65,8 @@ from transformers.models.qwen3_moe import Qwen3MoeConfig, Qwen3MoeForCausalLM
 from transformers.models.qwen2 import Qwen2Config, Qwen2ForCausalLM
 from transformers.models.qwen2 import modeling_qwen2 as q2
 from transformers.models.glm4_moe import Glm4MoeConfig, Glm4MoeForCausalLM
+from transformers.models.qwen2_moe import Qwen2MoeConfig, Qwen2MoeForCausalLM
+from transformers.models.qwen2_moe import modeling_qwen2_moe as q2m
 from transformers.models.glm4_moe import modeling_glm4_moe as glm
 from transformers.models.qwen3_moe import modeling_qwen3_moe as q3m
 
@@ -371,6 +373,34 @@ PRESETS = {
         ),
         {},
     ),
+    # Qwen2-MoE (Qwen1.5-MoE, Qwen2-57B-A14B): q/k/v biases (`qkv_bias`), layer 1 dense
+    # (`mlp_only_layers`), then softmax top-2 of 8 not renormalised plus a sigmoid-gated shared
+    # expert.
+    "qwen2_moe": (
+        Qwen2MoeForCausalLM,
+        Qwen2MoeConfig,
+        36,
+        dict(
+            vocab_size=256,
+            hidden_size=64,
+            intermediate_size=96,
+            num_hidden_layers=3,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            num_experts=8,
+            num_experts_per_tok=2,
+            moe_intermediate_size=32,
+            shared_expert_intermediate_size=48,
+            norm_topk_prob=False,
+            decoder_sparse_step=1,
+            mlp_only_layers=[1],
+            qkv_bias=True,
+            rope_parameters=dict(rope_type="default", rope_theta=1000000.0),
+            max_position_embeddings=256,
+            rms_norm_eps=1e-6,
+        ),
+        {},
+    ),
 }
 
 
@@ -468,6 +498,7 @@ def init_weights(model, gen):
                 ll.LlamaRMSNorm,
                 mx.MixtralRMSNorm,
                 q2.Qwen2RMSNorm,
+                q2m.Qwen2MoeRMSNorm,
                 glm.Glm4MoeRMSNorm,
             ),
         ):
@@ -481,7 +512,7 @@ def init_weights(model, gen):
             put(name, "weight", randn(*m.weight.shape) / math.sqrt(m.weight.shape[1]))
             # Comparable to the spread of the sigmoid scores, so it changes some selections.
             put(name, "e_score_correction_bias", 0.1 * randn(*m.e_score_correction_bias.shape))
-        elif isinstance(m, (qn.Qwen3NextTopKRouter, q3m.Qwen3MoeTopKRouter, mx.MixtralTopKRouter)):
+        elif isinstance(m, (qn.Qwen3NextTopKRouter, q3m.Qwen3MoeTopKRouter, mx.MixtralTopKRouter, q2m.Qwen2MoeTopKRouter)):
             put(name, "weight", randn(*m.weight.shape) / math.sqrt(m.weight.shape[1]))
         elif isinstance(
             m,
@@ -493,6 +524,7 @@ def init_weights(model, gen):
                 q3m.Qwen3MoeExperts,
                 mx.MixtralExperts,
                 glm.Glm4MoeExperts,
+                q2m.Qwen2MoeExperts,
             ),
         ):
             e, two_i, hidden = m.gate_up_proj.shape
@@ -553,7 +585,7 @@ class SelectionChecks:
                 m, (ds3.DeepseekV3TopkRouter, ds32.DeepseekV32TopkRouter, kl.KimiLinearTopkRouter, glm.Glm4MoeTopkRouter)
             ):
                 self.handles.append(m.register_forward_hook(self._deepseek_router(name)))
-            elif isinstance(m, (qn.Qwen3NextTopKRouter, q3m.Qwen3MoeTopKRouter, mx.MixtralTopKRouter)):
+            elif isinstance(m, (qn.Qwen3NextTopKRouter, q3m.Qwen3MoeTopKRouter, mx.MixtralTopKRouter, q2m.Qwen2MoeTopKRouter)):
                 self.handles.append(m.register_forward_hook(self._qwen_router(name)))
 
     def _record(self, key, margin):
