@@ -75,6 +75,7 @@ const CHECKED: &[&str] = &[
     "layernorm",
     "linear",
     "add",
+    "add_bias",
     "sigmoid_mul",
     "sigmoid_mul_col",
     "gelu",
@@ -251,6 +252,13 @@ fn run_op(device: &str, op: &str, m: usize, n: usize, k: usize) -> Result<Report
             kernels::elementwise::run_add(&l, &shape(&[m, n]), &shape(&[m, n]), &shape(&[m, n]))
                 .map(|r| r.report)
         }
+        "add_bias" => kernels::elementwise::run_add_bias(
+            &l,
+            &shape(&[m, n]),
+            &shape(&[1, n]),
+            &shape(&[m, n]),
+        )
+        .map(|r| r.report),
         "sigmoid_mul" => kernels::elementwise::run_sigmoid_mul(
             &l,
             &shape(&[m, n]),
@@ -330,6 +338,7 @@ const RUNNERS: &[&str] = &[
     "layernorm",
     "linear",
     "add",
+    "add_bias",
     "sigmoid_mul",
     "sigmoid_mul_col",
     "gelu",
