@@ -918,11 +918,16 @@ fn qwen3_vl_moe(o: &Obj, model_type: &str) -> Result<ModelConfig, ModelError> {
     Ok(cfg)
 }
 
-/// `head_dim`, or `default` when absent; zero is an error.
+/// `head_dim`, or `default` when absent (`hidden_size / heads` for most families); zero either
+/// way is an error.
 fn head_dim_or(o: &Obj, default: usize) -> Result<usize, ModelError> {
     match o.opt_usize("head_dim")? {
         Some(0) => Err(o.invalid("head_dim", "must be at least 1")),
         Some(d) => Ok(d),
+        None if default == 0 => Err(o.invalid(
+            "head_dim",
+            "absent, and hidden_size / num_attention_heads is 0: give head_dim",
+        )),
         None => Ok(default),
     }
 }

@@ -667,6 +667,15 @@ fn llama_31_published_config_with_llama3_rope() {
         e.to_string().contains("low_freq_factor") && e.to_string().contains("l.json"),
         "{e}"
     );
+    // No head_dim and more heads than hidden dims: an error naming head_dim, not a zero width.
+    let e = parse_config(
+        &edited("llama31_405b_config.json", |o| {
+            o.insert("hidden_size".into(), serde_json::json!(64));
+        }),
+        "tiny.json",
+    )
+    .unwrap_err();
+    assert_eq!(e.field(), Some("head_dim"), "{e}");
 }
 
 #[test]
