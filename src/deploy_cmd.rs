@@ -466,7 +466,7 @@ pub fn run(a: RunArgs) -> Result<(), String> {
         let checks = (!a.no_check).then(|| {
             scope.spawn(|| {
                 let launcher = dsl_core::Launcher::new(s.est.device().clone());
-                day0::suite::check_all(&launcher)
+                day0::suite::check_entries(&launcher, day0::layer_checks::entries(&cfg))
             })
         });
         let decode = scope.spawn(|| plan(Phase::Decode, decode_fixed));
@@ -478,6 +478,17 @@ pub fn run(a: RunArgs) -> Result<(), String> {
             decode.join().map_err(|_| panicked("decode planning")),
         )
     });
+    let checked_names: Vec<String> = day0::layer_checks::entries(&cfg)
+        .into_iter()
+        .map(|e| e.name)
+        .collect();
+    let mut checked_kinds: Vec<&str> = Vec::new();
+    for n in &checked_names {
+        let kind = n.split(':').next().unwrap_or(n);
+        if !checked_kinds.contains(&kind) {
+            checked_kinds.push(kind);
+        }
+    }
     let checks = match checked.transpose()? {
         None => {
             say("[2/5] numeric checks: skipped (--no-check)".into());
@@ -485,7 +496,8 @@ pub fn run(a: RunArgs) -> Result<(), String> {
         }
         Some((passed, failures)) => {
             say(format!(
-                "[2/5] numeric checks: {passed} kernel(s) match their f64 references on {}{}",
+                "[2/5] numeric checks: {passed} kernel(s) of the model's layer kinds ({}) match their f64 references at tiny sizes on {}{}",
+                checked_kinds.join(", "),
                 s.est.device().name,
                 if failures.is_empty() {
                     String::new()
@@ -496,7 +508,7 @@ pub fn run(a: RunArgs) -> Result<(), String> {
             if !failures.is_empty() {
                 return Err(format!("numeric checks failed: {}", failures.join("; ")));
             }
-            json!({"skipped": false, "passed": passed, "failed": failures})
+            json!({"skipped": false, "passed": passed, "failed": failures, "kernels": checked_names})
         }
     };
     let prefill = prefill.map_err(|e| format!("prefill: {e}"))?;

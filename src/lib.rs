@@ -9,8 +9,9 @@
 //! - [`charts`]: the SVG charts of `day0 run --plot` and `day0 scale --plot`;
 //! - [`compare`]: `day0 compare`, an operator's implementations side by side on the same inputs;
 //! - [`host_memory`]: functional runs that would not fit in host memory are refused up front;
+//! - [`layer_checks`]: step 2 of `day0 run`, a tiny-config numeric check of each layer kind;
 //! - [`profile`]: `day0 profile`, a kernel's source annotated with each line's cycles and waits;
-//! - [`suite`]: the built-in kernel suite (`day0 suite`, and step 2 of `day0 run`);
+//! - [`suite`]: the built-in kernel suite (`day0 suite`);
 //! - [`tune`]: tile-shape sweeps over a kernel's tunable space, and `day0 tune` (ranked, explained,
 //!   spot-checked, cached).
 
@@ -23,6 +24,7 @@ pub mod calibrate;
 pub mod charts;
 pub mod compare;
 pub mod host_memory;
+pub mod layer_checks;
 pub mod profile;
 pub mod suite;
 pub mod tune;

@@ -1,5 +1,6 @@
 //! The built-in kernel suite: one representative launch per registered operator, run functionally
-//! on random data and checked against the f64 reference. `day0 run` prints one line per kernel.
+//! on random data and checked against the f64 reference. `day0 suite` prints one line per kernel
+//! (`day0 run` checks the model's own layer kinds instead: [`crate::layer_checks`]).
 
 use accel_sim::{Report, SimError};
 use dsl_core::{Config, Launcher};
@@ -103,13 +104,19 @@ fn tolerance(dtype: GemmDtype) -> f64 {
     }
 }
 
-/// Runs every entry functionally and checks its error against its tolerance: the number that
+/// Runs every entry of the built-in suite functionally and checks its error against its
+/// tolerance (see [`check_entries`]).
+pub fn check_all(launcher: &Launcher) -> (usize, Vec<String>) {
+    check_entries(launcher, entries())
+}
+
+/// Runs `entries` functionally and checks each error against its tolerance: the number that
 /// passed, and one line per failure (a launch error, a missing error figure, or an error over
 /// the tolerance).
-pub fn check_all(launcher: &Launcher) -> (usize, Vec<String>) {
+pub fn check_entries(launcher: &Launcher, entries: Vec<SuiteEntry>) -> (usize, Vec<String>) {
     let mut passed = 0;
     let mut failures = Vec::new();
-    for e in entries() {
+    for e in entries {
         match (e.run)(launcher) {
             Ok(r) => match r.max_rel_error {
                 Some(err) if err <= e.tolerance => passed += 1,

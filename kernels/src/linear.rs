@@ -247,6 +247,43 @@ pub fn has_fp8_matrix(launcher: &Launcher) -> bool {
         .is_some()
 }
 
+/// The activations `x [m, k]` as [`run_linear_weight`] multiplies them against a weight in
+/// `format` on `launcher`'s device, for an f64 reference of exactly what the kernel computes: f32
+/// as they are; bf16-rounded for bf16 and MXFP4 weights, and for FP8 weights run W8A16; for W8A8,
+/// the codes times the scales of [`act_quant_fp8()`]'s per-token, per-128-column quantisation,
+/// in the kernel's own f32 arithmetic.
+pub fn activations_as_multiplied(
+    launcher: &Launcher,
+    x: &[f32],
+    m: usize,
+    k: usize,
+    format: crate::weight::Format,
+) -> Vec<f32> {
+    use crate::weight::Format;
+    use accel_sim::formats::fp8::{decode_e4m3, encode_e4m3};
+    use accel_sim::formats::Overflow;
+    let round_bf16 = || x.iter().map(|v| bf16::from_f32(*v).to_f32()).collect();
+    match format {
+        Format::F32 => x.to_vec(),
+        Format::Bf16 | Format::Mxfp4 => round_bf16(),
+        Format::Fp8Block if !has_fp8_matrix(launcher) => round_bf16(),
+        Format::Fp8Block => {
+            let mut out = vec![0f32; m * k];
+            for i in 0..m {
+                for b in 0..k.div_ceil(128) {
+                    let span = i * k + b * 128..i * k + ((b + 1) * 128).min(k);
+                    let amax = x[span.clone()].iter().fold(0f32, |a, v| a.max(v.abs()));
+                    let s = amax.max(1e-4) * (1.0 / 448.0);
+                    for p in span {
+                        out[p] = decode_e4m3(encode_e4m3(x[p] / s, Overflow::Saturate)) * s;
+                    }
+                }
+            }
+            out
+        }
+    }
+}
+
 /// The `BM` of an FP8 GEMM over `m` rows: the smallest of 16/32/64 covering them; 128 once there
 /// are at least 128 rows (a taller tile reads each weight tile for twice the rows: an 8192-row
 /// Kimi-K2 projection ran 1.4–1.7× fewer cycles on `npu-910b` and `h200`); 64 in between, where a

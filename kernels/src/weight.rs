@@ -157,6 +157,29 @@ impl Weight {
         })
     }
 
+    /// A one-expert `[1, N, K]` weight (as [`crate::moe::expert_gemm::prepare_weight`] makes them)
+    /// as the `[N, K]` weight of a dense linear layer: the same memory, the leading axis dropped.
+    pub fn without_expert_axis(self) -> Result<Weight, String> {
+        let drop = |s: &[usize]| -> Result<Vec<usize>, String> {
+            match s {
+                [1, rest @ ..] if !rest.is_empty() => Ok(rest.to_vec()),
+                _ => Err(format!("{s:?} is not a one-expert [1, N, K] weight")),
+            }
+        };
+        Ok(match self {
+            Weight::F32(t) => Weight::F32(t.reshaped(&drop(t.shape())?)?),
+            Weight::Bf16(t) => Weight::Bf16(t.reshaped(&drop(t.shape())?)?),
+            Weight::Fp8Block { weight, scale_inv } => Weight::Fp8Block {
+                weight: weight.reshaped(&drop(weight.shape())?)?,
+                scale_inv: scale_inv.reshaped(&drop(scale_inv.shape())?)?,
+            },
+            Weight::Mxfp4 { blocks, scales } => Weight::Mxfp4 {
+                blocks: blocks.reshaped(&drop(blocks.shape())?)?,
+                scales: scales.reshaped(&drop(scales.shape())?)?,
+            },
+        })
+    }
+
     /// Bytes the weight occupies in device memory, scales included.
     pub fn stored_bytes(&self) -> u64 {
         let bytes = |len: usize, elem: usize| (len * elem) as u64;

@@ -9,10 +9,8 @@
 //! floor for every format (`reference::rel_error`). Inputs are fresh random values, shapes ragged,
 //! outputs poisoned with NaN so an unwritten element fails.
 
-use accel_sim::formats::fp8::{decode_e4m3, encode_e4m3};
-use accel_sim::formats::Overflow;
 use dsl_core::prelude::*;
-use kernels::linear::{has_fp8_matrix, run_act_quant_fp8, run_linear_weight};
+use kernels::linear::{activations_as_multiplied, run_act_quant_fp8, run_linear_weight};
 use kernels::moe::expert_gemm::{prepare_weight, WeightPath};
 use kernels::moe::grouped::run_grouped_linear_weight;
 use kernels::moe::reference as mref;
@@ -44,48 +42,6 @@ fn weight(l: &Launcher, format: Format, shape: [usize; 3], seed: u64) -> (Weight
     (p.device, p.values.unwrap())
 }
 
-/// The weight without its expert axis (`e` = 1), for a dense linear layer.
-fn squeeze(w: Weight) -> Weight {
-    let drop = |s: &[usize]| s[1..].to_vec();
-    match w {
-        Weight::F32(t) => Weight::F32(t.reshaped(&drop(t.shape())).unwrap()),
-        Weight::Bf16(t) => Weight::Bf16(t.reshaped(&drop(t.shape())).unwrap()),
-        Weight::Fp8Block { weight, scale_inv } => Weight::Fp8Block {
-            weight: weight.reshaped(&drop(weight.shape())).unwrap(),
-            scale_inv: scale_inv.reshaped(&drop(scale_inv.shape())).unwrap(),
-        },
-        Weight::Mxfp4 { blocks, scales } => Weight::Mxfp4 {
-            blocks: blocks.reshaped(&drop(blocks.shape())).unwrap(),
-            scales: scales.reshaped(&drop(scales.shape())).unwrap(),
-        },
-    }
-}
-
-/// The activations as the kernel for `format` multiplies them on `l`'s device: FP8 weights run
-/// W8A8 where the matrix unit has an FP8 mode, W8A16 (bf16 activations) where it has not.
-fn as_kernel_sees(l: &Launcher, x: &[f32], m: usize, k: usize, format: Format) -> Vec<f32> {
-    let w8a8 = has_fp8_matrix(l);
-    match format {
-        Format::F32 => x.to_vec(),
-        Format::Fp8Block if !w8a8 => as_kernel_sees(l, x, m, k, Format::Bf16),
-        Format::Bf16 | Format::Mxfp4 => x.iter().map(|v| bf16::from_f32(*v).to_f32()).collect(),
-        Format::Fp8Block => {
-            let mut out = vec![0f32; m * k];
-            for i in 0..m {
-                for b in 0..k.div_ceil(128) {
-                    let span = i * k + b * 128..i * k + ((b + 1) * 128).min(k);
-                    let amax = x[span.clone()].iter().fold(0f32, |a, v| a.max(v.abs()));
-                    let s = amax.max(1e-4) * (1.0 / 448.0);
-                    for p in span {
-                        out[p] = decode_e4m3(encode_e4m3(x[p] / s, Overflow::Saturate)) * s;
-                    }
-                }
-            }
-            out
-        }
-    }
-}
-
 /// A device whose matrix unit has an FP8 mode (W8A8) and one without (W8A16).
 fn devices() -> impl Strategy<Value = &'static str> {
     prop::sample::select(vec!["h800", "npu-910b"])
@@ -104,12 +60,18 @@ fn formats() -> impl Strategy<Value = Format> {
 fn dense(device: &str, format: Format, m: usize, n: usize, k: usize, seed: u64) -> f64 {
     let l = launcher(device);
     let (w, wv) = weight(&l, format, [1, n, k], seed);
-    let w = squeeze(w);
+    let w = w.without_expert_axis().unwrap();
     let xv = Rng::new(seed ^ 7).vec(m * k, 1.0);
     let x = Tensor::<f32>::from_f32(&[m, k], &xv).unwrap();
     let y = Tensor::<f32>::poisoned(&[m, n]);
     run_linear_weight(&l, &x, &w, &y).unwrap();
-    let want = linear_ref(&as_kernel_sees(&l, &xv, m, k, format), &wv, m, n, k);
+    let want = linear_ref(
+        &activations_as_multiplied(&l, &xv, m, k, format),
+        &wv,
+        m,
+        n,
+        k,
+    );
     rel_error(&y.to_vec().unwrap(), &want)
 }
 
@@ -155,7 +117,7 @@ proptest! {
         .unwrap();
         let y = Tensor::<f32>::poisoned(&[rows, n_out]);
         run_grouped_linear_weight(&l, &x, &w, &off, &y).unwrap();
-        let want = mref::grouped_linear(&as_kernel_sees(&l, &xv, rows, k, format), &wv, &offsets, n_out, k)
+        let want = mref::grouped_linear(&activations_as_multiplied(&l, &xv, rows, k, format), &wv, &offsets, n_out, k)
             .unwrap();
         let err = rel_error(&y.to_vec().unwrap(), &want);
         prop_assert!(err <= TOL, "{format:?} {counts:?} n={n_out} k={k}: {err}");
@@ -195,7 +157,7 @@ fn production_tiles_fit_and_cost_only_equals_functional() {
             let (n, k) = (256, 512);
             let l = launcher("h800");
             let (w, _) = weight(&l, format, [1, n, k], 5);
-            let w = squeeze(w);
+            let w = w.without_expert_axis().unwrap();
             let x = Tensor::<f32>::from_f32(&[m, k], &Rng::new(9).vec(m * k, 1.0)).unwrap();
             let y = Tensor::<f32>::poisoned(&[m, n]);
             let func = run_linear_weight(&l, &x, &w, &y).unwrap();

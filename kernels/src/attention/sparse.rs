@@ -457,9 +457,13 @@ pub fn dsa_tiles(
         "BH",
         heads.min(if head_dim > 256 { 16 } else { 64 }),
     )?;
+    // A 576-wide latent row takes 32-key blocks, as the model launches it (`BK = 64` overflows a
+    // 228 KiB SRAM).
     let attention = crate::tile_choice::cover(
         &sparse_mla::META,
-        &Config::new().with("BH", bh),
+        &Config::new()
+            .with("BH", bh)
+            .with("BK", if head_dim > 256 { 32 } else { 64 }),
         &[
             ("BD", head_dim, "kv_lora_rank + qk_rope_head_dim"),
             ("BDV", v_head_dim, "kv_lora_rank"),
