@@ -28,7 +28,9 @@ use kernels::linear_attention::runner::{run_delta, DeltaCase, DeltaMode};
 use kernels::moe::dispatch::{run_moe_combine, run_moe_dispatch, RoutingPlan};
 use kernels::moe::expert_gemm::{expert_matmul, prepare_weight, swiglu, WeightPath};
 use kernels::moe::grouped::{run_grouped_linear, run_grouped_linear_weight};
-use kernels::moe::router::{run_router_sigmoid_group_topk, run_router_softmax_topk};
+use kernels::moe::router::{
+    run_router_sigmoid_group_topk, run_router_softmax_group_topk, SoftmaxRouterParams,
+};
 use kernels::norm::{run_layernorm, run_rmsnorm, run_rmsnorm_residual, RmsNormCase};
 use kernels::rope::run_rope;
 use kernels::softmax::{run_softmax, SoftmaxCase};
@@ -589,16 +591,24 @@ fn run_model_op(device: &str, op: &str, x: &[usize; 8]) -> Labelled {
             )
         }
         "moe_router_softmax_topk" => {
-            let (t, e) = (dim(x[0], 1, 512), dim(x[1], 1, 512));
-            let k = pick(x[4], 1, e.min(64));
+            // Ungrouped (Qwen, Mixtral) or group-limited and scaled (DeepSeek-V2).
+            let groups = [1, 1, 2, 4, 8][x[2] % 5];
+            let (t, e) = (dim(x[0], 1, 512), groups * dim(x[1], 1, 512 / groups));
+            let kept = pick(x[3], 1, groups);
+            let k = pick(x[4], 1, (kept * e / groups).min(64));
             one(
-                format!("{op} tokens {t} experts {e} top_k {k}"),
-                run_router_softmax_topk(
+                format!("{op} tokens {t} experts {e} groups {kept} of {groups} top_k {k}"),
+                run_router_softmax_group_topk(
                     &l,
                     &shape(&[t, e]),
                     &shape(&[t, k]),
                     &shape(&[t, k]),
-                    divides(2, x[5]),
+                    SoftmaxRouterParams {
+                        n_group: groups,
+                        topk_group: kept,
+                        norm_topk_prob: divides(2, x[5]),
+                        routed_scaling_factor: if groups > 1 { 16.0 } else { 1.0 },
+                    },
                 ),
             )
         }

@@ -14,7 +14,10 @@ use dsl_core::prelude::*;
 use kernels::moe::dispatch::{moe_dispatch, run_moe_combine, run_moe_dispatch, RoutingPlan};
 use kernels::moe::grouped::{grouped_linear, run_expert_swiglu_grouped, run_grouped_linear};
 use kernels::moe::reference::{self as mref, MoeBlockWeights, SigmoidRouterParams};
-use kernels::moe::router::{run_router_sigmoid_group_topk, run_router_softmax_topk};
+use kernels::moe::router::{
+    run_router_sigmoid_group_topk, run_router_softmax_group_topk, run_router_softmax_topk,
+    SoftmaxRouterParams,
+};
 use kernels::reference::rel_error;
 use kernels::testdata::Rng;
 use proptest::prelude::*;
@@ -135,6 +138,33 @@ proptest! {
         run_router_softmax_topk(&launcher(), &tensor(&[tokens, experts], &logits), &idx, &weights, norm)
             .unwrap();
         prop_assert_eq!(check_routing(&idx, &weights, &want), Ok(()));
+    }
+
+    /// DeepSeek-V2's `group_limited_greedy`: groups ranked by their best probability, experts of
+    /// the dropped groups ineligible, weights scaled by `routed_scaling_factor`.
+    #[test]
+    fn grouped_softmax_router_matches_reference(
+        tokens in 1usize..24, n_group in 2usize..9, per_group in 1usize..12, kept in 0usize..8,
+        k in 0usize..8, norm in any::<bool>(), scale in prop::sample::select(vec![1.0f32, 16.0, 2.5]),
+        seed in any::<u64>(),
+    ) {
+        let experts = n_group * per_group;
+        let topk_group = 1 + kept % n_group;
+        let kk = 1 + k % (topk_group * per_group).min(8);
+        let mut rng = Rng::new(seed);
+        let logits = rng.vec(tokens * experts, 3.0);
+        let want = mref::router_softmax_group_topk(
+            &logits, tokens, experts, kk, (n_group, topk_group), norm, scale as f64,
+        ).unwrap();
+        prop_assume!(want.margin > MIN_MARGIN);
+        let (idx, weights) = routing_outputs(tokens, kk);
+        let p = SoftmaxRouterParams {
+            n_group, topk_group, norm_topk_prob: norm, routed_scaling_factor: scale,
+        };
+        run_router_softmax_group_topk(
+            &launcher(), &tensor(&[tokens, experts], &logits), &idx, &weights, p,
+        ).unwrap();
+        prop_assert_eq!(check_routing(&idx, &weights, &want), Ok(()), "{:?}", p);
     }
 
     #[test]
@@ -511,6 +541,30 @@ fn router_parameters_are_checked_and_named() {
         .unwrap_err()
         .to_string();
     assert!(err.contains("num_experts_per_tok = 70"), "{err}");
+    // Groups must divide the experts, keep 1..=n_group of them and hold the top-k.
+    let (idx, w) = routing_outputs(1, 2);
+    let grouped = |n_group, topk_group| SoftmaxRouterParams {
+        n_group,
+        topk_group,
+        norm_topk_prob: false,
+        routed_scaling_factor: 16.0,
+    };
+    for (p, want) in [
+        (grouped(7, 2), "n_group = 7"),
+        (grouped(4, 0), "topk_group = 0"),
+        (grouped(4, 5), "topk_group = 5"),
+    ] {
+        let err = run_router_softmax_group_topk(&l, &wide, &idx, &w, p)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains(want), "{err}");
+    }
+    let (idx, w) = routing_outputs(1, 8);
+    let narrow = tensor::<f32>(&[1, 8], &[0.5; 8]);
+    let err = run_router_softmax_group_topk(&l, &narrow, &idx, &w, grouped(4, 1))
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("top_k = 8"), "{err}");
 }
 
 #[test]

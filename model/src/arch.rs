@@ -9,6 +9,10 @@
 //!   indexer); layer `i` has a dense MLP when `i < first_k_dense_replace`, MoE otherwise
 //!   (transformers ignores `moe_layer_freq`; so does day0, with a warning when it is not 1). V3.2
 //!   files may carry explicit `layer_types` / `mlp_layer_types`, which win.
+//! - **DeepSeek-V2** (`deepseek_v2`: V2, V2.5, V2-Lite, Coder-V2): the same layers
+//!   (`first_k_dense_replace` default 0) with transformers' `DeepseekV2TopkRouter`: softmax,
+//!   `greedy` or `group_limited_greedy` (groups ranked by their best probability), times
+//!   `routed_scaling_factor`, never renormalised; no correction bias; RoPE on interleaved pairs.
 //! - **Qwen3-Next**: `layer_types` when given, else layer `i` is full (gated GQA) attention when
 //!   `(i + 1) % full_attention_interval == 0` and Gated DeltaNet otherwise; MoE when `i` is not in
 //!   `mlp_only_layers`, `num_experts > 0` and `(i + 1) % decoder_sparse_step == 0`.
@@ -109,6 +113,7 @@ const HF_IGNORED: &[&str] = &[
 /// Dispatches on `model_type`.
 pub(crate) fn parse(o: &Obj, model_type: &str) -> Result<ModelConfig, ModelError> {
     match model_type {
+        "deepseek_v2" => deepseek(o, model_type, Family::DeepseekV2),
         "deepseek_v3" => deepseek(o, model_type, Family::DeepseekV3),
         "kimi_k2" => deepseek(o, model_type, Family::KimiK2),
         "deepseek_v32" => deepseek(o, model_type, Family::DeepseekV32),
@@ -434,7 +439,8 @@ fn check_moe(o: &Obj, m: &MoeDims) -> Result<(), ModelError> {
     Ok(())
 }
 
-/// DeepSeek-V3, Kimi-K2 (same architecture) and DeepSeek-V3.2.
+/// DeepSeek-V3, Kimi-K2 (same architecture), DeepSeek-V3.2, and DeepSeek-V2 (the same layers
+/// with softmax routing; defaults from transformers' `DeepseekV2Config`).
 fn deepseek(o: &Obj, model_type: &str, family: Family) -> Result<ModelConfig, ModelError> {
     let mut w = Vec::new();
     common_hf(o, &mut w)?;
@@ -463,24 +469,68 @@ fn deepseek(o: &Obj, model_type: &str, family: Family) -> Result<ModelConfig, Mo
         qk_rope_head_dim: o.req_dim("qk_rope_head_dim")?,
         v_head_dim: o.req_dim("v_head_dim")?,
         use_rope: true,
-        rope_interleave: o.bool_or("rope_interleave", true, &mut w)?,
+        // V2 rotates interleaved pairs always (a complex product), and has no such field.
+        rope_interleave: family == Family::DeepseekV2
+            || o.bool_or("rope_interleave", true, &mut w)?,
     };
     let intermediate_size = o.req_dim("intermediate_size")?;
     // transformers' DeepseekV3Config / DeepseekV32Config default (V3.2 only when
-    // `mlp_layer_types` is absent, which the layer loop below reads first).
-    let first_k = o.usize_or("first_k_dense_replace", 3, &mut w)?;
+    // `mlp_layer_types` is absent, which the layer loop below reads first); V2's is 0.
+    let v2 = family == Family::DeepseekV2;
+    let first_k = o.usize_or("first_k_dense_replace", if v2 { 0 } else { 3 }, &mut w)?;
     let experts = o.req_usize("n_routed_experts")?;
     let weight_format = weight_format(o)?;
     let moe = if experts > 0 {
-        let scoring = o.opt_str("scoring_func")?.unwrap_or("sigmoid");
-        let method = o.opt_str("topk_method")?.unwrap_or("noaux_tc");
+        // transformers' V2 router is always softmax (the released configs say so too).
+        let (scoring, method) = if v2 {
+            (
+                o.opt_str("scoring_func")?.unwrap_or("softmax"),
+                o.opt_str("topk_method")?.unwrap_or("greedy"),
+            )
+        } else {
+            (
+                o.opt_str("scoring_func")?.unwrap_or("sigmoid"),
+                o.opt_str("topk_method")?.unwrap_or("noaux_tc"),
+            )
+        };
         let router = match (scoring, method) {
             ("sigmoid", "noaux_tc") => RouterKind::SigmoidGroupTopk,
             ("softmax", "greedy") | ("softmax", "group_limited_greedy") => RouterKind::SoftmaxTopk,
             (s, m) => RouterKind::Unknown(format!("{s}/{m}")),
         };
+        // Greedy routing ignores the groups, so they are not read (V2-Lite leaves them null).
+        let grouped = method != "greedy";
+        if !grouped {
+            o.ignore(&["n_group", "topk_group"]);
+        }
+        // transformers' DeepseekV2TopkRouter never renormalises the chosen weights.
+        let norm_topk_prob = if v2 {
+            if o.opt_bool("norm_topk_prob")? == Some(true) {
+                w.push(ConfigWarning::Ignored {
+                    field: o.path("norm_topk_prob"),
+                    reason: "true: transformers' DeepseekV2 router does not renormalise the top-k weights".into(),
+                });
+            }
+            false
+        } else {
+            o.bool_or("norm_topk_prob", true, &mut w)?
+        };
         let moe_inter = o.req_dim("moe_intermediate_size")?;
-        let shared = o.usize_or("n_shared_experts", 1, &mut w)?;
+        let shared = o.usize_or("n_shared_experts", if v2 { 2 } else { 1 }, &mut w)?;
+        let (n_group, topk_group) = match (grouped, v2) {
+            (false, _) => (1, 1),
+            (true, false) => (
+                o.usize_or("n_group", 8, &mut w)?,
+                o.usize_or("topk_group", 4, &mut w)?,
+            ),
+            // V2's defaults are null: group-limited routing needs both.
+            (true, true) => (
+                o.opt_usize("n_group")?
+                    .ok_or_else(|| o.missing("n_group"))?,
+                o.opt_usize("topk_group")?
+                    .ok_or_else(|| o.missing("topk_group"))?,
+            ),
+        };
         let m = MoeDims {
             experts,
             experts_per_token: o.req_dim("num_experts_per_tok")?,
@@ -489,10 +539,14 @@ fn deepseek(o: &Obj, model_type: &str, family: Family) -> Result<ModelConfig, Mo
             shared_intermediate_size: moe_inter * shared,
             shared_expert_gate: false,
             router,
-            n_group: o.usize_or("n_group", 8, &mut w)?,
-            topk_group: o.usize_or("topk_group", 4, &mut w)?,
-            norm_topk_prob: o.bool_or("norm_topk_prob", true, &mut w)?,
-            routed_scaling_factor: o.f64_or("routed_scaling_factor", 2.5, &mut w)?,
+            n_group,
+            topk_group,
+            norm_topk_prob,
+            routed_scaling_factor: o.f64_or(
+                "routed_scaling_factor",
+                if v2 { 1.0 } else { 2.5 },
+                &mut w,
+            )?,
             expert_format: weight_format.clone(),
         };
         check_moe(o, &m)?;

@@ -103,6 +103,7 @@ pub enum ModelError {
 
 /// The `model_type`s [`parse_config`] accepts.
 pub const SUPPORTED_MODEL_TYPES: &[&str] = &[
+    "deepseek_v2",
     "deepseek_v3",
     "kimi_k2",
     "deepseek_v32",
@@ -226,6 +227,10 @@ impl fmt::Display for ConfigWarning {
 /// The architecture a configuration describes (from its `model_type`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Family {
+    /// `deepseek_v2`: DeepSeek-V2, V2.5, V2-Lite and Coder-V2 (MLA, the query compression
+    /// optional; softmax routing, greedy or group-limited by each group's best expert, scaled and
+    /// never renormalised, no correction bias).
+    DeepseekV2,
     /// `deepseek_v3`.
     DeepseekV3,
     /// `kimi_k2` (DeepSeek-V3 architecture, other sizes).
@@ -268,6 +273,7 @@ impl Family {
     /// A human name for tables.
     pub fn display_name(self) -> &'static str {
         match self {
+            Family::DeepseekV2 => "DeepSeek-V2",
             Family::DeepseekV3 => "DeepSeek-V3",
             Family::KimiK2 => "Kimi-K2 (DeepSeek-V3 architecture)",
             Family::DeepseekV32 => "DeepSeek-V3.2 (MLA + DSA)",

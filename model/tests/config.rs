@@ -757,3 +757,79 @@ fn qwen2_and_glm4_moe_configs() {
     assert!(c.layers[..3].iter().all(|l| l.ffn == FfnKind::Dense));
     assert!(c.layers[3..].iter().all(|l| l.ffn == FfnKind::Moe));
 }
+
+/// DeepSeek-V2 (236B, 21B active) and V2-Lite (15.7B) as their released config.json files give
+/// them: softmax routing, group-limited on V2 (8 groups keep 3), greedy on Lite (groups null),
+/// scaled and never renormalised, no query compression on Lite, YaRN in the old `rope_scaling`
+/// form. Active counts here include the input embedding, which DeepSeek's "21B" leaves out.
+#[test]
+fn deepseek_v2_configs() {
+    let v2 = serde_json::json!({
+        "model_type": "deepseek_v2", "hidden_size": 5120, "intermediate_size": 12288,
+        "moe_intermediate_size": 1536, "num_hidden_layers": 60, "num_attention_heads": 128,
+        "num_key_value_heads": 128, "n_shared_experts": 2, "n_routed_experts": 160,
+        "ep_size": 1, "routed_scaling_factor": 16.0, "kv_lora_rank": 512, "q_lora_rank": 1536,
+        "qk_rope_head_dim": 64, "v_head_dim": 128, "qk_nope_head_dim": 128,
+        "topk_method": "group_limited_greedy", "n_group": 8, "topk_group": 3,
+        "num_experts_per_tok": 6, "moe_layer_freq": 1, "first_k_dense_replace": 1,
+        "norm_topk_prob": false, "scoring_func": "softmax", "aux_loss_alpha": 0.003,
+        "seq_aux": true, "hidden_act": "silu", "max_position_embeddings": 163840,
+        "rms_norm_eps": 1e-6, "vocab_size": 102400, "rope_theta": 10000,
+        "rope_scaling": {"beta_fast": 32, "beta_slow": 1, "factor": 40, "mscale": 0.707,
+            "mscale_all_dim": 0.707, "original_max_position_embeddings": 4096, "type": "yarn"},
+        "attention_bias": false, "tie_word_embeddings": false
+    });
+    let c = parse_config(&v2.to_string(), "v2.json").unwrap();
+    assert_eq!(c.family, Family::DeepseekV2);
+    let m = c.moe.as_ref().unwrap();
+    assert_eq!(m.router, RouterKind::SoftmaxTopk);
+    assert_eq!((m.n_group, m.topk_group, m.experts_per_token), (8, 3, 6));
+    assert!(!m.norm_topk_prob && m.routed_scaling_factor == 16.0);
+    assert!(
+        c.layers[0].ffn == FfnKind::Dense && c.layers[1..].iter().all(|l| l.ffn == FfnKind::Moe)
+    );
+    assert!(c.mla.as_ref().unwrap().rope_interleave);
+    assert!(
+        !c.warnings
+            .iter()
+            .any(|w| w.to_string().contains("rope_interleave")),
+        "{:?}",
+        c.warnings
+    );
+    let n = model::plan::params::count(&c);
+    let (total, active) = (n.total() as f64 / 1e9, n.active() as f64 / 1e9);
+    assert!((total / 236.0 - 1.0).abs() < 0.01, "{total}");
+    assert!((active / 21.0 - 1.0).abs() < 0.03, "{active}");
+
+    let mut lite = v2.clone();
+    for (k, v) in [
+        ("hidden_size", serde_json::json!(2048)),
+        ("intermediate_size", serde_json::json!(10944)),
+        ("moe_intermediate_size", serde_json::json!(1408)),
+        ("num_hidden_layers", serde_json::json!(27)),
+        ("num_attention_heads", serde_json::json!(16)),
+        ("num_key_value_heads", serde_json::json!(16)),
+        ("n_routed_experts", serde_json::json!(64)),
+        ("routed_scaling_factor", serde_json::json!(1.0)),
+        ("q_lora_rank", serde_json::Value::Null),
+        ("topk_method", serde_json::json!("greedy")),
+        ("n_group", serde_json::Value::Null),
+        ("topk_group", serde_json::Value::Null),
+    ] {
+        lite[k] = v;
+    }
+    let c = parse_config(&lite.to_string(), "lite.json").unwrap();
+    let m = c.moe.as_ref().unwrap();
+    assert_eq!((m.n_group, m.topk_group), (1, 1));
+    assert_eq!(c.mla.as_ref().unwrap().q_lora_rank, None);
+    let total = model::plan::params::count(&c).total() as f64 / 1e9;
+    assert!((total / 15.7 - 1.0).abs() < 0.01, "{total}");
+
+    // Group-limited routing without its groups names the field.
+    let mut bad = v2.clone();
+    bad["n_group"] = serde_json::Value::Null;
+    let err = parse_config(&bad.to_string(), "bad.json")
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("n_group"), "{err}");
+}

@@ -142,6 +142,12 @@ fn four_cards_of_gqa_models_give_the_logits_of_one_card() {
 }
 
 #[test]
+fn four_cards_of_deepseek_v2_give_the_logits_of_one_card() {
+    // MLA heads split; the group-limited softmax router runs on every card over all experts.
+    check_plan("deepseek_v2", "tp=2,dp=2,ep=2");
+}
+
+#[test]
 fn bad_multi_card_runs_are_errors_not_hangs() {
     let cluster = ClusterPreset::load("h200-node").unwrap();
     let run = |dir: &str, spec: &str, n: usize| -> ForwardError {

@@ -96,6 +96,7 @@ fn gqa_presets_match_their_model_cards() {
 fn parameter_counts_equal_the_checkpoint_tensors() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("testdata/tiny");
     for name in [
+        "deepseek_v2",
         "deepseek_v3",
         "deepseek_v32",
         "qwen3_next",

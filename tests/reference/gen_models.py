@@ -52,6 +52,8 @@ from transformers import (
     Qwen3NextForCausalLM,
 )
 from transformers.models.deepseek_v3 import modeling_deepseek_v3 as ds3
+from transformers.models.deepseek_v2 import DeepseekV2Config, DeepseekV2ForCausalLM
+from transformers.models.deepseek_v2 import modeling_deepseek_v2 as ds2
 from transformers.models.deepseek_v32 import DeepseekV32Config, DeepseekV32ForCausalLM
 from transformers.models.deepseek_v32 import modeling_deepseek_v32 as ds32
 from transformers.models.kimi_linear import KimiLinearConfig, KimiLinearForCausalLM
@@ -401,6 +403,26 @@ PRESETS = {
         ),
         {},
     ),
+    # DeepSeek-V2 (V2-Lite's query path: `q_lora_rank` null, so `q_proj`): softmax routing,
+    # `group_limited_greedy` (4 groups ranked by their best probability, 2 kept), weights scaled
+    # by `routed_scaling_factor` and never renormalised, 2 shared experts, no correction bias;
+    # complex (interleaved) RoPE with YaRN.
+    "deepseek_v2": (
+        DeepseekV2ForCausalLM,
+        DeepseekV2Config,
+        37,
+        dict(
+            DEEPSEEK_TINY,
+            q_lora_rank=None,
+            topk_method="group_limited_greedy",
+            n_group=4,
+            topk_group=2,
+            n_shared_experts=2,
+            routed_scaling_factor=4.0,
+            norm_topk_prob=False,
+        ),
+        {},
+    ),
 }
 
 
@@ -490,6 +512,7 @@ def init_weights(model, gen):
             m,
             (
                 ds3.DeepseekV3RMSNorm,
+                ds2.DeepseekV2RMSNorm,
                 ds32.DeepseekV32RMSNorm,
                 qn.Qwen3NextRMSNormGated,
                 kl.KimiLinearRMSNorm,
@@ -512,12 +535,16 @@ def init_weights(model, gen):
             put(name, "weight", randn(*m.weight.shape) / math.sqrt(m.weight.shape[1]))
             # Comparable to the spread of the sigmoid scores, so it changes some selections.
             put(name, "e_score_correction_bias", 0.1 * randn(*m.e_score_correction_bias.shape))
-        elif isinstance(m, (qn.Qwen3NextTopKRouter, q3m.Qwen3MoeTopKRouter, mx.MixtralTopKRouter, q2m.Qwen2MoeTopKRouter)):
+        elif isinstance(
+            m,
+            (qn.Qwen3NextTopKRouter, q3m.Qwen3MoeTopKRouter, mx.MixtralTopKRouter, q2m.Qwen2MoeTopKRouter, ds2.DeepseekV2TopkRouter),
+        ):
             put(name, "weight", randn(*m.weight.shape) / math.sqrt(m.weight.shape[1]))
         elif isinstance(
             m,
             (
                 ds3.DeepseekV3Experts,
+                ds2.DeepseekV2Experts,
                 ds32.DeepseekV32Experts,
                 qn.Qwen3NextExperts,
                 kl.KimiLinearExperts,
@@ -585,6 +612,8 @@ class SelectionChecks:
                 m, (ds3.DeepseekV3TopkRouter, ds32.DeepseekV32TopkRouter, kl.KimiLinearTopkRouter, glm.Glm4MoeTopkRouter)
             ):
                 self.handles.append(m.register_forward_hook(self._deepseek_router(name)))
+            elif isinstance(m, ds2.DeepseekV2TopkRouter):
+                self.handles.append(m.register_forward_hook(self._deepseek_v2_router(name)))
             elif isinstance(m, (qn.Qwen3NextTopKRouter, q3m.Qwen3MoeTopKRouter, mx.MixtralTopKRouter, q2m.Qwen2MoeTopKRouter)):
                 self.handles.append(m.register_forward_hook(self._qwen_router(name)))
 
@@ -635,6 +664,21 @@ class SelectionChecks:
             keep = torch.zeros_like(group).scatter_(1, group.topk(m.topk_group, dim=-1).indices, 1)
             allowed = keep.bool().repeat_interleave(per, dim=1)
             self._record(f"{name} experts", boundary_margin(sc, m.top_k, allowed))
+
+        return hook
+
+    def _deepseek_v2_router(self, name):
+        def hook(m, args, output):
+            x = args[0].reshape(-1, m.hidden_dim).float()
+            probs = torch.softmax(x @ m.weight.float().T, dim=-1)
+            allowed = None
+            if m.topk_method == "group_limited_greedy":
+                g, per = m.num_group, m.num_experts // m.num_group
+                group = probs.view(-1, g, per).max(dim=-1).values
+                self._record(f"{name} groups", boundary_margin(group, m.topk_group))
+                keep = torch.zeros_like(group).scatter_(1, group.topk(m.topk_group, dim=-1).indices, 1)
+                allowed = keep.bool().repeat_interleave(per, dim=1)
+            self._record(f"{name} experts", boundary_margin(probs, m.top_k, allowed))
 
         return hook
 

@@ -182,8 +182,8 @@ pub fn router_sigmoid_group_topk(
     Ok(out)
 }
 
-/// Qwen3-Next routing of `logits [T, E]`: softmax over the experts, the top-`K` probabilities,
-/// divided by their sum when `norm_topk_prob` (no epsilon, as `Qwen3NextTopKRouter`).
+/// Softmax top-k routing, ungrouped and unscaled (Qwen, Mixtral): see
+/// [`router_softmax_group_topk`].
 pub fn router_softmax_topk(
     logits: &[f32],
     tokens: usize,
@@ -191,9 +191,40 @@ pub fn router_softmax_topk(
     top_k: usize,
     norm_topk_prob: bool,
 ) -> Result<RouterRef, MoeRefError> {
+    router_softmax_group_topk(logits, tokens, experts, top_k, (1, 1), norm_topk_prob, 1.0)
+}
+
+/// Softmax top-k routing as transformers computes it: `softmax(logits)` per token; with
+/// `groups = (n_group, topk_group)`, `n_group > 1` (DeepSeek-V2's `group_limited_greedy`), each
+/// group scores its largest probability, the experts outside the `topk_group` best groups score 0
+/// (`masked_fill(~mask, 0.0)`), and the top-`K` are taken from what is left; the chosen
+/// probabilities are divided by their sum when `norm_topk_prob`, then multiplied by `scale`
+/// (`routed_scaling_factor`). The margin covers both the group and the expert ranking.
+pub fn router_softmax_group_topk(
+    logits: &[f32],
+    tokens: usize,
+    experts: usize,
+    top_k: usize,
+    groups: (usize, usize),
+    norm_topk_prob: bool,
+    scale: f64,
+) -> Result<RouterRef, MoeRefError> {
+    let (n_group, topk_group) = groups;
     if experts == 0 || top_k == 0 || top_k > experts {
         return fail(format!(
             "top_k = {top_k} must be in 1..={experts} (experts)"
+        ));
+    }
+    if n_group == 0 || !experts.is_multiple_of(n_group) || topk_group == 0 || topk_group > n_group {
+        return fail(format!(
+            "n_group = {n_group} must divide the {experts} experts and topk_group = {topk_group} be in 1..=n_group"
+        ));
+    }
+    let gs = experts / n_group;
+    if top_k > topk_group * gs {
+        return fail(format!(
+            "top_k = {top_k} exceeds the {} experts of the kept groups",
+            topk_group * gs
         ));
     }
     expect_len("logits", logits.len(), tokens * experts, "[T, E]")?;
@@ -204,8 +235,21 @@ pub fn router_softmax_topk(
         margin: f64::INFINITY,
     };
     for row in probs.chunks_exact(experts) {
-        let ranked = topk(row, experts);
-        let sorted: Vec<f64> = ranked.iter().map(|i| row[*i]).collect();
+        let mut eligible = row.to_vec();
+        if n_group > 1 {
+            let group_scores: Vec<f64> = row
+                .chunks_exact(gs)
+                .map(|g| g.iter().cloned().fold(f64::NEG_INFINITY, f64::max))
+                .collect();
+            let ranked_groups = topk(&group_scores, n_group);
+            let sorted: Vec<f64> = ranked_groups.iter().map(|g| group_scores[*g]).collect();
+            out.margin = out.margin.min(ranking_margin(&sorted, topk_group + 1));
+            for g in &ranked_groups[topk_group..] {
+                eligible[g * gs..(g + 1) * gs].fill(0.0);
+            }
+        }
+        let ranked = topk(&eligible, experts);
+        let sorted: Vec<f64> = ranked.iter().map(|i| eligible[*i]).collect();
         out.margin = out.margin.min(ranking_margin(&sorted, top_k + 1));
         let w = &sorted[..top_k];
         let den = if norm_topk_prob {
@@ -214,7 +258,7 @@ pub fn router_softmax_topk(
             1.0
         };
         out.idx.extend_from_slice(&ranked[..top_k]);
-        out.weights.extend(w.iter().map(|v| v / den));
+        out.weights.extend(w.iter().map(|v| v / den * scale));
     }
     Ok(out)
 }

@@ -98,23 +98,36 @@ pub fn router_sigmoid_group_topk(
     }
 }
 
-/// Qwen3-Next routing of one token per program: softmax over the experts (f32), the top-`K`
-/// probabilities (`KB` ≥ `K`), divided by their sum when `norm_topk_prob`. The expert count is a
-/// run-time value: the experts are read `EB` at a time, once for the running max and sum (online
-/// softmax) and once to merge each block's probabilities into the running top-k.
+/// Softmax routing of one token per program (Qwen3-Next, Mixtral, DeepSeek-V2): softmax over
+/// the experts (f32), the top-`K` probabilities (`KB` ≥ `K`), divided by their sum when
+/// `norm_topk_prob`, times `routed_scaling_factor`. With `n_group > 1` (DeepSeek-V2's
+/// `group_limited_greedy`) only the experts of the `topk_group` groups with the highest best
+/// probability are eligible; a group's best probability ranks as its largest logit (softmax is
+/// monotonic), so the groups are ranked on the logits, at most [`MAX_SOFTMAX_GROUPS`] of them.
+/// The expert count is a run-time value: the experts are read `EB` at a time, once for the
+/// running max and sum (online softmax) and once to merge each block's probabilities into the
+/// running top-k (per kept group when grouped).
 #[kernel(
     grid = (logits.rows(),),
     tunable(EB = [64, 8, 16, 32, 128, 256, 512], KB = [8, 16, 32, 64])
 )]
+#[allow(clippy::too_many_arguments)]
 pub fn router_softmax_topk(
     logits: &Tensor<f32>,
     idx: &Tensor<i32>,
     weights: &Tensor<f32>,
+    n_group: usize,
+    topk_group: usize,
     norm_topk_prob: bool,
+    routed_scaling_factor: f32,
 ) {
     require(
         idx.cols() <= KB,
         "the KB tile must cover the experts per token",
+    );
+    require(
+        n_group <= 64,
+        "at most 64 expert groups (MAX_SOFTMAX_GROUPS)",
     );
     let t = program_id(0);
     let e = logits.cols();
@@ -131,21 +144,54 @@ pub fn router_softmax_topk(
     }
     let mut best = full::<f32, 1, KB>(f32::NEG_INFINITY);
     let mut best_idx = full::<i32, 1, KB>(-1.0);
-    for c0 in (0..e).step_by(EB) {
-        let x = load_async_or::<1, EB>(logits, t, c0, f32::NEG_INFINITY);
-        let prob = div_col(&exp(&sub_col(&x, &m)), &l);
-        topk_update(&mut best, &mut best_idx, &prob, c0);
+    if n_group <= 1 {
+        for c0 in (0..e).step_by(EB) {
+            let x = load_async_or::<1, EB>(logits, t, c0, f32::NEG_INFINITY);
+            let prob = div_col(&exp(&sub_col(&x, &m)), &l);
+            topk_update(&mut best, &mut best_idx, &prob, c0);
+        }
+    } else {
+        let gs = e / n_group;
+        let mut group_best = full::<f32, 1, 64>(f32::NEG_INFINITY);
+        let mut group_idx = full::<i32, 1, 64>(-1.0);
+        for g in 0..n_group {
+            let mut gmax = full::<f32, 1, 1>(f32::NEG_INFINITY);
+            for b in (0..gs).step_by(EB) {
+                let x = load_async_or::<1, EB>(logits, t, g * gs + b, f32::NEG_INFINITY);
+                gmax = maximum(&gmax, &row_max(&mask_keys(&x, 0, 0, gs - b, false)));
+            }
+            topk_update(&mut group_best, &mut group_idx, &gmax, g);
+        }
+        // The kept groups' blocks are read again (a tile cannot be indexed by a run-time group;
+        // the reload hits L2).
+        for i in 0..topk_group {
+            let g = index_at(&group_idx, i, i);
+            for b in (0..gs).step_by(EB) {
+                let x = load_async_or::<1, EB>(logits, t, g * gs + b, f32::NEG_INFINITY);
+                let x = mask_keys(&x, 0, 0, gs - b, false);
+                let prob = div_col(&exp(&sub_col(&x, &m)), &l);
+                topk_update(&mut best, &mut best_idx, &prob, g * gs + b);
+            }
+        }
     }
     // Probabilities are ≥ 0: masking the slots past K to −∞ and taking ReLU zeroes them, so the
     // renormalising sum sees the K chosen ones only.
     let top = relu(&mask_keys(&best, 0, 0, idx.cols(), false));
     store(idx, t, 0, &best_idx);
-    if norm_topk_prob {
-        store(weights, t, 0, &div_col(&top, &row_sum(&top)));
+    let w = if norm_topk_prob {
+        div_col(&top, &row_sum(&top))
     } else {
-        store(weights, t, 0, &top);
+        top
+    };
+    if routed_scaling_factor == 1.0 {
+        store(weights, t, 0, &w);
+    } else {
+        store(weights, t, 0, &scale(&w, routed_scaling_factor));
     }
 }
+
+/// Most expert groups [`router_softmax_topk()`] ranks (its group tile's width).
+pub const MAX_SOFTMAX_GROUPS: usize = 64;
 
 fn bad(kernel: &str, message: String) -> SimError {
     SimError::Launch {
@@ -242,7 +288,8 @@ pub fn run_router_sigmoid_group_topk(
 }
 
 /// Runs [`router_softmax_topk()`] after checking its parameters: `logits [T, E]`,
-/// `idx`/`weights [T, K]` with `K ≤ E`. Tiles are chosen to fit.
+/// `idx`/`weights [T, K]` with `K ≤ E`; ungrouped, unscaled (Qwen, Mixtral). Tiles are chosen
+/// to fit.
 pub fn run_router_softmax_topk(
     launcher: &Launcher,
     logits: &Tensor<f32>,
@@ -250,24 +297,101 @@ pub fn run_router_softmax_topk(
     weights: &Tensor<f32>,
     norm_topk_prob: bool,
 ) -> Result<Report, SimError> {
+    run_router_softmax_group_topk(
+        launcher,
+        logits,
+        idx,
+        weights,
+        SoftmaxRouterParams {
+            n_group: 1,
+            topk_group: 1,
+            norm_topk_prob,
+            routed_scaling_factor: 1.0,
+        },
+    )
+}
+
+/// The parameters of a softmax router beyond its shapes.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct SoftmaxRouterParams {
+    /// Expert groups (`n_group`; 1 = ungrouped).
+    pub n_group: usize,
+    /// Groups whose experts are eligible (`topk_group`).
+    pub topk_group: usize,
+    /// Divide the chosen probabilities by their sum.
+    pub norm_topk_prob: bool,
+    /// Multiplies the weights (DeepSeek-V2's `routed_scaling_factor`).
+    pub routed_scaling_factor: f32,
+}
+
+/// Runs [`router_softmax_topk()`] after checking its parameters: `logits [T, E]`,
+/// `idx`/`weights [T, K]`; `n_group` (≤ [`MAX_SOFTMAX_GROUPS`]) divides `E`,
+/// `1 ≤ topk_group ≤ n_group`, and `K ≤ topk_group · E / n_group`. Tiles are chosen to fit.
+pub fn run_router_softmax_group_topk(
+    launcher: &Launcher,
+    logits: &Tensor<f32>,
+    idx: &Tensor<i32>,
+    weights: &Tensor<f32>,
+    p: SoftmaxRouterParams,
+) -> Result<Report, SimError> {
     let meta = &router_softmax_topk::META;
     let (_, e, k) = routing_shapes(meta.name, logits, idx, weights)?;
-    if k > e {
+    let groups = p.n_group.max(1);
+    if groups > MAX_SOFTMAX_GROUPS || !e.is_multiple_of(groups) {
         return Err(bad(
             meta.name,
-            format!("top_k = {k} (the columns of `idx`) exceeds the {e} experts"),
+            format!(
+                "n_group = {} must divide the {e} experts and be at most {MAX_SOFTMAX_GROUPS}",
+                p.n_group
+            ),
+        ));
+    }
+    let kept = if groups == 1 { 1 } else { p.topk_group };
+    if kept == 0 || kept > groups {
+        return Err(bad(
+            meta.name,
+            format!(
+                "topk_group = {} must be in 1..={groups} (n_group)",
+                p.topk_group
+            ),
+        ));
+    }
+    if k > kept * (e / groups) {
+        return Err(bad(
+            meta.name,
+            format!(
+                "top_k = {k} (the columns of `idx`) exceeds the {} experts of the {kept} kept group(s)",
+                kept * (e / groups)
+            ),
+        ));
+    }
+    if !p.routed_scaling_factor.is_finite() {
+        return Err(bad(
+            meta.name,
+            format!(
+                "routed_scaling_factor = {} must be finite",
+                p.routed_scaling_factor
+            ),
         ));
     }
     let config = crate::tile_choice::cover(
         meta,
         &Config::new().with(
             "EB",
-            crate::tile_choice::covering(meta, "EB", e, 512).unwrap_or(64),
+            crate::tile_choice::covering(meta, "EB", e / groups, 512).unwrap_or(64),
         ),
         &[("KB", k, "num_experts_per_tok")],
     )?;
-    Ok(
-        router_softmax_topk::launch(launcher, &config, logits, idx, weights, norm_topk_prob)?
-            .report,
-    )
+    Ok(router_softmax_topk::launch(
+        launcher,
+        &config,
+        logits,
+        idx,
+        weights,
+        groups,
+        kept,
+        p.norm_topk_prob,
+        p.routed_scaling_factor,
+    )?
+    .report)
 }

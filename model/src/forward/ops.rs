@@ -1112,7 +1112,7 @@ impl Ops {
         self.book_report("moe.router", r)
     }
 
-    /// Softmax top-k router (Qwen3-Next).
+    /// Softmax top-k router (Qwen, Mixtral; grouped and scaled: DeepSeek-V2).
     pub fn router_softmax_topk(
         &mut self,
         logits: &Tensor<f32>,
@@ -1120,12 +1120,17 @@ impl Ops {
         weights: &Tensor<f32>,
         m: &MoeDims,
     ) -> Result<(), ForwardError> {
-        let r = kernels::moe::router::run_router_softmax_topk(
+        let r = kernels::moe::router::run_router_softmax_group_topk(
             &self.launcher,
             logits,
             idx,
             weights,
-            m.norm_topk_prob,
+            kernels::moe::router::SoftmaxRouterParams {
+                n_group: m.n_group,
+                topk_group: m.topk_group,
+                norm_topk_prob: m.norm_topk_prob,
+                routed_scaling_factor: m.routed_scaling_factor as f32,
+            },
         );
         self.book_report("moe.router", r)
     }

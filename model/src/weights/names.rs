@@ -8,7 +8,7 @@
 //!
 //! | family | attention | feed-forward |
 //! |---|---|---|
-//! | `deepseek_v3`, `kimi_k2` | `self_attn.{q_a_proj, q_a_layernorm, q_b_proj}` (or `q_proj` when `q_lora_rank` is null), `kv_a_proj_with_mqa`, `kv_a_layernorm`, `kv_b_proj`, `o_proj` | dense `mlp.{gate,up,down}_proj`; MoE `mlp.gate.weight`, `mlp.gate.e_score_correction_bias`, `mlp.experts.{e}.{gate,up,down}_proj`, `mlp.shared_experts.*` |
+//! | `deepseek_v3`, `kimi_k2`, `deepseek_v2` | `self_attn.{q_a_proj, q_a_layernorm, q_b_proj}` (or `q_proj` when `q_lora_rank` is null), `kv_a_proj_with_mqa`, `kv_a_layernorm`, `kv_b_proj`, `o_proj` | dense `mlp.{gate,up,down}_proj`; MoE `mlp.gate.weight`, `mlp.gate.e_score_correction_bias` (not V2), `mlp.experts.{e}.{gate,up,down}_proj`, `mlp.shared_experts.*` |
 //! | `deepseek_v32` | as V3, plus `self_attn.indexer.{wq_b, wk, k_norm (weight, bias), weights_proj}` | as V3 |
 //! | `qwen3_next` | full: `self_attn.{q_proj (query + gate), k_proj, v_proj, o_proj, q_norm, k_norm}`; linear: `linear_attn.{in_proj_qkvz, in_proj_ba, conv1d, dt_bias, A_log, norm, out_proj}` | `mlp.gate`, `mlp.experts.{e}.*`, `mlp.shared_expert.*`, `mlp.shared_expert_gate` |
 //! | `qwen3_vl_moe` | `model.language_model.layers.N.self_attn.{q_proj, k_proj, v_proj, o_proj, q_norm, k_norm}` (every name under `model.language_model.`; the vision encoder's under `model.visual.`, [`crate::vision::VisionConfig::tensor_shapes`]) | `mlp.gate`, fused `mlp.experts.{gate_up_proj, down_proj}` |
@@ -360,7 +360,9 @@ fn ffn(
                 | Family::Llama
                 | Family::Mixtral
                 | Family::Qwen2 => false,
-                Family::Day0Hybrid => moe.router == RouterKind::SigmoidGroupTopk,
+                Family::Day0Hybrid | Family::DeepseekV2 => {
+                    moe.router == RouterKind::SigmoidGroupTopk
+                }
             };
             if correction_bias {
                 push(
