@@ -21,18 +21,22 @@
 //!   when `norm_topk_prob` (default false, as `Qwen3MoeConfig`), no shared expert; `head_dim`
 //!   defaults to 128 (`qwen3`) or `hidden_size / heads` (`qwen3_moe`). A sliding window
 //!   (`use_sliding_window`: Qwen3-MoE every layer, Qwen3 the layers from `max_window_layers`, or
-//!   `layer_types`) is kept as the attention kind `sliding_attention`, which day0 lacks.
+//!   `layer_types`) makes those layers windowed GQA (`AttentionKind::SlidingGqa`), whose parameters
+//!   and window-bounded cache day0 counts but which no kernel runs yet (coverage reports it).
 //! - **Llama / Mistral / Mixtral** (`llama`, `mistral`, `mixtral`): GQA without q/k norms,
 //!   `head_dim` defaulting to `hidden_size / heads`, RoPE with `llama3` scaling where given; a dense
 //!   SwiGLU MLP (`llama`, `mistral`) or MoE in every layer (`mixtral`: `num_local_experts`, softmax
 //!   top-k always renormalised). A non-null `sliding_window` (Mistral, Mixtral) makes every layer
-//!   `sliding_attention`.
+//!   windowed.
 //! - **Qwen2** (`qwen2`): as Llama, with q/k/v projection biases; windows as Qwen3. **Qwen2-MoE**
 //!   (`qwen2_moe`): biases per `qkv_bias`, Qwen's MoE layout with softmax top-k and a
 //!   sigmoid-gated shared expert (as Qwen3-Next's).
 //! - **GLM-4.5** (`glm4_moe`): GQA with q/k/v biases (`attention_bias`), optional q/k norms
 //!   (`use_qk_norm`), half-split RoPE on the first `partial_rotary_factor` (0.5) of each head;
 //!   dense MLP for `i < first_k_dense_replace`, then DeepSeek-V3's MoE and shared experts.
+//! - **gpt-oss** (`gpt_oss`): parsed, counted and inventoried, not run: GQA with biases on all
+//!   four projections and per-head attention sinks, alternating windowed / full layers, MoE with
+//!   biased router and experts, a clamped SwiGLU and MXFP4 experts (see `gpt_oss` below).
 //! - **Kimi Linear**: `linear_attn_config.kda_layers` / `full_attn_layers` (1-based) when given,
 //!   else `layer_types`, else transformers' default; dense MLP for `i < first_k_dense_replace`
 //!   (default 1) unless `mlp_layer_types` says otherwise. Its MLA uses no RoPE unless `mla_use_nope` is false (absent: none, as transformers).
@@ -79,9 +83,9 @@
 //! configuration still parses, and the coverage inventory reports the layer as missing.
 
 use crate::config::{
-    AttentionKind, ConfigWarning, Decay, DenseMlpDims, Family, FfnKind, GqaDims, IndexerDims,
-    LayerSpec, LinearAttnDims, MlaDims, ModelConfig, ModelError, MoeDims, Obj, RopeConfig,
-    RopeScaling, RouterKind, WeightFormat,
+    AttentionKind, ConfigWarning, Decay, DenseMlpDims, ExpertActivation, Family, FfnKind, GqaDims,
+    IndexerDims, LayerSpec, LinearAttnDims, MlaDims, ModelConfig, ModelError, MoeDims, Obj,
+    RopeConfig, RopeScaling, RouterKind, WeightFormat,
 };
 
 /// Fields every Hugging Face config may carry that do not change the forward pass.
@@ -123,6 +127,7 @@ pub(crate) fn parse(o: &Obj, model_type: &str) -> Result<ModelConfig, ModelError
         "qwen3_moe" | "qwen3" => qwen3(o, model_type),
         "qwen2" | "qwen2_moe" => qwen2(o, model_type),
         "glm4_moe" => glm4_moe(o, model_type),
+        "gpt_oss" => gpt_oss(o, model_type),
         "llama" | "mistral" | "mixtral" => llama(o, model_type),
         "day0_hybrid" => hybrid(o, model_type),
         other => Err(ModelError::UnsupportedModelType {
@@ -532,6 +537,8 @@ fn deepseek(o: &Obj, model_type: &str, family: Family) -> Result<ModelConfig, Mo
             ),
         };
         let m = MoeDims {
+            activation: ExpertActivation::Swiglu,
+            biases: false,
             experts,
             experts_per_token: o.req_dim("num_experts_per_tok")?,
             intermediate_size: moe_inter,
@@ -699,6 +706,9 @@ fn qwen3_next(o: &Obj, model_type: &str) -> Result<ModelConfig, ModelError> {
     let gqa = if attention.contains(&AttentionKind::Gqa) {
         let (heads, kv_heads) = gqa_heads(o)?;
         Some(GqaDims {
+            sinks: false,
+            o_bias: false,
+            sliding_window: None,
             heads,
             kv_heads,
             head_dim: o.req_dim("head_dim")?,
@@ -744,6 +754,8 @@ fn qwen3_next(o: &Obj, model_type: &str) -> Result<ModelConfig, ModelError> {
     let ffn = qwen_ffn_layout(o, n_layers, experts, &mut w)?;
     let moe = if experts > 0 {
         let m = MoeDims {
+            activation: ExpertActivation::Swiglu,
+            biases: false,
             experts,
             experts_per_token: o.req_dim("num_experts_per_tok")?,
             intermediate_size: o.req_dim("moe_intermediate_size")?,
@@ -886,6 +898,8 @@ fn qwen3_vl_moe(o: &Obj, model_type: &str) -> Result<ModelConfig, ModelError> {
     let ffn = qwen_ffn_layout(&t, n_layers, experts, &mut w)?;
     let moe = if experts > 0 {
         let m = MoeDims {
+            activation: ExpertActivation::Swiglu,
+            biases: false,
             experts,
             experts_per_token: t.req_dim("num_experts_per_tok")?,
             intermediate_size: t.req_dim("moe_intermediate_size")?,
@@ -947,6 +961,9 @@ fn qwen3_vl_moe(o: &Obj, model_type: &str) -> Result<ModelConfig, ModelError> {
         mla: None,
         indexer: None,
         gqa: Some(GqaDims {
+            sinks: false,
+            o_bias: false,
+            sliding_window: None,
             heads,
             kv_heads,
             head_dim,
@@ -986,9 +1003,9 @@ fn head_dim_or(o: &Obj, default: usize) -> Result<usize, ModelError> {
     }
 }
 
-/// Per-layer attention of a GQA decoder: `layer_types` when given (`full_attention` is GQA; any
-/// other kind, e.g. `sliding_attention`, is kept by name for the coverage inventory), else GQA,
-/// or `sliding_attention` for the layers `sliding(i)` says use a window.
+/// Per-layer attention of a GQA decoder: `layer_types` when given (`full_attention` is GQA,
+/// `sliding_attention` windowed GQA; any other kind is kept by name for the coverage inventory),
+/// else GQA, or windowed GQA for the layers `sliding(i)` says use a window.
 fn gqa_layer_kinds(
     o: &Obj,
     n_layers: usize,
@@ -996,6 +1013,7 @@ fn gqa_layer_kinds(
 ) -> Result<Vec<AttentionKind>, ModelError> {
     let kind = |s: &str| match s {
         "full_attention" => AttentionKind::Gqa,
+        "sliding_attention" => AttentionKind::SlidingGqa,
         other => AttentionKind::Unknown(other.to_string()),
     };
     match o.opt_str_list("layer_types")? {
@@ -1041,6 +1059,8 @@ fn softmax_moe(
     norm_topk_prob: bool,
 ) -> Result<MoeDims, ModelError> {
     let m = MoeDims {
+        activation: ExpertActivation::Swiglu,
+        biases: false,
         experts,
         experts_per_token: o.req_dim("num_experts_per_tok")?,
         intermediate_size: o.req_dim(intermediate_key)?,
@@ -1072,6 +1092,16 @@ fn gqa_model(
     mut w: Vec<ConfigWarning>,
 ) -> Result<ModelConfig, ModelError> {
     let dense_mlp = dense_mlp_dims(o, &ffn)?;
+    let mut gqa = gqa;
+    if attention.contains(&AttentionKind::SlidingGqa) {
+        let window = o
+            .opt_usize("sliding_window")?
+            .ok_or_else(|| o.missing_for("sliding_window", "a `sliding_attention` layer"))?;
+        if window == 0 {
+            return Err(o.invalid("sliding_window", "must be at least 1 token"));
+        }
+        gqa.sliding_window = Some(window);
+    }
     Ok(ModelConfig {
         source: o.file.to_string(),
         model_type: model_type.to_string(),
@@ -1127,6 +1157,9 @@ fn qwen3(o: &Obj, model_type: &str) -> Result<ModelConfig, ModelError> {
     };
     let rope = parse_rope(o, 1.0, &mut w)?;
     let gqa = GqaDims {
+        sinks: false,
+        o_bias: false,
+        sliding_window: None,
         heads,
         kv_heads,
         head_dim,
@@ -1136,6 +1169,84 @@ fn qwen3(o: &Obj, model_type: &str) -> Result<ModelConfig, ModelError> {
     };
     let family = Family::Qwen3;
     gqa_model(o, model_type, family, gqa, attention, ffn, moe, rope, w)
+}
+
+/// gpt-oss (`gpt_oss`; defaults from transformers' `GptOssConfig`): GQA whose four projections
+/// carry biases (`attention_bias`, default true) plus one learned sink logit per head,
+/// `layer_types` alternating `sliding_attention` (window `sliding_window`, default 128) and
+/// `full_attention`; every layer MoE: a biased router, top-`num_experts_per_tok` of the logits
+/// softmaxed (= softmax top-k renormalised), experts with biases and the clamped SwiGLU
+/// (`swiglu_alpha` 1.702, `swiglu_limit` 7.0), stored MXFP4 (`quantization_config` `mxfp4`; the
+/// attention, router and embeddings stay bf16).
+fn gpt_oss(o: &Obj, model_type: &str) -> Result<ModelConfig, ModelError> {
+    let mut w = Vec::new();
+    common_hf_with(o, &mut w, true)?;
+    o.ignore(&[
+        "router_aux_loss_coef",
+        "initial_context_length",
+        "experts_per_token",
+    ]);
+    let n_layers = o.req_dim("num_hidden_layers")?;
+    let (heads, kv_heads) = gqa_heads(o)?;
+    let head_dim = head_dim_or(o, 64)?;
+    let attention = gqa_layer_kinds(o, n_layers, |i| i % 2 == 0)?;
+    let experts = first_usize(o, &["num_local_experts", "num_experts"])?.unwrap_or(128);
+    if experts == 0 {
+        return Err(o.invalid(
+            "num_local_experts",
+            "gpt-oss layers are all MoE: at least 1 expert",
+        ));
+    }
+    // The router: softmax(topk(logits)) is the top-k of softmax(logits), renormalised.
+    let moe = MoeDims {
+        activation: ExpertActivation::ClampedSwiglu {
+            alpha: o.f64_or("swiglu_alpha", 1.702, &mut w)?,
+            limit: o.f64_or("swiglu_limit", 7.0, &mut w)?,
+        },
+        biases: true,
+        ..softmax_moe(o, experts, "intermediate_size", true)?
+    };
+    let bias = o.bool_or("attention_bias", true, &mut w)?;
+    let gqa = GqaDims {
+        sinks: true,
+        o_bias: bias,
+        qkv_bias: bias,
+        ..GqaDims::new(heads, kv_heads, head_dim)
+    };
+    // transformers' default RoPE when the file has none: YaRN ×32 over 4096 positions, θ 150000.
+    let rope = if o.contains("rope_scaling") || o.contains("rope_parameters") {
+        parse_rope(o, 1.0, &mut w)?
+    } else {
+        RopeConfig {
+            theta: o.f64_or("rope_theta", 150000.0, &mut w)?,
+            scaling: RopeScaling::Yarn {
+                factor: 32.0,
+                original_max_position_embeddings: 4096,
+                beta_fast: 32.0,
+                beta_slow: 1.0,
+                mscale: 0.0,
+                mscale_all_dim: 0.0,
+            },
+            partial_rotary_factor: 1.0,
+            source: Some("transformers' GptOssConfig default"),
+            mrope_section: None,
+        }
+    };
+    let ffn = vec![FfnKind::Moe; n_layers];
+    let mut cfg = gqa_model(
+        o,
+        model_type,
+        Family::GptOss,
+        gqa,
+        attention,
+        ffn,
+        Some(moe),
+        rope,
+        w,
+    )?;
+    // Only the experts are MXFP4 (`modules_to_not_convert`: attention, router, embeddings).
+    cfg.weight_format = WeightFormat::Float;
+    Ok(cfg)
 }
 
 /// Llama (`llama`), Mistral (`mistral`) and Mixtral (`mixtral`): see the module docs.
@@ -1169,14 +1280,7 @@ fn llama(o: &Obj, model_type: &str) -> Result<ModelConfig, ModelError> {
         (vec![FfnKind::Dense; n_layers], None, Family::Llama)
     };
     let rope = parse_rope(o, 1.0, &mut w)?;
-    let gqa = GqaDims {
-        heads,
-        kv_heads,
-        head_dim,
-        qk_norm: false,
-        output_gate: false,
-        qkv_bias: false,
-    };
+    let gqa = GqaDims::new(heads, kv_heads, head_dim);
     gqa_model(o, model_type, family, gqa, attention, ffn, moe, rope, w)
 }
 
@@ -1210,6 +1314,8 @@ fn qwen2(o: &Obj, model_type: &str) -> Result<ModelConfig, ModelError> {
         let ffn = qwen_ffn_layout(o, n_layers, experts, &mut w)?;
         let moe = if experts > 0 {
             let m = MoeDims {
+                activation: ExpertActivation::Swiglu,
+                biases: false,
                 shared_experts: 1,
                 shared_intermediate_size: o.req_dim("shared_expert_intermediate_size")?,
                 shared_expert_gate: true,
@@ -1222,6 +1328,13 @@ fn qwen2(o: &Obj, model_type: &str) -> Result<ModelConfig, ModelError> {
             };
             Some(m)
         } else {
+            // No experts: the MoE fields describe nothing (as `qwen3_moe` with 0 experts).
+            o.ignore(&[
+                "num_experts_per_tok",
+                "moe_intermediate_size",
+                "shared_expert_intermediate_size",
+                "norm_topk_prob",
+            ]);
             None
         };
         (ffn, moe)
@@ -1230,6 +1343,9 @@ fn qwen2(o: &Obj, model_type: &str) -> Result<ModelConfig, ModelError> {
     };
     let rope = parse_rope(o, 1.0, &mut w)?;
     let gqa = GqaDims {
+        sinks: false,
+        o_bias: false,
+        sliding_window: None,
         heads,
         kv_heads,
         head_dim,
@@ -1276,6 +1392,8 @@ fn glm4_moe(o: &Obj, model_type: &str) -> Result<ModelConfig, ModelError> {
     let moe_inter = o.req_dim("moe_intermediate_size")?;
     let shared = o.usize_or("n_shared_experts", 1, &mut w)?;
     let moe = MoeDims {
+        activation: ExpertActivation::Swiglu,
+        biases: false,
         experts: match first_usize(o, &["n_routed_experts", "num_local_experts"])? {
             Some(e) => e,
             None => o.usize_or("n_routed_experts", 128, &mut w)?,
@@ -1294,6 +1412,9 @@ fn glm4_moe(o: &Obj, model_type: &str) -> Result<ModelConfig, ModelError> {
     };
     check_moe(o, &moe)?;
     let gqa = GqaDims {
+        sinks: false,
+        o_bias: false,
+        sliding_window: None,
         heads,
         kv_heads,
         head_dim,
@@ -1476,6 +1597,8 @@ fn kimi_linear(o: &Obj, model_type: &str) -> Result<ModelConfig, ModelError> {
             None => o.bool_or("norm_topk_prob", true, &mut w)?,
         };
         let m = MoeDims {
+            activation: ExpertActivation::Swiglu,
+            biases: false,
             experts,
             experts_per_token: first_usize(o, &["num_experts_per_token", "num_experts_per_tok"])?
                 .ok_or_else(|| o.missing("num_experts_per_token"))?,
@@ -1716,6 +1839,8 @@ fn hybrid(o: &Obj, model_type: &str) -> Result<ModelConfig, ModelError> {
                 other => WeightFormat::Other(other.to_string()),
             };
             let dims = MoeDims {
+                activation: ExpertActivation::Swiglu,
+                biases: false,
                 experts: m.req_dim("num_experts")?,
                 experts_per_token: m.req_dim("experts_per_token")?,
                 intermediate_size: inter,

@@ -118,6 +118,7 @@ pub const SUPPORTED_MODEL_TYPES: &[&str] = &[
     "qwen2",
     "qwen2_moe",
     "glm4_moe",
+    "gpt_oss",
     "day0_hybrid",
 ];
 
@@ -256,6 +257,11 @@ pub enum Family {
     Qwen2,
     /// `glm4_moe`: GLM-4.5, GQA (q/k/v biases, partial RoPE) with DeepSeek-V3's MoE.
     Glm4Moe,
+    /// `gpt_oss`: gpt-oss-120b / 20b. GQA with biases and attention sinks, alternating
+    /// sliding-window and full layers, MoE with biased experts, a clamped SwiGLU and MXFP4
+    /// weights. Parsed, counted and inventoried; the sinks, the window and the expert activation
+    /// have no kernels yet, so it does not run.
+    GptOss,
     /// `day0_hybrid`, day0's own schema.
     Day0Hybrid,
 }
@@ -285,6 +291,7 @@ impl Family {
             Family::Mixtral => "Mixtral (GQA + softmax top-k MoE)",
             Family::Qwen2 => "Qwen2 (GQA with q/k/v biases)",
             Family::Glm4Moe => "GLM-4.5 (GQA with q/k/v biases, DeepSeek-V3 MoE)",
+            Family::GptOss => "gpt-oss (GQA with sinks, sliding windows, MXFP4 MoE)",
             Family::Day0Hybrid => "day0 hybrid",
         }
     }
@@ -301,6 +308,10 @@ pub enum AttentionKind {
     Gqa,
     /// Linear attention with the gated delta rule ([`ModelConfig::linear_attention`]), GDN or KDA.
     LinearAttention,
+    /// Grouped-query attention over a sliding window of [`GqaDims::sliding_window`] keys
+    /// (transformers' `sliding_attention` layers: Mistral, Qwen with `use_sliding_window`,
+    /// gpt-oss). Its weights are GQA's; day0 has no windowed attention kernel yet.
+    SlidingGqa,
     /// A kind day0 does not know: kept by name so the coverage inventory reports it.
     Unknown(String),
 }
@@ -313,6 +324,7 @@ impl AttentionKind {
             AttentionKind::SparseMla => "sparse_mla".into(),
             AttentionKind::Gqa => "gqa".into(),
             AttentionKind::LinearAttention => "linear".into(),
+            AttentionKind::SlidingGqa => "sliding_attention".into(),
             AttentionKind::Unknown(s) => s.clone(),
         }
     }
@@ -413,8 +425,33 @@ pub struct GqaDims {
     pub qk_norm: bool,
     /// Sigmoid output gate from a second half of `q_proj` (Qwen3-Next: yes).
     pub output_gate: bool,
+    /// A learned per-head logit in every softmax's denominator ("attention sinks": gpt-oss's
+    /// `self_attn.sinks`); day0 has no kernel for it yet.
+    pub sinks: bool,
+    /// `o_proj` carries a bias (gpt-oss's `attention_bias` biases all four projections).
+    pub o_bias: bool,
+    /// Keys a [`AttentionKind::SlidingGqa`] layer attends to: the last `sliding_window`
+    /// positions, the query's own included.
+    pub sliding_window: Option<usize>,
     /// q/k/v projections carry biases (`attention_bias`: Qwen2, GLM-4.5); `o_proj` has none.
     pub qkv_bias: bool,
+}
+
+impl GqaDims {
+    /// Plain grouped-query attention: no q/k norms, gate, biases, sinks or window.
+    pub fn new(heads: usize, kv_heads: usize, head_dim: usize) -> GqaDims {
+        GqaDims {
+            heads,
+            kv_heads,
+            head_dim,
+            qk_norm: false,
+            output_gate: false,
+            qkv_bias: false,
+            sinks: false,
+            o_bias: false,
+            sliding_window: None,
+        }
+    }
 }
 
 /// How the gated delta rule decays its state.
@@ -501,6 +538,21 @@ impl fmt::Display for WeightFormat {
     }
 }
 
+/// The routed experts' gated activation `act(gate) · up`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum ExpertActivation {
+    /// `silu(gate) · up`.
+    Swiglu,
+    /// gpt-oss's: `gate` clamped above at `limit`, `up` to `±limit`, then
+    /// `gate · σ(alpha · gate) · (up + 1)`; day0 has no kernel for it yet.
+    ClampedSwiglu {
+        /// `swiglu_alpha`.
+        alpha: f64,
+        /// `swiglu_limit`.
+        limit: f64,
+    },
+}
+
 /// Mixture-of-experts dimensions and routing.
 #[derive(Debug, Clone, PartialEq)]
 pub struct MoeDims {
@@ -525,6 +577,11 @@ pub struct MoeDims {
     pub topk_group: usize,
     /// Renormalise the selected weights (`norm_topk_prob`).
     pub norm_topk_prob: bool,
+    /// The routed experts' activation.
+    pub activation: ExpertActivation,
+    /// The router and every expert projection carry biases (gpt-oss); day0 has no kernel for
+    /// the experts' yet.
+    pub biases: bool,
     /// `routed_scaling_factor`.
     pub routed_scaling_factor: f64,
     /// Expert weight storage.

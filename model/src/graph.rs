@@ -28,7 +28,8 @@
 //! dropped silently.
 
 use crate::config::{
-    AttentionKind, Decay, FfnKind, LinearAttnDims, MlaDims, ModelConfig, RouterKind, WeightFormat,
+    AttentionKind, Decay, ExpertActivation, FfnKind, LinearAttnDims, MlaDims, ModelConfig,
+    RouterKind, WeightFormat,
 };
 use std::fmt;
 
@@ -330,7 +331,8 @@ pub fn build_phase(cfg: &ModelConfig, phase: Phase, tokens: usize, context: usiz
         match &spec.attention {
             AttentionKind::Mla => b.mla(false),
             AttentionKind::SparseMla => b.mla(true),
-            AttentionKind::Gqa => b.gqa(),
+            AttentionKind::Gqa => b.gqa(false),
+            AttentionKind::SlidingGqa => b.gqa(true),
             AttentionKind::LinearAttention => b.linear_attention(),
             AttentionKind::Unknown(k) => b.unknown(format!("attention kind `{k}`"), "self_attn"),
         }
@@ -634,7 +636,8 @@ impl Builder<'_> {
     }
 
     /// Qwen3-Next gated GQA.
-    fn gqa(&mut self) {
+    /// Grouped-query attention, over a sliding window of keys when `sliding`.
+    fn gqa(&mut self, sliding: bool) {
         let Some(g) = self.cfg.gqa.clone() else {
             return self.unknown("gqa without attention dimensions".into(), "self_attn");
         };
@@ -647,20 +650,9 @@ impl Builder<'_> {
         self.linear("self_attn.k_proj", h, nkv * d);
         self.linear("self_attn.v_proj", h, nkv * d);
         if g.qkv_bias {
-            for (name, width) in [
-                ("self_attn.q_proj.bias", nq * d),
-                ("self_attn.k_proj.bias", nkv * d),
-                ("self_attn.v_proj.bias", nkv * d),
-            ] {
-                self.op(
-                    OpKind::BiasAdd,
-                    name,
-                    vec![opnd("x", &[t, width]), opnd("b", &[1, width])],
-                    vec![opnd("x", &[t, width])],
-                    vec![("width", width)],
-                    None,
-                );
-            }
+            self.bias_add("self_attn.q_proj.bias", nq * d);
+            self.bias_add("self_attn.k_proj.bias", nkv * d);
+            self.bias_add("self_attn.v_proj.bias", nkv * d);
         }
         if g.qk_norm {
             self.norm(OpKind::RmsNorm, "self_attn.q_norm", t * nq, d);
@@ -697,6 +689,21 @@ impl Builder<'_> {
             vec![("D", d), ("DV", d), ("heads", nq), ("kv_heads", nkv)],
             None,
         );
+        // What the attention kernels do not do yet, as operators of their own so the inventory
+        // names them.
+        if sliding {
+            let w = g.sliding_window.unwrap_or(0);
+            self.unknown(
+                format!("sliding-window attention (last {w} keys)"),
+                "self_attn.sliding_window",
+            );
+        }
+        if g.sinks {
+            self.unknown(
+                "attention sinks (a per-head softmax logit)".into(),
+                "self_attn.sinks",
+            );
+        }
         if g.output_gate {
             self.op(
                 OpKind::AttnOutputGate,
@@ -708,6 +715,22 @@ impl Builder<'_> {
             );
         }
         self.linear("self_attn.o_proj", nq * d, h);
+        if g.o_bias {
+            self.bias_add("self_attn.o_proj.bias", h);
+        }
+    }
+
+    /// A bias row added to each of the step's `width`-wide rows.
+    fn bias_add(&mut self, name: &str, width: usize) {
+        let t = self.t;
+        self.op(
+            OpKind::BiasAdd,
+            name,
+            vec![opnd("x", &[t, width]), opnd("b", &[1, width])],
+            vec![opnd("x", &[t, width])],
+            vec![("width", width)],
+            None,
+        );
     }
 
     /// Gated DeltaNet (scalar decay) or KDA (per-channel decay).
@@ -829,6 +852,9 @@ impl Builder<'_> {
         let (t, h) = (self.t, self.cfg.hidden_size);
         let (e, k, i) = (m.experts, m.experts_per_token, m.intermediate_size);
         self.linear("mlp.gate", h, e);
+        if m.biases {
+            self.bias_add("mlp.gate.bias", e);
+        }
         let router_detail = format!(
             "top-{k} of {e}, {} group(s) keep {}, norm_topk_prob {}, scale {}",
             m.n_group, m.topk_group, m.norm_topk_prob, m.routed_scaling_factor
@@ -878,6 +904,15 @@ impl Builder<'_> {
             vec![("hidden", h), ("inter", i), ("experts", e)],
             Some(format!("weights: {}", m.expert_format)),
         );
+        if m.biases {
+            self.unknown("expert biases".into(), "mlp.experts.biases");
+        }
+        if let ExpertActivation::ClampedSwiglu { alpha, limit } = m.activation {
+            self.unknown(
+                format!("clamped SwiGLU (limit {limit}, alpha {alpha})"),
+                "mlp.experts.activation",
+            );
+        }
         self.op(
             OpKind::MoeCombine,
             "mlp.combine",

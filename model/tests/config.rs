@@ -439,9 +439,9 @@ fn wrong_types_and_invalid_values_are_errors() {
 
 #[test]
 fn unsupported_or_missing_model_type() {
-    let e = parse_config(r#"{"model_type": "gpt_oss"}"#, "gpt.json").unwrap_err();
+    let e = parse_config(r#"{"model_type": "gemma3"}"#, "gpt.json").unwrap_err();
     assert!(
-        matches!(&e, ModelError::UnsupportedModelType { model_type, .. } if model_type == "gpt_oss")
+        matches!(&e, ModelError::UnsupportedModelType { model_type, .. } if model_type == "gemma3")
     );
     assert!(
         e.to_string().contains("deepseek_v32"),
@@ -575,7 +575,7 @@ fn qwen3_moe_published_config() {
     assert_eq!(c.layers[0].ffn, FfnKind::Dense);
     assert_eq!(c.layers[5].ffn, FfnKind::Dense);
     assert_eq!(c.dense_mlp.as_ref().unwrap().intermediate_size, 12288);
-    // A sliding window is an attention kind day0 lacks: kept by name for the coverage inventory.
+    // A sliding window is windowed GQA, which day0's kernels lack (the coverage inventory says so).
     let c = parse_config(
         &edited("qwen3_235b_a22b_config.json", |o| {
             o.insert("use_sliding_window".into(), Value::Bool(true));
@@ -587,7 +587,8 @@ fn qwen3_moe_published_config() {
     assert!(c
         .layers
         .iter()
-        .all(|l| l.attention == AttentionKind::Unknown("sliding_attention".into())));
+        .all(|l| l.attention == AttentionKind::SlidingGqa));
+    assert_eq!(c.gqa.as_ref().unwrap().sliding_window, Some(4096));
 }
 
 #[test]
@@ -704,7 +705,8 @@ fn mixtral_published_config_and_sliding_window() {
     assert!(c
         .layers
         .iter()
-        .all(|l| l.attention == AttentionKind::Unknown("sliding_attention".into())));
+        .all(|l| l.attention == AttentionKind::SlidingGqa));
+    assert_eq!(c.gqa.as_ref().unwrap().sliding_window, Some(4096));
 }
 
 /// Qwen2.5-72B's published sizes (`qwen2`: q/k/v biases always) and GLM-4.5's (`glm4_moe`:
@@ -832,4 +834,67 @@ fn deepseek_v2_configs() {
         .unwrap_err()
         .to_string();
     assert!(err.contains("n_group"), "{err}");
+}
+
+/// gpt-oss-120b and -20b as their released config.json files give them: parsed, counted (OpenAI's
+/// model card: 116.83B and 20.91B; active 5.13B and 3.61B without the input embedding, which
+/// day0's active count includes), and inventoried with what day0 lacks.
+#[test]
+fn gpt_oss_configs_are_counted_and_inventoried() {
+    let layer_types: Vec<Value> = (0..36)
+        .map(|i| {
+            Value::from(if i % 2 == 0 {
+                "sliding_attention"
+            } else {
+                "full_attention"
+            })
+        })
+        .collect();
+    let big = serde_json::json!({
+        "model_type": "gpt_oss", "attention_bias": true, "experts_per_token": 4,
+        "head_dim": 64, "hidden_act": "silu", "hidden_size": 2880, "initial_context_length": 4096,
+        "intermediate_size": 2880, "layer_types": layer_types, "max_position_embeddings": 131072,
+        "num_attention_heads": 64, "num_experts_per_tok": 4, "num_hidden_layers": 36,
+        "num_key_value_heads": 8, "num_local_experts": 128, "rms_norm_eps": 1e-5,
+        "quantization_config": {"modules_to_not_convert": ["model.layers.*.self_attn",
+            "model.layers.*.mlp.router", "model.embed_tokens", "lm_head"], "quant_method": "mxfp4"},
+        "rope_scaling": {"beta_fast": 32.0, "beta_slow": 1.0, "factor": 32.0,
+            "original_max_position_embeddings": 4096, "rope_type": "yarn", "truncate": false},
+        "rope_theta": 150000, "router_aux_loss_coef": 0.9, "sliding_window": 128,
+        "swiglu_limit": 7.0, "tie_word_embeddings": false, "vocab_size": 201088
+    });
+    let c = parse_config(&big.to_string(), "gpt-oss-120b.json").unwrap();
+    assert_eq!(c.family, Family::GptOss);
+    assert_eq!(c.layers[0].attention, AttentionKind::SlidingGqa);
+    assert_eq!(c.layers[1].attention, AttentionKind::Gqa);
+    let g = c.gqa.as_ref().unwrap();
+    assert!(g.sinks && g.o_bias && g.qkv_bias && g.sliding_window == Some(128));
+    let m = c.moe.as_ref().unwrap();
+    assert!(m.biases && m.expert_format == WeightFormat::Mxfp4);
+    assert_eq!(c.weight_format, WeightFormat::Float);
+    let n = model::plan::params::count(&c);
+    let embed = (201088 * 2880) as f64;
+    let (total, active) = (n.total() as f64, n.active() as f64 - embed);
+    assert!((total / 116.83e9 - 1.0).abs() < 0.01, "{total}");
+    assert!((active / 5.13e9 - 1.0).abs() < 0.03, "{active}");
+    let cov = model::coverage::Coverage::of_config(&c);
+    let missing = cov.missing().join("; ");
+    for want in [
+        "attention sinks",
+        "clamped SwiGLU",
+        "expert biases",
+        "sliding-window attention",
+    ] {
+        assert!(missing.contains(want), "{want} not in {missing}");
+    }
+
+    let mut small = big.clone();
+    small["num_hidden_layers"] = serde_json::json!(24);
+    small["num_local_experts"] = serde_json::json!(32);
+    small["layer_types"] = Value::from(big["layer_types"].as_array().unwrap()[..24].to_vec());
+    let c = parse_config(&small.to_string(), "gpt-oss-20b.json").unwrap();
+    let n = model::plan::params::count(&c);
+    let (total, active) = (n.total() as f64, n.active() as f64 - embed);
+    assert!((total / 20.91e9 - 1.0).abs() < 0.01, "{total}");
+    assert!((active / 3.61e9 - 1.0).abs() < 0.03, "{active}");
 }

@@ -131,6 +131,23 @@ impl SequenceStore {
             message: e,
         };
         let pages = PagedKvCache::new(PAGE, pool_pages).map_err(|e| pool_err(e.to_string()))?;
+        // What the coverage inventory lists as missing must not run as if it were not there.
+        if let Some(m) = &cfg.moe {
+            if m.biases {
+                return Err(unsupported("expert projection biases"));
+            }
+            if m.activation != crate::config::ExpertActivation::Swiglu {
+                return Err(unsupported("the clamped SwiGLU expert activation"));
+            }
+        }
+        if let Some(g) = &cfg.gqa {
+            if g.sinks {
+                return Err(unsupported("attention sinks"));
+            }
+            if g.o_bias {
+                return Err(unsupported("an o_proj bias"));
+            }
+        }
         let mut layers = Vec::with_capacity(cfg.layers.len());
         let mut linear = Vec::new();
         for spec in &cfg.layers {
@@ -161,6 +178,11 @@ impl SequenceStore {
                     })?;
                     linear.push(LinearLayerGeometry::of(l));
                     LayerStore::Linear(linear.len() - 1)
+                }
+                AttentionKind::SlidingGqa => {
+                    return Err(unsupported(
+                        "sliding-window attention (no windowed attention kernel yet)",
+                    ))
                 }
                 AttentionKind::Unknown(k) => return Err(unsupported(&format!("`{k}` attention"))),
             });

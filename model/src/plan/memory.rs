@@ -227,13 +227,15 @@ fn cache_per_layer(
             }
             (k, 0.0)
         }
-        AttentionKind::Gqa => {
+        AttentionKind::Gqa | AttentionKind::SlidingGqa => {
             let Some(g) = &cfg.gqa else { return (0.0, 0.0) };
             let kv_heads = (g.kv_heads / tp).max(1);
-            (
-                2.0 * (kv_heads * g.head_dim) as f64 * kv_bytes + 2.0 * scale,
-                0.0,
-            )
+            let per_token = 2.0 * (kv_heads * g.head_dim) as f64 * kv_bytes + 2.0 * scale;
+            match (kind, g.sliding_window) {
+                // A windowed layer keeps its last `window` tokens whatever the context.
+                (AttentionKind::SlidingGqa, Some(w)) => (0.0, w as f64 * per_token),
+                _ => (per_token, 0.0),
+            }
         }
         AttentionKind::LinearAttention => {
             let Some(l) = &cfg.linear_attention else {

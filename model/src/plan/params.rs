@@ -108,14 +108,20 @@ pub fn count(cfg: &ModelConfig) -> ParamCount {
                 (FfnKind::Dense, Some(d), _) => p.dense_mlp = 3 * h * d.intermediate_size as u64,
                 (FfnKind::Moe, _, Some(m)) => {
                     let e = m.experts as u64;
-                    p.per_expert = 3 * h * m.intermediate_size as u64;
+                    // gate, up and down; with biases (gpt-oss) 2·I + H more.
+                    p.per_expert = 3 * h * m.intermediate_size as u64
+                        + if m.biases {
+                            2 * m.intermediate_size as u64 + h
+                        } else {
+                            0
+                        };
                     p.experts = e;
                     p.experts_per_token = m.experts_per_token as u64;
                     p.shared_experts = 3 * h * m.shared_intermediate_size as u64
                         + if m.shared_expert_gate { h } else { 0 };
                     // The gate `[E, H]` and DeepSeek's `e_score_correction_bias` `[E]`.
                     let bias = matches!(m.router, crate::config::RouterKind::SigmoidGroupTopk);
-                    p.router = e * h + if bias { e } else { 0 };
+                    p.router = e * h + if bias || m.biases { e } else { 0 };
                 }
                 _ => {}
             }
@@ -170,14 +176,16 @@ fn attention(cfg: &ModelConfig, kind: &AttentionKind) -> u64 {
             let o = h * heads * m.v_head_dim as u64;
             q + kv + o
         }
-        AttentionKind::Gqa => {
+        AttentionKind::Gqa | AttentionKind::SlidingGqa => {
             let Some(g) = &cfg.gqa else { return 0 };
             let d = g.head_dim as u64;
             let q_rows = g.heads as u64 * d * if g.output_gate { 2 } else { 1 };
             let kv_rows = 2 * g.kv_heads as u64 * d;
             let norms = if g.qk_norm { 2 * d } else { 0 };
-            let biases = if g.qkv_bias { q_rows + kv_rows } else { 0 };
-            (q_rows + kv_rows) * h + h * g.heads as u64 * d + norms + biases
+            let biases =
+                if g.qkv_bias { q_rows + kv_rows } else { 0 } + if g.o_bias { h } else { 0 };
+            let sinks = if g.sinks { g.heads as u64 } else { 0 };
+            (q_rows + kv_rows) * h + h * g.heads as u64 * d + norms + biases + sinks
         }
         AttentionKind::LinearAttention => {
             let Some(l) = &cfg.linear_attention else {

@@ -237,7 +237,7 @@ fn attention(
                 }
             }
         }
-        AttentionKind::Gqa => {
+        AttentionKind::Gqa | AttentionKind::SlidingGqa => {
             let Some(g) = &cfg.gqa else { return };
             let a = format!("{p}.self_attn");
             let gate = if g.output_gate { 2 } else { 1 };
@@ -265,6 +265,12 @@ fn attention(
             if g.qk_norm {
                 push(format!("{a}.q_norm.weight"), vec![g.head_dim]);
                 push(format!("{a}.k_norm.weight"), vec![g.head_dim]);
+            }
+            if g.o_bias {
+                push(format!("{a}.o_proj.bias"), vec![h]);
+            }
+            if g.sinks {
+                push(format!("{a}.sinks"), vec![g.heads]);
             }
         }
         AttentionKind::LinearAttention => {
@@ -359,7 +365,8 @@ fn ffn(
                 | Family::Qwen3
                 | Family::Llama
                 | Family::Mixtral
-                | Family::Qwen2 => false,
+                | Family::Qwen2
+                | Family::GptOss => false,
                 Family::Day0Hybrid | Family::DeepseekV2 => {
                     moe.router == RouterKind::SigmoidGroupTopk
                 }
