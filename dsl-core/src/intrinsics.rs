@@ -926,6 +926,36 @@ pub fn mask_keys<T: Float, const R: usize, const C: usize>(
     out
 }
 
+/// Masks the keys a sliding window leaves behind: element (r, c), the score of the query at
+/// absolute position `q_pos + r` against the key at `k_pos + c`, becomes −∞ when the key is
+/// `window` or more positions older than the query (each query sees itself and the `window − 1`
+/// keys before it, as transformers' `sliding_window`). `window` 0 masks nothing. One vector pass
+/// (compare + select), as [`mask_keys`].
+pub fn mask_window<T: Float, const R: usize, const C: usize>(
+    ctx: &mut Ctx,
+    s: &Tile<T, R, C>,
+    q_pos: usize,
+    k_pos: usize,
+    window: usize,
+) -> Tile<T, R, C> {
+    let data = s.data.as_ref().map(|d| {
+        let mut v = d.clone();
+        if window > 0 {
+            for (r, row) in v.chunks_exact_mut(C).enumerate() {
+                // Keys before `first` are out of this query's window.
+                let first = (q_pos + r + 1).saturating_sub(window);
+                for x in row.iter_mut().take(first.saturating_sub(k_pos)) {
+                    *x = f32::NEG_INFINITY;
+                }
+            }
+        }
+        v
+    });
+    let out = ctx.new_tile::<T, R, C>(data);
+    vec_op(ctx, R * C, T::DTYPE, VectorClass::Simple, &[s.buf], out.buf);
+    out
+}
+
 /// Dequantizes an MXFP4 tile on chip (vector unit): `blocks` holds `R×C` E2M1 values packed two per
 /// byte (element `2j` in the low nibble of byte `j`, as gpt-oss checkpoints store them), `scales`
 /// one E8M0 byte per 32 elements of a row; element `(r, c)` = E2M1(nibble) · 2^(scale − 127),

@@ -622,6 +622,48 @@ proptest! {
     }
 }
 
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(256))]
+
+    /// `mask_window` masks exactly the keys `window` or more positions before their query (and
+    /// nothing with `window` 0).
+    #[test]
+    fn mask_window_masks_exactly_the_keys_older_than_the_window(
+        v in nonzero(4 * 8),
+        q_pos in 0usize..24,
+        k_pos in 0usize..24,
+        window in 0usize..12,
+    ) {
+        let mut c = ctx();
+        let s = tile::<4, 8>(&mut c, &v);
+        let out = mask_window(&mut c, &s, q_pos, k_pos, window);
+        for r in 0..4 {
+            for k in 0..8 {
+                let (key, query) = (k_pos + k, q_pos + r);
+                let masked = window > 0 && key + window <= query;
+                let got = out.values().unwrap()[r * 8 + k];
+                if masked {
+                    prop_assert_eq!(got, f32::NEG_INFINITY, "[{}, {}] key {} query {}", r, k, key, query);
+                } else {
+                    prop_assert_eq!(got, v[r * 8 + k], "[{}, {}] key {} query {}", r, k, key, query);
+                }
+            }
+        }
+        let ins = instrs(c);
+        prop_assert_eq!((vector_of(&ins[1]).0, vector_of(&ins[1]).1), (32, VectorClass::Simple));
+    }
+}
+
+#[test]
+fn mask_window_boundaries_by_hand() {
+    let mut c = ctx();
+    let s = tile::<2, 4>(&mut c, &[1.0; 8]);
+    // Keys 10..14, queries 12 and 13, window 2: query 12 sees keys 11 and 12, query 13 keys 12, 13.
+    let out = mask_window(&mut c, &s, 12, 10, 2);
+    let i = f32::NEG_INFINITY;
+    assert_eq!(out.values().unwrap(), &[i, 1.0, 1.0, 1.0, i, i, 1.0, 1.0]);
+}
+
 #[test]
 fn mask_keys_boundaries_by_hand() {
     let mut c = ctx();
