@@ -40,6 +40,7 @@ fn attention(c: &mut Criterion) {
         let checked = run_prefill(
             &launcher,
             &PrefillCase {
+                window: 0,
                 heads: HEADS,
                 kv_heads: HEADS,
                 head_dim: D,

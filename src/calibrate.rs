@@ -186,7 +186,7 @@ pub fn predict(launcher: &Launcher, m: &Measurement) -> Result<Prediction, Strin
                             PrefillKernel::Flash => flash_prefill::launch,
                             PrefillKernel::Pipelined => flash_prefill_pipelined::launch,
                         };
-                        match launch(launcher, &cfg, &q, &kv, &kv, &o, d, d, scale, causal) {
+                        match launch(launcher, &cfg, &q, &kv, &kv, &o, d, d, scale, causal, 0) {
                             Ok(l) => {
                                 let cy = l.report.cycles;
                                 best = Some(best.map_or(cy, |b| b.min(cy)));

@@ -15,7 +15,7 @@
 
 use crate::suite::SuiteEntry;
 use dsl_core::Tensor;
-use kernels::attention::decode::{run_decode, run_decode_latent, DecodeCase};
+use kernels::attention::decode::{run_decode_gqa_batch_windowed, run_decode_latent, DecodeCase};
 use kernels::attention::prefill::{run_prefill, PrefillCase};
 use kernels::attention::sparse::{run_dsa_decode, DsaCase};
 use kernels::gemm::GemmDtype;
@@ -53,7 +53,7 @@ pub fn entries(cfg: &ModelConfig) -> Vec<SuiteEntry> {
     if let Some(m) = cfg.mla.clone() {
         if has(&AttentionKind::Mla) || has(&AttentionKind::SparseMla) {
             let qk = m.qk_nope_head_dim + m.qk_rope_head_dim;
-            out.push(prefill_entry("mla", 2, 2, qk, m.v_head_dim));
+            out.push(prefill_entry("mla", 2, 2, qk, m.v_head_dim, 0));
             let latent = m.kv_lora_rank + m.qk_rope_head_dim;
             let heads = m.heads.clamp(1, 16);
             out.push(entry(
@@ -90,23 +90,32 @@ pub fn entries(cfg: &ModelConfig) -> Vec<SuiteEntry> {
             ));
         }
     }
-    if let (Some(g), true) = (cfg.gqa.clone(), has(&AttentionKind::Gqa)) {
-        // Keep the model's group size (query heads per key/value head), on at most two groups.
+    if let Some(g) = cfg.gqa.clone() {
+        // Whole-context and windowed layers, each at the model's group size (query heads per
+        // key/value head) on at most two groups; the window capped so that the few tokens of the
+        // check still cross it.
         let group = (g.heads / g.kv_heads.max(1)).clamp(1, 8);
         let kv = g.kv_heads.clamp(1, 2);
-        out.push(prefill_entry("gqa", group * kv, kv, g.head_dim, g.head_dim));
-        out.push(entry(
-            format!(
-                "gqa: paged_decode heads {}/{kv} head_dim {} ctx {DECODE_CONTEXT}",
-                group * kv,
-                g.head_dim
-            ),
-            F32_TOL,
-            move |l| {
-                let case = decode_case(group * kv, kv, g.head_dim, g.head_dim, false);
-                Ok(run_decode(l, &case)?.report)
-            },
-        ));
+        let window = g.sliding_window.unwrap_or(0).clamp(1, PREFILL_TOKENS / 3);
+        for (kind, label, window) in [
+            (AttentionKind::Gqa, "gqa", 0),
+            (AttentionKind::SlidingGqa, "sliding gqa", window),
+        ] {
+            if !has(&kind) {
+                continue;
+            }
+            let (heads, d) = (group * kv, g.head_dim);
+            out.push(prefill_entry(label, heads, kv, d, d, window));
+            out.push(entry(
+                format!("{label}: paged_decode_gqa_batch heads {heads}/{kv} head_dim {d} ctx {DECODE_CONTEXT}{}",
+                    if window > 0 { format!(" window {window}") } else { String::new() }),
+                F32_TOL,
+                move |l| {
+                    let case = decode_case(heads, kv, d, d, false);
+                    Ok(run_decode_gqa_batch_windowed(l, &case, &[DECODE_CONTEXT], window)?.report)
+                },
+            ));
+        }
     }
     if let (Some(la), true) = (
         cfg.linear_attention.clone(),
@@ -304,21 +313,29 @@ fn entry(
     }
 }
 
-/// Causal flash prefill over [`PREFILL_TOKENS`] tokens at the layer kind's head dimensions.
+/// Causal flash prefill over [`PREFILL_TOKENS`] tokens at the layer kind's head dimensions, over
+/// a sliding window of `window` keys (0: none).
 fn prefill_entry(
     kind: &str,
     heads: usize,
     kv_heads: usize,
     head_dim: usize,
     v_head_dim: usize,
+    window: usize,
 ) -> SuiteEntry {
+    let w = if window > 0 {
+        format!(" window {window}")
+    } else {
+        String::new()
+    };
     entry(
         format!(
-            "{kind}: flash_prefill heads {heads}/{kv_heads} head_dim {head_dim}/{v_head_dim} seq {PREFILL_TOKENS}"
+            "{kind}: flash_prefill heads {heads}/{kv_heads} head_dim {head_dim}/{v_head_dim} seq {PREFILL_TOKENS}{w}"
         ),
         F32_TOL,
         move |l| {
             let case = PrefillCase {
+                window,
                 heads,
                 kv_heads,
                 head_dim,

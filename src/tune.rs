@@ -1095,6 +1095,7 @@ pub fn evaluate_traced(
                 .find(|k| k.meta().name == meta.name)
                 .ok_or_else(|| refuse("not a prefill implementation".into()))?;
             let case = PrefillCase {
+                window: 0,
                 heads,
                 kv_heads,
                 head_dim,

@@ -701,6 +701,7 @@ fn run_model_op(device: &str, op: &str, x: &[usize; 8]) -> Labelled {
             let sq = dim(x[0], 1, 300);
             let skv = sq + pick(x[4], 0, 1000);
             let case = PrefillCase {
+                window: 0,
                 heads: kv * group,
                 kv_heads: kv,
                 head_dim: hd,

@@ -956,6 +956,29 @@ pub fn mask_window<T: Float, const R: usize, const C: usize>(
     out
 }
 
+/// Masks the keys before absolute position `first` in every row (column `c` holds the key at
+/// `k_pos + c`): a decode query's sliding window, whose rows are heads at one position. One
+/// vector pass (compare + select), as [`mask_keys`].
+pub fn mask_before<T: Float, const R: usize, const C: usize>(
+    ctx: &mut Ctx,
+    s: &Tile<T, R, C>,
+    k_pos: usize,
+    first: usize,
+) -> Tile<T, R, C> {
+    let data = s.data.as_ref().map(|d| {
+        let mut v = d.clone();
+        for row in v.chunks_exact_mut(C) {
+            for x in row.iter_mut().take(first.saturating_sub(k_pos)) {
+                *x = f32::NEG_INFINITY;
+            }
+        }
+        v
+    });
+    let out = ctx.new_tile::<T, R, C>(data);
+    vec_op(ctx, R * C, T::DTYPE, VectorClass::Simple, &[s.buf], out.buf);
+    out
+}
+
 /// Dequantizes an MXFP4 tile on chip (vector unit): `blocks` holds `R×C` E2M1 values packed two per
 /// byte (element `2j` in the low nibble of byte `j`, as gpt-oss checkpoints store them), `scales`
 /// one E8M0 byte per 32 elements of a row; element `(r, c)` = E2M1(nibble) · 2^(scale − 127),

@@ -655,6 +655,19 @@ proptest! {
 }
 
 #[test]
+fn mask_before_masks_the_same_keys_in_every_row() {
+    let mut c = ctx();
+    let s = tile::<2, 4>(&mut c, &[1.0; 8]);
+    let i = f32::NEG_INFINITY;
+    // Keys 10..14, first kept key 12.
+    let out = mask_before(&mut c, &s, 10, 12);
+    assert_eq!(out.values().unwrap(), &[i, i, 1.0, 1.0, i, i, 1.0, 1.0]);
+    // Nothing before the tile, everything past it.
+    assert_eq!(mask_before(&mut c, &s, 10, 3).values().unwrap(), &[1.0; 8]);
+    assert_eq!(mask_before(&mut c, &s, 10, 20).values().unwrap(), &[i; 8]);
+}
+
+#[test]
 fn mask_window_boundaries_by_hand() {
     let mut c = ctx();
     let s = tile::<2, 4>(&mut c, &[1.0; 8]);

@@ -22,6 +22,8 @@ fn launcher() -> Launcher {
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(20))]
 
+    /// Causal, and over sliding windows (of one key, inside a key tile, across tiles), against
+    /// the f64 reference.
     #[test]
     fn prefill_matches_reference(
         kv_heads in 1usize..3, group in prop::sample::select(vec![1usize, 2, 4]),
@@ -29,8 +31,10 @@ proptest! {
         sq in 1usize..90, extra in 0usize..60,
         bq in prop::sample::select(vec![16i64, 32, 64]), bk in prop::sample::select(vec![16i64, 32, 64]),
         bf16 in any::<bool>(), seed in any::<u64>(),
+        window in prop::sample::select(vec![0usize, 0, 1, 5, 16, 40]),
     ) {
         let case = PrefillCase {
+            window,
             heads: kv_heads * group, kv_heads, head_dim, v_head_dim: head_dim, sq, skv: sq + extra,
             dtype: if bf16 { GemmDtype::Bf16 } else { GemmDtype::F32 },
             config: Config::new().with("BQ", bq).with("BK", bk), seed,
@@ -61,7 +65,7 @@ fn chunked_prefill_equals_one_shot() {
         let k = Tensor::<f32>::from_f32(&[skv, hkv * d], k).unwrap();
         let v = Tensor::<f32>::from_f32(&[skv, hkv * d], v).unwrap();
         let o = Tensor::<f32>::poisoned(&[sq, h * d]);
-        flash_prefill::launch(&launcher(), &cfg, &q, &k, &v, &o, d, d, scale, true).unwrap();
+        flash_prefill::launch(&launcher(), &cfg, &q, &k, &v, &o, d, d, scale, true, 0).unwrap();
         o.to_vec().unwrap()
     };
     let whole = run(&qv, &kv, &vv, s, s);
@@ -93,6 +97,7 @@ fn chunked_prefill_equals_one_shot() {
 #[test]
 fn prefill_is_deterministic_and_cost_only_matches() {
     let case = PrefillCase {
+        window: 0,
         heads: 4,
         kv_heads: 1,
         head_dim: 64,
@@ -118,6 +123,7 @@ fn prefill_is_deterministic_and_cost_only_matches() {
 #[test]
 fn bad_shapes_are_errors() {
     let mut case = PrefillCase {
+        window: 0,
         heads: 3,
         kv_heads: 2,
         head_dim: 64,
@@ -163,6 +169,7 @@ fn bad_shapes_are_errors() {
         48,
         0.1,
         true,
+        0,
     )
     .unwrap_err()
     .to_string();
@@ -173,6 +180,7 @@ fn bad_shapes_are_errors() {
 #[test]
 fn mla_naive_prefill_shapes() {
     let case = PrefillCase {
+        window: 0,
         heads: 4,
         kv_heads: 4,
         head_dim: 192,
@@ -206,8 +214,10 @@ proptest! {
         sq in 1usize..90, extra in 0usize..60,
         bq in prop::sample::select(vec![16i64, 64]), bk in prop::sample::select(vec![16i64, 64]),
         bf16 in any::<bool>(), seed in any::<u64>(),
+        window in prop::sample::select(vec![0usize, 0, 1, 5, 16, 40]),
     ) {
         let case = PrefillCase {
+            window,
             heads: kv_heads * group, kv_heads, head_dim, v_head_dim: head_dim, sq, skv: sq + extra,
             dtype: if bf16 { GemmDtype::Bf16 } else { GemmDtype::F32 },
             config: Config::new().with("BQ", bq).with("BK", bk), seed,
@@ -225,4 +235,33 @@ proptest! {
         ).unwrap();
         prop_assert_eq!(cost.launch.report.cycles, run.launch.report.cycles);
     }
+}
+
+/// A window changes the output (it is not silently ignored) and both kernels agree on it, with
+/// query tiles whose later rows see no key in the tile's first key blocks.
+#[test]
+fn windowed_prefill_differs_from_causal_and_both_kernels_agree() {
+    let case = |window| PrefillCase {
+        window,
+        heads: 2,
+        kv_heads: 1,
+        head_dim: 32,
+        v_head_dim: 32,
+        sq: 100,
+        skv: 100,
+        dtype: GemmDtype::F32,
+        config: Config::new().with("BQ", 64).with("BK", 16),
+        seed: 5,
+    };
+    let windowed = run_prefill(&launcher(), &case(7)).unwrap();
+    assert!(windowed.launch.report.max_rel_error.unwrap() <= 1e-5);
+    let causal = run_prefill(&launcher(), &case(0)).unwrap();
+    let (w, c) = (windowed.output.unwrap(), causal.output.unwrap());
+    // The first 7 queries see the same keys either way; later ones do not.
+    assert_eq!(w[..7 * 64], c[..7 * 64]);
+    assert!(w[90 * 64..].iter().zip(&c[90 * 64..]).any(|(a, b)| a != b));
+    let pipelined = run_prefill_with(&launcher(), &case(7), PrefillKernel::Pipelined).unwrap();
+    assert_eq!(pipelined.output.unwrap(), w);
+    // Cost: a window reads fewer key blocks than the whole causal prefix.
+    assert!(windowed.launch.report.cycles < causal.launch.report.cycles);
 }

@@ -184,6 +184,7 @@ fn sparse_prefill_with_topk_at_least_ctx_equals_dense_flash_prefill() {
             c.v_head_dim,
             sm_scale,
             true,
+            0,
         )
         .unwrap();
         let dense: Vec<f64> = o.to_vec().unwrap().iter().map(|v| *v as f64).collect();

@@ -21,8 +21,9 @@
 //!   when `norm_topk_prob` (default false, as `Qwen3MoeConfig`), no shared expert; `head_dim`
 //!   defaults to 128 (`qwen3`) or `hidden_size / heads` (`qwen3_moe`). A sliding window
 //!   (`use_sliding_window`: Qwen3-MoE every layer, Qwen3 the layers from `max_window_layers`, or
-//!   `layer_types`) makes those layers windowed GQA (`AttentionKind::SlidingGqa`), whose parameters
-//!   and window-bounded cache day0 counts but which no kernel runs yet (coverage reports it).
+//!   `layer_types`) makes those layers windowed GQA (`AttentionKind::SlidingGqa`): the prefill and
+//!   decode kernels read only each query's last `sliding_window` keys, and the memory plan keeps
+//!   that many tokens of their cache.
 //! - **Llama / Mistral / Mixtral** (`llama`, `mistral`, `mixtral`): GQA without q/k norms,
 //!   `head_dim` defaulting to `hidden_size / heads`, RoPE with `llama3` scaling where given; a dense
 //!   SwiGLU MLP (`llama`, `mistral`) or MoE in every layer (`mixtral`: `num_local_experts`, softmax
@@ -36,7 +37,8 @@
 //!   dense MLP for `i < first_k_dense_replace`, then DeepSeek-V3's MoE and shared experts.
 //! - **gpt-oss** (`gpt_oss`): parsed, counted and inventoried, not run: GQA with biases on all
 //!   four projections and per-head attention sinks, alternating windowed / full layers, MoE with
-//!   biased router and experts, a clamped SwiGLU and MXFP4 experts (see `gpt_oss` below).
+//!   biased router and experts, a clamped SwiGLU and MXFP4 experts (see `gpt_oss` below); the
+//!   sinks, the expert biases and the activation have no kernels yet.
 //! - **Kimi Linear**: `linear_attn_config.kda_layers` / `full_attn_layers` (1-based) when given,
 //!   else `layer_types`, else transformers' default; dense MLP for `i < first_k_dense_replace`
 //!   (default 1) unless `mlp_layer_types` says otherwise. Its MLA uses no RoPE unless `mla_use_nope` is false (absent: none, as transformers).

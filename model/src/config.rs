@@ -259,8 +259,8 @@ pub enum Family {
     Glm4Moe,
     /// `gpt_oss`: gpt-oss-120b / 20b. GQA with biases and attention sinks, alternating
     /// sliding-window and full layers, MoE with biased experts, a clamped SwiGLU and MXFP4
-    /// weights. Parsed, counted and inventoried; the sinks, the window and the expert activation
-    /// have no kernels yet, so it does not run.
+    /// weights. Parsed, counted and inventoried; the sinks, the expert biases and the expert
+    /// activation have no kernels yet, so it does not run.
     GptOss,
     /// `day0_hybrid`, day0's own schema.
     Day0Hybrid,
@@ -310,7 +310,7 @@ pub enum AttentionKind {
     LinearAttention,
     /// Grouped-query attention over a sliding window of [`GqaDims::sliding_window`] keys
     /// (transformers' `sliding_attention` layers: Mistral, Qwen with `use_sliding_window`,
-    /// gpt-oss). Its weights are GQA's; day0 has no windowed attention kernel yet.
+    /// gpt-oss). Its weights are GQA's; the prefill and decode kernels take the window.
     SlidingGqa,
     /// A kind day0 does not know: kept by name so the coverage inventory reports it.
     Unknown(String),
@@ -435,6 +435,17 @@ pub struct GqaDims {
     pub sliding_window: Option<usize>,
     /// q/k/v projections carry biases (`attention_bias`: Qwen2, GLM-4.5); `o_proj` has none.
     pub qkv_bias: bool,
+}
+
+impl ModelConfig {
+    /// The sliding window of layer `l`'s attention: its keys per query, 0 for a layer that sees
+    /// its whole context (or an index past the layers).
+    pub fn window_of(&self, l: usize) -> usize {
+        match (self.layers.get(l).map(|s| &s.attention), &self.gqa) {
+            (Some(AttentionKind::SlidingGqa), Some(g)) => g.sliding_window.unwrap_or(0),
+            _ => 0,
+        }
+    }
 }
 
 impl GqaDims {

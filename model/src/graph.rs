@@ -687,17 +687,15 @@ impl Builder<'_> {
             ],
             vec![opnd("o", &[t, nq * d])],
             vec![("D", d), ("DV", d), ("heads", nq), ("kv_heads", nkv)],
-            None,
+            sliding.then(|| {
+                format!(
+                    "sliding window: each query sees its last {} keys",
+                    g.sliding_window.unwrap_or(0)
+                )
+            }),
         );
-        // What the attention kernels do not do yet, as operators of their own so the inventory
-        // names them.
-        if sliding {
-            let w = g.sliding_window.unwrap_or(0);
-            self.unknown(
-                format!("sliding-window attention (last {w} keys)"),
-                "self_attn.sliding_window",
-            );
-        }
+        // What the attention kernels do not do yet, as an operator of its own so the inventory
+        // names it.
         if g.sinks {
             self.unknown(
                 "attention sinks (a per-head softmax logit)".into(),

@@ -132,8 +132,9 @@ fn four_cards_of_gqa_models_give_the_logits_of_one_card() {
     // Qwen3-MoE (q/k norms, a dense first layer) and Mixtral: GQA heads split, experts over pairs.
     check_plan("qwen3_moe", "tp=2,dp=2,ep=2");
     check_plan("mixtral", "tp=2,dp=2,ep=2");
-    // Llama: dense, pure tensor parallelism.
+    // Llama: dense, pure tensor parallelism; Mistral: the same over a sliding window.
     check_plan("llama", "tp=4,ep=1");
+    check_plan("mistral", "tp=2,dp=2,ep=1");
     // GLM-4.5 and Qwen2: the q/k/v biases split with their heads.
     check_plan("glm4_moe", "tp=2,dp=2,ep=2");
     check_plan("qwen2", "tp=2,dp=2,ep=1");

@@ -104,6 +104,7 @@ fn parameter_counts_equal_the_checkpoint_tensors() {
         "qwen3_moe",
         "llama",
         "mixtral",
+        "mistral",
         "qwen2",
         "qwen2_moe",
         "glm4_moe",

@@ -62,6 +62,8 @@ from transformers.models.qwen3_next import modeling_qwen3_next as qn
 from transformers.models.llama import LlamaConfig, LlamaForCausalLM
 from transformers.models.llama import modeling_llama as ll
 from transformers.models.mixtral import MixtralConfig, MixtralForCausalLM
+from transformers.models.mistral import MistralConfig, MistralForCausalLM
+from transformers.models.mistral import modeling_mistral as ms
 from transformers.models.mixtral import modeling_mixtral as mx
 from transformers.models.qwen3_moe import Qwen3MoeConfig, Qwen3MoeForCausalLM
 from transformers.models.qwen2 import Qwen2Config, Qwen2ForCausalLM
@@ -321,6 +323,30 @@ PRESETS = {
         ),
         {},
     ),
+    # Mistral-7B-v0.1's layer: GQA over a **sliding window** (5 keys per query, so it bites in
+    # the 24-token prefill and every decode step), dense SwiGLU.
+    "mistral": (
+        MistralForCausalLM,
+        MistralConfig,
+        38,
+        dict(
+            vocab_size=256,
+            hidden_size=64,
+            intermediate_size=96,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            head_dim=16,
+            sliding_window=5,
+            rope_parameters=dict(rope_type="default", rope_theta=10000.0),
+            pad_token_id=0,
+            bos_token_id=1,
+            eos_token_id=2,
+            max_position_embeddings=256,
+            rms_norm_eps=1e-5,
+        ),
+        {},
+    ),
     # Qwen2.5: GQA with q/k/v projection biases (o_proj none), no q/k norms, dense SwiGLU.
     "qwen2": (
         Qwen2ForCausalLM,
@@ -520,6 +546,7 @@ def init_weights(model, gen):
                 q3m.Qwen3MoeRMSNorm,
                 ll.LlamaRMSNorm,
                 mx.MixtralRMSNorm,
+                ms.MistralRMSNorm,
                 q2.Qwen2RMSNorm,
                 q2m.Qwen2MoeRMSNorm,
                 glm.Glm4MoeRMSNorm,

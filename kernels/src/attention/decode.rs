@@ -16,7 +16,9 @@
 //! `[S·Hkv·G, DV]`.
 
 use super::fp8_kv::{paged_decode_split_fp8, Fp8Tensors};
-use super::reference::{attention_decode_paged, mqa_dense, AttnShape, MqaShape};
+use super::reference::{
+    attention_decode_paged, attention_decode_paged_windowed, mqa_dense, AttnShape, MqaShape,
+};
 use crate::gemm::GemmDtype;
 use dsl_core::prelude::*;
 use dsl_core::SimError;
@@ -83,7 +85,7 @@ pub fn split_program<const BH: usize>(
     page_size: usize,
 ) -> (usize, usize, usize, usize) {
     let (kvh, r0) = split_rows::<BH>(q_rows_per_head);
-    let (p0, p1) = split_pages(ctx_len, page_size);
+    let (p0, p1) = split_pages(0, ctx_len, page_size);
     (kvh, r0, p0, p1)
 }
 
@@ -96,14 +98,18 @@ pub fn split_rows<const BH: usize>(q_rows_per_head: usize) -> (usize, usize) {
     (kvh, (program_id(0) - kvh * blocks) * BH)
 }
 
-/// A split-KV program's page range `p0..p1` of a context of `ctx_len` tokens: axis 1 of the grid
-/// splits its pages evenly (a split of a context shorter than the grid's splits may be empty).
+/// A split-KV program's page range `p0..p1` of the pages `first..` of a context of `ctx_len`
+/// tokens (`first` > 0: a sliding window's first page): axis 1 of the grid splits them evenly (a
+/// split of a context shorter than the grid's splits may be empty).
 #[kernel(helper)]
-pub fn split_pages(ctx_len: usize, page_size: usize) -> (usize, usize) {
+pub fn split_pages(first: usize, ctx_len: usize, page_size: usize) -> (usize, usize) {
     let split = program_id(1);
     let splits = num_programs(1);
-    let n_pages = cdiv(ctx_len, page_size);
-    (split * n_pages / splits, (split + 1) * n_pages / splits)
+    let n_pages = cdiv(ctx_len, page_size).saturating_sub(first);
+    (
+        first + split * n_pages / splits,
+        first + (split + 1) * n_pages / splits,
+    )
 }
 
 /// Stores a split program's partial output `acc / l` and log-sum-exp `m + ln l` for
@@ -236,7 +242,7 @@ pub fn paged_decode_latent<Q: Float, T: Float>(
     // chip, once per program.
     let tq = cast::<T>(&load_async::<BH, BD>(&q.at(seq), r0, 0));
     let ctx_len = load_index(ctx_lens, seq, max_ctx);
-    let (p0, p1) = split_pages(ctx_len, page_size);
+    let (p0, p1) = split_pages(0, ctx_len, page_size);
     let table = block_tables.at(seq);
     let first_page = seq * block_tables.cols();
     let kh = kv_pool.cols_clipped(0, d);
@@ -370,6 +376,7 @@ pub fn paged_decode_gqa_batch<Q: Float, T: Float>(
     lse_part: &Tensor<f32>,
     max_ctx: usize,
     sm_scale: f32,
+    window: usize,
 ) {
     let (d, dv, page_size) = (q.shape()[2], o_part.shape()[3], k_pool.shape()[1]);
     require(
@@ -383,7 +390,13 @@ pub fn paged_decode_gqa_batch<Q: Float, T: Float>(
     // Queries convert to the pool's format on chip (see `paged_decode_latent`).
     let tq = cast::<T>(&load_async::<BH, BD>(&q.at(row), r0, 0));
     let ctx_len = load_index(ctx_lens, seq, max_ctx);
-    let (p0, p1) = split_pages(ctx_len, page_size);
+    // A sliding window reads only its keys: from `w0`, split over the window's pages.
+    let w0 = if window > 0 {
+        ctx_len.saturating_sub(window)
+    } else {
+        0
+    };
+    let (p0, p1) = split_pages(w0 / page_size, ctx_len, page_size);
     let table = block_tables.at(seq);
     let first_page = seq * block_tables.cols();
     let kh = k_pool.cols_clipped(kvh * d, d);
@@ -416,12 +429,20 @@ pub fn paged_decode_gqa_batch<Q: Float, T: Float>(
                 kh.at(page).rows_clipped(0, valid),
                 vh.at(page).rows_clipped(0, valid),
             );
-            for kb in (0..valid).step_by(BK) {
+            // The window's first page starts at the block holding `w0`: every block read has a
+            // key in the window, so no row's running max stays −∞.
+            let kb0 = w0.saturating_sub(p * page_size) / BK * BK;
+            for kb in (kb0..valid).step_by(BK) {
                 let tk = load_async::<BK, BD>(&kp, kb, 0);
                 let tv = load_async::<BK, BDV>(&vp, kb, 0);
                 let mut s = zeros::<f32, BH, BK>();
                 mma_bt(&mut s, &tq, &tk);
                 let s = mask_keys(&scale(&s, sm_scale), 0, p * page_size + kb, limit, false);
+                let s = if window > 0 {
+                    mask_before(&s, p * page_size + kb, w0)
+                } else {
+                    s
+                };
                 let pr = online_softmax_step(&s, &mut m, &mut l, &mut acc);
                 mma(&mut acc, &cast::<T>(&pr), &tv);
             }
@@ -746,6 +767,17 @@ pub fn run_decode_gqa_batch(
     case: &DecodeCase,
     contexts: &[usize],
 ) -> Result<DecodeRun, SimError> {
+    run_decode_gqa_batch_windowed(launcher, case, contexts, 0)
+}
+
+/// [`run_decode_gqa_batch`] over a sliding window: each sequence attends to its last `window`
+/// keys (0: all of them), checked against [`attention_decode_paged_windowed`].
+pub fn run_decode_gqa_batch_windowed(
+    launcher: &Launcher,
+    case: &DecodeCase,
+    contexts: &[usize],
+    window: usize,
+) -> Result<DecodeRun, SimError> {
     let fail = |message: String| SimError::Launch {
         kernel: paged_decode_gqa_batch::META.name.into(),
         message,
@@ -784,8 +816,8 @@ pub fn run_decode_gqa_batch(
         group,
     )?;
     match case.dtype {
-        GemmDtype::F32 => run_gqa_batch::<f32>(launcher, case, contexts, &cfg),
-        GemmDtype::Bf16 => run_gqa_batch::<bf16>(launcher, case, contexts, &cfg),
+        GemmDtype::F32 => run_gqa_batch::<f32>(launcher, case, contexts, &cfg, window),
+        GemmDtype::Bf16 => run_gqa_batch::<bf16>(launcher, case, contexts, &cfg, window),
     }
 }
 
@@ -794,6 +826,7 @@ fn run_gqa_batch<T: Float>(
     case: &DecodeCase,
     contexts: &[usize],
     cfg: &Config,
+    window: usize,
 ) -> Result<DecodeRun, SimError> {
     let fail = |message: String| SimError::Launch {
         kernel: paged_decode_gqa_batch::META.name.into(),
@@ -839,6 +872,7 @@ fn run_gqa_batch<T: Float>(
         &lse_part,
         max_ctx,
         sm_scale,
+        window,
     )?;
     let combine = decode_combine::launch(launcher, &combine_config(dv)?, &o_part, &lse_part, &o)?;
     let mut report =
@@ -861,8 +895,17 @@ fn run_gqa_batch<T: Float>(
             };
             let qs = &qv[s * q_len..(s + 1) * q_len];
             want.extend(
-                attention_decode_paged(qs, &kv, &vv, &tables[s], page, shape, sm_scale as f64)
-                    .map_err(|e| fail(e.to_string()))?,
+                attention_decode_paged_windowed(
+                    qs,
+                    &kv,
+                    &vv,
+                    &tables[s],
+                    page,
+                    shape,
+                    sm_scale as f64,
+                    window,
+                )
+                .map_err(|e| fail(e.to_string()))?,
             );
         }
         report.max_rel_error = Some(crate::reference::rel_error(out, &want));

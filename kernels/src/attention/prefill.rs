@@ -7,7 +7,7 @@
 //! context of `Skv` tokens (`q_pos = Skv − Sq + i`), so chunked prefill against a growing cache and
 //! one-shot prefill are the same kernel.
 
-use super::reference::{attention_prefill, AttnShape};
+use super::reference::{attention_prefill_windowed, AttnShape};
 use crate::gemm::GemmDtype;
 use crate::testdata::CaseTensors;
 use dsl_core::prelude::*;
@@ -40,6 +40,7 @@ pub fn flash_prefill<T: Float>(
     v_head_dim: usize,
     sm_scale: f32,
     causal: bool,
+    window: usize,
 ) {
     require(
         head_dim <= BD && v_head_dim <= BDV,
@@ -59,16 +60,30 @@ pub fn flash_prefill<T: Float>(
     } else {
         skv
     };
+    // A sliding window starts at the block holding the first query's oldest key. The running max
+    // then starts at a finite floor: a later row may see no key in the first blocks, and a row
+    // whose max is still −∞ would compute e^(−∞ − (−∞)) = NaN; no score reaches the floor, so the
+    // first real block rescales what came before by e^(floor − m) = 0, as −∞ would.
+    let k_start = if window > 0 {
+        (q_pos + 1).saturating_sub(window) / BK * BK
+    } else {
+        0
+    };
     let tq = load::<BQ, BD>(&qh, q0, 0);
-    let mut m = full::<f32, BQ, 1>(f32::NEG_INFINITY);
+    let mut m = full::<f32, BQ, 1>(if window > 0 { -1e30 } else { f32::NEG_INFINITY });
     let mut l = zeros::<f32, BQ, 1>();
     let mut acc = zeros::<f32, BQ, BDV>();
-    for kb in (0..k_end).step_by(BK) {
+    for kb in (k_start..k_end).step_by(BK) {
         let tk = load_async::<BK, BD>(&kh, kb, 0);
         let tv = load_async::<BK, BDV>(&vh, kb, 0);
         let mut s = zeros::<f32, BQ, BK>();
         mma_bt(&mut s, &tq, &tk);
         let s = mask_keys(&scale(&s, sm_scale), q_pos, kb, skv, causal);
+        let s = if window > 0 {
+            mask_window(&s, q_pos, kb, window)
+        } else {
+            s
+        };
         // Online softmax: rescale what was accumulated under the old running max.
         let m_new = maximum(&m, &row_max(&s));
         let p = exp(&sub_col(&s, &m_new));
@@ -114,6 +129,7 @@ pub fn flash_prefill_pipelined<T: Float>(
     v_head_dim: usize,
     sm_scale: f32,
     causal: bool,
+    window: usize,
 ) {
     require(
         head_dim <= BD && v_head_dim <= BDV,
@@ -137,24 +153,38 @@ pub fn flash_prefill_pipelined<T: Float>(
     let vh = v
         .cols_clipped(kv_head * v_head_dim, v_head_dim)
         .rows_clipped(0, k_end);
+    // A sliding window starts at the block holding the first query's oldest key. The running max
+    // then starts at a finite floor: a later row may see no key in the first blocks, and a row
+    // whose max is still −∞ would compute e^(−∞ − (−∞)) = NaN; no score reaches the floor, so the
+    // first real block rescales what came before by e^(floor − m) = 0, as −∞ would.
+    let k_start = if window > 0 {
+        (q_pos + 1).saturating_sub(window) / BK * BK
+    } else {
+        0
+    };
     let tq = load::<BQ, BD>(&qh, q0, 0);
-    let mut m = full::<f32, BQ, 1>(f32::NEG_INFINITY);
+    let mut m = full::<f32, BQ, 1>(if window > 0 { -1e30 } else { f32::NEG_INFINITY });
     let mut l = zeros::<f32, BQ, 1>();
     let mut acc = zeros::<f32, BQ, BDV>();
-    // Block 0's scores; block 1's keys and block 0's values in flight.
-    let tk0 = load_async::<BK, BD>(&kh, 0, 0);
-    let mut tk = load_async::<BK, BD>(&kh, BK, 0);
-    let mut tv = load_async::<BK, BDV>(&vh, 0, 0);
+    // The first block's scores; the next block's keys and the first block's values in flight.
+    let tk0 = load_async::<BK, BD>(&kh, k_start, 0);
+    let mut tk = load_async::<BK, BD>(&kh, k_start + BK, 0);
+    let mut tv = load_async::<BK, BDV>(&vh, k_start, 0);
     let mut s = zeros::<f32, BQ, BK>();
     mma_bt(&mut s, &tq, &tk0);
     let mut s_next = zeros::<f32, BQ, BK>();
-    for kb in (0..k_end).step_by(BK) {
+    for kb in (k_start..k_end).step_by(BK) {
         // Block kb + BK's scores go to the matrix unit first: they run while this block's
         // softmax runs on the vector unit.
         mma_bt(&mut s_next, &tq, &tk);
         let next_k = load_async::<BK, BD>(&kh, kb + 2 * BK, 0);
         let next_v = load_async::<BK, BDV>(&vh, kb + BK, 0);
         let sc = mask_keys(&scale(&s, sm_scale), q_pos, kb, skv, causal);
+        let sc = if window > 0 {
+            mask_window(&sc, q_pos, kb, window)
+        } else {
+            sc
+        };
         // Online softmax: rescale what was accumulated under the old running max.
         let m_new = maximum(&m, &row_max(&sc));
         let p = exp(&sub_col(&sc, &m_new));
@@ -246,6 +276,8 @@ pub struct PrefillCase {
     pub sq: usize,
     /// Context length.
     pub skv: usize,
+    /// Sliding window: each query sees its last `window` keys (0: all, causal).
+    pub window: usize,
     /// Element dtype of q, k, v, o.
     pub dtype: GemmDtype,
     /// Tunable values (`BQ`, `BK`; `BD`/`BDV` are picked to cover the head dims unless set).
@@ -335,15 +367,15 @@ fn run_typed<T: Float>(
         case.v_head_dim,
         sm_scale,
         true,
+        case.window,
     )?;
     let output = o.to_vec();
     if let (Some(out), Some(qv), Some(kv), Some(vv)) = (&output, q.to_vec(), k.to_vec(), v.to_vec())
     {
-        let want = attention_prefill(&qv, &kv, &vv, shape, sm_scale as f64).map_err(|e| {
-            SimError::Launch {
-                kernel: kernel.meta().name.into(),
-                message: e.to_string(),
-            }
+        let want = attention_prefill_windowed(&qv, &kv, &vv, shape, sm_scale as f64, case.window)
+            .map_err(|e| SimError::Launch {
+            kernel: kernel.meta().name.into(),
+            message: e.to_string(),
         })?;
         // Attention output rows are weighted averages of value rows, and may cancel to near zero;
         // their rounding error scales with the values averaged, so the floor of the relative

@@ -215,8 +215,16 @@ impl AttnShape {
 }
 
 /// Dense causal attention in the mask formulation of the reference code (`scores + mask`, then a
-/// softmax over the whole row): masked keys get `−∞` and weight exactly 0. Shape already checked.
-fn dense_causal(q: &[f64], k: &[f64], v: &[f64], s: &AttnShape, scale: f64) -> Vec<f64> {
+/// softmax over the whole row): masked keys get `−∞` and weight exactly 0; with `window > 0` the
+/// keys `window` or more positions before the query are masked too. Shape already checked.
+fn dense_causal(
+    q: &[f64],
+    k: &[f64],
+    v: &[f64],
+    s: &AttnShape,
+    scale: f64,
+    window: usize,
+) -> Vec<f64> {
     let (d, dv, hk) = (s.head_dim, s.v_head_dim, s.kv_heads);
     let mut out = vec![0.0f64; s.sq * s.heads * dv];
     let mut p = vec![0.0f64; s.skv];
@@ -226,7 +234,7 @@ fn dense_causal(q: &[f64], k: &[f64], v: &[f64], s: &AttnShape, scale: f64) -> V
             let g = s.kv_head(h);
             let qv = &q[(i * s.heads + h) * d..][..d];
             for (j, pj) in p.iter_mut().enumerate() {
-                *pj = if j <= pos {
+                *pj = if j <= pos && (window == 0 || j + window > pos) {
                     dot(qv, &k[(j * hk + g) * d..][..d]) * scale
                 } else {
                     f64::NEG_INFINITY
@@ -254,8 +262,28 @@ pub fn attention_prefill(
     shape: AttnShape,
     scale: f64,
 ) -> Result<Vec<f64>, AttnRefError> {
+    attention_prefill_windowed(q, k, v, shape, scale, 0)
+}
+
+/// [`attention_prefill`] over a sliding window (transformers' `sliding_window`): query `i` at
+/// position `pos` sees keys `pos − window + 1 ..= pos` (all of `0..=pos` when `window` is 0).
+pub fn attention_prefill_windowed(
+    q: &[f32],
+    k: &[f32],
+    v: &[f32],
+    shape: AttnShape,
+    scale: f64,
+    window: usize,
+) -> Result<Vec<f64>, AttnRefError> {
     shape.check_inputs(q.len(), k.len(), v.len())?;
-    Ok(dense_causal(&widen(q), &widen(k), &widen(v), &shape, scale))
+    Ok(dense_causal(
+        &widen(q),
+        &widen(k),
+        &widen(v),
+        &shape,
+        scale,
+        window,
+    ))
 }
 
 /// Decode attention: one query `q [heads, head_dim]` (the newest token) over the whole context
@@ -269,13 +297,19 @@ pub fn attention_decode(
     shape: AttnShape,
     scale: f64,
 ) -> Result<Vec<f64>, AttnRefError> {
+    one_query(&shape)?;
+    attention_prefill(q, k, v, shape, scale)
+}
+
+/// Decode shapes hold one query per sequence.
+fn one_query(shape: &AttnShape) -> Result<(), AttnRefError> {
     if shape.sq != 1 {
         return fail(format!(
             "attention_decode: one query per sequence, got sq = {} (use attention_prefill)",
             shape.sq
         ));
     }
-    attention_prefill(q, k, v, shape, scale)
+    Ok(())
 }
 
 /// Gathers `tokens` rows of `row_len` values from a paged pool laid out `[pages, page_size,
@@ -335,12 +369,29 @@ pub fn attention_decode_paged(
     shape: AttnShape,
     scale: f64,
 ) -> Result<Vec<f64>, AttnRefError> {
+    attention_decode_paged_windowed(q, k_pool, v_pool, block_table, page_size, shape, scale, 0)
+}
+
+/// [`attention_decode_paged`] over a sliding window: the query sees its last `window` keys (all
+/// of them when `window` is 0).
+#[allow(clippy::too_many_arguments)]
+pub fn attention_decode_paged_windowed(
+    q: &[f32],
+    k_pool: &[f32],
+    v_pool: &[f32],
+    block_table: &[usize],
+    page_size: usize,
+    shape: AttnShape,
+    scale: f64,
+    window: usize,
+) -> Result<Vec<f64>, AttnRefError> {
     shape.validate()?;
+    one_query(&shape)?;
     let k_row = product(&[shape.kv_heads, shape.head_dim], "k row")?;
     let v_row = product(&[shape.kv_heads, shape.v_head_dim], "v row")?;
     let k = gather_pages(k_pool, k_row, page_size, block_table, shape.skv)?;
     let v = gather_pages(v_pool, v_row, page_size, block_table, shape.skv)?;
-    attention_decode(q, &k, &v, shape, scale)
+    attention_prefill_windowed(q, &k, &v, shape, scale, window)
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -451,7 +502,7 @@ fn mqa_dense_f64(q: &[f64], kv: &[f64], s: &MqaShape, scale: f64) -> Vec<f64> {
         head_dim: s.dk,
         v_head_dim: s.dv,
     };
-    dense_causal(q, kv, &v, &shape, scale)
+    dense_causal(q, kv, &v, &shape, scale, 0)
 }
 
 /// Sparse latent MQA on f64 inputs (shape and indices already checked): for each query, a softmax
@@ -700,7 +751,7 @@ pub fn mla_naive(
         head_dim: dqk,
         v_head_dim: dv,
     };
-    Ok(dense_causal(&widen(q), &k, &v, &attn, scale))
+    Ok(dense_causal(&widen(q), &k, &v, &attn, scale, 0))
 }
 
 /// Absorbed query `[q̃ ; q_rope]` per head, `[sq, heads, kv_lora + rope]`, with

@@ -52,6 +52,7 @@ pub(crate) fn forward(
     pool: &KvPool,
     rope: &RopeTables,
     eps: f64,
+    window: usize,
 ) -> Result<Tensor<f32>, ForwardError> {
     let (t, d, hq, hkv) = (x.rows(), g.head_dim, g.heads, g.kv_heads);
     let qg = ops.linear("attn.q_proj", x, &w.q_proj)?;
@@ -140,6 +141,7 @@ pub(crate) fn forward(
             d,
             d,
             scale,
+            window,
         )?
     } else if seqs.iter().all(|sq| sq.rows == 1) {
         let (tables, lens, max_ctx) = SeqRows::decode_tables(seqs)?;
@@ -155,6 +157,7 @@ pub(crate) fn forward(
             d,
             d,
             scale,
+            window,
         )?
     } else {
         let [sq] = seqs else {
@@ -174,7 +177,7 @@ pub(crate) fn forward(
                 ops.gather_cache_rows("attn.gather_context", &pool.v, &rows)?,
             )
         };
-        ops.attention("attn.attention", &q, &k_all, &v_all, d, d, scale)?
+        ops.attention("attn.attention", &q, &k_all, &v_all, d, d, scale, window)?
     };
     let o = match gate {
         Some(gate) => ops.sigmoid_mul("attn.output_gate", &gate, &o)?,

@@ -1029,6 +1029,7 @@ impl Runner {
                                 pool,
                                 &rope,
                                 eps,
+                                self.cfg.window_of(l),
                             )?
                         }
                         _ => {
@@ -1074,6 +1075,7 @@ impl Runner {
                                 pool,
                                 rope,
                                 eps,
+                                self.cfg.window_of(l),
                             )?
                         }
                         (AttnWeights::Linear(w), LayerStore::Linear(li)) => {

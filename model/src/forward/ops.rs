@@ -762,7 +762,7 @@ impl Ops {
     }
 
     /// Causal attention of `q [Sq, H·D]` over `k [Skv, Hkv·D]`, `v [Skv, Hkv·DV]`: the queries are
-    /// the last `Sq` of the `Skv` positions.
+    /// the last `Sq` of the `Skv` positions, each over its last `window` keys (0: all of them).
     #[allow(clippy::too_many_arguments)]
     pub fn attention(
         &mut self,
@@ -773,6 +773,7 @@ impl Ops {
         head_dim: usize,
         v_head_dim: usize,
         scale: f64,
+        window: usize,
     ) -> Result<Tensor<f32>, ForwardError> {
         let heads = q.cols() / head_dim;
         let o = self.mem.act(q.rows(), heads * v_head_dim);
@@ -809,6 +810,7 @@ impl Ops {
                         v_head_dim,
                         scale as f32,
                         true,
+                        window,
                     )
                 },
             )
@@ -902,6 +904,7 @@ impl Ops {
         head_dim: usize,
         v_head_dim: usize,
         scale: f64,
+        window: usize,
     ) -> Result<Tensor<f32>, ForwardError> {
         use kernels::attention::decode::{decode_config, paged_decode_gqa_batch};
         use kernels::hand_tuned::paged_decode as hand;
@@ -941,6 +944,7 @@ impl Ops {
                             &lse_part,
                             max_ctx,
                             scale as f32,
+                            window,
                         )
                     })
                 })
@@ -961,10 +965,13 @@ impl Ops {
                 scale,
             )
         };
-        let (name, r) = self.run_implementation(
-            DECODE_BATCH_OP,
-            &[(meta.name, &dsl), (hand::META.name, &hand_tuned)],
-        );
+        // The hand-tuned kernel reads whole contexts: a sliding window has the DSL kernel only.
+        let choices: &[Implementation<'_>] = if window > 0 {
+            &[(meta.name, &dsl)]
+        } else {
+            &[(meta.name, &dsl), (hand::META.name, &hand_tuned)]
+        };
+        let (name, r) = self.run_implementation(DECODE_BATCH_OP, choices);
         *self.picks.entry((DECODE_BATCH_OP, name)).or_default() += 1;
         self.book_decode(op, seqs, r, &o_part, &lse_part, &o)?;
         view(o.reshaped(&[seqs, heads * v_head_dim]), "decode output")

@@ -616,7 +616,7 @@ impl ModelWeights {
                 AttentionKind::Mla | AttentionKind::SparseMla => {
                     AttnWeights::Mla(mla(&ld, cfg, &format!("{p}.self_attn"))?)
                 }
-                AttentionKind::Gqa => {
+                AttentionKind::Gqa | AttentionKind::SlidingGqa => {
                     AttnWeights::Gqa(gqa(&ld, cfg, &format!("{p}.self_attn"), one_plus)?)
                 }
                 AttentionKind::LinearAttention => {

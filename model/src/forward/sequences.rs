@@ -166,7 +166,7 @@ impl SequenceStore {
                     };
                     LayerStore::Latent(mla::LatentPool::new(m, index_dim, pool_pages, mem)?)
                 }
-                AttentionKind::Gqa => {
+                AttentionKind::Gqa | AttentionKind::SlidingGqa => {
                     let g = cfg.gqa.as_ref().ok_or_else(|| {
                         unsupported("attention layers without attention dimensions")
                     })?;
@@ -178,11 +178,6 @@ impl SequenceStore {
                     })?;
                     linear.push(LinearLayerGeometry::of(l));
                     LayerStore::Linear(linear.len() - 1)
-                }
-                AttentionKind::SlidingGqa => {
-                    return Err(unsupported(
-                        "sliding-window attention (no windowed attention kernel yet)",
-                    ))
                 }
                 AttentionKind::Unknown(k) => return Err(unsupported(&format!("`{k}` attention"))),
             });
