@@ -81,6 +81,7 @@ fn attention(c: &mut Criterion) {
                     D,
                     1.0 / (D as f32).sqrt(),
                     true,
+                    0,
                 )
                 .expect("launch")
             })
