@@ -708,15 +708,9 @@ fn qwen3_next(o: &Obj, model_type: &str) -> Result<ModelConfig, ModelError> {
     let gqa = if attention.contains(&AttentionKind::Gqa) {
         let (heads, kv_heads) = gqa_heads(o)?;
         Some(GqaDims {
-            sinks: false,
-            o_bias: false,
-            sliding_window: None,
-            heads,
-            kv_heads,
-            head_dim: o.req_dim("head_dim")?,
             qk_norm: true,
             output_gate: true,
-            qkv_bias: false,
+            ..GqaDims::new(heads, kv_heads, o.req_dim("head_dim")?)
         })
     } else {
         o.ignore(&["num_attention_heads", "num_key_value_heads", "head_dim"]);
@@ -963,15 +957,8 @@ fn qwen3_vl_moe(o: &Obj, model_type: &str) -> Result<ModelConfig, ModelError> {
         mla: None,
         indexer: None,
         gqa: Some(GqaDims {
-            sinks: false,
-            o_bias: false,
-            sliding_window: None,
-            heads,
-            kv_heads,
-            head_dim,
             qk_norm: true,
-            output_gate: false,
-            qkv_bias: false,
+            ..GqaDims::new(heads, kv_heads, head_dim)
         }),
         linear_attention: None,
         dense_mlp,
@@ -1159,15 +1146,8 @@ fn qwen3(o: &Obj, model_type: &str) -> Result<ModelConfig, ModelError> {
     };
     let rope = parse_rope(o, 1.0, &mut w)?;
     let gqa = GqaDims {
-        sinks: false,
-        o_bias: false,
-        sliding_window: None,
-        heads,
-        kv_heads,
-        head_dim,
         qk_norm: true,
-        output_gate: false,
-        qkv_bias: false,
+        ..GqaDims::new(heads, kv_heads, head_dim)
     };
     let family = Family::Qwen3;
     gqa_model(o, model_type, family, gqa, attention, ffn, moe, rope, w)
@@ -1175,7 +1155,7 @@ fn qwen3(o: &Obj, model_type: &str) -> Result<ModelConfig, ModelError> {
 
 /// gpt-oss (`gpt_oss`; defaults from transformers' `GptOssConfig`): GQA whose four projections
 /// carry biases (`attention_bias`, default true) plus one learned sink logit per head,
-/// `layer_types` alternating `sliding_attention` (window `sliding_window`, default 128) and
+/// `layer_types` alternating `sliding_attention` (window `sliding_window`, required) and
 /// `full_attention`; every layer MoE: a biased router, top-`num_experts_per_tok` of the logits
 /// softmaxed (= softmax top-k renormalised), experts with biases and the clamped SwiGLU
 /// (`swiglu_alpha` 1.702, `swiglu_limit` 7.0), stored MXFP4 (`quantization_config` `mxfp4`; the
@@ -1345,15 +1325,8 @@ fn qwen2(o: &Obj, model_type: &str) -> Result<ModelConfig, ModelError> {
     };
     let rope = parse_rope(o, 1.0, &mut w)?;
     let gqa = GqaDims {
-        sinks: false,
-        o_bias: false,
-        sliding_window: None,
-        heads,
-        kv_heads,
-        head_dim,
-        qk_norm: false,
-        output_gate: false,
         qkv_bias,
+        ..GqaDims::new(heads, kv_heads, head_dim)
     };
     gqa_model(
         o,
@@ -1414,15 +1387,9 @@ fn glm4_moe(o: &Obj, model_type: &str) -> Result<ModelConfig, ModelError> {
     };
     check_moe(o, &moe)?;
     let gqa = GqaDims {
-        sinks: false,
-        o_bias: false,
-        sliding_window: None,
-        heads,
-        kv_heads,
-        head_dim,
         qk_norm: o.bool_or("use_qk_norm", false, &mut w)?,
-        output_gate: false,
         qkv_bias: o.opt_bool("attention_bias")? == Some(true),
+        ..GqaDims::new(heads, kv_heads, head_dim)
     };
     let rope = parse_rope(o, 0.5, &mut w)?;
     let attention = vec![AttentionKind::Gqa; n_layers];
