@@ -907,15 +907,27 @@ pub fn mask_keys<T: Float, const R: usize, const C: usize>(
     kv_len: usize,
     causal: bool,
 ) -> Tile<T, R, C> {
+    mask_columns(ctx, s, |r| {
+        // Keys at column ≥ `limit` are masked for this row.
+        let mut limit = kv_len.saturating_sub(k_pos);
+        if causal {
+            limit = limit.min((q_pos + r + 1).saturating_sub(k_pos));
+        }
+        limit..C
+    })
+}
+
+/// The masks' one vector pass (compare + select): row `r`'s columns `masked(r)` become −∞.
+fn mask_columns<T: Float, const R: usize, const C: usize>(
+    ctx: &mut Ctx,
+    s: &Tile<T, R, C>,
+    masked: impl Fn(usize) -> std::ops::Range<usize>,
+) -> Tile<T, R, C> {
     let data = s.data.as_ref().map(|d| {
         let mut v = d.clone();
         for (r, row) in v.chunks_exact_mut(C).enumerate() {
-            // Keys at column ≥ `limit` are masked for this row.
-            let mut limit = kv_len.saturating_sub(k_pos);
-            if causal {
-                limit = limit.min((q_pos + r + 1).saturating_sub(k_pos));
-            }
-            for x in row.iter_mut().skip(limit) {
+            let cols = masked(r);
+            for x in &mut row[cols.start.min(C)..cols.end.min(C)] {
                 *x = f32::NEG_INFINITY;
             }
         }
@@ -938,22 +950,15 @@ pub fn mask_window<T: Float, const R: usize, const C: usize>(
     k_pos: usize,
     window: usize,
 ) -> Tile<T, R, C> {
-    let data = s.data.as_ref().map(|d| {
-        let mut v = d.clone();
-        if window > 0 {
-            for (r, row) in v.chunks_exact_mut(C).enumerate() {
-                // Keys before `first` are out of this query's window.
-                let first = (q_pos + r + 1).saturating_sub(window);
-                for x in row.iter_mut().take(first.saturating_sub(k_pos)) {
-                    *x = f32::NEG_INFINITY;
-                }
-            }
-        }
-        v
-    });
-    let out = ctx.new_tile::<T, R, C>(data);
-    vec_op(ctx, R * C, T::DTYPE, VectorClass::Simple, &[s.buf], out.buf);
-    out
+    mask_columns(ctx, s, |r| {
+        // Keys before `first` are out of this query's window.
+        let first = if window > 0 {
+            (q_pos + r + 1).saturating_sub(window)
+        } else {
+            0
+        };
+        0..first.saturating_sub(k_pos)
+    })
 }
 
 /// Masks the keys before absolute position `first` in every row (column `c` holds the key at
@@ -965,18 +970,7 @@ pub fn mask_before<T: Float, const R: usize, const C: usize>(
     k_pos: usize,
     first: usize,
 ) -> Tile<T, R, C> {
-    let data = s.data.as_ref().map(|d| {
-        let mut v = d.clone();
-        for row in v.chunks_exact_mut(C) {
-            for x in row.iter_mut().take(first.saturating_sub(k_pos)) {
-                *x = f32::NEG_INFINITY;
-            }
-        }
-        v
-    });
-    let out = ctx.new_tile::<T, R, C>(data);
-    vec_op(ctx, R * C, T::DTYPE, VectorClass::Simple, &[s.buf], out.buf);
-    out
+    mask_columns(ctx, s, |_| 0..first.saturating_sub(k_pos))
 }
 
 /// Dequantizes an MXFP4 tile on chip (vector unit): `blocks` holds `R×C` E2M1 values packed two per
