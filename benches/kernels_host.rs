@@ -41,6 +41,7 @@ fn attention(c: &mut Criterion) {
             &launcher,
             &PrefillCase {
                 window: 0,
+                sinks: false,
                 heads: HEADS,
                 kv_heads: HEADS,
                 head_dim: D,
@@ -66,6 +67,8 @@ fn attention(c: &mut Criterion) {
         };
         let (q, k, v) = (t(0.5), t(0.25), t(0.125));
         let o = Tensor::<f32>::poisoned(&[s, HEADS * D]);
+        let sinks = kernels::attention::sinks_tensor(&launcher, "flash_prefill", HEADS, None)
+            .expect("sinks");
         let flop = (2 * s * s * HEADS * 2 * D / 2) as u64;
         g.throughput(Throughput::Elements(flop));
         g.bench_with_input(BenchmarkId::new("dsl_causal", s), &s, |b, _| {
@@ -82,6 +85,7 @@ fn attention(c: &mut Criterion) {
                     1.0 / (D as f32).sqrt(),
                     true,
                     0,
+                    &sinks,
                 )
                 .expect("launch")
             })

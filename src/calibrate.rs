@@ -175,6 +175,8 @@ pub fn predict(launcher: &Launcher, m: &Measurement) -> Result<Prediction, Strin
             // Both prefill kernels, 64/128 query and key tiles: the plain one and the one
             // software-pipelined as FlashAttention-3 schedules it.
             let scale = 1.0 / (d as f32).sqrt();
+            let sinks = kernels::attention::sinks_tensor(launcher, "flash_prefill", heads, None)
+                .map_err(err)?;
             let mut best: Option<u64> = None;
             let mut last_err = String::from("no configuration to try");
             for kernel in [PrefillKernel::Flash, PrefillKernel::Pipelined] {
@@ -186,7 +188,9 @@ pub fn predict(launcher: &Launcher, m: &Measurement) -> Result<Prediction, Strin
                             PrefillKernel::Flash => flash_prefill::launch,
                             PrefillKernel::Pipelined => flash_prefill_pipelined::launch,
                         };
-                        match launch(launcher, &cfg, &q, &kv, &kv, &o, d, d, scale, causal, 0) {
+                        match launch(
+                            launcher, &cfg, &q, &kv, &kv, &o, d, d, scale, causal, 0, &sinks,
+                        ) {
                             Ok(l) => {
                                 let cy = l.report.cycles;
                                 best = Some(best.map_or(cy, |b| b.min(cy)));

@@ -15,7 +15,7 @@
 
 use crate::suite::SuiteEntry;
 use dsl_core::Tensor;
-use kernels::attention::decode::{run_decode_gqa_batch_windowed, run_decode_latent, DecodeCase};
+use kernels::attention::decode::{run_decode_gqa_batch_with, run_decode_latent, DecodeCase};
 use kernels::attention::prefill::{run_prefill, PrefillCase};
 use kernels::attention::sparse::{run_dsa_decode, DsaCase};
 use kernels::gemm::GemmDtype;
@@ -53,7 +53,7 @@ pub fn entries(cfg: &ModelConfig) -> Vec<SuiteEntry> {
     if let Some(m) = cfg.mla.clone() {
         if has(&AttentionKind::Mla) || has(&AttentionKind::SparseMla) {
             let qk = m.qk_nope_head_dim + m.qk_rope_head_dim;
-            out.push(prefill_entry("mla", 2, 2, qk, m.v_head_dim, 0));
+            out.push(prefill_entry("mla", 2, 2, qk, m.v_head_dim, 0, false));
             let latent = m.kv_lora_rank + m.qk_rope_head_dim;
             let heads = m.heads.clamp(1, 16);
             out.push(entry(
@@ -104,15 +104,16 @@ pub fn entries(cfg: &ModelConfig) -> Vec<SuiteEntry> {
             if !has(&kind) {
                 continue;
             }
-            let (heads, d) = (group * kv, g.head_dim);
-            out.push(prefill_entry(label, heads, kv, d, d, window));
+            let (heads, d, sinks) = (group * kv, g.head_dim, g.sinks);
+            out.push(prefill_entry(label, heads, kv, d, d, window, sinks));
             out.push(entry(
-                format!("{label}: paged_decode_gqa_batch heads {heads}/{kv} head_dim {d} ctx {DECODE_CONTEXT}{}",
-                    if window > 0 { format!(" window {window}") } else { String::new() }),
+                format!("{label}: paged_decode_gqa_batch heads {heads}/{kv} head_dim {d} ctx {DECODE_CONTEXT}{}{}",
+                    if window > 0 { format!(" window {window}") } else { String::new() },
+                    if sinks { " sinks" } else { "" }),
                 F32_TOL,
                 move |l| {
                     let case = decode_case(heads, kv, d, d, false);
-                    Ok(run_decode_gqa_batch_windowed(l, &case, &[DECODE_CONTEXT], window)?.report)
+                    Ok(run_decode_gqa_batch_with(l, &case, &[DECODE_CONTEXT], window, sinks)?.report)
                 },
             ));
         }
@@ -314,7 +315,7 @@ fn entry(
 }
 
 /// Causal flash prefill over [`PREFILL_TOKENS`] tokens at the layer kind's head dimensions, over
-/// a sliding window of `window` keys (0: none).
+/// a sliding window of `window` keys (0: none), with attention sinks when the layer has them.
 fn prefill_entry(
     kind: &str,
     heads: usize,
@@ -322,12 +323,13 @@ fn prefill_entry(
     head_dim: usize,
     v_head_dim: usize,
     window: usize,
+    sinks: bool,
 ) -> SuiteEntry {
     let w = if window > 0 {
         format!(" window {window}")
     } else {
         String::new()
-    };
+    } + if sinks { " sinks" } else { "" };
     entry(
         format!(
             "{kind}: flash_prefill heads {heads}/{kv_heads} head_dim {head_dim}/{v_head_dim} seq {PREFILL_TOKENS}{w}"
@@ -336,6 +338,7 @@ fn prefill_entry(
         move |l| {
             let case = PrefillCase {
                 window,
+                sinks,
                 heads,
                 kv_heads,
                 head_dim,

@@ -1045,6 +1045,7 @@ fn kernel_attention(args: AttentionArgs) -> Result<(), String> {
     let launcher = launcher_for(c)?;
     let case = PrefillCase {
         window: 0,
+        sinks: false,
         heads: args.heads,
         kv_heads: args.kv_heads.unwrap_or(args.heads),
         head_dim: args.head_dim,

@@ -1096,6 +1096,7 @@ pub fn evaluate_traced(
                 .ok_or_else(|| refuse("not a prefill implementation".into()))?;
             let case = PrefillCase {
                 window: 0,
+                sinks: false,
                 heads,
                 kv_heads,
                 head_dim,

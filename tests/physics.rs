@@ -10,7 +10,7 @@ use accel_sim::{DevicePreset, Report, SimError};
 use dsl_core::{bf16, fp8e4m3, Backend, Config, Launcher, Tensor};
 use kernels::attention::decode::{
     combine_config, decode_combine, decode_config, paged_decode_split, run_decode,
-    run_decode_gqa_batch, run_decode_latent, DecodeCase,
+    run_decode_gqa_batch_with, run_decode_latent, DecodeCase,
 };
 use kernels::attention::fp8_kv::paged_decode_split_fp8;
 use kernels::attention::fp8_kv::{run_kv_cache_append_fp8, Fp8Tensors};
@@ -702,6 +702,7 @@ fn run_model_op(device: &str, op: &str, x: &[usize; 8]) -> Labelled {
             let skv = sq + pick(x[4], 0, 1000);
             let case = PrefillCase {
                 window: 0,
+                sinks: seed % 2 == 1,
                 heads: kv * group,
                 kv_heads: kv,
                 head_dim: hd,
@@ -789,7 +790,7 @@ fn run_model_op(device: &str, op: &str, x: &[usize; 8]) -> Labelled {
             };
             one(
                 format!("{op} contexts {contexts:?} {case:?}"),
-                run_decode_gqa_batch(&l, &case, &contexts).map(|r| r.report),
+                run_decode_gqa_batch_with(&l, &case, &contexts, 0, seed % 2 == 1).map(|r| r.report),
             )
         }
         "dsa_decode" | "dsa_prefill" => {

@@ -9,7 +9,7 @@ use dsl_core::prelude::*;
 use dsl_core::SimError;
 use kernels::attention::decode::{
     decode_config, paged_decode_gqa_batch, run_decode, run_decode_gqa_batch,
-    run_decode_gqa_batch_windowed, run_decode_latent, run_decode_latent_batch, DecodeCase,
+    run_decode_gqa_batch_with, run_decode_latent, run_decode_latent_batch, DecodeCase,
 };
 use kernels::attention::fp8_kv::{
     quantize_per_token, E4M3_SUBNORMAL_HALF_STEP, E4M3_UNIT_ROUNDOFF,
@@ -153,7 +153,7 @@ proptest! {
         head_dim in prop::sample::select(vec![64usize, 128]),
         page_size in prop::sample::select(vec![16usize, 64]),
         splits in 1usize..6, bf16 in any::<bool>(), seed in any::<u64>(),
-        window in prop::sample::select(vec![0usize, 0, 1, 7, 40, 100]),
+        window in prop::sample::select(vec![0usize, 0, 1, 7, 40, 100]), sinks in any::<bool>(),
     ) {
         let mut contexts = others;
         contexts.insert(short_at.min(contexts.len()), short);
@@ -164,8 +164,9 @@ proptest! {
         };
         let l = launcher();
         // With a sliding window (transformers' `sliding_window`) each sequence reads only its
-        // last `window` keys, split over the window's pages.
-        let run = run_decode_gqa_batch_windowed(&l, &case, &contexts, window).unwrap();
+        // last `window` keys, split over the window's pages; attention sinks (gpt-oss) add one
+        // logit per head to every softmax's denominator, counted once over the splits.
+        let run = run_decode_gqa_batch_with(&l, &case, &contexts, window, sinks).unwrap();
         let out = run.output.as_ref().unwrap();
         prop_assert_eq!(out.len(), contexts.len() * case.heads * head_dim);
         prop_assert!(out.iter().all(|v| v.is_finite()), "an output element was not written");
@@ -173,8 +174,8 @@ proptest! {
         // bf16: 2e-2, as the latent batch: the maximum is over up to four sequences' outputs,
         // each with bf16 probabilities over up to 300 keys.
         prop_assert!(err <= if bf16 { 2e-2 } else { 1e-5 }, "{contexts:?} {case:?}: {err}");
-        let cost = run_decode_gqa_batch_windowed(
-            &l.clone().with_backend(Backend::CostOnly), &case, &contexts, window,
+        let cost = run_decode_gqa_batch_with(
+            &l.clone().with_backend(Backend::CostOnly), &case, &contexts, window, sinks,
         ).unwrap();
         prop_assert_eq!(cost.report.cycles, run.report.cycles);
     }
@@ -211,6 +212,7 @@ fn batched_gqa_decode_cost_only_reads_every_kv_row() {
         ctx,
         1.0 / (d as f32).sqrt(),
         0,
+        &Tensor::<f32>::shape_only(&[kv_heads * group, 1]),
     )
     .unwrap();
     let kv_bytes = (seqs * ctx * kv_heads * (d + dv) * 2) as u64;

@@ -11,6 +11,7 @@ use dsl_core::prelude::*;
 use kernels::attention::prefill::{
     flash_prefill, run_prefill, run_prefill_with, PrefillCase, PrefillKernel,
 };
+use kernels::attention::sinks_tensor;
 use kernels::gemm::GemmDtype;
 use kernels::testdata::Rng;
 use proptest::prelude::*;
@@ -31,10 +32,10 @@ proptest! {
         sq in 1usize..90, extra in 0usize..60,
         bq in prop::sample::select(vec![16i64, 32, 64]), bk in prop::sample::select(vec![16i64, 32, 64]),
         bf16 in any::<bool>(), seed in any::<u64>(),
-        window in prop::sample::select(vec![0usize, 0, 1, 5, 16, 40]),
+        window in prop::sample::select(vec![0usize, 0, 1, 5, 16, 40]), sinks in any::<bool>(),
     ) {
         let case = PrefillCase {
-            window,
+            window, sinks,
             heads: kv_heads * group, kv_heads, head_dim, v_head_dim: head_dim, sq, skv: sq + extra,
             dtype: if bf16 { GemmDtype::Bf16 } else { GemmDtype::F32 },
             config: Config::new().with("BQ", bq).with("BK", bk), seed,
@@ -65,7 +66,22 @@ fn chunked_prefill_equals_one_shot() {
         let k = Tensor::<f32>::from_f32(&[skv, hkv * d], k).unwrap();
         let v = Tensor::<f32>::from_f32(&[skv, hkv * d], v).unwrap();
         let o = Tensor::<f32>::poisoned(&[sq, h * d]);
-        flash_prefill::launch(&launcher(), &cfg, &q, &k, &v, &o, d, d, scale, true, 0).unwrap();
+        let sinks = sinks_tensor(&launcher(), "flash_prefill", h, None).unwrap();
+        flash_prefill::launch(
+            &launcher(),
+            &cfg,
+            &q,
+            &k,
+            &v,
+            &o,
+            d,
+            d,
+            scale,
+            true,
+            0,
+            &sinks,
+        )
+        .unwrap();
         o.to_vec().unwrap()
     };
     let whole = run(&qv, &kv, &vv, s, s);
@@ -98,6 +114,7 @@ fn chunked_prefill_equals_one_shot() {
 fn prefill_is_deterministic_and_cost_only_matches() {
     let case = PrefillCase {
         window: 0,
+        sinks: false,
         heads: 4,
         kv_heads: 1,
         head_dim: 64,
@@ -124,6 +141,7 @@ fn prefill_is_deterministic_and_cost_only_matches() {
 fn bad_shapes_are_errors() {
     let mut case = PrefillCase {
         window: 0,
+        sinks: false,
         heads: 3,
         kv_heads: 2,
         head_dim: 64,
@@ -170,6 +188,7 @@ fn bad_shapes_are_errors() {
         0.1,
         true,
         0,
+        &sinks_tensor(&launcher(), "flash_prefill", 1, None).unwrap(),
     )
     .unwrap_err()
     .to_string();
@@ -181,6 +200,7 @@ fn bad_shapes_are_errors() {
 fn mla_naive_prefill_shapes() {
     let case = PrefillCase {
         window: 0,
+        sinks: false,
         heads: 4,
         kv_heads: 4,
         head_dim: 192,
@@ -214,10 +234,10 @@ proptest! {
         sq in 1usize..90, extra in 0usize..60,
         bq in prop::sample::select(vec![16i64, 64]), bk in prop::sample::select(vec![16i64, 64]),
         bf16 in any::<bool>(), seed in any::<u64>(),
-        window in prop::sample::select(vec![0usize, 0, 1, 5, 16, 40]),
+        window in prop::sample::select(vec![0usize, 0, 1, 5, 16, 40]), sinks in any::<bool>(),
     ) {
         let case = PrefillCase {
-            window,
+            window, sinks,
             heads: kv_heads * group, kv_heads, head_dim, v_head_dim: head_dim, sq, skv: sq + extra,
             dtype: if bf16 { GemmDtype::Bf16 } else { GemmDtype::F32 },
             config: Config::new().with("BQ", bq).with("BK", bk), seed,
@@ -243,6 +263,7 @@ proptest! {
 fn windowed_prefill_differs_from_causal_and_both_kernels_agree() {
     let case = |window| PrefillCase {
         window,
+        sinks: false,
         heads: 2,
         kv_heads: 1,
         head_dim: 32,
@@ -264,4 +285,33 @@ fn windowed_prefill_differs_from_causal_and_both_kernels_agree() {
     assert_eq!(pipelined.output.unwrap(), w);
     // Cost: a window reads fewer key blocks than the whole causal prefix.
     assert!(windowed.launch.report.cycles < causal.launch.report.cycles);
+}
+
+/// Attention sinks (gpt-oss) change the output (they are not silently ignored), match the f64
+/// reference in both kernels, windowed or not, and the two kernels agree exactly.
+#[test]
+fn sinks_change_the_output_and_both_kernels_agree() {
+    for window in [0usize, 9] {
+        let case = |sinks| PrefillCase {
+            window,
+            sinks,
+            heads: 4,
+            kv_heads: 2,
+            head_dim: 32,
+            v_head_dim: 32,
+            sq: 70,
+            skv: 90,
+            dtype: GemmDtype::F32,
+            config: Config::new().with("BQ", 64).with("BK", 16),
+            seed: 8,
+        };
+        let with = run_prefill(&launcher(), &case(true)).unwrap();
+        assert!(with.launch.report.max_rel_error.unwrap() <= 1e-5);
+        let without = run_prefill(&launcher(), &case(false)).unwrap();
+        let (a, b) = (with.output.unwrap(), without.output.unwrap());
+        assert!(a.iter().zip(&b).any(|(x, y)| x != y));
+        let pipelined =
+            run_prefill_with(&launcher(), &case(true), PrefillKernel::Pipelined).unwrap();
+        assert_eq!(pipelined.output.unwrap(), a);
+    }
 }

@@ -8,6 +8,7 @@ use dsl_core::prelude::*;
 use kernels::attention::decode::{decode_combine, paged_decode_split};
 use kernels::attention::prefill::flash_prefill;
 use kernels::attention::reference::gather_pages;
+use kernels::attention::sinks_tensor;
 use kernels::attention::sparse::{
     run_dsa_decode, run_dsa_decode_batch, run_dsa_prefill, DsaBatchRun, DsaCase, DsaRun,
 };
@@ -185,6 +186,7 @@ fn sparse_prefill_with_topk_at_least_ctx_equals_dense_flash_prefill() {
             sm_scale,
             true,
             0,
+            &sinks_tensor(&launcher(), "flash_prefill", c.heads, None).unwrap(),
         )
         .unwrap();
         let dense: Vec<f64> = o.to_vec().unwrap().iter().map(|v| *v as f64).collect();

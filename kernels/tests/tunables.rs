@@ -121,7 +121,7 @@ proptest! {
         let space = meta.space();
         let config = space[point.index(space.len())].clone();
         let case = PrefillCase {
-            window: 0,
+            window: 0, sinks: seed % 2 == 0,
             heads: 2, kv_heads: 1, head_dim, v_head_dim: head_dim.saturating_sub(v_shrink).max(1),
             sq, skv: sq + extra, dtype: GemmDtype::F32, config: config.clone(), seed,
         };

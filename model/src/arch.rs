@@ -38,7 +38,8 @@
 //! - **gpt-oss** (`gpt_oss`): parsed, counted and inventoried, not run: GQA with biases on all
 //!   four projections and per-head attention sinks, alternating windowed / full layers, MoE with
 //!   biased router and experts, a clamped SwiGLU and MXFP4 experts (see `gpt_oss` below); the
-//!   sinks, the expert biases and the activation have no kernels yet.
+//!   attention runs (sinks are an argument of the GQA kernels), the expert biases and the
+//!   activation have no kernels yet.
 //! - **Kimi Linear**: `linear_attn_config.kda_layers` / `full_attn_layers` (1-based) when given,
 //!   else `layer_types`, else transformers' default; dense MLP for `i < first_k_dense_replace`
 //!   (default 1) unless `mlp_layer_types` says otherwise. Its MLA uses no RoPE unless `mla_use_nope` is false (absent: none, as transformers).

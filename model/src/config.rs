@@ -259,8 +259,8 @@ pub enum Family {
     Glm4Moe,
     /// `gpt_oss`: gpt-oss-120b / 20b. GQA with biases and attention sinks, alternating
     /// sliding-window and full layers, MoE with biased experts, a clamped SwiGLU and MXFP4
-    /// weights. Parsed, counted and inventoried; the sinks, the expert biases and the expert
-    /// activation have no kernels yet, so it does not run.
+    /// weights. Parsed, counted and inventoried; the attention (sinks, windows, biases) runs, the
+    /// expert biases and the expert activation have no kernels yet, so the model does not.
     GptOss,
     /// `day0_hybrid`, day0's own schema.
     Day0Hybrid,
@@ -426,7 +426,7 @@ pub struct GqaDims {
     /// Sigmoid output gate from a second half of `q_proj` (Qwen3-Next: yes).
     pub output_gate: bool,
     /// A learned per-head logit in every softmax's denominator ("attention sinks": gpt-oss's
-    /// `self_attn.sinks`); day0 has no kernel for it yet.
+    /// `self_attn.sinks`), the `sinks` argument of the GQA prefill and decode kernels.
     pub sinks: bool,
     /// `o_proj` carries a bias (gpt-oss's `attention_bias` biases all four projections).
     pub o_bias: bool,

@@ -687,21 +687,20 @@ impl Builder<'_> {
             ],
             vec![opnd("o", &[t, nq * d])],
             vec![("D", d), ("DV", d), ("heads", nq), ("kv_heads", nkv)],
-            sliding.then(|| {
-                format!(
-                    "sliding window: each query sees its last {} keys",
-                    g.sliding_window.unwrap_or(0)
-                )
-            }),
+            {
+                let mut notes = Vec::new();
+                if sliding {
+                    notes.push(format!(
+                        "sliding window: each query sees its last {} keys",
+                        g.sliding_window.unwrap_or(0)
+                    ));
+                }
+                if g.sinks {
+                    notes.push("attention sinks: one logit per head in every softmax".into());
+                }
+                (!notes.is_empty()).then(|| notes.join("; "))
+            },
         );
-        // What the attention kernels do not do yet, as an operator of its own so the inventory
-        // names it.
-        if g.sinks {
-            self.unknown(
-                "attention sinks (a per-head softmax logit)".into(),
-                "self_attn.sinks",
-            );
-        }
         if g.output_gate {
             self.op(
                 OpKind::AttnOutputGate,

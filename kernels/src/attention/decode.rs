@@ -16,8 +16,9 @@
 //! `[S·Hkv·G, DV]`.
 
 use super::fp8_kv::{paged_decode_split_fp8, Fp8Tensors};
+use super::prefill::softmax_start;
 use super::reference::{
-    attention_decode_paged, attention_decode_paged_windowed, mqa_dense, AttnShape, MqaShape,
+    attention_decode_paged, attention_decode_paged_sinks, mqa_dense, AttnShape, MqaShape,
 };
 use crate::gemm::GemmDtype;
 use dsl_core::prelude::*;
@@ -362,7 +363,7 @@ pub fn decode_latent_config(
         BDV = [128, 16, 32, 64, 256, 512]
     ),
     constraint(BDV <= BD && BD <= 2 * BDV),
-    helpers(online_softmax_step, split_rows, split_pages, store_split_partials)
+    helpers(online_softmax_step, split_rows, split_pages, store_split_partials, softmax_start)
 )]
 // `is_multiple_of` is not in the DSL's method subset; `% 64 == 0` is.
 #[allow(clippy::too_many_arguments, clippy::manual_is_multiple_of)]
@@ -377,6 +378,7 @@ pub fn paged_decode_gqa_batch<Q: Float, T: Float>(
     max_ctx: usize,
     sm_scale: f32,
     window: usize,
+    sinks: &Tensor<f32>,
 ) {
     let (d, dv, page_size) = (q.shape()[2], o_part.shape()[3], k_pool.shape()[1]);
     require(
@@ -401,12 +403,23 @@ pub fn paged_decode_gqa_batch<Q: Float, T: Float>(
     let first_page = seq * block_tables.cols();
     let kh = k_pool.cols_clipped(kvh * d, d);
     let vh = v_pool.cols_clipped(kvh * dv, dv);
-    let mut m = full::<f32, BH, 1>(f32::NEG_INFINITY);
-    let mut l = zeros::<f32, BH, 1>();
+    // The first split starts from the query heads' attention sinks (`sinks [Hq, 1]`, −∞ for
+    // none), so the combine counts each sink once.
+    let (mut m, mut l) = if program_id(1) == 0 {
+        let group = q.shape()[1];
+        softmax_start(&load_async::<BH, 1>(
+            &sinks.rows_clipped(kvh * group, (kvh + 1) * group),
+            r0,
+            0,
+        ))
+    } else {
+        (full::<f32, BH, 1>(f32::NEG_INFINITY), zeros::<f32, BH, 1>())
+    };
     let mut acc = zeros::<f32, BH, BDV>();
     if p1 == p0 {
-        // No pages in this split: a zero partial that the combine weighs by e^−∞ = 0 (acc / l
-        // would be 0 / 0 = NaN, which a zero weight does not cancel).
+        // No pages in this split: a zero partial that the combine weighs by e^(m − lse) (acc / l
+        // would be 0 / 0 = NaN, which a zero weight does not cancel): zero for −∞, the sink's
+        // share in the first split.
         let split = program_id(1);
         store(&o_part.at(split).at(row), r0, 0, &acc);
         store(&lse_part.at(split).at(row), r0, 0, &m);
@@ -771,12 +784,26 @@ pub fn run_decode_gqa_batch(
 }
 
 /// [`run_decode_gqa_batch`] over a sliding window: each sequence attends to its last `window`
-/// keys (0: all of them), checked against [`attention_decode_paged_windowed`].
+/// keys (0: all of them), checked against
+/// [`super::reference::attention_decode_paged_sinks`].
 pub fn run_decode_gqa_batch_windowed(
     launcher: &Launcher,
     case: &DecodeCase,
     contexts: &[usize],
     window: usize,
+) -> Result<DecodeRun, SimError> {
+    run_decode_gqa_batch_with(launcher, case, contexts, window, false)
+}
+
+/// [`run_decode_gqa_batch_windowed`], with random attention sinks (one logit per query head in
+/// every softmax's denominator, gpt-oss) when `sinks`, checked against
+/// [`attention_decode_paged_sinks`].
+pub fn run_decode_gqa_batch_with(
+    launcher: &Launcher,
+    case: &DecodeCase,
+    contexts: &[usize],
+    window: usize,
+    sinks: bool,
 ) -> Result<DecodeRun, SimError> {
     let fail = |message: String| SimError::Launch {
         kernel: paged_decode_gqa_batch::META.name.into(),
@@ -816,8 +843,8 @@ pub fn run_decode_gqa_batch_windowed(
         group,
     )?;
     match case.dtype {
-        GemmDtype::F32 => run_gqa_batch::<f32>(launcher, case, contexts, &cfg, window),
-        GemmDtype::Bf16 => run_gqa_batch::<bf16>(launcher, case, contexts, &cfg, window),
+        GemmDtype::F32 => run_gqa_batch::<f32>(launcher, case, contexts, &cfg, window, sinks),
+        GemmDtype::Bf16 => run_gqa_batch::<bf16>(launcher, case, contexts, &cfg, window, sinks),
     }
 }
 
@@ -827,6 +854,7 @@ fn run_gqa_batch<T: Float>(
     contexts: &[usize],
     cfg: &Config,
     window: usize,
+    with_sinks: bool,
 ) -> Result<DecodeRun, SimError> {
     let fail = |message: String| SimError::Launch {
         kernel: paged_decode_gqa_batch::META.name.into(),
@@ -859,6 +887,16 @@ fn run_gqa_batch<T: Float>(
     let o_part = t.output::<f32>(&[splits, b * hkv, group, dv]);
     let lse_part = t.output::<f32>(&[splits, b * hkv, group, 1]);
     let o = t.output::<T>(&[b * case.heads, dv]);
+    let sinks = if with_sinks {
+        t.input::<f32>(&[case.heads, 1], 0.0, 2.0)?
+    } else {
+        super::sinks_tensor(
+            launcher,
+            paged_decode_gqa_batch::META.name,
+            case.heads,
+            None,
+        )?
+    };
     let sm_scale = 1.0 / (d as f32).sqrt();
     let split = paged_decode_gqa_batch::launch(
         launcher,
@@ -873,6 +911,7 @@ fn run_gqa_batch<T: Float>(
         max_ctx,
         sm_scale,
         window,
+        &sinks,
     )?;
     let combine = decode_combine::launch(launcher, &combine_config(dv)?, &o_part, &lse_part, &o)?;
     let mut report =
@@ -883,6 +922,11 @@ fn run_gqa_batch<T: Float>(
         (&output, q.to_vec(), k_pool.to_vec(), v_pool.to_vec())
     {
         let q_len = case.heads * d;
+        let sink_values = if with_sinks {
+            sinks.to_vec().unwrap_or_default()
+        } else {
+            Vec::new()
+        };
         let mut want = Vec::with_capacity(out.len());
         for (s, ctx) in contexts.iter().enumerate() {
             let shape = AttnShape {
@@ -895,7 +939,7 @@ fn run_gqa_batch<T: Float>(
             };
             let qs = &qv[s * q_len..(s + 1) * q_len];
             want.extend(
-                attention_decode_paged_windowed(
+                attention_decode_paged_sinks(
                     qs,
                     &kv,
                     &vv,
@@ -904,6 +948,7 @@ fn run_gqa_batch<T: Float>(
                     shape,
                     sm_scale as f64,
                     window,
+                    &sink_values,
                 )
                 .map_err(|e| fail(e.to_string()))?,
             );

@@ -14,3 +14,35 @@ pub mod prefill;
 pub mod reference;
 pub mod sparse;
 pub mod varlen;
+
+use dsl_core::{Backend, Launcher, SimError, Tensor};
+
+/// The `sinks [heads, 1]` argument of the grouped-query attention kernels (gpt-oss's attention
+/// sinks: one logit per query head in every softmax's denominator, see
+/// [`reference::attention_prefill_sinks`]): `values` when given, else −∞ for every head (a model
+/// without sinks). Shape-only where `launcher` runs cost-only.
+pub fn sinks_tensor(
+    launcher: &Launcher,
+    kernel: &str,
+    heads: usize,
+    values: Option<&[f32]>,
+) -> Result<Tensor<f32>, SimError> {
+    if launcher.backend != Backend::Functional {
+        return Ok(Tensor::shape_only(&[heads, 1]));
+    }
+    let none = vec![f32::NEG_INFINITY; heads];
+    let v = values.unwrap_or(&none);
+    if v.len() != heads {
+        return Err(SimError::Launch {
+            kernel: kernel.into(),
+            message: format!(
+                "attention sinks: one logit per query head ({heads}), got {}",
+                v.len()
+            ),
+        });
+    }
+    Tensor::from_f32(&[heads, 1], v).map_err(|message| SimError::Launch {
+        kernel: kernel.into(),
+        message,
+    })
+}

@@ -7,11 +7,25 @@
 //! context of `Skv` tokens (`q_pos = Skv − Sq + i`), so chunked prefill against a growing cache and
 //! one-shot prefill are the same kernel.
 
-use super::reference::{attention_prefill_windowed, AttnShape};
+use super::reference::{attention_prefill_sinks, AttnShape};
 use crate::gemm::GemmDtype;
 use crate::testdata::CaseTensors;
 use dsl_core::prelude::*;
 use dsl_core::SimError;
+
+/// The online softmax's starting state for `R` rows whose attention sinks are `sink` (gpt-oss's
+/// per-head logit in every softmax's denominator; −∞ for none): the running max `m` and
+/// denominator `l` as if the sink were a score already seen, with no value: `m = max(sink,
+/// floor)`, `l = e^(sink − m)`. The floor is finite because a row may see no key in its first
+/// blocks (a sliding window), and a max still at −∞ would make e^(−∞ − (−∞)) = NaN; no score
+/// reaches it, so the first real block rescales the start by e^(floor − m) = 0 as −∞ would, and
+/// a model without sinks gets the same numbers as from an empty start.
+#[kernel(helper)]
+pub fn softmax_start<const R: usize>(sink: &Tile<f32, R, 1>) -> (Tile<f32, R, 1>, Tile<f32, R, 1>) {
+    let m = maximum(sink, &full::<f32, R, 1>(-1e30));
+    let l = exp(&sub(sink, &m));
+    (m, l)
+}
 
 /// One program per (query tile, query head). `head_dim` is the query/key head dimension and
 /// `v_head_dim` the value/output head dimension (MLA's naive prefill: 192 and 128), both run-time
@@ -28,7 +42,8 @@ use dsl_core::SimError;
         BD = [128, 16, 32, 64, 192, 256, 576],
         BDV = [128, 16, 32, 64, 256, 512]
     ),
-    constraint(BDV <= BD && BD <= 2 * BDV)
+    constraint(BDV <= BD && BD <= 2 * BDV),
+    helpers(softmax_start)
 )]
 #[allow(clippy::too_many_arguments)]
 pub fn flash_prefill<T: Float>(
@@ -41,6 +56,7 @@ pub fn flash_prefill<T: Float>(
     sm_scale: f32,
     causal: bool,
     window: usize,
+    sinks: &Tensor<f32>,
 ) {
     require(
         head_dim <= BD && v_head_dim <= BDV,
@@ -60,18 +76,16 @@ pub fn flash_prefill<T: Float>(
     } else {
         skv
     };
-    // A sliding window starts at the block holding the first query's oldest key. The running max
-    // then starts at a finite floor: a later row may see no key in the first blocks, and a row
-    // whose max is still −∞ would compute e^(−∞ − (−∞)) = NaN; no score reaches the floor, so the
-    // first real block rescales what came before by e^(floor − m) = 0, as −∞ would.
+    // A sliding window starts at the block holding the first query's oldest key.
     let k_start = if window > 0 {
         (q_pos + 1).saturating_sub(window) / BK * BK
     } else {
         0
     };
     let tq = load::<BQ, BD>(&qh, q0, 0);
-    let mut m = full::<f32, BQ, 1>(if window > 0 { -1e30 } else { f32::NEG_INFINITY });
-    let mut l = zeros::<f32, BQ, 1>();
+    // The head's sink (`sinks [Hq, 1]`) as the softmax's first score.
+    let sink = broadcast::<f32, BQ, 1>(&load_async::<1, 1>(sinks, h, 0));
+    let (mut m, mut l) = softmax_start(&sink);
     let mut acc = zeros::<f32, BQ, BDV>();
     for kb in (k_start..k_end).step_by(BK) {
         let tk = load_async::<BK, BD>(&kh, kb, 0);
@@ -117,7 +131,8 @@ pub fn flash_prefill<T: Float>(
         BD = [128, 16, 32, 64, 256],
         BDV = [128, 16, 32, 64, 256]
     ),
-    constraint(BDV <= BD && BD <= 2 * BDV)
+    constraint(BDV <= BD && BD <= 2 * BDV),
+    helpers(softmax_start)
 )]
 #[allow(clippy::too_many_arguments)]
 pub fn flash_prefill_pipelined<T: Float>(
@@ -130,6 +145,7 @@ pub fn flash_prefill_pipelined<T: Float>(
     sm_scale: f32,
     causal: bool,
     window: usize,
+    sinks: &Tensor<f32>,
 ) {
     require(
         head_dim <= BD && v_head_dim <= BDV,
@@ -153,18 +169,16 @@ pub fn flash_prefill_pipelined<T: Float>(
     let vh = v
         .cols_clipped(kv_head * v_head_dim, v_head_dim)
         .rows_clipped(0, k_end);
-    // A sliding window starts at the block holding the first query's oldest key. The running max
-    // then starts at a finite floor: a later row may see no key in the first blocks, and a row
-    // whose max is still −∞ would compute e^(−∞ − (−∞)) = NaN; no score reaches the floor, so the
-    // first real block rescales what came before by e^(floor − m) = 0, as −∞ would.
+    // A sliding window starts at the block holding the first query's oldest key.
     let k_start = if window > 0 {
         (q_pos + 1).saturating_sub(window) / BK * BK
     } else {
         0
     };
     let tq = load::<BQ, BD>(&qh, q0, 0);
-    let mut m = full::<f32, BQ, 1>(if window > 0 { -1e30 } else { f32::NEG_INFINITY });
-    let mut l = zeros::<f32, BQ, 1>();
+    // The head's sink (`sinks [Hq, 1]`) as the softmax's first score.
+    let sink = broadcast::<f32, BQ, 1>(&load_async::<1, 1>(sinks, h, 0));
+    let (mut m, mut l) = softmax_start(&sink);
     let mut acc = zeros::<f32, BQ, BDV>();
     // The first block's scores; the next block's keys and the first block's values in flight.
     let tk0 = load_async::<BK, BD>(&kh, k_start, 0);
@@ -278,6 +292,9 @@ pub struct PrefillCase {
     pub skv: usize,
     /// Sliding window: each query sees its last `window` keys (0: all, causal).
     pub window: usize,
+    /// Attention sinks: one random logit per query head in every softmax's denominator (gpt-oss),
+    /// or none.
+    pub sinks: bool,
     /// Element dtype of q, k, v, o.
     pub dtype: GemmDtype,
     /// Tunable values (`BQ`, `BK`; `BD`/`BDV` are picked to cover the head dims unless set).
@@ -351,6 +368,11 @@ fn run_typed<T: Float>(
     let k = t.input::<T>(&[case.skv, kvd], 0.0, 1.0)?;
     let v = t.input::<T>(&[case.skv, kvv], 0.0, 1.0)?;
     let o = t.output::<T>(&[case.sq, hv]);
+    let sinks = if case.sinks {
+        t.input::<f32>(&[case.heads, 1], 0.0, 2.0)?
+    } else {
+        super::sinks_tensor(launcher, kernel.meta().name, case.heads, None)?
+    };
     let sm_scale = 1.0 / (case.head_dim as f32).sqrt();
     let launch_kernel = match kernel {
         PrefillKernel::Flash => flash_prefill::launch,
@@ -368,12 +390,26 @@ fn run_typed<T: Float>(
         sm_scale,
         true,
         case.window,
+        &sinks,
     )?;
     let output = o.to_vec();
     if let (Some(out), Some(qv), Some(kv), Some(vv)) = (&output, q.to_vec(), k.to_vec(), v.to_vec())
     {
-        let want = attention_prefill_windowed(&qv, &kv, &vv, shape, sm_scale as f64, case.window)
-            .map_err(|e| SimError::Launch {
+        let sink_values = if case.sinks {
+            sinks.to_vec().unwrap_or_default()
+        } else {
+            Vec::new()
+        };
+        let want = attention_prefill_sinks(
+            &qv,
+            &kv,
+            &vv,
+            shape,
+            sm_scale as f64,
+            case.window,
+            &sink_values,
+        )
+        .map_err(|e| SimError::Launch {
             kernel: kernel.meta().name.into(),
             message: e.to_string(),
         })?;

@@ -104,8 +104,19 @@ fn dot(a: &[f64], b: &[f64]) -> f64 {
 /// In-place `exp(x − max) / Σ exp(x − max)`; `−∞` entries become exactly 0. The row must hold at
 /// least one finite value (callers guarantee one unmasked key per query).
 fn softmax_in_place(row: &mut [f64]) {
-    let m = row.iter().fold(f64::NEG_INFINITY, |m, v| m.max(*v));
-    let mut z = 0.0;
+    softmax_with_sink(row, f64::NEG_INFINITY)
+}
+
+/// [`softmax_in_place`] with one more logit, `sink`, in the denominator and no output of its own
+/// (gpt-oss's attention sinks: transformers appends the sink as a last column, softmaxes, and
+/// drops it). A sink of −∞ is none.
+fn softmax_with_sink(row: &mut [f64], sink: f64) {
+    let m = row.iter().fold(sink, |m, v| m.max(*v));
+    let mut z = if sink == f64::NEG_INFINITY {
+        0.0
+    } else {
+        (sink - m).exp()
+    };
     for v in row.iter_mut() {
         *v = (*v - m).exp();
         z += *v;
@@ -224,6 +235,7 @@ fn dense_causal(
     s: &AttnShape,
     scale: f64,
     window: usize,
+    sinks: &[f32],
 ) -> Vec<f64> {
     let (d, dv, hk) = (s.head_dim, s.v_head_dim, s.kv_heads);
     let mut out = vec![0.0f64; s.sq * s.heads * dv];
@@ -240,7 +252,10 @@ fn dense_causal(
                     f64::NEG_INFINITY
                 };
             }
-            softmax_in_place(&mut p);
+            softmax_with_sink(
+                &mut p,
+                sinks.get(h).map_or(f64::NEG_INFINITY, |v| *v as f64),
+            );
             let o = &mut out[(i * s.heads + h) * dv..][..dv];
             for (j, pj) in p.iter().enumerate() {
                 for (oc, vc) in o.iter_mut().zip(&v[(j * hk + g) * dv..][..dv]) {
@@ -262,20 +277,31 @@ pub fn attention_prefill(
     shape: AttnShape,
     scale: f64,
 ) -> Result<Vec<f64>, AttnRefError> {
-    attention_prefill_windowed(q, k, v, shape, scale, 0)
+    attention_prefill_sinks(q, k, v, shape, scale, 0, &[])
 }
 
 /// [`attention_prefill`] over a sliding window (transformers' `sliding_window`): query `i` at
-/// position `pos` sees keys `pos − window + 1 ..= pos` (all of `0..=pos` when `window` is 0).
-pub fn attention_prefill_windowed(
+/// position `pos` sees keys `pos − window + 1 ..= pos` (all of `0..=pos` when `window` is 0),
+/// with attention sinks (gpt-oss): head `h`'s softmax has one more logit, `sinks[h]`, in its
+/// denominator and no value of its own, so a query can attend to "nothing". `sinks` holds one
+/// logit per query head, or is empty for none.
+pub fn attention_prefill_sinks(
     q: &[f32],
     k: &[f32],
     v: &[f32],
     shape: AttnShape,
     scale: f64,
     window: usize,
+    sinks: &[f32],
 ) -> Result<Vec<f64>, AttnRefError> {
     shape.check_inputs(q.len(), k.len(), v.len())?;
+    if !sinks.is_empty() && sinks.len() != shape.heads {
+        return fail(format!(
+            "attention sinks: one logit per query head ({}), got {}",
+            shape.heads,
+            sinks.len()
+        ));
+    }
     Ok(dense_causal(
         &widen(q),
         &widen(k),
@@ -283,6 +309,7 @@ pub fn attention_prefill_windowed(
         &shape,
         scale,
         window,
+        sinks,
     ))
 }
 
@@ -369,13 +396,24 @@ pub fn attention_decode_paged(
     shape: AttnShape,
     scale: f64,
 ) -> Result<Vec<f64>, AttnRefError> {
-    attention_decode_paged_windowed(q, k_pool, v_pool, block_table, page_size, shape, scale, 0)
+    attention_decode_paged_sinks(
+        q,
+        k_pool,
+        v_pool,
+        block_table,
+        page_size,
+        shape,
+        scale,
+        0,
+        &[],
+    )
 }
 
-/// [`attention_decode_paged`] over a sliding window: the query sees its last `window` keys (all
-/// of them when `window` is 0).
+/// [`attention_decode_paged`] over a sliding window (the query sees its last `window` keys, all
+/// of them when `window` is 0) with attention sinks (see [`attention_prefill_sinks`]; empty for
+/// none).
 #[allow(clippy::too_many_arguments)]
-pub fn attention_decode_paged_windowed(
+pub fn attention_decode_paged_sinks(
     q: &[f32],
     k_pool: &[f32],
     v_pool: &[f32],
@@ -384,6 +422,7 @@ pub fn attention_decode_paged_windowed(
     shape: AttnShape,
     scale: f64,
     window: usize,
+    sinks: &[f32],
 ) -> Result<Vec<f64>, AttnRefError> {
     shape.validate()?;
     one_query(&shape)?;
@@ -391,7 +430,7 @@ pub fn attention_decode_paged_windowed(
     let v_row = product(&[shape.kv_heads, shape.v_head_dim], "v row")?;
     let k = gather_pages(k_pool, k_row, page_size, block_table, shape.skv)?;
     let v = gather_pages(v_pool, v_row, page_size, block_table, shape.skv)?;
-    attention_prefill_windowed(q, &k, &v, shape, scale, window)
+    attention_prefill_sinks(q, &k, &v, shape, scale, window, sinks)
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -502,7 +541,7 @@ fn mqa_dense_f64(q: &[f64], kv: &[f64], s: &MqaShape, scale: f64) -> Vec<f64> {
         head_dim: s.dk,
         v_head_dim: s.dv,
     };
-    dense_causal(q, kv, &v, &shape, scale, 0)
+    dense_causal(q, kv, &v, &shape, scale, 0, &[])
 }
 
 /// Sparse latent MQA on f64 inputs (shape and indices already checked): for each query, a softmax
@@ -751,7 +790,7 @@ pub fn mla_naive(
         head_dim: dqk,
         v_head_dim: dv,
     };
-    Ok(dense_causal(&widen(q), &k, &v, &attn, scale, 0))
+    Ok(dense_causal(&widen(q), &k, &v, &attn, scale, 0, &[]))
 }
 
 /// Absorbed query `[q̃ ; q_rope]` per head, `[sq, heads, kv_lora + rope]`, with

@@ -393,6 +393,17 @@ fn gqa_shard(
             ]),
             None => None,
         },
+        // o_proj is split by its input columns: each card's product is a partial sum, so the
+        // bias is added once, by the first card, before the all-reduce.
+        o_bias: if rank == 0 { w.o_bias } else { None },
+        sinks: match w.sinks {
+            Some(s) => {
+                let row = view(s.reshaped(&[1, g.heads]), "sinks")?;
+                let mine = tensor_cols(row, &[(rank * hq, hq)], "sinks")?;
+                Some(view(mine.reshaped(&[hq, 1]), "sinks")?)
+            }
+            None => None,
+        },
     })
 }
 

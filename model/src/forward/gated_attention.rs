@@ -142,6 +142,7 @@ pub(crate) fn forward(
             d,
             scale,
             window,
+            w.sinks.as_ref(),
         )?
     } else if seqs.iter().all(|sq| sq.rows == 1) {
         let (tables, lens, max_ctx) = SeqRows::decode_tables(seqs)?;
@@ -158,6 +159,7 @@ pub(crate) fn forward(
             d,
             scale,
             window,
+            w.sinks.as_ref(),
         )?
     } else {
         let [sq] = seqs else {
@@ -177,11 +179,25 @@ pub(crate) fn forward(
                 ops.gather_cache_rows("attn.gather_context", &pool.v, &rows)?,
             )
         };
-        ops.attention("attn.attention", &q, &k_all, &v_all, d, d, scale, window)?
+        ops.attention(
+            "attn.attention",
+            &q,
+            &k_all,
+            &v_all,
+            d,
+            d,
+            scale,
+            window,
+            w.sinks.as_ref(),
+        )?
     };
     let o = match gate {
         Some(gate) => ops.sigmoid_mul("attn.output_gate", &gate, &o)?,
         None => o,
     };
-    ops.linear("attn.o_proj", &o, &w.o_proj)
+    let out = ops.linear("attn.o_proj", &o, &w.o_proj)?;
+    if let Some(b) = &w.o_bias {
+        ops.add_bias("attn.o_bias", &out, b)?;
+    }
+    Ok(out)
 }

@@ -242,7 +242,7 @@ pub(crate) fn forward(
         )?;
     }
     ops.sequence_scope = false;
-    let o = ops.attention("mla.attention", &q, &k, &v, qk, vd, scale, 0)?;
+    let o = ops.attention("mla.attention", &q, &k, &v, qk, vd, scale, 0, None)?;
     ops.linear("mla.o_proj", &o, &w.o_proj)
 }
 

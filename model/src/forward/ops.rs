@@ -249,11 +249,21 @@ impl Mem {
 
     /// A zero tensor (a new sequence's state, an absent bias), or its shape.
     pub fn zeros(self, shape: &[usize], what: &str) -> Result<Tensor<f32>, ForwardError> {
+        self.filled(shape, 0.0, what)
+    }
+
+    /// A tensor of `value` everywhere (shape-only in cost-only runs).
+    pub fn filled(
+        self,
+        shape: &[usize],
+        value: f32,
+        what: &str,
+    ) -> Result<Tensor<f32>, ForwardError> {
         if self.shape_only {
             return Ok(Tensor::shape_only(shape));
         }
         view(
-            Tensor::from_f32(shape, &vec![0.0; shape.iter().product()]),
+            Tensor::from_f32(shape, &vec![value; shape.iter().product()]),
             what,
         )
     }
@@ -598,6 +608,24 @@ impl Ops {
         self.binary(op, gate, x, x, kernels::elementwise::run_sigmoid_mul)
     }
 
+    /// The attention kernels' `sinks [heads, 1]` argument: the layer's sinks, or for a layer
+    /// without them −∞ for every head (no logit added to any softmax).
+    fn sinks_or_none(
+        &self,
+        op: &str,
+        heads: usize,
+        sinks: Option<&Tensor<f32>>,
+    ) -> Result<Tensor<f32>, ForwardError> {
+        match sinks {
+            Some(s) => Ok(s.clone()),
+            None => self.mem.filled(
+                &[heads, 1],
+                f32::NEG_INFINITY,
+                &format!("{op}: no attention sinks"),
+            ),
+        }
+    }
+
     /// `x += b` in place, one bias row `b [1, N]` for every row of `x [T, N]`.
     pub fn add_bias(
         &mut self,
@@ -762,7 +790,8 @@ impl Ops {
     }
 
     /// Causal attention of `q [Sq, H·D]` over `k [Skv, Hkv·D]`, `v [Skv, Hkv·DV]`: the queries are
-    /// the last `Sq` of the `Skv` positions, each over its last `window` keys (0: all of them).
+    /// the last `Sq` of the `Skv` positions, each over its last `window` keys (0: all of them),
+    /// with the heads' attention sinks (`[H, 1]`) when given.
     #[allow(clippy::too_many_arguments)]
     pub fn attention(
         &mut self,
@@ -774,9 +803,11 @@ impl Ops {
         v_head_dim: usize,
         scale: f64,
         window: usize,
+        sinks: Option<&Tensor<f32>>,
     ) -> Result<Tensor<f32>, ForwardError> {
         let heads = q.cols() / head_dim;
         let o = self.mem.act(q.rows(), heads * v_head_dim);
+        let sinks = &self.sinks_or_none(op, heads, sinks)?;
         let tile = |n: usize| {
             if n <= 16 {
                 16
@@ -811,6 +842,7 @@ impl Ops {
                         scale as f32,
                         true,
                         window,
+                        sinks,
                     )
                 },
             )
@@ -905,6 +937,7 @@ impl Ops {
         v_head_dim: usize,
         scale: f64,
         window: usize,
+        sinks: Option<&Tensor<f32>>,
     ) -> Result<Tensor<f32>, ForwardError> {
         use kernels::attention::decode::{decode_config, paged_decode_gqa_batch};
         use kernels::hand_tuned::paged_decode as hand;
@@ -924,6 +957,8 @@ impl Ops {
             .mem
             .poisoned::<f32>(&[splits, seqs * kv_heads, group, 1]);
         let o = self.mem.act(seqs * heads, v_head_dim);
+        let has_sinks = sinks.is_some();
+        let sinks = &self.sinks_or_none(op, heads, sinks)?;
         // The largest key tile within a page that fits the core (wide heads overflow an
         // H100-class SM at 64 keys). The launch writes only the partials: a retry is safe.
         let meta = &paged_decode_gqa_batch::META;
@@ -945,6 +980,7 @@ impl Ops {
                             max_ctx,
                             scale as f32,
                             window,
+                            sinks,
                         )
                     })
                 })
@@ -965,8 +1001,9 @@ impl Ops {
                 scale,
             )
         };
-        // The hand-tuned kernel reads whole contexts: a sliding window has the DSL kernel only.
-        let choices: &[Implementation<'_>] = if window > 0 {
+        // The hand-tuned kernel reads whole contexts and has no sinks: a sliding window or sinks
+        // have the DSL kernel only.
+        let choices: &[Implementation<'_>] = if window > 0 || has_sinks {
             &[(meta.name, &dsl)]
         } else {
             &[(meta.name, &dsl), (hand::META.name, &hand_tuned)]

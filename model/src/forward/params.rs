@@ -226,6 +226,11 @@ pub(crate) struct GqaWeights {
     pub k_norm: Option<Tensor<f32>>,
     /// `[1, N]` bias rows of q, k and v (`qkv_bias`).
     pub qkv_bias: Option<[Tensor<f32>; 3]>,
+    /// `[1, H]` bias row of `o_proj` (gpt-oss).
+    pub o_bias: Option<Tensor<f32>>,
+    /// `[Hq, 1]` attention sinks, one logit per query head in every softmax's denominator
+    /// (gpt-oss's `self_attn.sinks`).
+    pub sinks: Option<Tensor<f32>>,
 }
 
 /// Qwen3-Next Gated DeltaNet.
@@ -483,6 +488,17 @@ fn gqa(
                 ld.row(&format!("{p}.k_proj.bias"), g.kv_heads * d)?,
                 ld.row(&format!("{p}.v_proj.bias"), g.kv_heads * d)?,
             ])
+        } else {
+            None
+        },
+        o_bias: if g.o_bias {
+            Some(ld.row(&format!("{p}.o_proj.bias"), h)?)
+        } else {
+            None
+        },
+        sinks: if g.sinks {
+            let name = format!("{p}.sinks");
+            Some(ld.derived(&name, &[g.heads, 1], |c| Ok(c.f32(&name, &[g.heads])?))?)
         } else {
             None
         },

@@ -140,14 +140,6 @@ impl SequenceStore {
                 return Err(unsupported("the clamped SwiGLU expert activation"));
             }
         }
-        if let Some(g) = &cfg.gqa {
-            if g.sinks {
-                return Err(unsupported("attention sinks"));
-            }
-            if g.o_bias {
-                return Err(unsupported("an o_proj bias"));
-            }
-        }
         let mut layers = Vec::with_capacity(cfg.layers.len());
         let mut linear = Vec::new();
         for spec in &cfg.layers {
