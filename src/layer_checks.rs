@@ -27,7 +27,7 @@ use kernels::norm::{run_rmsnorm_residual, RmsNormCase};
 use kernels::reference::{linear as linear_ref, rel_error};
 use kernels::testdata::Rng;
 use kernels::weight::Format;
-use model::config::{AttentionKind, Decay, FfnKind, ModelConfig, WeightFormat};
+use model::config::{AttentionKind, Decay, ExpertActivation, FfnKind, ModelConfig, WeightFormat};
 
 /// Tolerance of an f32 case: accumulation order only.
 const F32_TOL: f64 = 1e-4;
@@ -194,6 +194,21 @@ pub fn entries(cfg: &ModelConfig) -> Vec<SuiteEntry> {
             EXPERT_TOL,
             move |l| Ok(run_expert_gemm(l, &case)?.report),
         ));
+        let inter = moe.intermediate_size.clamp(1, 512);
+        if let ExpertActivation::ClampedSwiglu { alpha, limit } = moe.activation {
+            out.push(entry(
+                format!("moe: clamped SwiGLU 16x{inter} (alpha {alpha}, limit {limit})"),
+                F32_TOL,
+                move |l| run_clamped_swiglu(l, 16, inter, alpha as f32, limit as f32),
+            ));
+        }
+        if moe.biases {
+            out.push(entry(
+                format!("moe: per-expert biases, 4 experts (one empty) × {inter}"),
+                F32_TOL,
+                move |l| run_expert_biases(l, &[5, 0, 17, 3], inter),
+            ));
+        }
     }
     // The dense projections in the checkpoint's format, through the kernels the forward picks
     // for the device (FP8 runs W8A8 where the matrix unit has an FP8 mode, W8A16 where not).
@@ -297,6 +312,67 @@ fn run_projection(
         .last()
         .ok_or_else(|| bad("the linear layer launched nothing".into()))?;
     let mut report = last.report;
+    report.max_rel_error = Some(rel_error(&got, &want));
+    Ok(report)
+}
+
+/// gpt-oss's clamped SwiGLU on `rows × cols` random inputs wide enough (±2·limit) that both
+/// clamps bite, against its f64 reference; the output starts poisoned.
+fn run_clamped_swiglu(
+    l: &dsl_core::Launcher,
+    rows: usize,
+    cols: usize,
+    alpha: f32,
+    limit: f32,
+) -> Result<accel_sim::Report, accel_sim::SimError> {
+    use kernels::moe::expert_gemm::swiglu_clamped;
+    let bad = |message: String| accel_sim::SimError::Launch {
+        kernel: swiglu_clamped::META.name.into(),
+        message,
+    };
+    let mut rng = Rng::new(SEED);
+    let (gv, uv) = (
+        rng.vec(rows * cols, 2.0 * limit),
+        rng.vec(rows * cols, 2.0 * limit),
+    );
+    let g = Tensor::<f32>::from_f32(&[rows, cols], &gv).map_err(bad)?;
+    let u = Tensor::<f32>::from_f32(&[rows, cols], &uv).map_err(bad)?;
+    let h = Tensor::<f32>::poisoned(&[rows, cols]);
+    let cfg = dsl_core::Config::new().with("BR", 16).with("BC", 128);
+    let mut report = swiglu_clamped::launch(l, &cfg, &g, &u, &h, alpha, limit)?.report;
+    let want = kernels::moe::reference::swiglu_clamped(&gv, &uv, alpha as f64, limit as f64);
+    let got = h
+        .to_vec()
+        .ok_or_else(|| bad("a functional launch holds its output".into()))?;
+    report.max_rel_error = Some(rel_error(&got, &want));
+    Ok(report)
+}
+
+/// Per-expert biases added to expert-grouped rows (`counts[e]` rows of expert `e`, `n` wide),
+/// against the f64 reference.
+fn run_expert_biases(
+    l: &dsl_core::Launcher,
+    counts: &[usize],
+    n: usize,
+) -> Result<accel_sim::Report, accel_sim::SimError> {
+    let bad = |message: String| accel_sim::SimError::Launch {
+        kernel: kernels::moe::grouped::grouped_add_bias::META.name.into(),
+        message,
+    };
+    let offsets = kernels::testdata::offsets_of(counts);
+    let (e, rows) = (counts.len(), offsets[counts.len()]);
+    let mut rng = Rng::new(SEED);
+    let (yv, bv) = (rng.vec(rows * n, 1.0), rng.vec(e * n, 1.0));
+    let y = Tensor::<f32>::from_f32(&[rows, n], &yv).map_err(bad)?;
+    let bias = Tensor::<f32>::from_f32(&[e, n], &bv).map_err(bad)?;
+    let idx: Vec<i32> = offsets.iter().map(|o| *o as i32).collect();
+    let off = Tensor::from_indices(&[e + 1], &idx).map_err(bad)?;
+    let mut report = kernels::moe::grouped::run_grouped_add_bias(l, &y, &bias, &off)?.report;
+    let want = kernels::moe::reference::grouped_bias(&yv, &bv, &offsets, n)
+        .map_err(|e| bad(e.to_string()))?;
+    let got = y
+        .to_vec()
+        .ok_or_else(|| bad("a functional launch holds its output".into()))?;
     report.max_rel_error = Some(rel_error(&got, &want));
     Ok(report)
 }

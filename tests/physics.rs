@@ -129,6 +129,8 @@ const CHECKED: &[&str] = &[
     "moe_grouped_linear_bf16",
     "moe_grouped_linear_fp8",
     "moe_grouped_linear_mxfp4",
+    "swiglu_clamped",
+    "moe_grouped_bias",
 ];
 
 /// Operators of the registry not checked here yet, each with the reason (see the report of issue
@@ -612,7 +614,7 @@ fn run_model_op(device: &str, op: &str, x: &[usize; 8]) -> Labelled {
                 ),
             )
         }
-        "moe_dispatch" | "moe_combine" | "moe_grouped_linear" => {
+        "moe_dispatch" | "moe_combine" | "moe_grouped_linear" | "moe_grouped_bias" => {
             let (t, e) = (dim(x[0], 1, 512), dim(x[1], 1, 128));
             let k = pick(x[4], 1, e.min(16));
             let plan = routing(seed, t, e, k);
@@ -641,6 +643,20 @@ fn run_model_op(device: &str, op: &str, x: &[usize; 8]) -> Labelled {
                             &shape(&[t, h]),
                             &out,
                         ),
+                    )
+                }
+                "moe_grouped_bias" => {
+                    let nout = dim(x[3], 1, 7168);
+                    let offsets = plan.offsets_tensor().expect("offsets");
+                    one(
+                        format!("{what} out {nout}"),
+                        kernels::moe::grouped::run_grouped_add_bias(
+                            &l,
+                            &shape(&[n, nout]),
+                            &shape(&[e, nout]),
+                            &offsets,
+                        )
+                        .map(|l| l.report),
                     )
                 }
                 _ => {
@@ -1041,6 +1057,23 @@ fn run_model_op(device: &str, op: &str, x: &[usize; 8]) -> Labelled {
                     .map(|r| r.report),
             )
         }
+        "swiglu_clamped" => {
+            let (r, c) = (dim(x[0], 1, 4096), dim(x[2], 1, 4096));
+            let (g, u) = (shape::<f32>(&[r, c]), shape::<f32>(&[r, c]));
+            one(
+                format!("{op} {r}x{c}"),
+                kernels::moe::expert_gemm::swiglu_clamped::launch(
+                    &l,
+                    &Config::new(),
+                    &g,
+                    &u,
+                    &shape::<bf16>(&[r, c]),
+                    1.702,
+                    7.0,
+                )
+                .map(|r| r.report),
+            )
+        }
         other => panic!("no runner for {other}"),
     }
 }
@@ -1120,6 +1153,8 @@ const MODEL_RUNNERS: &[(&str, &[&str])] = &[
     ("expert_gemm_fp8", &["expert_gemm_fp8"]),
     ("dequant_mxfp4", &["dequant_mxfp4", "expert_gemm"]),
     ("swiglu", &["swiglu"]),
+    ("swiglu_clamped", &["swiglu_clamped"]),
+    ("moe_grouped_bias", &["moe_grouped_bias"]),
     (
         "linear_stored",
         &["linear_bf16", "act_quant_fp8", "linear_fp8"],

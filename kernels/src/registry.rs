@@ -490,6 +490,18 @@ pub fn all() -> Vec<Implementation> {
             meta: &crate::moe::expert_gemm::swiglu::META,
             summary: "SiLU(gate) * up of a fused gate/up output",
         },
+        Implementation {
+            op: "swiglu_clamped",
+            kind: ImplKind::Dsl,
+            meta: &crate::moe::expert_gemm::swiglu_clamped::META,
+            summary: "gpt-oss's clamped SwiGLU: (clamp(up, ±limit) + 1) * g * sigmoid(alpha * g), g = min(gate, limit)",
+        },
+        Implementation {
+            op: "moe_grouped_bias",
+            kind: ImplKind::Dsl,
+            meta: &crate::moe::grouped::grouped_add_bias::META,
+            summary: "per-expert bias rows added in place to expert-grouped rows (gpt-oss's expert biases)",
+        },
     ]
 }
 

@@ -74,3 +74,14 @@ impl CaseTensors {
         }
     }
 }
+
+/// Expert-grouped row ranges for `counts[e]` rows of expert `e`: `offsets [E + 1]`, starting at
+/// 0 (what a routing plan's `expert_offsets` holds).
+pub fn offsets_of(counts: &[usize]) -> Vec<usize> {
+    let mut offsets = Vec::with_capacity(counts.len() + 1);
+    offsets.push(0);
+    for c in counts {
+        offsets.push(offsets[offsets.len() - 1] + c);
+    }
+    offsets
+}

@@ -35,11 +35,11 @@
 //! - **GLM-4.5** (`glm4_moe`): GQA with q/k/v biases (`attention_bias`), optional q/k norms
 //!   (`use_qk_norm`), half-split RoPE on the first `partial_rotary_factor` (0.5) of each head;
 //!   dense MLP for `i < first_k_dense_replace`, then DeepSeek-V3's MoE and shared experts.
-//! - **gpt-oss** (`gpt_oss`): parsed, counted and inventoried, not run: GQA with biases on all
+//! - **gpt-oss** (`gpt_oss`): runs cost-only from its config.json: GQA with biases on all
 //!   four projections and per-head attention sinks, alternating windowed / full layers, MoE with
-//!   biased router and experts, a clamped SwiGLU and MXFP4 experts (see `gpt_oss` below); the
-//!   attention runs (sinks are an argument of the GQA kernels), the expert biases and the
-//!   activation have no kernels yet.
+//!   biased router and experts, a clamped SwiGLU and MXFP4 experts (see `gpt_oss` below); every
+//!   operator has a kernel, but its checkpoints' experts (interleaved gate/up columns, stored
+//!   input-major) are not read yet, so numeric runs refuse it.
 //! - **Kimi Linear**: `linear_attn_config.kda_layers` / `full_attn_layers` (1-based) when given,
 //!   else `layer_types`, else transformers' default; dense MLP for `i < first_k_dense_replace`
 //!   (default 1) unless `mlp_layer_types` says otherwise. Its MLA uses no RoPE unless `mla_use_nope` is false (absent: none, as transformers).
@@ -283,6 +283,8 @@ pub(crate) fn parse_rope(
                     // (`_compute_yarn_parameters`), else `0.1 ln(factor) + 1`.
                     mscale: d.f64_or("mscale", 0.0, w)?,
                     mscale_all_dim: d.f64_or("mscale_all_dim", 0.0, w)?,
+                    // transformers' default, silently: only gpt-oss's config sets it.
+                    truncate: d.opt_bool("truncate")?.unwrap_or(true),
                 }
             }
             "linear" => RopeScaling::Linear {
@@ -1209,6 +1211,7 @@ fn gpt_oss(o: &Obj, model_type: &str) -> Result<ModelConfig, ModelError> {
                 beta_slow: 1.0,
                 mscale: 0.0,
                 mscale_all_dim: 0.0,
+                truncate: false,
             },
             partial_rotary_factor: 1.0,
             source: Some("transformers' GptOssConfig default"),

@@ -259,8 +259,8 @@ pub enum Family {
     Glm4Moe,
     /// `gpt_oss`: gpt-oss-120b / 20b. GQA with biases and attention sinks, alternating
     /// sliding-window and full layers, MoE with biased experts, a clamped SwiGLU and MXFP4
-    /// weights. Parsed, counted and inventoried; the attention (sinks, windows, biases) runs, the
-    /// expert biases and the expert activation have no kernels yet, so the model does not.
+    /// weights. Every operator has a kernel: cost-only runs from its config.json; its checkpoints'
+    /// experts (interleaved gate/up, input-major) are not read yet, so numeric runs refuse it.
     GptOss,
     /// `day0_hybrid`, day0's own schema.
     Day0Hybrid,
@@ -555,7 +555,7 @@ pub enum ExpertActivation {
     /// `silu(gate) · up`.
     Swiglu,
     /// gpt-oss's: `gate` clamped above at `limit`, `up` to `±limit`, then
-    /// `gate · σ(alpha · gate) · (up + 1)`; day0 has no kernel for it yet.
+    /// `gate · σ(alpha · gate) · (up + 1)` (the `swiglu_clamped` kernel).
     ClampedSwiglu {
         /// `swiglu_alpha`.
         alpha: f64,
@@ -590,8 +590,9 @@ pub struct MoeDims {
     pub norm_topk_prob: bool,
     /// The routed experts' activation.
     pub activation: ExpertActivation,
-    /// The router and every expert projection carry biases (gpt-oss); day0 has no kernel for
-    /// the experts' yet.
+    /// The router and every expert projection carry biases (gpt-oss): the router's is a bias
+    /// row on its logits, the experts' are added per expert to the grouped rows
+    /// (`grouped_add_bias`).
     pub biases: bool,
     /// `routed_scaling_factor`.
     pub routed_scaling_factor: f64,
@@ -619,6 +620,9 @@ pub enum RopeScaling {
         mscale: f64,
         /// `mscale_all_dim` (default 0 = not given).
         mscale_all_dim: f64,
+        /// `truncate` (default true): the correction range's bounds rounded to whole dimensions
+        /// (floor/ceil), as DeepSeek's YaRN does; gpt-oss sets it false.
+        truncate: bool,
     },
     /// Linear position interpolation.
     Linear {

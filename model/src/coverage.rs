@@ -466,6 +466,14 @@ pub fn rules(kind: &OpKind) -> Rule {
         OpKind::ExpertFfn(ExpertWeights::Other(_)) => {
             missing("no expert GEMM for this weight format")
         }
+        OpKind::ExpertBias => from_registry(
+            "moe_grouped_bias",
+            |_| vec![],
+            "no kernel adds per-expert biases to grouped rows",
+        ),
+        OpKind::ClampedSwiglu => {
+            from_registry("swiglu_clamped", |_| vec![], "no clamped SwiGLU kernel")
+        }
         OpKind::MoeCombine => {
             from_registry("moe_combine", |_| vec![], "no weighted combine kernel")
         }

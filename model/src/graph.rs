@@ -119,6 +119,10 @@ pub enum OpKind {
     MoeDispatch,
     /// Grouped SwiGLU expert FFNs.
     ExpertFfn(ExpertWeights),
+    /// Per-expert bias rows added to expert-grouped rows (gpt-oss's expert projection biases).
+    ExpertBias,
+    /// gpt-oss's clamped SwiGLU of the expert FFN (`alpha`, `limit`).
+    ClampedSwiglu,
     /// Weighted scatter of expert outputs back to token order.
     MoeCombine,
     /// Shared expert (SwiGLU MLP every token goes through).
@@ -165,6 +169,8 @@ impl OpKind {
             OpKind::ExpertFfn(ExpertWeights::Fp8) => "expert_ffn.fp8".into(),
             OpKind::ExpertFfn(ExpertWeights::Mxfp4) => "expert_ffn.mxfp4".into(),
             OpKind::ExpertFfn(ExpertWeights::Other(s)) => format!("expert_ffn.{s}"),
+            OpKind::ExpertBias => "moe_expert_bias".into(),
+            OpKind::ClampedSwiglu => "swiglu_clamped".into(),
             OpKind::MoeCombine => "moe_combine".into(),
             OpKind::SharedExpert => "shared_expert".into(),
             OpKind::SharedExpertGate => "shared_expert_gate".into(),
@@ -902,12 +908,31 @@ impl Builder<'_> {
             Some(format!("weights: {}", m.expert_format)),
         );
         if m.biases {
-            self.unknown("expert biases".into(), "mlp.experts.biases");
+            // One bias row per expert on each of the two projections' grouped rows.
+            for (name, width) in [
+                ("mlp.experts.gate_up_proj_bias", 2 * i),
+                ("mlp.experts.down_proj_bias", h),
+            ] {
+                self.op(
+                    OpKind::ExpertBias,
+                    name,
+                    vec![opnd("y_sorted", &[e, cap, width]), opnd("b", &[e, width])],
+                    vec![opnd("y_sorted", &[e, cap, width])],
+                    vec![("width", width), ("experts", e)],
+                    None,
+                );
+            }
         }
         if let ExpertActivation::ClampedSwiglu { alpha, limit } = m.activation {
-            self.unknown(
-                format!("clamped SwiGLU (limit {limit}, alpha {alpha})"),
+            self.op(
+                OpKind::ClampedSwiglu,
                 "mlp.experts.activation",
+                vec![opnd("gate", &[e, cap, i]), opnd("up", &[e, cap, i])],
+                vec![opnd("h", &[e, cap, i])],
+                vec![("inter", i)],
+                Some(format!(
+                    "in place of SiLU(gate)·up: limit {limit}, alpha {alpha}"
+                )),
             );
         }
         self.op(

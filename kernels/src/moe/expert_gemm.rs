@@ -147,6 +147,27 @@ pub fn swiglu<T: Float>(g: &Tensor<f32>, u: &Tensor<f32>, h: &Tensor<T>) {
     store(h, r, c, &cast::<T>(&mul(&silu(&tg), &tu)));
 }
 
+/// gpt-oss's clamped SwiGLU of an expert FFN: `h = (clamp(u, −limit, limit) + 1) ⊙ g′ ⊙ σ(alpha ·
+/// g′)` with `g′ = min(g, limit)` (transformers' `GptOssExperts._apply_gate`, `alpha` =
+/// `swiglu_alpha`, `limit` = `swiglu_limit`), rounded to `T` for the down projection.
+#[kernel(grid = (cdiv(g.rows(), BR), cdiv(g.cols(), BC)), tunable(BR = [16, 32, 64], BC = [256, 128, 512]))]
+pub fn swiglu_clamped<T: Float>(
+    g: &Tensor<f32>,
+    u: &Tensor<f32>,
+    h: &Tensor<T>,
+    alpha: f32,
+    limit: f32,
+) {
+    let (r, c) = (program_id(0) * BR, program_id(1) * BC);
+    let tg = minimum(&load_async::<BR, BC>(g, r, c), &full::<f32, BR, BC>(limit));
+    let tu = maximum(
+        &minimum(&load_async::<BR, BC>(u, r, c), &full::<f32, BR, BC>(limit)),
+        &full::<f32, BR, BC>(-limit),
+    );
+    let glu = mul(&tg, &sigmoid(&scale(&tg, alpha)));
+    store(h, r, c, &cast::<T>(&mul(&add_scalar(&tu, 1.0), &glu)));
+}
+
 /// How the expert weights are stored and converted.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum WeightPath {

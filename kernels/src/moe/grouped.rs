@@ -379,6 +379,57 @@ pub fn grouped_linear_mxfp4<T: Float>(
     }
 }
 
+/// Per-expert biases on grouped rows, in place: `y[r] += bias[e(r)]` for the rows
+/// `offsets[e]..offsets[e+1]` of `y [N, Nout]` with `bias [E, Nout]` (gpt-oss's
+/// `gate_up_proj_bias` / `down_proj_bias`, added to each expert's projection). One program per
+/// (row tile of a balanced share, column tile, expert), striding over its expert's row tiles as
+/// [`grouped_linear()`] does; the expert's bias tile is read once per program.
+#[kernel(
+    grid = (
+        cdiv(cdiv(y.rows(), usize::max(bias.rows(), 1)), BR),
+        cdiv(y.cols(), BC),
+        bias.rows()
+    ),
+    tunable(BR = [16, 32, 64], BC = [256, 128, 512])
+)]
+pub fn grouped_add_bias(y: &Tensor<f32>, bias: &Tensor<f32>, offsets: &Tensor<i32>) {
+    let e = program_id(2);
+    let experts = num_programs(2);
+    let start = load_index(offsets, e, e * y.rows() / experts);
+    let end = load_index(offsets, e + 1, (e + 1) * y.rows() / experts);
+    let ye = y.rows_clipped(start, end);
+    let col = program_id(1) * BC;
+    let tb = load_async::<1, BC>(bias, e, col);
+    for row in (program_id(0) * BR..ye.rows()).step_by(num_programs(0) * BR) {
+        let t = load_async::<BR, BC>(&ye, row, col);
+        store(&ye, row, col, &add_row(&t, &tb));
+    }
+}
+
+/// Runs [`grouped_add_bias()`] on `y [N, Nout]` with `bias [E, Nout]` and `offsets [E + 1]`,
+/// checking the shapes first.
+pub fn run_grouped_add_bias(
+    launcher: &Launcher,
+    y: &Tensor<f32>,
+    bias: &Tensor<f32>,
+    offsets: &Tensor<i32>,
+) -> Result<dsl_core::Launch, SimError> {
+    let name = grouped_add_bias::META.name;
+    let (e, n) = (bias.rows(), y.rows());
+    if bias.shape().len() != 2 || e == 0 || bias.cols() != y.cols() {
+        return Err(bad(
+            name,
+            format!(
+                "`bias` must be [E, Nout] with E ≥ 1 and Nout = {} (y's width), got {bias:?}",
+                y.cols()
+            ),
+        ));
+    }
+    check_offsets(name, offsets, e, n)?;
+    let cfg = Config::new().with("BR", 16).with("BC", 256);
+    grouped_add_bias::launch(launcher, &cfg, y, bias, offsets)
+}
+
 /// [`grouped_linear_mxfp4()`]'s hand-tuned swap
 /// ([`crate::hand_tuned::expert_gemm_mxfp4::launch_grouped`]) on an MXFP4 expert weight: the
 /// prototype's row tile (the even share of rows, up to 128), `BN = 128`, the deepest K-step that

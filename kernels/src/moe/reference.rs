@@ -289,6 +289,17 @@ pub fn combine(
     Ok(out)
 }
 
+/// (experts, rows) of expert-grouped row ranges `offsets [E + 1]`, which must start at 0 and
+/// never decrease.
+fn expert_rows(offsets: &[usize]) -> Result<(usize, usize), MoeRefError> {
+    if offsets.first() != Some(&0) || offsets.windows(2).any(|p| p[0] > p[1]) {
+        return fail(format!(
+            "offsets {offsets:?} must start at 0 and never decrease"
+        ));
+    }
+    Ok((offsets.len() - 1, offsets[offsets.len() - 1]))
+}
+
 /// `y[r] = x[r] · w[e]ᵀ` for the rows `offsets[e]..offsets[e+1]` of `x [N, K]`, with
 /// `w [E, Nout, K]` (per-expert `[out, in]`, as checkpoints store `nn.Linear` weights).
 pub fn grouped_linear(
@@ -298,13 +309,7 @@ pub fn grouped_linear(
     n_out: usize,
     k: usize,
 ) -> Result<Vec<f64>, MoeRefError> {
-    let experts = offsets.len().saturating_sub(1);
-    let rows = offsets.last().copied().unwrap_or(0);
-    if offsets.first() != Some(&0) || offsets.windows(2).any(|p| p[0] > p[1]) {
-        return fail(format!(
-            "offsets {offsets:?} must start at 0 and never decrease"
-        ));
-    }
+    let (experts, rows) = expert_rows(offsets)?;
     expect_len("x", x.len(), rows * k, "[N, K], N = offsets[E]")?;
     expect_len("w", w.len(), experts * n_out * k, "[E, Nout, K]")?;
     let mut y = vec![0.0f64; rows * n_out];
@@ -315,6 +320,44 @@ pub fn grouped_linear(
         y[r0 * n_out..r1 * n_out].copy_from_slice(&part);
     }
     Ok(y)
+}
+
+/// `y[r] + bias[e]` for the rows `offsets[e]..offsets[e+1]` of `y [N, Nout]`, `bias [E, Nout]`
+/// (gpt-oss's per-expert projection biases).
+pub fn grouped_bias(
+    y: &[f32],
+    bias: &[f32],
+    offsets: &[usize],
+    n_out: usize,
+) -> Result<Vec<f64>, MoeRefError> {
+    let (experts, rows) = expert_rows(offsets)?;
+    expect_len("y", y.len(), rows * n_out, "[N, Nout], N = offsets[E]")?;
+    expect_len("bias", bias.len(), experts * n_out, "[E, Nout]")?;
+    let mut out: Vec<f64> = y.iter().map(|v| *v as f64).collect();
+    for e in 0..experts {
+        for r in offsets[e]..offsets[e + 1] {
+            for (o, b) in out[r * n_out..][..n_out]
+                .iter_mut()
+                .zip(&bias[e * n_out..][..n_out])
+            {
+                *o += *b as f64;
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// gpt-oss's clamped SwiGLU, elementwise: `(clamp(u, −limit, limit) + 1) · g′ · σ(alpha · g′)`
+/// with `g′ = min(g, limit)` (transformers' `GptOssExperts._apply_gate`).
+pub fn swiglu_clamped(g: &[f32], u: &[f32], alpha: f64, limit: f64) -> Vec<f64> {
+    g.iter()
+        .zip(u)
+        .map(|(g, u)| {
+            let g = (*g as f64).min(limit);
+            let u = (*u as f64).clamp(-limit, limit);
+            (u + 1.0) * g * sigmoid(alpha * g)
+        })
+        .collect()
 }
 
 /// `down(SiLU(x·gateᵀ) ⊙ (x·upᵀ))` of one dense SwiGLU MLP in f64: `x [T, H]`, `gate, up [I, H]`,

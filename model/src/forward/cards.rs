@@ -303,6 +303,17 @@ fn experts(w: Weight, ids: &[usize], what: &str) -> Result<Weight, ForwardError>
     f32_weight(what, &[ids.len(), shape[1], shape[2]], &out)
 }
 
+/// Rows `ids` of a per-expert `[E, N]` tensor (the experts a card holds).
+fn expert_rows(t: Tensor<f32>, ids: &[usize], what: &str) -> Result<Tensor<f32>, ForwardError> {
+    let data = data_of(&t, what)?;
+    let n = t.cols();
+    let out: Vec<f32> = ids
+        .iter()
+        .flat_map(|&e| data[e * n..(e + 1) * n].iter().copied())
+        .collect();
+    view(Tensor::from_f32(&[ids.len(), n], &out), what)
+}
+
 /// A column/row split of a SwiGLU MLP: intermediate columns `start..start + len`.
 fn mlp_shard(w: MlpWeights, start: usize, len: usize) -> Result<MlpWeights, ForwardError> {
     Ok(MlpWeights {
@@ -535,8 +546,17 @@ fn shard_weights(
                 FfnWeights::Moe(MoeWeights {
                     router: w.router,
                     bias: w.bias,
+                    router_bias: w.router_bias,
                     gate_up: experts(w.gate_up, &held, "experts.gate_up_proj")?,
                     down: experts(w.down, &held, "experts.down_proj")?,
+                    expert_biases: match w.expert_biases {
+                        Some((gu, d)) => Some((
+                            expert_rows(gu, &held, "experts.gate_up_proj_bias")?,
+                            expert_rows(d, &held, "experts.down_proj_bias")?,
+                        )),
+                        None => None,
+                    },
+                    activation: w.activation,
                     shared,
                     shared_gate: w.shared_gate,
                 })

@@ -5,7 +5,7 @@ use super::ops::{view, MoeParts, Ops};
 use super::params::{MlpWeights, MoeWeights};
 use super::routing;
 use super::ForwardError;
-use crate::config::{MoeDims, RouterKind};
+use crate::config::{ExpertActivation, MoeDims, RouterKind};
 use dsl_core::Tensor;
 use kernels::moe::dispatch::RoutingPlan;
 
@@ -129,6 +129,9 @@ fn route(
     weights: &Tensor<f32>,
 ) -> Result<(), ForwardError> {
     let logits = ops.linear("moe.router_logits", x, &w.router)?;
+    if let Some(b) = &w.router_bias {
+        ops.add_bias("moe.router_bias", &logits, b)?;
+    }
     match &m.router {
         RouterKind::SigmoidGroupTopk => {
             let bias = match &w.bias {
@@ -146,7 +149,8 @@ fn route(
 
 /// The routed experts' SwiGLU on the rows of `x` a routing plan sends them: gathered by expert
 /// (`rows`), then per expert (`offsets`) `down(silu(gate(x)) · up(x))` with intermediate size
-/// `inter`. Returns `[rows, H]` in the plan's (expert-grouped) order.
+/// `inter` (gpt-oss: the clamped SwiGLU, and each expert's biases after its projections).
+/// Returns `[rows, H]` in the plan's (expert-grouped) order.
 pub(crate) fn expert_swiglu(
     ops: &mut Ops,
     w: &MoeWeights,
@@ -157,10 +161,22 @@ pub(crate) fn expert_swiglu(
 ) -> Result<Tensor<f32>, ForwardError> {
     let xe = ops.moe_dispatch(x, rows)?;
     let gu = ops.grouped_linear("moe.experts.gate_up_proj", &xe, &w.gate_up, offsets)?;
-    let act = ops.swiglu(
-        "moe.experts.swiglu",
-        &view(gu.col_range(0, inter), "expert gate half")?,
-        &view(gu.col_range(inter, inter), "expert up half")?,
-    )?;
-    ops.grouped_linear("moe.experts.down_proj", &act, &w.down, offsets)
+    if let Some((b, _)) = &w.expert_biases {
+        ops.grouped_add_bias("moe.experts.gate_up_proj_bias", &gu, b, offsets)?;
+    }
+    let (gate, up) = (
+        view(gu.col_range(0, inter), "expert gate half")?,
+        view(gu.col_range(inter, inter), "expert up half")?,
+    );
+    let act = match w.activation {
+        ExpertActivation::Swiglu => ops.swiglu("moe.experts.swiglu", &gate, &up)?,
+        ExpertActivation::ClampedSwiglu { alpha, limit } => {
+            ops.swiglu_clamped("moe.experts.swiglu", &gate, &up, alpha, limit)?
+        }
+    };
+    let y = ops.grouped_linear("moe.experts.down_proj", &act, &w.down, offsets)?;
+    if let Some((_, b)) = &w.expert_biases {
+        ops.grouped_add_bias("moe.experts.down_proj_bias", &y, b, offsets)?;
+    }
+    Ok(y)
 }

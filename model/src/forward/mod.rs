@@ -342,6 +342,7 @@ fn rope_params(cfg: &ModelConfig) -> Result<kernels::rope::RopeScalingParams, Fo
             beta_slow,
             mscale,
             mscale_all_dim,
+            truncate,
         } => P::Yarn {
             factor: *factor,
             original_max_position_embeddings: *original_max_position_embeddings,
@@ -349,7 +350,7 @@ fn rope_params(cfg: &ModelConfig) -> Result<kernels::rope::RopeScalingParams, Fo
             beta_slow: *beta_slow,
             mscale: *mscale,
             mscale_all_dim: *mscale_all_dim,
-            truncate: true,
+            truncate: *truncate,
         },
         RopeScaling::Llama3 {
             factor,

@@ -647,6 +647,43 @@ impl Ops {
         self.binary(op, gate, x, x, kernels::elementwise::run_sigmoid_mul_col)
     }
 
+    /// gpt-oss's clamped SwiGLU `(clamp(u, ±limit) + 1) · g′ · σ(alpha · g′)`, `g′ = min(g,
+    /// limit)`, into a new tensor.
+    pub fn swiglu_clamped(
+        &mut self,
+        op: &str,
+        g: &Tensor<f32>,
+        u: &Tensor<f32>,
+        alpha: f64,
+        limit: f64,
+    ) -> Result<Tensor<f32>, ForwardError> {
+        self.binary(op, g, u, g, |l, g, u, h| {
+            let cfg = Config::new().with("BR", 16).with("BC", 128);
+            kernels::moe::expert_gemm::swiglu_clamped::launch(
+                l,
+                &cfg,
+                g,
+                u,
+                h,
+                alpha as f32,
+                limit as f32,
+            )
+        })
+    }
+
+    /// Per-expert bias rows `b [E, N]` added in place to the expert-grouped rows of `y [rows, N]`
+    /// (`offsets [E + 1]`).
+    pub fn grouped_add_bias(
+        &mut self,
+        op: &str,
+        y: &Tensor<f32>,
+        b: &Tensor<f32>,
+        offsets: &Tensor<i32>,
+    ) -> Result<(), ForwardError> {
+        let r = kernels::moe::grouped::run_grouped_add_bias(&self.launcher, y, b, offsets);
+        self.book(op, r)
+    }
+
     /// `silu(g) · u` into a new tensor.
     pub fn swiglu(
         &mut self,

@@ -195,12 +195,19 @@ pub(crate) struct MlpWeights {
 pub(crate) struct MoeWeights {
     /// Router `[E, H]`.
     pub router: Weight,
-    /// `e_score_correction_bias` `[1, E]` (DeepSeek).
+    /// `e_score_correction_bias` `[1, E]` (DeepSeek): steers selection only.
     pub bias: Option<Tensor<f32>>,
+    /// The router's linear bias `[1, E]` (gpt-oss), added to the logits.
+    pub router_bias: Option<Tensor<f32>>,
     /// `[E, 2I, H]`: rows `0..I` of each expert are the gate projection, `I..2I` the up projection.
     pub gate_up: Weight,
     /// `[E, H, I]`.
     pub down: Weight,
+    /// Per-expert biases (gpt-oss): of `gate_up` `[E, 2I]` (gate then up, as its rows) and of
+    /// `down` `[E, H]`.
+    pub expert_biases: Option<(Tensor<f32>, Tensor<f32>)>,
+    /// The experts' activation between the two projections.
+    pub activation: crate::config::ExpertActivation,
     pub shared: Option<MlpWeights>,
     /// Qwen3-Next `shared_expert_gate` `[1, H]`.
     pub shared_gate: Option<Weight>,
@@ -398,6 +405,16 @@ fn mla(ld: &Loader, cfg: &ModelConfig, p: &str) -> Result<MlaWeights, ForwardErr
 fn moe(ld: &Loader, cfg: &ModelConfig, layer: usize, p: &str) -> Result<MoeWeights, ForwardError> {
     let m = cfg.moe.as_ref().ok_or_else(|| missing_dims(cfg, "MoE"))?;
     let (h, i, e) = (cfg.hidden_size, m.intermediate_size, m.experts);
+    let gpt_oss = cfg.family == crate::config::Family::GptOss;
+    if gpt_oss && ld.ckpt.is_some() {
+        // Its experts interleave gate and up columns and are stored input-major; read as the
+        // other layouts they would give wrong numbers, not an error.
+        return Err(ForwardError::Unsupported {
+            what: "reading gpt-oss checkpoint experts (interleaved gate/up, input-major); \
+                   cost-only runs from its config.json work"
+                .into(),
+        });
+    }
     let bank = crate::weights::expert_banks(cfg)
         .into_iter()
         .find(|b| b.layer == layer)
@@ -438,8 +455,27 @@ fn moe(ld: &Loader, cfg: &ModelConfig, layer: usize, p: &str) -> Result<MoeWeigh
     } else {
         None
     };
+    let router_name = if gpt_oss { "router" } else { "gate" };
+    let (router_bias, expert_biases) = if m.biases {
+        let bank_bias = |name: &str, width: usize| {
+            let name = format!("{p}.experts.{name}");
+            ld.derived(&name, &[e, width], |c| Ok(c.f32(&name, &[e, width])?))
+        };
+        (
+            Some(ld.row(&format!("{p}.{router_name}.bias"), e)?),
+            Some((
+                bank_bias("gate_up_proj_bias", 2 * i)?,
+                bank_bias("down_proj_bias", h)?,
+            )),
+        )
+    } else {
+        (None, None)
+    };
     Ok(MoeWeights {
-        router: ld.selector(&format!("{p}.gate.weight"), &[e, h])?,
+        router: ld.selector(&format!("{p}.{router_name}.weight"), &[e, h])?,
+        router_bias,
+        expert_biases,
+        activation: m.activation,
         bias: ld
             .opt(&format!("{p}.gate.e_score_correction_bias"), &[e])?
             .map(|b| b.reshaped(&[1, e]))

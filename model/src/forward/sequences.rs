@@ -131,15 +131,6 @@ impl SequenceStore {
             message: e,
         };
         let pages = PagedKvCache::new(PAGE, pool_pages).map_err(|e| pool_err(e.to_string()))?;
-        // What the coverage inventory lists as missing must not run as if it were not there.
-        if let Some(m) = &cfg.moe {
-            if m.biases {
-                return Err(unsupported("expert projection biases"));
-            }
-            if m.activation != crate::config::ExpertActivation::Swiglu {
-                return Err(unsupported("the clamped SwiGLU expert activation"));
-            }
-        }
         let mut layers = Vec::with_capacity(cfg.layers.len());
         let mut linear = Vec::new();
         for spec in &cfg.layers {

@@ -74,6 +74,13 @@ pub const MODEL_PRESETS: &[ModelPreset] = &[
         file: "model/testdata/llama31_405b_config.json",
     },
     ModelPreset {
+        name: "gpt-oss-120b",
+        description: "OpenAI gpt-oss-120b: GQA with sinks, alternating 128-token windows, 128 MXFP4 experts (4 active)",
+        published: Some((117e9, 5.1e9)),
+        config: include_str!("../../testdata/gpt_oss_120b_config.json"),
+        file: "model/testdata/gpt_oss_120b_config.json",
+    },
+    ModelPreset {
         name: "hybrid-3t",
         description: "day0's release-day model: ~2.9T, 1M context, DSA-MLA 1:3 Gated DeltaNet, 1024 MXFP4 experts",
         published: None,
