@@ -13,6 +13,26 @@ use crate::weight::{bad, Weight};
 use dsl_core::prelude::*;
 use dsl_core::{Report, SimError};
 
+/// Row tiles walked together by the grouped GEMMs' programs (Triton's `GROUP_SIZE_M`).
+pub const TILE_GROUP: usize = 8;
+
+/// This program's (row tile, column tile) of the grouped GEMMs' `(rows, columns)` grid, walked
+/// in groups of [`TILE_GROUP`] row tiles: programs in id order cover a group's row tiles, every
+/// column of them, then the next group (Triton's grouped ordering; a bijection of the grid). In
+/// plain row-major order the programs of one column sweep all of an expert's row tiles, so an
+/// expert with many rows (a prefill's thousands of tokens per expert) streams its activations
+/// from HBM once per column tile when they outgrow the L2; grouped, a group's rows stay in the
+/// L2 while the columns go by, and the expert's weight tiles are reread once per group.
+#[kernel(helper)]
+pub fn grouped_tile_order() -> (usize, usize) {
+    let (rows, cols) = (num_programs(0), num_programs(1));
+    let id = program_id(0) + rows * program_id(1);
+    let span = TILE_GROUP * cols;
+    let first = id / span * TILE_GROUP;
+    let height = usize::min(rows - first, TILE_GROUP);
+    (first + id % span % height, id % span / height)
+}
+
 /// `y[r] = x[r] · w[e(r)]ᵀ`: one program per (row tile of a balanced share, output tile, expert).
 /// The row axis has as many tiles as an expert's share under balanced routing (`⌈N / E⌉` rows);
 /// each program strides over its expert's row tiles by that count, so balanced routing gives one
@@ -27,7 +47,7 @@ use dsl_core::{Report, SimError};
         w.shape()[0]
     ),
     tunable(BM = [16, 32, 64, 128], BN = [128, 64, 256], BK = [128, 64, 256]),
-    helpers(matmul_bt_tile)
+    helpers(grouped_tile_order, matmul_bt_tile)
 )]
 pub fn grouped_linear<T: Float>(
     x: &Tensor<T>,
@@ -45,8 +65,9 @@ pub fn grouped_linear<T: Float>(
         y.rows_clipped(start, end),
         w.at(e),
     );
-    let col = program_id(1) * BN;
-    for row in (program_id(0) * BM..xe.rows()).step_by(num_programs(0) * BM) {
+    let (tile_row, tile_col) = grouped_tile_order();
+    let col = tile_col * BN;
+    for row in (tile_row * BM..xe.rows()).step_by(num_programs(0) * BM) {
         let acc = matmul_bt_tile::<T, BM, BN, BK>(&xe, &we, row, col);
         store(&ye, row, col, &acc);
     }
@@ -222,7 +243,7 @@ pub fn run_expert_swiglu_grouped<T: Float>(
         w.shape()[0]
     ),
     tunable(BM = [16, 32, 64, 128], BN = [128, 64, 256], BK = [128, 64, 256]),
-    helpers(cast_matmul_bt_tile)
+    helpers(grouped_tile_order, cast_matmul_bt_tile)
 )]
 pub fn grouped_linear_cast<T: Float>(
     x: &Tensor<f32>,
@@ -239,8 +260,9 @@ pub fn grouped_linear_cast<T: Float>(
         y.rows_clipped(start, end),
         w.at(e),
     );
-    let col = program_id(1) * BN;
-    for row in (program_id(0) * BM..xe.rows()).step_by(num_programs(0) * BM) {
+    let (tile_row, tile_col) = grouped_tile_order();
+    let col = tile_col * BN;
+    for row in (tile_row * BM..xe.rows()).step_by(num_programs(0) * BM) {
         let acc = cast_matmul_bt_tile::<T, BM, BN, BK>(&xe, &we, row, col);
         store(&ye, row, col, &acc);
     }
@@ -255,7 +277,7 @@ pub fn grouped_linear_cast<T: Float>(
         w.shape()[0]
     ),
     tunable(BM = [16, 32, 64, 128], BN = [128, 64], BK = [128]),
-    helpers(fp8_matmul_bt_tile)
+    helpers(grouped_tile_order, fp8_matmul_bt_tile)
 )]
 pub fn grouped_linear_fp8(
     a: &Tensor<fp8e4m3>,
@@ -275,8 +297,9 @@ pub fn grouped_linear_fp8(
         y.rows_clipped(start, end),
     );
     let (we, swe) = (w.at(e), sw.at(e));
-    let col = program_id(1) * BN;
-    for row in (program_id(0) * BM..ae.rows()).step_by(num_programs(0) * BM) {
+    let (tile_row, tile_col) = grouped_tile_order();
+    let col = tile_col * BN;
+    for row in (tile_row * BM..ae.rows()).step_by(num_programs(0) * BM) {
         let acc = fp8_matmul_bt_tile::<BM, BN, BK>(&ae, &sae, &we, &swe, row, col);
         store(&ye, row, col, &acc);
     }
@@ -291,7 +314,7 @@ pub fn grouped_linear_fp8(
         w.shape()[0]
     ),
     tunable(BM = [16, 32, 64, 128], BN = [128, 64], BK = [128]),
-    helpers(fp8w_matmul_bt_tile)
+    helpers(grouped_tile_order, fp8w_matmul_bt_tile)
 )]
 pub fn grouped_linear_fp8w<T: Float>(
     x: &Tensor<f32>,
@@ -306,8 +329,9 @@ pub fn grouped_linear_fp8w<T: Float>(
     let end = load_index(offsets, e + 1, (e + 1) * x.rows() / experts);
     let (xe, ye) = (x.rows_clipped(start, end), y.rows_clipped(start, end));
     let (we, swe) = (w.at(e), sw.at(e));
-    let col = program_id(1) * BN;
-    for row in (program_id(0) * BM..xe.rows()).step_by(num_programs(0) * BM) {
+    let (tile_row, tile_col) = grouped_tile_order();
+    let col = tile_col * BN;
+    for row in (tile_row * BM..xe.rows()).step_by(num_programs(0) * BM) {
         let acc = fp8w_matmul_bt_tile::<T, BM, BN, BK>(&xe, &we, &swe, row, col);
         store(&ye, row, col, &acc);
     }
@@ -357,7 +381,7 @@ pub fn mxfp4_matmul_bt_tile<
     ),
     tunable(BM = [16, 32, 64, 128], BN = [128, 64, 256], BK = [128, 64, 256]),
     derived(BKB = BK / 2, BKS = BK / 32),
-    helpers(mxfp4_matmul_bt_tile)
+    helpers(grouped_tile_order, mxfp4_matmul_bt_tile)
 )]
 pub fn grouped_linear_mxfp4<T: Float>(
     x: &Tensor<f32>,
@@ -372,8 +396,9 @@ pub fn grouped_linear_mxfp4<T: Float>(
     let end = load_index(offsets, e + 1, (e + 1) * x.rows() / experts);
     let (xe, ye) = (x.rows_clipped(start, end), y.rows_clipped(start, end));
     let (be, se) = (blocks.at(e), scales.at(e));
-    let col = program_id(1) * BN;
-    for row in (program_id(0) * BM..xe.rows()).step_by(num_programs(0) * BM) {
+    let (tile_row, tile_col) = grouped_tile_order();
+    let col = tile_col * BN;
+    for row in (tile_row * BM..xe.rows()).step_by(num_programs(0) * BM) {
         let acc = mxfp4_matmul_bt_tile::<T, BM, BN, BK, BKB, BKS>(&xe, &be, &se, row, col);
         store(&ye, row, col, &acc);
     }
