@@ -24,7 +24,9 @@
 //! checkpoints a whole number of periods before the end of the grid, a copy of the simulation is
 //! finished (the launch as if it stopped there). When three checkpoints, a window apart and past a
 //! warm-up period, show the same increments of cycles and of HBM and L2 traffic (within
-//! [`STEADY_TOLERANCE`]), the next windows of like programs are *skipped*: their loads still go
+//! [`STEADY_TOLERANCE`]; cycles as the cores' mean finishing cycle, which grows smoothly where the
+//! makespan of a copy stopped mid-wave jumps with whichever core ends last), the next windows of
+//! like programs are *skipped*: their loads still go
 //! through the L2 model in program order, and a window whose HBM and L2 bytes match the measured
 //! window costs what it cost; a window that does not, or a program with other events, is
 //! simulated. After [`SKIPS_PER_SAMPLE`] skipped windows the next window is simulated and the
@@ -152,6 +154,10 @@ struct XferState {
 struct Outcome {
     /// Makespan.
     cycles: u64,
+    /// Mean over the cores of the cycle each finished its last program: a steady launch's
+    /// throughput without the makespan's tail (which core happens to finish last moves the
+    /// makespan of a launch stopped at a checkpoint by up to a program's length).
+    mean_end: u64,
     /// Exposed DMA on the core that finishes last.
     exposed: u64,
     totals: Totals,
@@ -162,6 +168,7 @@ impl Outcome {
     fn plus(&self, more: &Outcome) -> Outcome {
         Outcome {
             cycles: self.cycles + more.cycles,
+            mean_end: self.mean_end + more.mean_end,
             exposed: self.exposed + more.exposed,
             totals: self
                 .totals
@@ -169,10 +176,13 @@ impl Outcome {
         }
     }
 
-    /// What the programs between `before` and `self` added (counts that shrank count zero).
+    /// What the programs between `before` and `self` added (counts that shrank count zero); their
+    /// cycles are the growth of the mean core end, not of the makespan.
     fn minus(&self, before: &Outcome) -> Outcome {
+        let cycles = self.mean_end.saturating_sub(before.mean_end);
         Outcome {
-            cycles: self.cycles.saturating_sub(before.cycles),
+            cycles,
+            mean_end: cycles,
             exposed: self.exposed.saturating_sub(before.exposed),
             totals: self
                 .totals
@@ -184,9 +194,9 @@ impl Outcome {
     fn steady_after(&self, mid: &Outcome, first: &Outcome) -> bool {
         let close = |a: u64, b: u64, c: u64| close(a.saturating_sub(b), b.saturating_sub(c));
         let (t, m, f) = (&self.totals, &mid.totals, &first.totals);
-        self.cycles > mid.cycles
-            && mid.cycles > first.cycles
-            && close(self.cycles, mid.cycles, first.cycles)
+        self.mean_end > mid.mean_end
+            && mid.mean_end > first.mean_end
+            && close(self.mean_end, mid.mean_end, first.mean_end)
             && close(t.hbm_read, m.hbm_read, f.hbm_read)
             && close(t.hbm_write, m.hbm_write, f.hbm_write)
             && close(t.l2_read, m.l2_read, f.l2_read)
@@ -267,6 +277,12 @@ fn sampling_period(cores: u64, grid: [u64; 3]) -> u64 {
     let lcm_plane = cores / gcd(cores, plane) * plane;
     if z > 1 && lcm_plane <= 16 * cores {
         return lcm_plane * (2 * cores).div_ceil(lcm_plane);
+    }
+    if z > 1 && plane <= 8 * cores {
+        // Whole planes that are no whole number of waves (a grouped GEMM's group of row tiles
+        // across every column): the L2 reuse repeats per plane, and programs that start as cores
+        // free one at a time (not in lockstep waves) repeat their schedule with it.
+        return plane * (2 * cores).div_ceil(plane);
     }
     let lcm = cores / gcd(cores, row) * row;
     if lcm <= 8 * cores {
@@ -627,6 +643,7 @@ impl<'a> LaunchSim<'a> {
             .unwrap_or(0);
         Outcome {
             cycles: self.core_end.get(crit).copied().unwrap_or(0),
+            mean_end: self.core_end.iter().sum::<u64>() / self.core_end.len().max(1) as u64,
             exposed: self.core_exposed.get(crit).copied().unwrap_or(0),
             totals: self.totals.clone(),
         }

@@ -305,15 +305,14 @@ pub fn rules(kind: &OpKind) -> Rule {
             "per-head GEMM, heads as the expert batch",
         ),
         OpKind::MlaAttention(p) => {
+            // The forward's latent decode: one kernel over every sequence's pages, its BD tile
+            // covering the whole latent row (values are its first DV columns).
             let k = vec![
-                &decode::paged_decode_split::META,
+                &decode::paged_decode_latent::META,
                 &decode::decode_combine::META,
             ];
             let c = vec![
-                covers(
-                    &decode::paged_decode_split::META,
-                    &[("BD", "D"), ("BDV", "DV")],
-                ),
+                covers(&decode::paged_decode_latent::META, &[("BD", "D")]),
                 covers(&decode::decode_combine::META, &[("BDV", "DV")]),
             ];
             match p {
@@ -360,17 +359,17 @@ pub fn rules(kind: &OpKind) -> Rule {
         OpKind::GqaAttention(Phase::Decode) => rule(
             Status::Dsl,
             vec![
-                &decode::paged_decode_split::META,
+                &decode::paged_decode_gqa_batch::META,
                 &decode::decode_combine::META,
             ],
             vec![
                 covers(
-                    &decode::paged_decode_split::META,
+                    &decode::paged_decode_gqa_batch::META,
                     &[("BD", "D"), ("BDV", "DV")],
                 ),
                 covers(&decode::decode_combine::META, &[("BDV", "DV")]),
             ],
-            "",
+            "every sequence in one launch, windows and sinks in the kernel",
         ),
         OpKind::AttnOutputGate => {
             from_registry("sigmoid_mul", |_| vec![], "no sigmoid-gate kernel")

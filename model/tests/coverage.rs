@@ -122,7 +122,7 @@ fn kimi_k2_inventory() {
     assert!(c.missing().is_empty(), "{:?}", c.missing());
     assert_eq!(
         row_kernels(&c, "mla_attention.decode"),
-        ["paged_decode_split", "decode_combine"]
+        ["paged_decode_latent", "decode_combine"]
     );
     assert_eq!(c.row("dense_mlp").unwrap().layers, 1);
     assert_eq!(c.row("moe_dispatch").unwrap().layers, 60);
@@ -174,7 +174,7 @@ fn only_real_size_limits_make_an_operator_missing() {
     assert!(
         d.details
             .iter()
-            .any(|t| t.contains("paged_decode_split BD=128 BDV=128")),
+            .any(|t| t.contains("paged_decode_gqa_batch BD=128 BDV=128")),
         "{:?}",
         d.details
     );

@@ -57,9 +57,11 @@ pub static GROUPED_META: KernelMeta = super::meta(
 
 /// Runs the hand-tuned MXFP4 expert GEMM over run-time expert row ranges: `x [R, K]` (f32),
 /// `blocks [E, N, K/2]`, `scales [E, N, K/32]` (u8), `offsets [E + 1]` (expert `e` owns rows
-/// `offsets[e]..offsets[e + 1]`), `y [R, N]` (f32). The grid is the DSL prototype's: `(row tiles
-/// of an even share, N / BN, E)`, each program striding over its expert's row tiles. Cost-only
-/// launches (no offsets data) share the rows evenly, as the prototype does.
+/// `offsets[e]..offsets[e + 1]`), `y [R, N]` (f32). The grid is the DSL prototype's
+/// ([`crate::moe::grouped::grouped_grid`]: an even share's row tiles in groups of
+/// [`crate::moe::grouped::TILE_GROUP`], `N / BN`, groups × `E`), each program striding over its
+/// expert's row tiles, so the swap walks the tiles in the same order. Cost-only launches (no
+/// offsets data) share the rows evenly, as the prototype does.
 pub fn launch_grouped(
     launcher: &Launcher,
     config: &Config,
@@ -90,7 +92,10 @@ pub fn launch_grouped(
     // One row of E + 1 entries, so a program reads its expert's two with one transfer.
     let offsets = &offsets.reshaped(&[1, e + 1]).map_err(bad)?;
     let t = Ring::of(&cfg);
-    let grid = [rows.div_ceil(e).div_ceil(t.bm).max(1), n.div_ceil(t.bn), e];
+    let (gx, gy, gz) = crate::moe::grouped::grouped_grid(rows, e, t.bm, n.div_ceil(t.bn));
+    // An even share of no rows still launches one (empty) program per expert and column tile.
+    let grid = [gx.max(1), gy, gz.max(e)];
+    let groups = grid[2] / e;
     let describe = |key: &mut dsl_core::ArgKey| {
         use dsl_core::LaunchArg;
         LaunchArg::describe(x, key);
@@ -100,7 +105,8 @@ pub fn launch_grouped(
         LaunchArg::describe(y, key);
     };
     launcher.run_manual_keyed(&GROUPED_META, SOURCE, &cfg, grid, &describe, &|pid, p| {
-        let ex = pid[2];
+        let ex = pid[2] / groups;
+        let tile_row = pid[2] % groups * grid[0] + pid[0];
         let mut sram = Placer::default();
         // The expert's row range, read on chip; the program's row tiles depend on it.
         let range = sram.place(p, line!(), "offsets", 1, 2, DType::I32);
@@ -112,8 +118,8 @@ pub fn launch_grouped(
         let (xe, ye) = (x.rows_clipped(start, end), y.rows_clipped(start, end));
         let (be, se) = (blocks.at(ex), scales.at(ex));
         let col = pid[1] * t.bn;
-        let tiles: Vec<(usize, usize)> = (pid[0] * t.bm..xe.rows())
-            .step_by(grid[0] * t.bm)
+        let tiles: Vec<(usize, usize)> = (tile_row * t.bm..xe.rows())
+            .step_by(groups * grid[0] * t.bm)
             .map(|row| (row, col))
             .collect();
         program(p, sram, &tiles, &xe, &be, &se, &ye, t)

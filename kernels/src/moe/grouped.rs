@@ -16,21 +16,47 @@ use dsl_core::{Report, SimError};
 /// Row tiles walked together by the grouped GEMMs' programs (Triton's `GROUP_SIZE_M`).
 pub const TILE_GROUP: usize = 8;
 
-/// This program's (row tile, column tile) of the grouped GEMMs' `(rows, columns)` grid, walked
-/// in groups of [`TILE_GROUP`] row tiles: programs in id order cover a group's row tiles, every
-/// column of them, then the next group (Triton's grouped ordering; a bijection of the grid). In
-/// plain row-major order the programs of one column sweep all of an expert's row tiles, so an
-/// expert with many rows (a prefill's thousands of tokens per expert) streams its activations
-/// from HBM once per column tile when they outgrow the L2; grouped, a group's rows stay in the
-/// L2 while the columns go by, and the expert's weight tiles are reread once per group.
+/// The grouped GEMMs' grid for `rows` dispatched rows over `experts` experts, in `bm`-row tiles
+/// and `col_tiles` output column tiles: `(row tiles of a group, column tiles, groups × experts)`.
+/// A balanced share of rows (`⌈⌈rows / E⌉ / bm⌉` row tiles per expert) is split into groups of
+/// [`TILE_GROUP`] row tiles, and program ids run along a group's row tiles first, then its
+/// columns, then the next group, then the next expert: Triton's grouped ordering, spelled in the
+/// grid. In row-major order over `(row tiles, columns)` the programs of one column would sweep all
+/// of an expert's row tiles, so an expert with many rows (a prefill's thousands of tokens per
+/// expert) would stream its activations from HBM once per column tile when they outgrow the L2;
+/// grouped, a group's rows stay in the L2 while the columns go by, and the expert's weight tiles
+/// are reread once per group. Spelled in the grid rather than remapped inside the kernel, the
+/// order is one the simulator's steady-state sampling sees: each program repeats the events of
+/// the program one group row before it.
+pub fn grouped_grid(
+    rows: usize,
+    experts: usize,
+    bm: usize,
+    col_tiles: usize,
+) -> (usize, usize, usize) {
+    let share = rows.div_ceil(experts.max(1)).div_ceil(bm.max(1));
+    (
+        share.min(TILE_GROUP),
+        col_tiles,
+        experts * share.div_ceil(TILE_GROUP),
+    )
+}
+
+/// This program's `(expert, row tile, column tile, row-tile stride)` in a [`grouped_grid`] launch
+/// over `experts` experts. A program strides over its expert's row tiles by the balanced share
+/// rounded up to whole groups: balanced routing gives each program at most one tile, a skewed
+/// expert's extra tiles are shared out over the same programs, and every row tile has exactly one
+/// program.
 #[kernel(helper)]
-pub fn grouped_tile_order() -> (usize, usize) {
-    let (rows, cols) = (num_programs(0), num_programs(1));
-    let id = program_id(0) + rows * program_id(1);
-    let span = TILE_GROUP * cols;
-    let first = id / span * TILE_GROUP;
-    let height = usize::min(rows - first, TILE_GROUP);
-    (first + id % span % height, id % span / height)
+pub fn grouped_tile(experts: usize) -> (usize, usize, usize, usize) {
+    let groups = num_programs(2) / experts;
+    let group = program_id(2) % groups;
+    (
+        program_id(2) / groups,
+        group * num_programs(0) + program_id(0),
+        program_id(1),
+        groups * num_programs(0),
+    )
 }
 
 /// `y[r] = x[r] · w[e(r)]ᵀ`: one program per (row tile of a balanced share, output tile, expert).
@@ -41,13 +67,9 @@ pub fn grouped_tile_order() -> (usize, usize) {
 /// read their two offsets (8 bytes) and stop: an expert with 0 rows does no work and moves none
 /// of its weight bytes. Cost-only runs have no offsets and assume balanced routing.
 #[kernel(
-    grid = (
-        cdiv(cdiv(x.rows(), usize::max(w.shape()[0], 1)), BM),
-        cdiv(w.shape()[1], BN),
-        w.shape()[0]
-    ),
+    grid = grouped_grid(x.rows(), w.shape()[0], BM, cdiv(w.shape()[1], BN)),
     tunable(BM = [16, 32, 64, 128], BN = [128, 64, 256], BK = [128, 64, 256]),
-    helpers(grouped_tile_order, matmul_bt_tile)
+    helpers(grouped_tile, matmul_bt_tile)
 )]
 pub fn grouped_linear<T: Float>(
     x: &Tensor<T>,
@@ -55,8 +77,8 @@ pub fn grouped_linear<T: Float>(
     offsets: &Tensor<i32>,
     y: &Tensor<f32>,
 ) {
-    let e = program_id(2);
-    let experts = num_programs(2);
+    let experts = w.shape()[0];
+    let (e, tile_row, tile_col, stride) = grouped_tile(experts);
     let start = load_index(offsets, e, e * x.rows() / experts);
     let end = load_index(offsets, e + 1, (e + 1) * x.rows() / experts);
     // Views bounded to this expert's rows: ragged tiles never touch the next expert's rows.
@@ -65,9 +87,8 @@ pub fn grouped_linear<T: Float>(
         y.rows_clipped(start, end),
         w.at(e),
     );
-    let (tile_row, tile_col) = grouped_tile_order();
     let col = tile_col * BN;
-    for row in (tile_row * BM..xe.rows()).step_by(num_programs(0) * BM) {
+    for row in (tile_row * BM..xe.rows()).step_by(stride * BM) {
         let acc = matmul_bt_tile::<T, BM, BN, BK>(&xe, &we, row, col);
         store(&ye, row, col, &acc);
     }
@@ -237,13 +258,9 @@ pub fn run_expert_swiglu_grouped<T: Float>(
 
 /// [`grouped_linear()`] for bf16 (any `T`) expert weights with f32 rows rounded to `T` on chip.
 #[kernel(
-    grid = (
-        cdiv(cdiv(x.rows(), usize::max(w.shape()[0], 1)), BM),
-        cdiv(w.shape()[1], BN),
-        w.shape()[0]
-    ),
+    grid = grouped_grid(x.rows(), w.shape()[0], BM, cdiv(w.shape()[1], BN)),
     tunable(BM = [16, 32, 64, 128], BN = [128, 64, 256], BK = [128, 64, 256]),
-    helpers(grouped_tile_order, cast_matmul_bt_tile)
+    helpers(grouped_tile, cast_matmul_bt_tile)
 )]
 pub fn grouped_linear_cast<T: Float>(
     x: &Tensor<f32>,
@@ -251,8 +268,8 @@ pub fn grouped_linear_cast<T: Float>(
     offsets: &Tensor<i32>,
     y: &Tensor<f32>,
 ) {
-    let e = program_id(2);
-    let experts = num_programs(2);
+    let experts = w.shape()[0];
+    let (e, tile_row, tile_col, stride) = grouped_tile(experts);
     let start = load_index(offsets, e, e * x.rows() / experts);
     let end = load_index(offsets, e + 1, (e + 1) * x.rows() / experts);
     let (xe, ye, we) = (
@@ -260,9 +277,8 @@ pub fn grouped_linear_cast<T: Float>(
         y.rows_clipped(start, end),
         w.at(e),
     );
-    let (tile_row, tile_col) = grouped_tile_order();
     let col = tile_col * BN;
-    for row in (tile_row * BM..xe.rows()).step_by(num_programs(0) * BM) {
+    for row in (tile_row * BM..xe.rows()).step_by(stride * BM) {
         let acc = cast_matmul_bt_tile::<T, BM, BN, BK>(&xe, &we, row, col);
         store(&ye, row, col, &acc);
     }
@@ -271,13 +287,9 @@ pub fn grouped_linear_cast<T: Float>(
 /// [`grouped_linear()`] for DeepSeek block-FP8 expert weights (`w [E, N, K]` E4M3, `sw [E,
 /// ⌈N/128⌉, ⌈K/128⌉]`) over rows quantized by [`crate::linear::act_quant_fp8()`] (W8A8).
 #[kernel(
-    grid = (
-        cdiv(cdiv(a.rows(), usize::max(w.shape()[0], 1)), BM),
-        cdiv(w.shape()[1], BN),
-        w.shape()[0]
-    ),
+    grid = grouped_grid(a.rows(), w.shape()[0], BM, cdiv(w.shape()[1], BN)),
     tunable(BM = [16, 32, 64, 128], BN = [128, 64], BK = [128]),
-    helpers(grouped_tile_order, fp8_matmul_bt_tile)
+    helpers(grouped_tile, fp8_matmul_bt_tile)
 )]
 pub fn grouped_linear_fp8(
     a: &Tensor<fp8e4m3>,
@@ -287,8 +299,8 @@ pub fn grouped_linear_fp8(
     offsets: &Tensor<i32>,
     y: &Tensor<f32>,
 ) {
-    let e = program_id(2);
-    let experts = num_programs(2);
+    let experts = w.shape()[0];
+    let (e, tile_row, tile_col, stride) = grouped_tile(experts);
     let start = load_index(offsets, e, e * a.rows() / experts);
     let end = load_index(offsets, e + 1, (e + 1) * a.rows() / experts);
     let (ae, sae, ye) = (
@@ -297,9 +309,8 @@ pub fn grouped_linear_fp8(
         y.rows_clipped(start, end),
     );
     let (we, swe) = (w.at(e), sw.at(e));
-    let (tile_row, tile_col) = grouped_tile_order();
     let col = tile_col * BN;
-    for row in (tile_row * BM..ae.rows()).step_by(num_programs(0) * BM) {
+    for row in (tile_row * BM..ae.rows()).step_by(stride * BM) {
         let acc = fp8_matmul_bt_tile::<BM, BN, BK>(&ae, &sae, &we, &swe, row, col);
         store(&ye, row, col, &acc);
     }
@@ -308,13 +319,9 @@ pub fn grouped_linear_fp8(
 /// [`grouped_linear_fp8()`] on a matrix unit without an FP8 mode: f32 rows and E4M3 codes rounded
 /// to `T` on chip (W8A16, [`fp8w_matmul_bt_tile()`]).
 #[kernel(
-    grid = (
-        cdiv(cdiv(x.rows(), usize::max(w.shape()[0], 1)), BM),
-        cdiv(w.shape()[1], BN),
-        w.shape()[0]
-    ),
+    grid = grouped_grid(x.rows(), w.shape()[0], BM, cdiv(w.shape()[1], BN)),
     tunable(BM = [16, 32, 64, 128], BN = [128, 64], BK = [128]),
-    helpers(grouped_tile_order, fp8w_matmul_bt_tile)
+    helpers(grouped_tile, fp8w_matmul_bt_tile)
 )]
 pub fn grouped_linear_fp8w<T: Float>(
     x: &Tensor<f32>,
@@ -323,15 +330,14 @@ pub fn grouped_linear_fp8w<T: Float>(
     offsets: &Tensor<i32>,
     y: &Tensor<f32>,
 ) {
-    let e = program_id(2);
-    let experts = num_programs(2);
+    let experts = w.shape()[0];
+    let (e, tile_row, tile_col, stride) = grouped_tile(experts);
     let start = load_index(offsets, e, e * x.rows() / experts);
     let end = load_index(offsets, e + 1, (e + 1) * x.rows() / experts);
     let (xe, ye) = (x.rows_clipped(start, end), y.rows_clipped(start, end));
     let (we, swe) = (w.at(e), sw.at(e));
-    let (tile_row, tile_col) = grouped_tile_order();
     let col = tile_col * BN;
-    for row in (tile_row * BM..xe.rows()).step_by(num_programs(0) * BM) {
+    for row in (tile_row * BM..xe.rows()).step_by(stride * BM) {
         let acc = fp8w_matmul_bt_tile::<T, BM, BN, BK>(&xe, &we, &swe, row, col);
         store(&ye, row, col, &acc);
     }
@@ -374,14 +380,10 @@ pub fn mxfp4_matmul_bt_tile<
 
 /// [`grouped_linear()`] for MXFP4 expert weights, dequantized on chip to `T`.
 #[kernel(
-    grid = (
-        cdiv(cdiv(x.rows(), usize::max(blocks.shape()[0], 1)), BM),
-        cdiv(blocks.shape()[1], BN),
-        blocks.shape()[0]
-    ),
+    grid = grouped_grid(x.rows(), blocks.shape()[0], BM, cdiv(blocks.shape()[1], BN)),
     tunable(BM = [16, 32, 64, 128], BN = [128, 64, 256], BK = [128, 64, 256]),
     derived(BKB = BK / 2, BKS = BK / 32),
-    helpers(grouped_tile_order, mxfp4_matmul_bt_tile)
+    helpers(grouped_tile, mxfp4_matmul_bt_tile)
 )]
 pub fn grouped_linear_mxfp4<T: Float>(
     x: &Tensor<f32>,
@@ -390,15 +392,14 @@ pub fn grouped_linear_mxfp4<T: Float>(
     offsets: &Tensor<i32>,
     y: &Tensor<f32>,
 ) {
-    let e = program_id(2);
-    let experts = num_programs(2);
+    let experts = blocks.shape()[0];
+    let (e, tile_row, tile_col, stride) = grouped_tile(experts);
     let start = load_index(offsets, e, e * x.rows() / experts);
     let end = load_index(offsets, e + 1, (e + 1) * x.rows() / experts);
     let (xe, ye) = (x.rows_clipped(start, end), y.rows_clipped(start, end));
     let (be, se) = (blocks.at(e), scales.at(e));
-    let (tile_row, tile_col) = grouped_tile_order();
     let col = tile_col * BN;
-    for row in (tile_row * BM..xe.rows()).step_by(num_programs(0) * BM) {
+    for row in (tile_row * BM..xe.rows()).step_by(stride * BM) {
         let acc = mxfp4_matmul_bt_tile::<T, BM, BN, BK, BKB, BKS>(&xe, &be, &se, row, col);
         store(&ye, row, col, &acc);
     }
