@@ -138,6 +138,9 @@ fn four_cards_of_gqa_models_give_the_logits_of_one_card() {
     // GLM-4.5 and Qwen2: the q/k/v biases split with their heads.
     check_plan("glm4_moe", "tp=2,dp=2,ep=2");
     check_plan("qwen2", "tp=2,dp=2,ep=1");
+    // gpt-oss: sinks split with their heads, the o_proj bias added once, expert biases with
+    // their experts.
+    check_plan("gpt_oss", "tp=2,dp=2,ep=4");
     // Qwen2-MoE: biases and the gated shared expert split by tensor parallelism.
     check_plan("qwen2_moe", "tp=2,dp=2,ep=2");
 }

@@ -747,9 +747,11 @@ fn tiny_golden_checkpoints_verify() {
         let ckpt = Checkpoint::open(&dir).unwrap();
         let report = assert_clean(&ckpt, &cfg, name);
         // transformers 5 saves per-expert tensors, except for Qwen3-VL-MoE, whose checkpoints
-        // keep the fused experts (`gate_up_proj [E, 2I, H]`, `down_proj [E, H, I]`).
+        // keep the fused experts (`gate_up_proj [E, 2I, H]`, `down_proj [E, H, I]`), and gpt-oss,
+        // whose fused experts are input-major (`[E, H, 2I]`, `[E, I, H]`; MXFP4 in releases).
         let want = match cfg.family {
             model::config::Family::Qwen3VlMoe => ExpertLayout::Fused,
+            model::config::Family::GptOss => ExpertLayout::FusedInOut,
             _ => ExpertLayout::PerExpert,
         };
         assert!(

@@ -73,6 +73,8 @@ from transformers.models.qwen2_moe import Qwen2MoeConfig, Qwen2MoeForCausalLM
 from transformers.models.qwen2_moe import modeling_qwen2_moe as q2m
 from transformers.models.glm4_moe import modeling_glm4_moe as glm
 from transformers.models.qwen3_moe import modeling_qwen3_moe as q3m
+from transformers.models.gpt_oss import GptOssConfig, GptOssForCausalLM
+from transformers.models.gpt_oss import modeling_gpt_oss as go
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 DEFAULT_OUT = os.path.join(REPO, "model", "testdata", "tiny")
@@ -323,6 +325,46 @@ PRESETS = {
         ),
         {},
     ),
+    # gpt-oss: GQA with q/k/v/o biases and per-head attention **sinks**, sliding-window (6 keys)
+    # and full layers alternating, YaRN RoPE without truncation, MoE in every layer whose router
+    # has a bias and takes the softmax of its top-k logits, experts with **interleaved** gate/up
+    # columns stored input-major with per-expert biases, and the **clamped SwiGLU** (limit 1.0 so
+    # both clamps bite at these sizes).
+    "gpt_oss": (
+        GptOssForCausalLM,
+        GptOssConfig,
+        35,
+        dict(
+            vocab_size=256,
+            hidden_size=64,
+            intermediate_size=32,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            head_dim=16,
+            num_local_experts=8,
+            num_experts_per_tok=2,
+            sliding_window=6,
+            layer_types=["sliding_attention", "full_attention"],
+            attention_bias=True,
+            swiglu_limit=1.0,
+            rope_parameters=dict(
+                rope_type="yarn",
+                rope_theta=150000.0,
+                factor=4.0,
+                original_max_position_embeddings=64,
+                beta_fast=32.0,
+                beta_slow=1.0,
+                truncate=False,
+            ),
+            pad_token_id=0,
+            bos_token_id=1,
+            eos_token_id=2,
+            max_position_embeddings=256,
+            rms_norm_eps=1e-5,
+        ),
+        {},
+    ),
     # Mistral-7B-v0.1's layer: GQA over a **sliding window** (5 keys per query, so it bites in
     # the 24-token prefill and every decode step), dense SwiGLU.
     "mistral": (
@@ -550,6 +592,7 @@ def init_weights(model, gen):
                 q2.Qwen2RMSNorm,
                 q2m.Qwen2MoeRMSNorm,
                 glm.Glm4MoeRMSNorm,
+                go.GptOssRMSNorm,
             ),
         ):
             put(name, "weight", near_one(m.weight.shape[0]))
@@ -584,6 +627,18 @@ def init_weights(model, gen):
             e, two_i, hidden = m.gate_up_proj.shape
             put(name, "gate_up_proj", randn(e, two_i, hidden) / math.sqrt(hidden))
             put(name, "down_proj", randn(*m.down_proj.shape) / math.sqrt(two_i // 2))
+        elif isinstance(m, go.GptOssTopKRouter):
+            put(name, "weight", randn(*m.weight.shape) / math.sqrt(m.weight.shape[1]))
+            put(name, "bias", 0.5 * randn(*m.bias.shape))
+        elif isinstance(m, go.GptOssExperts):
+            # Input-major: gate_up [E, H, 2I] (gate and up columns interleaved), down [E, I, H].
+            e, hidden, two_i = m.gate_up_proj.shape
+            put(name, "gate_up_proj", randn(e, hidden, two_i) / math.sqrt(hidden))
+            put(name, "gate_up_proj_bias", 0.5 * randn(e, two_i))
+            put(name, "down_proj", randn(*m.down_proj.shape) / math.sqrt(two_i // 2))
+            put(name, "down_proj_bias", 0.5 * randn(*m.down_proj_bias.shape))
+        if isinstance(m, go.GptOssAttention):
+            put(name, "sinks", randn(*m.sinks.shape))
         if isinstance(m, qn.Qwen3NextGatedDeltaNet):
             n = m.num_v_heads
             put(name, "dt_bias", 0.5 * randn(n))
@@ -643,6 +698,8 @@ class SelectionChecks:
                 self.handles.append(m.register_forward_hook(self._deepseek_v2_router(name)))
             elif isinstance(m, (qn.Qwen3NextTopKRouter, q3m.Qwen3MoeTopKRouter, mx.MixtralTopKRouter, q2m.Qwen2MoeTopKRouter)):
                 self.handles.append(m.register_forward_hook(self._qwen_router(name)))
+            elif isinstance(m, go.GptOssTopKRouter):
+                self.handles.append(m.register_forward_hook(self._gpt_oss_router(name)))
 
     def _record(self, key, margin):
         self.margins[key] = min(self.margins.get(key, math.inf), margin)
@@ -713,6 +770,13 @@ class SelectionChecks:
         def hook(m, args, output):
             probs = torch.softmax(args[0].reshape(-1, m.hidden_dim) @ m.weight.T, dim=-1)
             self._record(f"{name} experts", boundary_margin(probs, m.top_k))
+
+        return hook
+
+    def _gpt_oss_router(self, name):
+        def hook(m, args, output):
+            logits = args[0].reshape(-1, m.hidden_dim) @ m.weight.T + m.bias
+            self._record(f"{name} experts", boundary_margin(logits, m.top_k))
 
         return hook
 

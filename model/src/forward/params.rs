@@ -406,15 +406,6 @@ fn moe(ld: &Loader, cfg: &ModelConfig, layer: usize, p: &str) -> Result<MoeWeigh
     let m = cfg.moe.as_ref().ok_or_else(|| missing_dims(cfg, "MoE"))?;
     let (h, i, e) = (cfg.hidden_size, m.intermediate_size, m.experts);
     let gpt_oss = cfg.family == crate::config::Family::GptOss;
-    if gpt_oss && ld.ckpt.is_some() {
-        // Its experts interleave gate and up columns and are stored input-major; read as the
-        // other layouts they would give wrong numbers, not an error.
-        return Err(ForwardError::Unsupported {
-            what: "reading gpt-oss checkpoint experts (interleaved gate/up, input-major); \
-                   cost-only runs from its config.json work"
-                .into(),
-        });
-    }
     let bank = crate::weights::expert_banks(cfg)
         .into_iter()
         .find(|b| b.layer == layer)
@@ -457,15 +448,26 @@ fn moe(ld: &Loader, cfg: &ModelConfig, layer: usize, p: &str) -> Result<MoeWeigh
     };
     let router_name = if gpt_oss { "router" } else { "gate" };
     let (router_bias, expert_biases) = if m.biases {
-        let bank_bias = |name: &str, width: usize| {
-            let name = format!("{p}.experts.{name}");
-            ld.derived(&name, &[e, width], |c| Ok(c.f32(&name, &[e, width])?))
-        };
+        let gate_up_bias = format!("{p}.experts.gate_up_proj_bias");
+        let down_bias = format!("{p}.experts.down_proj_bias");
+        // In the order of `gate_up`'s rows: per expert the gate biases, then the up biases.
+        let (gate_col, up_col) = crate::weights::gate_up_columns(i, bank.interleaved);
+        let gate_up_bias = ld.derived(&gate_up_bias, &[e, 2 * i], |c| {
+            let b = c.f32(&gate_up_bias, &[e, 2 * i])?;
+            Ok(b.chunks_exact(2 * i)
+                .flat_map(|row| {
+                    let (g, u) = (&gate_col, &up_col);
+                    (0..i)
+                        .map(move |r| row[g(r)])
+                        .chain((0..i).map(move |r| row[u(r)]))
+                })
+                .collect())
+        })?;
         (
             Some(ld.row(&format!("{p}.{router_name}.bias"), e)?),
             Some((
-                bank_bias("gate_up_proj_bias", 2 * i)?,
-                bank_bias("down_proj_bias", h)?,
+                gate_up_bias,
+                ld.derived(&down_bias, &[e, h], |c| Ok(c.f32(&down_bias, &[e, h])?))?,
             )),
         )
     } else {

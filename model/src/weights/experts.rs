@@ -51,6 +51,10 @@ pub struct ExpertBank {
     /// Per-expert projection names: gate, up, down (`gate_proj`/`up_proj`/`down_proj`, Kimi
     /// Linear `w1`/`w3`/`w2`).
     pub projections: [&'static str; 3],
+    /// The fused `gate_up` matrices interleave gate and up columns (`gate_up[..., ::2]` gate,
+    /// `[..., 1::2]` up: gpt-oss, in every stored layout) instead of holding all gate columns
+    /// first.
+    pub interleaved: bool,
 }
 
 impl ExpertBank {
@@ -168,13 +172,13 @@ impl ExpertBank {
             ExpertLayout::FusedInOut => {
                 let gate_up = ckpt.f32(&t[0].name, &t[0].shape)?;
                 let down_t = ckpt.f32(&t[1].name, &t[1].shape)?;
-                out_in(&gate_up, &down_t, e, h, i)
+                out_in(&gate_up, &down_t, e, h, i, self.interleaved)
             }
             ExpertLayout::Mxfp4 => {
                 // Dequantised shapes are input-major: gate_up [E, H, 2I], down [E, I, H].
                 let gate_up = ckpt.mxfp4_f32(&t[0].name, &t[0].shape)?;
                 let down_t = ckpt.mxfp4_f32(&t[1].name, &t[1].shape)?;
-                out_in(&gate_up, &down_t, e, h, i)
+                out_in(&gate_up, &down_t, e, h, i, self.interleaved)
             }
         };
         Ok(ExpertWeights {
@@ -186,15 +190,18 @@ impl ExpertBank {
     }
 }
 
-/// Input-major fused experts (`gate_up [E, H, 2I]`, gate columns first; `down [E, I, H]`) as
-/// per-expert `[out, in]` gate, up and down matrices.
+/// Input-major fused experts (`gate_up [E, H, 2I]`, gate columns first, or gate and up columns
+/// alternating when `interleaved`; `down [E, I, H]`) as per-expert `[out, in]` gate, up and down
+/// matrices.
 fn out_in(
     gate_up: &[f32],
     down_t: &[f32],
     e: usize,
     h: usize,
     i: usize,
+    interleaved: bool,
 ) -> (Vec<f32>, Vec<f32>, Vec<f32>) {
+    let (gate_col, up_col) = gate_up_columns(i, interleaved);
     let mut gate = vec![0.0; e * i * h];
     let mut up = vec![0.0; e * i * h];
     let mut down = vec![0.0; e * h * i];
@@ -202,8 +209,8 @@ fn out_in(
         for c in 0..h {
             for r in 0..i {
                 let src = (x * h + c) * 2 * i;
-                gate[(x * i + r) * h + c] = gate_up[src + r];
-                up[(x * i + r) * h + c] = gate_up[src + i + r];
+                gate[(x * i + r) * h + c] = gate_up[src + gate_col(r)];
+                up[(x * i + r) * h + c] = gate_up[src + up_col(r)];
             }
         }
         for r in 0..i {
@@ -213,4 +220,16 @@ fn out_in(
         }
     }
     (gate, up, down)
+}
+
+/// Where gate row `r` and up row `r` sit among a fused `gate_up`'s `2I` columns: `r` and `I + r`
+/// (gate first), or `2r` and `2r + 1` (`interleaved`, gpt-oss).
+pub fn gate_up_columns(
+    i: usize,
+    interleaved: bool,
+) -> (impl Fn(usize) -> usize, impl Fn(usize) -> usize) {
+    (
+        move |r: usize| if interleaved { 2 * r } else { r },
+        move |r: usize| if interleaved { 2 * r + 1 } else { i + r },
+    )
 }

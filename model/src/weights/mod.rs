@@ -27,7 +27,7 @@ pub mod verification;
 pub use checkpoint::{Checkpoint, TensorInfo};
 pub use convert::{mxfp4_logical_shape, Mxfp4Raw};
 pub use error::WeightError;
-pub use experts::{ExpertBank, ExpertLayout, ExpertWeights};
+pub use experts::{gate_up_columns, ExpertBank, ExpertLayout, ExpertWeights};
 pub use names::{expected_tensors, expert_banks, ExpectedTensor, Storage};
 pub use tensor_file::{read_all_f32, write_f32, NamedTensor};
 pub use verification::{check, verify, VerifyReport};

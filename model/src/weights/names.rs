@@ -17,6 +17,7 @@
 //! | `mixtral` | as Llama | `block_sparse_moe.gate`, experts `w1` (gate), `w3` (up), `w2` (down) |
 //! | `qwen2` | as Llama, plus `self_attn.{q,k,v}_proj.bias` | `mlp.{gate,up,down}_proj` |
 //! | `glm4_moe` | as Qwen2 (biases per `attention_bias`), `q_norm`/`k_norm` with `use_qk_norm` | as DeepSeek-V3 |
+//! | `gpt_oss` | as Qwen2, plus `self_attn.o_proj.bias` and `self_attn.sinks [heads]` | `mlp.router.{weight, bias}`, fused input-major `mlp.experts.{gate_up_proj, down_proj}` (gate/up columns interleaved; MXFP4 `_blocks`/`_scales` in the releases) with `gate_up_proj_bias`, `down_proj_bias` |
 //! | `kimi_linear` | MLA as V3; KDA: `self_attn.{q,k,v}_proj`, `{q,k,v}_conv1d`, `f_a_proj`, `f_b_proj`, `dt_bias`, `A_log`, `b_proj`, `g_a_proj`, `g_b_proj`, `o_norm`, `o_proj` | `block_sparse_moe.*`, experts `w1` (gate), `w3` (up), `w2` (down) |
 //!
 //! Every model also has `model.embed_tokens.weight`, `model.norm.weight`, per layer
@@ -121,6 +122,7 @@ pub fn expert_banks(cfg: &ModelConfig) -> Vec<ExpertBank> {
             hidden: cfg.hidden_size,
             intermediate: moe.intermediate_size,
             projections,
+            interleaved: cfg.family == Family::GptOss,
         })
         .collect()
 }
@@ -352,7 +354,21 @@ fn ffn(
         }
         FfnKind::Moe => {
             let Some(moe) = &cfg.moe else { return false };
-            push(format!("{m}.gate.weight"), vec![moe.experts, h]);
+            if cfg.family == Family::GptOss {
+                push(format!("{m}.router.weight"), vec![moe.experts, h]);
+            } else {
+                push(format!("{m}.gate.weight"), vec![moe.experts, h]);
+            }
+            if moe.biases {
+                // gpt-oss: the router's bias and each expert's (gate_up's interleaved like its
+                // columns).
+                push(format!("{m}.router.bias"), vec![moe.experts]);
+                push(
+                    format!("{m}.experts.gate_up_proj_bias"),
+                    vec![moe.experts, 2 * moe.intermediate_size],
+                );
+                push(format!("{m}.experts.down_proj_bias"), vec![moe.experts, h]);
+            }
             let correction_bias = match cfg.family {
                 // transformers' DeepSeek-V3 / Kimi router always has the bias parameter.
                 Family::DeepseekV3
