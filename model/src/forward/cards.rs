@@ -295,23 +295,21 @@ fn cols(w: Weight, start: usize, len: usize, what: &str) -> Result<Weight, Forwa
 /// The experts `ids` of an `[E, N, K]` bank.
 fn experts(w: Weight, ids: &[usize], what: &str) -> Result<Weight, ForwardError> {
     let (shape, data) = values(&w, what)?;
-    let per = shape[1] * shape[2];
-    let out: Vec<f32> = ids
-        .iter()
-        .flat_map(|&e| data[e * per..(e + 1) * per].iter().copied())
-        .collect();
+    let out = gather_experts(&data, shape[1] * shape[2], ids);
     f32_weight(what, &[ids.len(), shape[1], shape[2]], &out)
 }
 
 /// Rows `ids` of a per-expert `[E, N]` tensor (the experts a card holds).
 fn expert_rows(t: Tensor<f32>, ids: &[usize], what: &str) -> Result<Tensor<f32>, ForwardError> {
-    let data = data_of(&t, what)?;
-    let n = t.cols();
-    let out: Vec<f32> = ids
-        .iter()
-        .flat_map(|&e| data[e * n..(e + 1) * n].iter().copied())
-        .collect();
-    view(Tensor::from_f32(&[ids.len(), n], &out), what)
+    let out = gather_experts(&data_of(&t, what)?, t.cols(), ids);
+    view(Tensor::from_f32(&[ids.len(), t.cols()], &out), what)
+}
+
+/// Experts `ids` of per-expert data laid out expert after expert, `per` values each.
+fn gather_experts(data: &[f32], per: usize, ids: &[usize]) -> Vec<f32> {
+    ids.iter()
+        .flat_map(|&e| data[e * per..(e + 1) * per].iter().copied())
+        .collect()
 }
 
 /// A column/row split of a SwiGLU MLP: intermediate columns `start..start + len`.
@@ -352,6 +350,21 @@ fn mla_shard(
         // state): every card keeps it whole and picks the same tokens for its heads.
         indexer: w.indexer,
     })
+}
+
+/// Rows `start..start + len` of a `[N, C]` tensor.
+fn tensor_rows(
+    t: Tensor<f32>,
+    start: usize,
+    len: usize,
+    what: &str,
+) -> Result<Tensor<f32>, ForwardError> {
+    let c = t.cols();
+    let data = data_of(&t, what)?;
+    view(
+        Tensor::from_f32(&[len, c], &data[start * c..(start + len) * c]),
+        what,
+    )
 }
 
 /// Columns `ranges` (start, length) of a 2-D f32 tensor, side by side (conv taps per channel,
@@ -407,12 +420,9 @@ fn gqa_shard(
         // o_proj is split by its input columns: each card's product is a partial sum, so the
         // bias is added once, by the first card, before the all-reduce.
         o_bias: if rank == 0 { w.o_bias } else { None },
+        // One sink per query head, `[Hq, 1]`: the card's heads' rows.
         sinks: match w.sinks {
-            Some(s) => {
-                let row = view(s.reshaped(&[1, g.heads]), "sinks")?;
-                let mine = tensor_cols(row, &[(rank * hq, hq)], "sinks")?;
-                Some(view(mine.reshaped(&[hq, 1]), "sinks")?)
-            }
+            Some(s) => Some(tensor_rows(s, rank * hq, hq, "sinks")?),
             None => None,
         },
     })
