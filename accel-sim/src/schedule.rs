@@ -260,8 +260,10 @@ struct Sampling {
 /// Programs per sampling period on `cores` cores for a grid of `[x, y, z]` programs. The L2 reuse
 /// of a tiled GEMM repeats per row of the grid (`x` programs), that of a batched or grouped one
 /// (an expert's GEMM per `z`) per plane (`x·y`), and the schedule per wave; so a period spans a
-/// whole number of planes and of waves where that is at most 16 waves; else of rows and waves
-/// where that is at most 8; else whole rows (at least two waves of them) where a row is at most 8
+/// whole number of planes and of waves where that is at most 16 waves; else whole planes (at least
+/// two waves of them) where a plane is at most 16 waves (a grouped walk's group of row tiles across
+/// every column, Triton-style); else of rows and waves where that is at most 8; else whole
+/// rows (at least two waves of them) where a row is at most 8
 /// waves; else two waves. Rows longer than that are sampled within each row only
 /// ([`Sampling::row_len`]): windows that cut across rows see different L2 reuse (a 683-row GEMM
 /// sampled by two-wave windows came out 4% short).
@@ -278,10 +280,10 @@ fn sampling_period(cores: u64, grid: [u64; 3]) -> u64 {
     if z > 1 && lcm_plane <= 16 * cores {
         return lcm_plane * (2 * cores).div_ceil(lcm_plane);
     }
-    if z > 1 && plane <= 8 * cores {
-        // Whole planes that are no whole number of waves (a grouped GEMM's group of row tiles
-        // across every column): the L2 reuse repeats per plane, and programs that start as cores
-        // free one at a time (not in lockstep waves) repeat their schedule with it.
+    if z > 1 && plane <= 16 * cores {
+        // Whole planes that are no whole number of waves: the L2 reuse repeats per plane (a
+        // group's first column reads its rows from HBM), and programs that start as cores free
+        // one at a time (not in lockstep waves) repeat their schedule with it.
         return plane * (2 * cores).div_ceil(plane);
     }
     let lcm = cores / gcd(cores, row) * row;

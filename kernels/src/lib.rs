@@ -21,6 +21,7 @@ pub mod rope;
 pub mod softmax;
 pub mod testdata;
 pub mod tile_choice;
+pub mod tile_order;
 pub mod tunable;
 pub mod vision;
 pub mod weight;

@@ -11,29 +11,26 @@
 //! large shapes at a size whose double-buffered tiles fit on chip.
 
 use crate::gemm_fp8::fp8_matmul_bt_tile;
+use crate::moe::expert_gemm::matmul_bt_tile;
+use crate::tile_order::{grouped_grid, grouped_tile};
 use dsl_core::prelude::*;
 use dsl_core::SimError;
 
-/// Double-buffered linear layer: one program per `BM×BN` output tile, K in steps of `BK`.
+/// Double-buffered linear layer: one program per `BM×BN` output tile, K in steps of `BK`, the
+/// tiles walked in groups of row tiles ([`crate::tile_order`]).
 #[kernel(
-    grid = (cdiv(y.rows(), BM), cdiv(y.cols(), BN)),
-    tunable(BM = [64, 8, 16, 32, 128], BN = [128, 16, 32, 64], BK = [64, 16, 32, 128])
+    grid = grouped_grid(y.rows(), 1, BM, cdiv(y.cols(), BN)),
+    tunable(BM = [64, 8, 16, 32, 128], BN = [128, 16, 32, 64], BK = [64, 16, 32, 128]),
+    helpers(grouped_tile, matmul_bt_tile)
 )]
 pub fn linear<T: Float>(x: &Tensor<T>, w: &Tensor<T>, y: &Tensor<f32>) {
-    let row = program_id(0) * BM;
-    let col = program_id(1) * BN;
-    let mut acc = zeros::<f32, BM, BN>();
-    let mut tx = load_async::<BM, BK>(x, row, 0);
-    let mut tw = load_async::<BN, BK>(w, col, 0);
-    for k in (BK..x.cols() + BK).step_by(BK) {
-        // Past the last step the windows lie outside x and w: they move no bytes.
-        let next_x = load_async::<BM, BK>(x, row, k);
-        let next_w = load_async::<BN, BK>(w, col, k);
-        mma_bt(&mut acc, &tx, &tw);
-        tx = next_x;
-        tw = next_w;
+    let (_one, tile_row, tile_col, stride) = grouped_tile(1);
+    let col = tile_col * BN;
+    // At most one row tile: the loop skips the grid's padding programs past the last one.
+    for row in (tile_row * BM..y.rows()).step_by(stride * BM) {
+        let acc = matmul_bt_tile::<T, BM, BN, BK>(x, w, row, col);
+        store(y, row, col, &acc);
     }
-    store(y, row, col, &acc);
 }
 
 /// Largest tiles [`tiles_for`] picks (M, N, K): 64×128 outputs with 64-deep f32 operands,
@@ -99,31 +96,35 @@ pub fn cast_matmul_bt_tile<T: Float, const BM: usize, const BN: usize, const BK:
 
 /// Linear layer over a bf16 (or any `T`) weight with f32 activations rounded to `T` on chip.
 #[kernel(
-    grid = (cdiv(y.rows(), BM), cdiv(y.cols(), BN)),
+    grid = grouped_grid(y.rows(), 1, BM, cdiv(y.cols(), BN)),
     tunable(BM = [64, 8, 16, 32, 128], BN = [128, 16, 32, 64], BK = [64, 16, 32, 128]),
-    helpers(cast_matmul_bt_tile)
+    helpers(grouped_tile, cast_matmul_bt_tile)
 )]
 pub fn linear_cast<T: Float>(x: &Tensor<f32>, w: &Tensor<T>, y: &Tensor<f32>) {
-    let row = program_id(0) * BM;
-    let col = program_id(1) * BN;
-    let acc = cast_matmul_bt_tile::<T, BM, BN, BK>(x, w, row, col);
-    store(y, row, col, &acc);
+    let (_one, tile_row, tile_col, stride) = grouped_tile(1);
+    let col = tile_col * BN;
+    for row in (tile_row * BM..y.rows()).step_by(stride * BM) {
+        let acc = cast_matmul_bt_tile::<T, BM, BN, BK>(x, w, row, col);
+        store(y, row, col, &acc);
+    }
 }
 
 /// Linear layer with a bias, `y = x · wᵀ + bias` (vision transformers' projections, Qwen3-VL's
 /// patch embedding and merger): [`linear_cast()`]'s tile with the bias row added on chip before the
 /// store. `bias` is `[1, N]` f32.
 #[kernel(
-    grid = (cdiv(y.rows(), BM), cdiv(y.cols(), BN)),
+    grid = grouped_grid(y.rows(), 1, BM, cdiv(y.cols(), BN)),
     tunable(BM = [64, 8, 16, 32, 128], BN = [128, 16, 32, 64], BK = [64, 16, 32, 128]),
-    helpers(cast_matmul_bt_tile)
+    helpers(grouped_tile, cast_matmul_bt_tile)
 )]
 pub fn linear_bias<T: Float>(x: &Tensor<f32>, w: &Tensor<T>, bias: &Tensor<f32>, y: &Tensor<f32>) {
-    let row = program_id(0) * BM;
-    let col = program_id(1) * BN;
-    let acc = cast_matmul_bt_tile::<T, BM, BN, BK>(x, w, row, col);
-    let b = load::<1, BN>(bias, 0, col);
-    store(y, row, col, &add_row(&acc, &b));
+    let (_one, tile_row, tile_col, stride) = grouped_tile(1);
+    let col = tile_col * BN;
+    for row in (tile_row * BM..y.rows()).step_by(stride * BM) {
+        let acc = cast_matmul_bt_tile::<T, BM, BN, BK>(x, w, row, col);
+        let b = load::<1, BN>(bias, 0, col);
+        store(y, row, col, &add_row(&acc, &b));
+    }
 }
 
 /// Runs [`linear_bias()`] on `x [M, K]` (f32), `w [N, K]`, `bias [1, N]` into `y [M, N]` with the
@@ -172,9 +173,9 @@ pub fn act_quant_fp8(x: &Tensor<f32>, q: &Tensor<fp8e4m3>, s: &Tensor<f32>) {
 /// W8A8 linear layer (DeepSeek-V3 block-FP8 weights): `y = (a·sa) · (w·sw)ᵀ` in f32, from the
 /// activations [`act_quant_fp8()`] wrote and the weight's E4M3 codes with 128×128 block scales.
 #[kernel(
-    grid = (cdiv(y.rows(), BM), cdiv(y.cols(), BN)),
+    grid = grouped_grid(y.rows(), 1, BM, cdiv(y.cols(), BN)),
     tunable(BM = [64, 16, 32, 128], BN = [128, 64, 32], BK = [128]),
-    helpers(fp8_matmul_bt_tile)
+    helpers(grouped_tile, fp8_matmul_bt_tile)
 )]
 pub fn linear_fp8(
     a: &Tensor<fp8e4m3>,
@@ -183,10 +184,12 @@ pub fn linear_fp8(
     sw: &Tensor<f32>,
     y: &Tensor<f32>,
 ) {
-    let row = program_id(0) * BM;
-    let col = program_id(1) * BN;
-    let acc = fp8_matmul_bt_tile::<BM, BN, BK>(a, sa, w, sw, row, col);
-    store(y, row, col, &acc);
+    let (_one, tile_row, tile_col, stride) = grouped_tile(1);
+    let col = tile_col * BN;
+    for row in (tile_row * BM..y.rows()).step_by(stride * BM) {
+        let acc = fp8_matmul_bt_tile::<BM, BN, BK>(a, sa, w, sw, row, col);
+        store(y, row, col, &acc);
+    }
 }
 
 /// One `BM×BN` output tile of `x · (w·sw)ᵀ` for f32 activations and a block-FP8 weight on a
@@ -222,9 +225,9 @@ pub fn fp8w_matmul_bt_tile<T: Float, const BM: usize, const BN: usize, const BK:
 /// Block-FP8 linear layer on a matrix unit without an FP8 mode (W8A16, see
 /// [`fp8w_matmul_bt_tile()`]).
 #[kernel(
-    grid = (cdiv(y.rows(), BM), cdiv(y.cols(), BN)),
+    grid = grouped_grid(y.rows(), 1, BM, cdiv(y.cols(), BN)),
     tunable(BM = [64, 16, 32, 128], BN = [128, 64, 32], BK = [128]),
-    helpers(fp8w_matmul_bt_tile)
+    helpers(grouped_tile, fp8w_matmul_bt_tile)
 )]
 pub fn linear_fp8w<T: Float>(
     x: &Tensor<f32>,
@@ -232,10 +235,12 @@ pub fn linear_fp8w<T: Float>(
     sw: &Tensor<f32>,
     y: &Tensor<f32>,
 ) {
-    let row = program_id(0) * BM;
-    let col = program_id(1) * BN;
-    let acc = fp8w_matmul_bt_tile::<T, BM, BN, BK>(x, w, sw, row, col);
-    store(y, row, col, &acc);
+    let (_one, tile_row, tile_col, stride) = grouped_tile(1);
+    let col = tile_col * BN;
+    for row in (tile_row * BM..y.rows()).step_by(stride * BM) {
+        let acc = fp8w_matmul_bt_tile::<T, BM, BN, BK>(x, w, sw, row, col);
+        store(y, row, col, &acc);
+    }
 }
 
 /// Whether `launcher`'s matrix unit multiplies E4M3 natively (W8A8); otherwise FP8 weights run

@@ -245,12 +245,11 @@ fn sampled_long_rows_stay_close_to_the_full_simulation() {
 /// Rows longer than a sampling period are sampled within each row, never across a row's start:
 /// DSA sparse attention at a prefill (each head block a row of 4096 queries; past its causal
 /// prefix every query attends `top_k` keys) times about half its programs and stays within 1% of
-/// the full simulation; a GEMM of three rows of 2200 tiles (each row a new column of weights,
-/// whose L2 reuse changes at its start) stays within 1% too.
+/// the full simulation; a row-major GEMM of three rows of 2200 tiles (each row a new column of
+/// weights, whose L2 reuse changes at its start) stays within 1% too.
 #[test]
 fn long_rows_are_sampled_within_each_row() {
     use kernels::attention::sparse::sparse_mla;
-    use kernels::weight::{Format, Weight};
     let launcher = |sampling: bool| {
         Launcher::for_device("h800")
             .unwrap()
@@ -285,17 +284,20 @@ fn long_rows_are_sampled_within_each_row() {
         .unwrap()
         .report
     };
+    // The row-major DSL GEMM (the model's linears walk grouped row tiles, `tile_order`).
     let (m, n, k) = (2200 * 64, 3 * 128, 512);
-    let x = Tensor::<f32>::shape_only(&[m, k]);
-    let y = Tensor::<f32>::shape_only(&[m, n]);
-    let w = Weight::shape_only(Format::Fp8Block, &[n, k]).unwrap();
+    let a = Tensor::<half::bf16>::shape_only(&[m, k]);
+    let b = Tensor::<half::bf16>::shape_only(&[k, n]);
+    let c = Tensor::<f32>::shape_only(&[m, n]);
+    let tiles = Config::new().with("BM", 64).with("BN", 128).with("BK", 64);
     let gemm = |sampling: bool| {
-        let launches = kernels::linear::run_linear_weight(&launcher(sampling), &x, &w, &y).unwrap();
-        launches.into_iter().last().unwrap().1.report
+        kernels::gemm::gemm::launch(&launcher(sampling), &tiles, &a, &b, &c)
+            .unwrap()
+            .report
     };
     for (name, full, sampled, sampled_share) in [
         ("sparse_mla", attention(false), attention(true), 0.75),
-        ("linear_fp8", gemm(false), gemm(true), 1.0),
+        ("gemm", gemm(false), gemm(true), 1.0),
     ] {
         assert_eq!(sampled.kernel, name);
         assert!(

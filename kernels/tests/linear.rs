@@ -59,6 +59,24 @@ proptest! {
         let err = rel_error(&y.to_vec().unwrap(), &linear_ref(&xv, &wv, m, n, k));
         prop_assert!(err <= TOL_F32, "{config}: max rel error {err}");
     }
+
+    /// Rows spanning several groups of row tiles, the last one partial (`tile_order`): every
+    /// output row is written once, by its tile's program, and the grid's padding programs write
+    /// nothing.
+    #[test]
+    fn grouped_row_tiles_cover_every_row(m in 65usize..400, n in 1usize..40, seed in any::<u64>()) {
+        let k = 24;
+        let mut rng = Rng::new(seed);
+        let (xv, wv) = (rng.vec(m * k, 1.0), rng.vec(n * k, 1.0));
+        let x = Tensor::<f32>::from_f32(&[m, k], &xv).unwrap();
+        let w = Tensor::<f32>::from_f32(&[n, k], &wv).unwrap();
+        let y = Tensor::<f32>::poisoned(&[m, n]);
+        let config = Config::new().with("BM", 8).with("BN", 16).with("BK", 16);
+        let launch = linear::launch(&launcher(), &config, &x, &w, &y).unwrap();
+        prop_assert!(launch.report.grid[2] >= 2, "{:?}", launch.report.grid);
+        let err = rel_error(&y.to_vec().unwrap(), &linear_ref(&xv, &wv, m, n, k));
+        prop_assert!(err <= TOL_F32, "m={m} n={n}: max rel error {err}");
+    }
 }
 
 /// The tiny checkpoints' shapes (decode and prefill rows, hidden 64..96, vocab 256).

@@ -58,8 +58,8 @@ pub static GROUPED_META: KernelMeta = super::meta(
 /// Runs the hand-tuned MXFP4 expert GEMM over run-time expert row ranges: `x [R, K]` (f32),
 /// `blocks [E, N, K/2]`, `scales [E, N, K/32]` (u8), `offsets [E + 1]` (expert `e` owns rows
 /// `offsets[e]..offsets[e + 1]`), `y [R, N]` (f32). The grid is the DSL prototype's
-/// ([`crate::moe::grouped::grouped_grid`]: an even share's row tiles in groups of
-/// [`crate::moe::grouped::TILE_GROUP`], `N / BN`, groups × `E`), each program striding over its
+/// ([`crate::tile_order::grouped_grid`]: an even share's row tiles in groups of
+/// [`crate::tile_order::TILE_GROUP`], `N / BN`, groups × `E`), each program striding over its
 /// expert's row tiles, so the swap walks the tiles in the same order. Cost-only launches (no
 /// offsets data) share the rows evenly, as the prototype does.
 pub fn launch_grouped(
@@ -92,7 +92,7 @@ pub fn launch_grouped(
     // One row of E + 1 entries, so a program reads its expert's two with one transfer.
     let offsets = &offsets.reshaped(&[1, e + 1]).map_err(bad)?;
     let t = Ring::of(&cfg);
-    let (gx, gy, gz) = crate::moe::grouped::grouped_grid(rows, e, t.bm, n.div_ceil(t.bn));
+    let (gx, gy, gz) = crate::tile_order::grouped_grid(rows, e, t.bm, n.div_ceil(t.bn));
     // An even share of no rows still launches one (empty) program per expert and column tile.
     let grid = [gx.max(1), gy, gz.max(e)];
     let groups = grid[2] / e;

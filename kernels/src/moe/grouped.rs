@@ -9,55 +9,10 @@
 use super::expert_gemm::{matmul_bt_tile, swiglu};
 use crate::gemm_fp8::fp8_matmul_bt_tile;
 use crate::linear::{cast_matmul_bt_tile, fp8w_matmul_bt_tile};
+use crate::tile_order::{grouped_grid, grouped_tile};
 use crate::weight::{bad, Weight};
 use dsl_core::prelude::*;
 use dsl_core::{Report, SimError};
-
-/// Row tiles walked together by the grouped GEMMs' programs (Triton's `GROUP_SIZE_M`).
-pub const TILE_GROUP: usize = 8;
-
-/// The grouped GEMMs' grid for `rows` dispatched rows over `experts` experts, in `bm`-row tiles
-/// and `col_tiles` output column tiles: `(row tiles of a group, column tiles, groups × experts)`.
-/// A balanced share of rows (`⌈⌈rows / E⌉ / bm⌉` row tiles per expert) is split into groups of
-/// [`TILE_GROUP`] row tiles, and program ids run along a group's row tiles first, then its
-/// columns, then the next group, then the next expert: Triton's grouped ordering, spelled in the
-/// grid. In row-major order over `(row tiles, columns)` the programs of one column would sweep all
-/// of an expert's row tiles, so an expert with many rows (a prefill's thousands of tokens per
-/// expert) would stream its activations from HBM once per column tile when they outgrow the L2;
-/// grouped, a group's rows stay in the L2 while the columns go by, and the expert's weight tiles
-/// are reread once per group. Spelled in the grid rather than remapped inside the kernel, the
-/// order is one the simulator's steady-state sampling sees: each program repeats the events of
-/// the program one group row before it.
-pub fn grouped_grid(
-    rows: usize,
-    experts: usize,
-    bm: usize,
-    col_tiles: usize,
-) -> (usize, usize, usize) {
-    let share = rows.div_ceil(experts.max(1)).div_ceil(bm.max(1));
-    (
-        share.min(TILE_GROUP),
-        col_tiles,
-        experts * share.div_ceil(TILE_GROUP),
-    )
-}
-
-/// This program's `(expert, row tile, column tile, row-tile stride)` in a [`grouped_grid`] launch
-/// over `experts` experts. A program strides over its expert's row tiles by the balanced share
-/// rounded up to whole groups: balanced routing gives each program at most one tile, a skewed
-/// expert's extra tiles are shared out over the same programs, and every row tile has exactly one
-/// program.
-#[kernel(helper)]
-pub fn grouped_tile(experts: usize) -> (usize, usize, usize, usize) {
-    let groups = num_programs(2) / experts;
-    let group = program_id(2) % groups;
-    (
-        program_id(2) / groups,
-        group * num_programs(0) + program_id(0),
-        program_id(1),
-        groups * num_programs(0),
-    )
-}
 
 /// `y[r] = x[r] · w[e(r)]ᵀ`: one program per (row tile of a balanced share, output tile, expert).
 /// The row axis has as many tiles as an expert's share under balanced routing (`⌈N / E⌉` rows);
