@@ -14,10 +14,11 @@ use crate::weight::{bad, Weight};
 use dsl_core::prelude::*;
 use dsl_core::{Report, SimError};
 
-/// `y[r] = x[r] · w[e(r)]ᵀ`: one program per (row tile of a balanced share, output tile, expert).
-/// The row axis has as many tiles as an expert's share under balanced routing (`⌈N / E⌉` rows);
-/// each program strides over its expert's row tiles by that count, so balanced routing gives one
-/// tile per program, a skewed expert loops over more, and the grid never has the `E·⌈N / BM⌉`
+/// `y[r] = x[r] · w[e(r)]ᵀ`: one program per (row tile of a balanced share, output tile, expert),
+/// walked in groups of row tiles ([`crate::tile_order::grouped_grid`]). An expert has as many row
+/// tiles as its share under balanced routing (`⌈N / E⌉` rows), rounded up to whole groups; each
+/// program strides over its expert's row tiles by that count, so balanced routing gives at most
+/// one tile per program, a skewed expert loops over more, and the grid never has the `E·⌈N / BM⌉`
 /// mostly-empty programs of a grid sized for an expert owning every row. Programs with no rows
 /// read their two offsets (8 bytes) and stop: an expert with 0 rows does no work and moves none
 /// of its weight bytes. Cost-only runs have no offsets and assume balanced routing.
