@@ -92,18 +92,28 @@ fn load_window<const R: usize, const C: usize, T: Elem>(
     if ctx.functional {
         let mut fv = [fill];
         T::round(&mut fv);
-        let mut v = tile.data.take().unwrap_or_default();
-        v.clear();
+        // Every element is written below (the window's data, then the fill around it), so the
+        // buffer's old contents never show.
+        let mut v = tile
+            .data
+            .take()
+            .unwrap_or_else(|| crate::tile_buffers::take(R * C));
         v.resize(R * C, fv[0]);
-        if t.has_data() {
-            for r in 0..vr_data {
-                t.span_read((row + r) * stride + col, &mut v[r * C..r * C + vc]);
+        let copied = if t.has_data() {
+            t.window_read(row * stride + col, vr_data, vc, &mut v, C);
+            if vc < C {
+                for r in 0..vr_data {
+                    v[r * C + vc..(r + 1) * C].fill(fv[0]);
+                }
             }
+            vr_data
         } else {
             ctx.fail(format!(
                 "functional launch given a shape-only tensor {t:?}; create it with data"
             ));
-        }
+            0
+        };
+        v[copied * C..].fill(fv[0]);
         tile.data = Some(v);
         if ctx.checked() {
             ctx.note_read(t.id(), t.offset() + row * stride + col, stride, vr_data, vc);
@@ -291,9 +301,9 @@ fn vec_op_useful(
 /// Usage: `full::<f32, R, C>(value)`
 pub fn full<T: Elem, const R: usize, const C: usize>(ctx: &mut Ctx, value: f32) -> Tile<T, R, C> {
     let data = ctx.functional.then(|| {
-        let mut v = vec![value; R * C];
-        T::round(&mut v);
-        v
+        let mut fv = [value];
+        T::round(&mut fv);
+        crate::tile_buffers::filled(R * C, fv[0])
     });
     let mut t = ctx.new_tile::<T, R, C>(data);
     t.fill = true;
@@ -317,7 +327,9 @@ pub fn zeros<T: Elem, const R: usize, const C: usize>(ctx: &mut Ctx) -> Tile<T, 
 ///
 /// Usage: `empty::<f32, R, C>()`
 pub fn empty<T: Elem, const R: usize, const C: usize>(ctx: &mut Ctx) -> Tile<T, R, C> {
-    let data = ctx.functional.then(|| vec![f32::NAN; R * C]);
+    let data = ctx
+        .functional
+        .then(|| crate::tile_buffers::filled(R * C, f32::NAN));
     let t = ctx.new_tile::<T, R, C>(data);
     if ctx.checked() {
         ctx.taint(t.buf, Taint::Empty { line: ctx.line });

@@ -11,7 +11,7 @@ use accel_sim::trace::ChromeTrace;
 use accel_sim::{DevicePreset, Report, SimError};
 use rayon::prelude::*;
 use std::collections::BTreeMap;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 /// What `#[kernel]` knows about a kernel, available at run time.
 #[derive(Debug, Clone, Copy)]
@@ -561,9 +561,7 @@ impl Launcher {
             launch
         };
         match self.threads {
-            Some(n) => rayon::ThreadPoolBuilder::new()
-                .num_threads(n.max(1))
-                .build()
+            Some(n) => thread_pool(n)
                 .map_err(|e| SimError::Launch {
                     kernel: kernel.to_string(),
                     message: format!("cannot start {n} threads: {e}"),
@@ -759,4 +757,20 @@ fn push_all(
         sim.push(trace?)?;
     }
     Ok(())
+}
+
+/// The pool of `n` worker threads launches with [`Launcher::with_threads`]`(n)` run on, built on
+/// first use and kept: building one per launch cost more than a small launch itself, and kept
+/// workers keep their recycled tile buffers. Determinism does not depend on it (results and
+/// cycles are the same at any thread count).
+fn thread_pool(n: usize) -> Result<Arc<rayon::ThreadPool>, rayon::ThreadPoolBuildError> {
+    static POOLS: Mutex<Vec<(usize, Arc<rayon::ThreadPool>)>> = Mutex::new(Vec::new());
+    let n = n.max(1);
+    let mut pools = POOLS.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some((_, p)) = pools.iter().find(|(k, _)| *k == n) {
+        return Ok(Arc::clone(p));
+    }
+    let p = Arc::new(rayon::ThreadPoolBuilder::new().num_threads(n).build()?);
+    pools.push((n, Arc::clone(&p)));
+    Ok(p)
 }

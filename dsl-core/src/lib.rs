@@ -40,6 +40,7 @@ pub mod launch;
 pub mod memo;
 pub mod tensor;
 pub mod tile;
+mod tile_buffers;
 pub mod tuning;
 
 pub use accel_sim::{self, DevicePreset, Report, SimError};

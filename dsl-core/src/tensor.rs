@@ -82,6 +82,37 @@ impl DeviceMem {
         unsafe { std::ptr::copy_nonoverlapping(src, dst.as_mut_ptr(), dst.len()) }
     }
 
+    /// Copies a `rows×cols` window (row pitch `stride`, first element `start`) into the first
+    /// `cols` elements of each `dst_pitch`-long row of `dst`: one bounds check for the window
+    /// instead of one per row.
+    pub(crate) fn read_rows(
+        &self,
+        start: usize,
+        stride: usize,
+        rows: usize,
+        cols: usize,
+        dst: &mut [f32],
+        dst_pitch: usize,
+    ) {
+        if rows == 0 || cols == 0 {
+            return;
+        }
+        assert!(cols <= dst_pitch && (rows - 1) * dst_pitch + cols <= dst.len());
+        let base = self.at(start, (rows - 1) * stride + cols);
+        for r in 0..rows {
+            // SAFETY: row `r` lies inside the range `at` checked; `dst` is the caller's own
+            // buffer (no overlap) and holds the row (asserted); no other program writes these
+            // elements during the launch (invariant).
+            unsafe {
+                std::ptr::copy_nonoverlapping(
+                    base.add(r * stride),
+                    dst.as_mut_ptr().add(r * dst_pitch),
+                    cols,
+                )
+            }
+        }
+    }
+
     /// Writes `src` at memory index `start`.
     #[inline]
     pub(crate) fn write(&self, start: usize, src: &[f32]) {
@@ -420,6 +451,26 @@ impl<T: Elem> Tensor<T> {
         match &self.mem {
             Some(m) => {
                 m.read(self.offset + i, dst);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Copies the `rows×cols` window whose first element is span index `i` (row pitch: the
+    /// view's) into `dst`, row `r` at `dst[r·dst_pitch..]`; false for a shape-only tensor. The
+    /// window must lie inside the span.
+    pub(crate) fn window_read(
+        &self,
+        i: usize,
+        rows: usize,
+        cols: usize,
+        dst: &mut [f32],
+        dst_pitch: usize,
+    ) -> bool {
+        match &self.mem {
+            Some(m) => {
+                m.read_rows(self.offset + i, self.stride, rows, cols, dst, dst_pitch);
                 true
             }
             None => false,

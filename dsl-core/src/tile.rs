@@ -22,6 +22,16 @@ pub struct Tile<T: Elem, const R: usize, const C: usize> {
     pub(crate) fill: bool,
 }
 
+/// A dropped tile's host buffer goes back to its thread's free list (`crate::tile_buffers`), for
+/// the next tile of that size.
+impl<T: Elem, const R: usize, const C: usize> Drop for Tile<T, R, C> {
+    fn drop(&mut self) {
+        if let Some(v) = self.data.take() {
+            crate::tile_buffers::give(v);
+        }
+    }
+}
+
 impl<T: Elem, const R: usize, const C: usize> Tile<T, R, C> {
     /// The valid extent of element-wise results of `inputs` (see [`Tile::valid`]).
     pub(crate) fn extent_of(inputs: &[([usize; 2], bool)]) -> [usize; 2] {
