@@ -304,7 +304,7 @@ pub fn rules(kind: &OpKind) -> Rule {
             vec![],
             "per-head GEMM, heads as the expert batch",
         ),
-        OpKind::MlaAttention(p) => {
+        OpKind::MlaAttention(Phase::Decode) => {
             // The forward's latent decode: one kernel over every sequence's pages, its BD tile
             // covering the whole latent row (values are its first DV columns).
             let k = vec![
@@ -315,10 +315,18 @@ pub fn rules(kind: &OpKind) -> Rule {
                 covers(&decode::paged_decode_latent::META, &[("BD", "D")]),
                 covers(&decode::decode_combine::META, &[("BDV", "DV")]),
             ];
-            match p {
-                Phase::Decode => rule(Status::Dsl, k, c, "latent MQA (kv_heads 1)"),
-                Phase::Prefill => rule(Status::Composite, k, c, "decode kernel per query token"),
-            }
+            rule(Status::Dsl, k, c, "latent MQA (kv_heads 1)")
+        }
+        OpKind::MlaAttention(Phase::Prefill) => {
+            // The forward's dense MLA prefill (`forward::mla`): the context's latents expanded
+            // through kv_b_proj (a GEMM) into per-head keys and values, then flash attention.
+            let m = &prefill::flash_prefill::META;
+            rule(
+                Status::Composite,
+                vec![m],
+                vec![covers(m, &[("BD", "DQK"), ("BDV", "DVH")])],
+                "context expanded through kv_b_proj into per-head keys and values",
+            )
         }
         OpKind::DsaIndexer(Phase::Decode) => {
             let m = &sparse::indexer_decode::META;

@@ -619,12 +619,18 @@ impl Builder<'_> {
                 ],
             ),
         };
+        // A dense MLA prefill runs expanded (per-head keys of `qk` and values of `v` dims, as
+        // transformers does), so coverage checks its tiles against those too.
+        let mut dims = vec![("D", latent), ("DV", kvl), ("heads", heads)];
+        if selected.is_none() {
+            dims.extend([("DQK", qk), ("DVH", v)]);
+        }
         self.op(
             kind,
             "self_attn.attention",
             inputs,
             vec![opnd("o_latent", &[t, heads, kvl])],
-            vec![("D", latent), ("DV", kvl), ("heads", heads)],
+            dims,
             None,
         );
         self.op(
