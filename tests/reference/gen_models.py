@@ -985,8 +985,14 @@ LONG_PROMPT = Pick(70, 72, 80, 88, 96, 100)
 SHORT_PROMPT = Pick(20, 26, 30, 40)
 
 
-def yarn(factor, omax, **kw):
-    return dict(rope_type="yarn", rope_theta=10000.0, factor=factor, original_max_position_embeddings=omax, **kw)
+def yarn(factor, omax, theta=10000.0, **kw):
+    return dict(rope_type="yarn", rope_theta=theta, factor=factor, original_max_position_embeddings=omax, **kw)
+
+
+def kimi_k2_yarn():
+    """Kimi-K2's published YaRN (config.json's `rope_scaling`): factor 32 over 4096 positions,
+    θ 50000. A new dict per call: transformers may normalise the one it is given in place."""
+    return yarn(32.0, 4096, theta=50000.0, beta_fast=1.0, beta_slow=1.0, mscale=1.0, mscale_all_dim=1.0)
 
 
 # name -> dict(family, seed, prompt, cfg, post, save, doc)
@@ -1080,10 +1086,7 @@ AWKWARD = {
             kv_lora_rank=KV_LORA, qk_nope_head_dim=NOPE, qk_rope_head_dim=ROPE_SPAN, v_head_dim=V_HEAD,
             n_routed_experts=12, num_experts_per_tok=4, n_group=1, topk_group=1, moe_intermediate_size=Pick(12, 20),
             n_shared_experts=1, routed_scaling_factor=2.827, norm_topk_prob=True, rope_interleave=True,
-            rope_parameters=dict(
-                rope_type="yarn", rope_theta=50000.0, factor=32.0, original_max_position_embeddings=4096,
-                beta_fast=1.0, beta_slow=1.0, mscale=1.0, mscale_all_dim=1.0,
-            ),
+            rope_parameters=kimi_k2_yarn(),
             max_position_embeddings=131072, rms_norm_eps=1e-6,
         ),
         post=dict(legacy_rope=True, model_type="kimi_k2"),
@@ -1312,10 +1315,7 @@ AWKWARD = {
         cfg=dict(
             DEEPSEEK_TINY, vocab_size=Pick(200, 250), num_hidden_layers=2, first_k_dense_replace=1,
             n_routed_experts=12, num_experts_per_tok=4, n_group=1, topk_group=1, routed_scaling_factor=2.827,
-            rope_parameters=dict(
-                rope_type="yarn", rope_theta=50000.0, factor=32.0, original_max_position_embeddings=4096,
-                beta_fast=1.0, beta_slow=1.0, mscale=1.0, mscale_all_dim=1.0,
-            ),
+            rope_parameters=kimi_k2_yarn(),
         ),
         post=dict(legacy_rope=True, model_type="kimi_k2"),
     ),
