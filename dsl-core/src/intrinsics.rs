@@ -439,7 +439,7 @@ pub fn cast<U: Elem, T: Elem, const R: usize, const C: usize>(
     t: &Tile<T, R, C>,
 ) -> Tile<U, R, C> {
     let data = t.data.as_ref().map(|d| {
-        let mut v = d.clone();
+        let mut v = crate::tile_buffers::copied(d);
         U::round(&mut v);
         v
     });
@@ -460,7 +460,7 @@ fn unary_op<T: Float, const R: usize, const C: usize>(
     op: Unary,
 ) -> Tile<T, R, C> {
     let data = t.data.as_ref().map(|d| {
-        let mut v = vec![0.0; R * C];
+        let mut v = crate::tile_buffers::filled(R * C, 0.0);
         f::unary(&mut v, d, op);
         T::round(&mut v);
         v
@@ -596,7 +596,7 @@ fn binary_op<T: Float, const R: usize, const C: usize>(
 ) -> Tile<T, R, C> {
     let data = match (&a.data, &b.data) {
         (Some(x), Some(y)) => {
-            let mut v = vec![0.0; R * C];
+            let mut v = crate::tile_buffers::filled(R * C, 0.0);
             f::binary(&mut v, x, y, op);
             T::round(&mut v);
             Some(v)
@@ -677,7 +677,7 @@ fn scalar_op<T: Float, const R: usize, const C: usize>(
     op: Binary,
 ) -> Tile<T, R, C> {
     let data = t.data.as_ref().map(|d| {
-        let mut v = vec![0.0; R * C];
+        let mut v = crate::tile_buffers::filled(R * C, 0.0);
         f::binary_scalar(&mut v, d, s, op);
         T::round(&mut v);
         v
@@ -714,7 +714,7 @@ fn col_bcast<T: Float, const R: usize, const C: usize>(
 ) -> Tile<T, R, C> {
     let data = match (&a.data, &v.data) {
         (Some(x), Some(y)) => {
-            let mut o = vec![0.0; R * C];
+            let mut o = crate::tile_buffers::filled(R * C, 0.0);
             f::binary_col_bcast(&mut o, x, y, C, op);
             T::round(&mut o);
             Some(o)
@@ -741,7 +741,7 @@ fn row_bcast<T: Float, const R: usize, const C: usize>(
 ) -> Tile<T, R, C> {
     let data = match (&a.data, &v.data) {
         (Some(x), Some(y)) => {
-            let mut o = vec![0.0; R * C];
+            let mut o = crate::tile_buffers::filled(R * C, 0.0);
             f::binary_row_bcast(&mut o, x, y, C, op);
             T::round(&mut o);
             Some(o)
@@ -838,7 +838,7 @@ fn reduce_rows_op<T: Float, const R: usize, const C: usize>(
     op: Reduce,
 ) -> Tile<f32, R, 1> {
     let data = t.data.as_ref().map(|d| {
-        let mut v = vec![0.0; R];
+        let mut v = crate::tile_buffers::filled(R, 0.0);
         f::reduce_rows(&mut v, d, C, op);
         v
     });
@@ -860,7 +860,7 @@ fn reduce_cols_op<T: Float, const R: usize, const C: usize>(
     op: Reduce,
 ) -> Tile<f32, 1, C> {
     let data = t.data.as_ref().map(|d| {
-        let mut v = vec![0.0; C];
+        let mut v = crate::tile_buffers::filled(C, 0.0);
         f::reduce_cols(&mut v, d, C, op);
         v
     });
@@ -936,7 +936,7 @@ fn mask_columns<T: Float, const R: usize, const C: usize>(
     masked: impl Fn(usize) -> std::ops::Range<usize>,
 ) -> Tile<T, R, C> {
     let data = s.data.as_ref().map(|d| {
-        let mut v = d.clone();
+        let mut v = crate::tile_buffers::copied(d);
         for (r, row) in v.chunks_exact_mut(C).enumerate() {
             let cols = masked(r);
             for x in &mut row[cols.start.min(C)..cols.end.min(C)] {
@@ -1031,9 +1031,10 @@ pub fn mma_at<T: Float, const M: usize, const N: usize, const K: usize>(
     b: &Tile<T, K, N>,
 ) {
     if let (Some(c), Some(x), Some(y)) = (acc.data.as_mut(), a.data.as_ref(), b.data.as_ref()) {
-        let mut at = vec![0.0f32; M * K];
+        let mut at = crate::tile_buffers::filled(M * K, 0.0);
         f::transpose(&mut at, x, K, M);
         f::mma_f32(c, &at, y, M, N, K);
+        crate::tile_buffers::give(at);
     }
     let (vm, vn, vk) = (a.valid[1], b.valid[1], a.valid[0].min(b.valid[0]));
     let useful = mma_useful(acc, vm, vn, vk);
@@ -1067,7 +1068,10 @@ pub fn deinterleave<T: Elem, const R: usize, const C: usize, const CH: usize>(
     }
     let (even, odd) = match &t.data {
         Some(d) if 2 * CH == C => {
-            let (mut e, mut o) = (vec![0.0f32; R * CH], vec![0.0f32; R * CH]);
+            let (mut e, mut o) = (
+                crate::tile_buffers::filled(R * CH, 0.0),
+                crate::tile_buffers::filled(R * CH, 0.0),
+            );
             for (r, row) in d.chunks_exact(C).enumerate() {
                 for (j, pair) in row.chunks_exact(2).enumerate() {
                     e[r * CH + j] = pair[0];
@@ -1116,7 +1120,7 @@ pub fn interleave<T: Elem, const R: usize, const CH: usize, const C: usize>(
     }
     let data = match (&even.data, &odd.data) {
         (Some(e), Some(o)) if 2 * CH == C => {
-            let mut v = vec![0.0f32; R * C];
+            let mut v = crate::tile_buffers::filled(R * C, 0.0);
             for (j, pair) in v.chunks_exact_mut(2).enumerate() {
                 pair[0] = e[j];
                 pair[1] = o[j];
@@ -1143,7 +1147,7 @@ pub fn transpose<T: Elem, const R: usize, const C: usize>(
     t: &Tile<T, R, C>,
 ) -> Tile<T, C, R> {
     let data = t.data.as_ref().map(|d| {
-        let mut v = vec![0.0f32; R * C];
+        let mut v = crate::tile_buffers::filled(R * C, 0.0);
         f::transpose(&mut v, d, R, C);
         v
     });
@@ -1160,7 +1164,10 @@ pub fn broadcast<T: Elem, const R: usize, const C: usize>(
     ctx: &mut Ctx,
     s: &Tile<T, 1, 1>,
 ) -> Tile<T, R, C> {
-    let data = s.data.as_ref().map(|d| vec![d[0]; R * C]);
+    let data = s
+        .data
+        .as_ref()
+        .map(|d| crate::tile_buffers::filled(R * C, d[0]));
     let out = ctx.new_tile::<T, R, C>(data);
     vec_op(ctx, R * C, T::DTYPE, VectorClass::Simple, &[s.buf], out.buf);
     out
@@ -1174,7 +1181,7 @@ pub fn tril<T: Elem, const R: usize, const C: usize>(
     strict: bool,
 ) -> Tile<T, R, C> {
     let data = t.data.as_ref().map(|d| {
-        let mut v = d.clone();
+        let mut v = crate::tile_buffers::copied(d);
         for (r, row) in v.chunks_exact_mut(C).enumerate() {
             let keep = if strict { r } else { r + 1 };
             for x in row.iter_mut().skip(keep) {
@@ -1194,7 +1201,7 @@ pub fn tril<T: Elem, const R: usize, const C: usize>(
 /// Usage: `eye::<f32, N>()`
 pub fn eye<T: Elem, const N: usize>(ctx: &mut Ctx) -> Tile<T, N, N> {
     let data = ctx.functional.then(|| {
-        let mut v = vec![0.0f32; N * N];
+        let mut v = crate::tile_buffers::filled(N * N, 0.0);
         for i in 0..N {
             v[i * N + i] = 1.0;
         }
@@ -1387,7 +1394,7 @@ pub fn gather_rows<const R: usize, const C: usize, T: Elem>(
         .min(idx.len().saturating_sub(i0));
     let vc = row_len.saturating_sub(col).min(C);
     let data = if ctx.functional {
-        let mut v = vec![0.0f32; R * C];
+        let mut v = crate::tile_buffers::filled(R * C, 0.0);
         let checked = ctx.checked();
         if !block_table.is_dense() || !idx.is_dense() {
             ctx.fail(

@@ -83,6 +83,13 @@ pub(crate) fn filled(len: usize, value: f32) -> Vec<f32> {
     v
 }
 
+/// A copy of `src` in a recycled buffer (when there is one).
+pub(crate) fn copied(src: &[f32]) -> Vec<f32> {
+    let mut v = take(src.len());
+    v.copy_from_slice(src);
+    v
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
