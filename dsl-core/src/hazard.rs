@@ -244,19 +244,21 @@ impl Shadow {
     }
 }
 
+/// Owner elements kept per thread, all vectors together: 64 MiB of `u32`.
+const SHADOW_KEPT_ELEMS: usize = 1 << 24;
+
 impl Drop for Shadow {
     fn drop(&mut self) {
         let owner = std::mem::take(&mut self.owner);
-        // Keep a few (one per memory a launch writes, typically one or two), none huge.
-        if owner.capacity() <= 1 << 26 {
-            let _ = SHADOW_FREE.try_with(|f| {
-                if let Ok(mut f) = f.try_borrow_mut() {
-                    if f.len() < 4 {
-                        f.push(owner);
-                    }
+        // Keep a few (one per memory a launch writes, typically one or two) within the budget.
+        let _ = SHADOW_FREE.try_with(|f| {
+            if let Ok(mut f) = f.try_borrow_mut() {
+                let kept: usize = f.iter().map(Vec::capacity).sum();
+                if f.len() < 4 && kept + owner.capacity() <= SHADOW_KEPT_ELEMS {
+                    f.push(owner);
                 }
-            });
-        }
+            }
+        });
     }
 }
 

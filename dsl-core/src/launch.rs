@@ -361,7 +361,9 @@ impl Launcher {
         self
     }
 
-    /// Same launcher with a fixed host thread count.
+    /// Same launcher with a fixed host thread count: its launches run on a pool of that many
+    /// workers, built once per count and shared by every launcher asking for it (launches from
+    /// several host threads at once queue on it).
     pub fn with_threads(mut self, threads: usize) -> Launcher {
         self.threads = Some(threads);
         self

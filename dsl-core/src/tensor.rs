@@ -98,7 +98,12 @@ impl DeviceMem {
             return;
         }
         assert!(cols <= dst_pitch && (rows - 1) * dst_pitch + cols <= dst.len());
-        let base = self.at(start, (rows - 1) * stride + cols);
+        // The window's extent in memory, checked so a wrapped product cannot pass `at`.
+        let extent = (rows - 1)
+            .checked_mul(stride)
+            .and_then(|e| e.checked_add(cols))
+            .expect("device memory window extent overflows");
+        let base = self.at(start, extent);
         for r in 0..rows {
             // SAFETY: row `r` lies inside the range `at` checked; `dst` is the caller's own
             // buffer (no overlap) and holds the row (asserted); no other program writes these
@@ -468,6 +473,7 @@ impl<T: Elem> Tensor<T> {
         dst: &mut [f32],
         dst_pitch: usize,
     ) -> bool {
+        debug_assert!(rows == 0 || i + (rows - 1) * self.stride + cols <= self.span());
         match &self.mem {
             Some(m) => {
                 m.read_rows(self.offset + i, self.stride, rows, cols, dst, dst_pitch);

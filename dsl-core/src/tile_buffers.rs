@@ -40,8 +40,12 @@ thread_local! {
 pub(crate) fn take(len: usize) -> Vec<f32> {
     let found = FREE.with(|free| {
         let mut free = free.borrow_mut();
-        // Most recent first: a K-loop drops and remakes the same sizes.
-        let i = free.bufs.iter().rposition(|v| v.capacity() >= len)?;
+        // The smallest that fits (the most recent of equals: a K-loop drops and remakes the
+        // same sizes), so a small tile does not take the buffer a large one needs next.
+        let i = (0..free.bufs.len())
+            .rev()
+            .filter(|&i| free.bufs[i].capacity() >= len)
+            .min_by_key(|&i| free.bufs[i].capacity())?;
         let v = free.bufs.swap_remove(i);
         free.elems -= v.capacity();
         Some(v)
