@@ -82,6 +82,7 @@ const CHECKED: &[&str] = &[
     "sigmoid_mul_col",
     "gelu",
     "linear_bias",
+    "linear_heads",
     "attention_varlen",
     "scatter_rows",
     "pos_embed_bilinear",
@@ -292,6 +293,18 @@ fn run_op(device: &str, op: &str, m: usize, n: usize, k: usize) -> Result<Report
             &shape(&[m, n]),
         )
         .map(|r| r.report),
+        // Four heads of k inputs every k + 16 columns into n outputs every n + 8 (MLA's layout:
+        // a head's nope part, then its rope part the kernel skips).
+        "linear_heads" => kernels::linear::run_linear_heads(
+            &l,
+            &shape(&[m, 4 * (k + 16)]),
+            &kernels::weight::Weight::Bf16(shape(&[4 * n, k])),
+            &shape(&[m, 4 * (n + 8)]),
+            4,
+            k + 16,
+            n + 8,
+        )
+        .map(|r| r.report),
         // m rows scattered (added) over a [m + k, n] output, every k-th row left alone.
         "scatter_rows" => {
             let positions: Vec<i32> = (0..m as i32)
@@ -347,6 +360,7 @@ const RUNNERS: &[&str] = &[
     "sigmoid_mul_col",
     "gelu",
     "linear_bias",
+    "linear_heads",
     "scatter_rows",
     "pos_embed_bilinear",
     "attention_varlen",

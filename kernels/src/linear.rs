@@ -155,6 +155,100 @@ pub fn run_linear_bias<T: Float>(
     linear_bias::launch(launcher, &tiles_for(m, n, k), x, w, &bias, y)
 }
 
+/// Per-head linear maps in one launch: head `h` maps columns `h·x_stride .. h·x_stride + K` of
+/// `x [M, ·]` through rows `h·N .. (h+1)·N` of `w [H·N, K]` into columns `h·y_stride ..
+/// h·y_stride + N` of `y [M, ·]`. MLA's absorbed projections are this (each query head through
+/// its own slice of `kv_b_proj`, as DeepSeek's inference code does with one `einsum`): the heads
+/// are the grid's third axis, as experts are in a grouped GEMM, so all heads' tiles fill the
+/// machine together instead of one small launch per head. Activations are rounded to `T` on chip.
+#[kernel(
+    grid = grouped_grid(y.rows() * heads, heads, BM, cdiv(w.rows() / heads, BN)),
+    tunable(BM = [64, 8, 16, 32, 128], BN = [128, 16, 32, 64], BK = [64, 16, 32, 128]),
+    helpers(grouped_tile, cast_matmul_bt_tile)
+)]
+pub fn linear_heads<T: Float>(
+    x: &Tensor<f32>,
+    w: &Tensor<T>,
+    y: &Tensor<f32>,
+    heads: usize,
+    x_stride: usize,
+    y_stride: usize,
+) {
+    let (h, tile_row, tile_col, stride) = grouped_tile(heads);
+    let (n, k) = (w.rows() / heads, w.cols());
+    let xh = x.cols_clipped(h * x_stride, k);
+    let wh = w.rows_clipped(h * n, (h + 1) * n);
+    let yh = y.cols_clipped(h * y_stride, n);
+    let col = tile_col * BN;
+    for row in (tile_row * BM..y.rows()).step_by(stride * BM) {
+        let acc = cast_matmul_bt_tile::<T, BM, BN, BK>(&xh, &wh, row, col);
+        store(&yh, row, col, &acc);
+    }
+}
+
+/// Runs [`linear_heads()`] over `heads` heads of `x` (f32) through an f32 or bf16 `w [H·N, K]`
+/// into `y`, with the tiles [`tiles_for`] picks for one head. Errors (`SimError::Launch`) name
+/// what does not fit: no heads, weight rows that do not split into the heads, head windows past
+/// the end of `x` or `y`, output heads that overlap (`y_stride < N`), rows of `x` and `y` that
+/// differ, or a stored format other than f32/bf16.
+pub fn run_linear_heads(
+    launcher: &Launcher,
+    x: &Tensor<f32>,
+    w: &crate::weight::Weight,
+    y: &Tensor<f32>,
+    heads: usize,
+    x_stride: usize,
+    y_stride: usize,
+) -> Result<Launch, SimError> {
+    use crate::weight::Weight;
+    let bad = |message: String| SimError::Launch {
+        kernel: linear_heads::META.name.to_string(),
+        message,
+    };
+    let [rows, k] = w.shape()[..] else {
+        return Err(bad(format!("the weight {:?} is not [H·N, K]", w.shape())));
+    };
+    if heads == 0 || rows / heads * heads != rows {
+        return Err(bad(format!(
+            "the weight's {rows} rows do not split into {heads} heads (give heads ≥ 1 dividing them)"
+        )));
+    }
+    let n = rows / heads;
+    let last = heads - 1;
+    if x.rows() != y.rows()
+        || last * x_stride + k > x.cols()
+        || last * y_stride + n > y.cols()
+        || (heads > 1 && y_stride < n)
+    {
+        return Err(bad(format!(
+            "{heads} heads of K={k} inputs every {x_stride} columns of x {x:?} into N={n} outputs \
+             every {y_stride} columns of y {y:?}: the rows must agree, every head's window must lie \
+             inside its tensor, and output heads may not overlap"
+        )));
+    }
+    let cfg = crate::tile_choice::covering_config(
+        &linear_heads::META,
+        Config::new(),
+        &[
+            ("BM", x.rows(), TILE_CAP[0]),
+            ("BN", n, TILE_CAP[1]),
+            ("BK", k, TILE_CAP[2]),
+        ],
+    );
+    match w {
+        Weight::F32(wt) => {
+            linear_heads::launch(launcher, &cfg, x, wt, y, heads, x_stride, y_stride)
+        }
+        Weight::Bf16(wt) => {
+            linear_heads::launch(launcher, &cfg, x, wt, y, heads, x_stride, y_stride)
+        }
+        other => Err(bad(format!(
+            "per-head maps take f32 or bf16 weights, not {} (dequantize it at load)",
+            other.format().name()
+        ))),
+    }
+}
+
 /// Per-token, per-128-column FP8 quantization of activations (DeepSeek-V3's `act_quant`, the
 /// input side of its W8A8 GEMMs): for each row and 128-wide column block, `s = max(amax, 1e-4) /
 /// 448` and `q = e4m3(x / s)`. `q [M, K]`, `s [M, ⌈K/128⌉]`.

@@ -437,6 +437,12 @@ pub fn all() -> Vec<Implementation> {
             summary: "linear layer over a bf16 weight, f32 activations rounded to bf16 on chip",
         },
         Implementation {
+            op: "linear_heads",
+            kind: ImplKind::Dsl,
+            meta: &crate::linear::linear_heads::META,
+            summary: "per-head linear maps in one launch (MLA's absorbed projections through kv_b_proj's head slices)",
+        },
+        Implementation {
             op: "act_quant_fp8",
             kind: ImplKind::Dsl,
             meta: &crate::linear::act_quant_fp8::META,

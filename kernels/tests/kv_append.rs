@@ -12,7 +12,9 @@ use kernels::attention::fp8_kv::{
     quantize_per_token, run_kv_cache_append_fp8, Fp8Tensors, E4M3_SUBNORMAL_HALF_STEP,
     E4M3_UNIT_ROUNDOFF,
 };
-use kernels::attention::kv_append::{kv_cache_append, run_kv_cache_append};
+use kernels::attention::kv_append::{
+    append_slots, kv_cache_append, run_kv_cache_append, run_kv_cache_append_slots,
+};
 use kernels::reference::{self, rel_error};
 use kernels::testdata::Rng;
 use proptest::prelude::*;
@@ -98,12 +100,66 @@ proptest! {
         let new_v = rng.vec(n * width, 1.0);
         let pool = Tensor::<f32>::from_f32(&[pages * page_size, width], &pool_v).unwrap();
         let new = Tensor::<f32>::from_f32(&[n, width], &new_v).unwrap();
-        let idx: Vec<i32> = table.iter().map(|p| *p as i32).collect();
-        let bt = Tensor::<i32>::from_indices(&[pages], &idx).unwrap();
-        kv_cache_append::launch(&launcher(), &config, &new, &bt, &pool, start, page_size).unwrap();
+        let idx: Vec<i32> = append_slots(&table, start, n, page_size).iter().map(|s| *s as i32).collect();
+        let slots = Tensor::<i32>::from_indices(&[n], &idx).unwrap();
+        kv_cache_append::launch(&launcher(), &config, &new, &slots, &pool).unwrap();
         let want = reference::kv_cache_append(&pool_v, &new_v, width, &table, start, page_size);
         let err = rel_error(&pool.to_vec().unwrap(), &want);
         prop_assert!(err == 0.0, "{config} n={n}: {err}");
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(24))]
+
+    /// A batch's new rows in one launch (a decode step's one row per sequence, or prefill chunks
+    /// of several rows), each sequence through its own scrambled pages of one shared pool: the
+    /// same pool as appending the sequences one by one on the host.
+    #[test]
+    fn a_batch_in_one_launch_matches_host_paging(
+        seqs in 1usize..6,
+        width in 1usize..200,
+        rows in prop::collection::vec(1usize..12, 1..6),
+        starts in prop::collection::vec(0usize..20, 1..6),
+        seed in any::<u64>(),
+    ) {
+        let (page_size, pages_per_seq) = (8usize, 4usize);
+        let mut rng = Rng::new(seed);
+        let (pool_v, table) = setup(seqs * pages_per_seq, page_size, width, &mut rng);
+        let pool = Tensor::<f32>::from_f32(&[seqs * pages_per_seq * page_size, width], &pool_v).unwrap();
+        let mut want: Vec<f64> = pool_v.iter().map(|v| *v as f64).collect();
+        let (mut slots, mut new_v) = (Vec::new(), Vec::new());
+        for s in 0..seqs {
+            let n = rows[s % rows.len()];
+            let start = starts[s % starts.len()];
+            let pages = &table[s * pages_per_seq..(s + 1) * pages_per_seq];
+            let rows_v = rng.vec(n * width, 1.0);
+            let cur: Vec<f32> = want.iter().map(|v| *v as f32).collect();
+            want = reference::kv_cache_append(&cur, &rows_v, width, pages, start, page_size);
+            slots.extend(append_slots(pages, start, n, page_size));
+            new_v.extend(rows_v);
+        }
+        let new = Tensor::<f32>::from_f32(&[slots.len(), width], &new_v).unwrap();
+        run_kv_cache_append_slots(&launcher(), &new, &slots, &pool).unwrap();
+        let err = rel_error(&pool.to_vec().unwrap(), &want);
+        prop_assert!(err == 0.0, "seqs={seqs} W={width}: {err}");
+    }
+}
+
+#[test]
+fn slot_refusals_name_what_does_not_fit() {
+    let l = launcher();
+    let pool = Tensor::<f32>::poisoned(&[4, 8, 10]);
+    let new = Tensor::<f32>::poisoned(&[3, 10]);
+    for (slots, words) in [
+        (vec![0, 1], "2 slots for the 3"),
+        (vec![0, 1, 32], "slot 32 of new row 2 is outside"),
+        (vec![5, 1, 5], "two new rows go to pool row 5"),
+    ] {
+        match run_kv_cache_append_slots(&l, &new, &slots, &pool) {
+            Err(SimError::Launch { message, .. }) => assert!(message.contains(words), "{message}"),
+            other => panic!("{words}: expected a launch error, got {other:?}"),
+        }
     }
 }
 

@@ -8,9 +8,10 @@
 
 use dsl_core::prelude::*;
 use dsl_core::SimError;
-use kernels::linear::{linear, run_linear, tiles_for};
+use kernels::linear::{linear, run_linear, run_linear_heads, tiles_for};
 use kernels::reference::{linear as linear_ref, rel_error};
 use kernels::testdata::Rng;
+use kernels::weight::Weight;
 use proptest::prelude::*;
 
 const TOL_F32: f64 = 1e-5;
@@ -153,4 +154,130 @@ fn registered() {
     let imps = kernels::registry::implementations("linear");
     assert_eq!(imps.len(), 1);
     assert_eq!(imps[0].meta.name, "linear");
+}
+
+/// f64 reference of [`kernels::linear::linear_heads`]: head `h` of `y` (columns `h·ys ..`) is
+/// `x[:, h·xs .. h·xs + k] · w[h·n .. (h+1)·n]ᵀ`.
+#[allow(clippy::too_many_arguments)]
+fn linear_heads_ref(
+    x: &[f32],
+    xc: usize,
+    w: &[f32],
+    m: usize,
+    heads: usize,
+    (n, k): (usize, usize),
+    (xs, ys, yc): (usize, usize, usize),
+) -> Vec<Option<f64>> {
+    let mut y = vec![None; m * yc];
+    for h in 0..heads {
+        let xh: Vec<f32> = (0..m)
+            .flat_map(|i| x[i * xc + h * xs..][..k].to_vec())
+            .collect();
+        let yh = linear_ref(&xh, &w[h * n * k..(h + 1) * n * k], m, n, k);
+        for i in 0..m {
+            for j in 0..n {
+                y[i * yc + h * ys + j] = Some(yh[i * n + j]);
+            }
+        }
+    }
+    y
+}
+
+/// Runs `run_linear_heads` on random inputs laid out as MLA's absorbed projections lay them
+/// (head windows `xs`/`ys` apart, possibly with gaps) and returns the max relative error over the
+/// heads' outputs; elements outside every head must stay poisoned (NaN).
+fn check_heads<T: Float>(
+    m: usize,
+    heads: usize,
+    (n, k): (usize, usize),
+    (x_gap, y_gap): (usize, usize),
+    seed: u64,
+    wrap: fn(Tensor<T>) -> Weight,
+) -> f64 {
+    let (xs, ys) = (k + x_gap, n + y_gap);
+    let (xc, yc) = (heads * xs, heads * ys);
+    let mut rng = Rng::new(seed);
+    let x = Tensor::<f32>::from_f32(&[m, xc], &rng.vec(m * xc, 1.0)).unwrap();
+    let wt = Tensor::<T>::from_f32(&[heads * n, k], &rng.vec(heads * n * k, 1.0)).unwrap();
+    let w = wrap(wt.clone());
+    let y = Tensor::<f32>::poisoned(&[m, yc]);
+    run_linear_heads(&launcher(), &x, &w, &y, heads, xs, ys).unwrap();
+    let want = linear_heads_ref(
+        &x.to_vec().unwrap(),
+        xc,
+        &wt.to_vec().unwrap(),
+        m,
+        heads,
+        (n, k),
+        (xs, ys, yc),
+    );
+    let got = y.to_vec().unwrap();
+    let (mut g, mut r) = (Vec::new(), Vec::new());
+    for (v, want) in got.iter().zip(&want) {
+        match want {
+            Some(w) => {
+                g.push(*v);
+                r.push(*w);
+            }
+            None => assert!(v.is_nan(), "a column between heads was written: {v}"),
+        }
+    }
+    rel_error(&g, &r)
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(16))]
+
+    #[test]
+    fn heads_f32_match_reference(
+        m in 1usize..70, heads in 1usize..9, n in 1usize..150, k in 1usize..150,
+        x_gap in 0usize..20, y_gap in 0usize..20, seed in any::<u64>(),
+    ) {
+        let err = check_heads::<f32>(m, heads, (n, k), (x_gap, y_gap), seed, Weight::F32);
+        prop_assert!(err <= TOL_F32, "m={m} heads={heads} n={n} k={k}: max rel error {err}");
+    }
+
+    #[test]
+    fn heads_bf16_match_reference(
+        m in 1usize..40, heads in 1usize..9, n in 1usize..150, k in 1usize..150,
+        x_gap in 0usize..20, y_gap in 0usize..20, seed in any::<u64>(),
+    ) {
+        let err = check_heads::<bf16>(m, heads, (n, k), (x_gap, y_gap), seed, Weight::Bf16);
+        prop_assert!(err <= TOL_BF16, "m={m} heads={heads} n={n} k={k}: max rel error {err}");
+    }
+}
+
+/// MLA's shapes: absorbed queries (128-wide nope parts every 192 columns into 512-wide latents
+/// every 576) and the way back (512 → 128), at decode and prefill row counts.
+#[test]
+fn heads_mla_shapes() {
+    for (m, heads, n, k, xg, yg) in [
+        (1, 4, 512, 128, 64, 64),
+        (3, 2, 128, 512, 0, 0),
+        (70, 3, 64, 32, 16, 16),
+    ] {
+        let err = check_heads::<f32>(m, heads, (n, k), (xg, yg), (m + heads) as u64, Weight::F32);
+        assert!(err <= TOL_F32, "m={m} heads={heads}: max rel error {err}");
+    }
+}
+
+#[test]
+fn heads_bad_layouts_are_launch_errors() {
+    let x = Tensor::<f32>::from_f32(&[2, 20], &[0.5; 40]).unwrap();
+    let w = Weight::F32(Tensor::<f32>::from_f32(&[6, 8], &[0.5; 48]).unwrap());
+    let y = Tensor::<f32>::poisoned(&[2, 12]);
+    let l = launcher();
+    for (heads, xs, ys, what) in [
+        (0, 8, 4, "heads"),
+        (4, 8, 4, "heads"),
+        (2, 13, 6, "window"),
+        (2, 8, 2, "overlap"),
+    ] {
+        match run_linear_heads(&l, &x, &w, &y, heads, xs, ys) {
+            Err(SimError::Launch { message, .. }) => {
+                assert!(message.contains("head"), "{what}: {message}")
+            }
+            other => panic!("{what}: expected a launch error, got {other:?}"),
+        }
+    }
 }

@@ -1,49 +1,42 @@
-//! Appending new tokens' cache rows to a paged KV pool: row `i` of `new [n, W]` is token position
-//! `start + i` of a sequence whose pages are `block_table` (logical page → physical page), so it
-//! lands on pool row `block_table[(start + i) / P] · P + (start + i) % P` of
-//! `pool [pages·P, W]` (or `[pages, P, W]`: the same rows). `W` is whatever a token stores per
-//! layer: `kv_heads·D` keys, the MLA latent plus its rope key, indexer keys.
+//! Appending new tokens' cache rows to a paged KV pool: row `i` of `new [n, W]` goes to pool row
+//! `slots[i]` of `pool [pages·P, W]` (or `[pages, P, W]`: the same rows), vLLM's `slot_mapping`.
+//! For a sequence whose pages are `block_table` (logical page → physical page), token position
+//! `pos` is slot `block_table[pos / P] · P + pos % P`; one launch may append the new rows of a
+//! whole batch of sequences (a decode step's one token each, or prefill chunks), each row through
+//! its own slot. `W` is whatever a token stores per layer: `kv_heads·D` keys, the MLA latent plus
+//! its rope key, indexer keys.
 //!
-//! The block table comes from the model's allocator (`model::kv_cache::PagedKvCache`), which
-//! owns page bookkeeping; this kernel only moves the bytes. A tile of new rows may straddle a page
-//! boundary, so [`kv_cache_append()`] stores row by row, each through its own block-table entry.
-//! [`run_kv_cache_append`] checks on the host that the table covers every position and that every
-//! page lies in the pool (the kernel would otherwise write a wrong row silently, or nothing).
+//! The block tables come from the model's allocator (`model::kv_cache::PagedKvCache`), which owns
+//! page bookkeeping; this kernel only moves the bytes. [`run_kv_cache_append`] (one sequence) and
+//! [`run_kv_cache_append_slots`] (any rows) check on the host what the kernel cannot: that the
+//! table covers every position, that every page and slot lies in the pool, and that no two rows
+//! share a slot (the kernel would otherwise write a wrong row silently, or race).
 
 use dsl_core::prelude::*;
 use dsl_core::{KernelMeta, SimError};
 
-/// Paged append: one program per `BR` new rows × `BW` columns.
+/// Paged append: one program per `BR` new rows × `BW` columns, each row stored at its slot.
 #[kernel(
     grid = (cdiv(new.rows(), BR), cdiv(new.cols(), BW)),
     tunable(BR = [16, 1, 4, 64], BW = [256, 32, 64, 128, 512, 1024])
 )]
-pub fn kv_cache_append<S: Float, T: Float>(
-    new: &Tensor<S>,
-    block_table: &Tensor<i32>,
-    pool: &Tensor<T>,
-    start: usize,
-    page_size: usize,
-) {
+pub fn kv_cache_append<S: Float, T: Float>(new: &Tensor<S>, slots: &Tensor<i32>, pool: &Tensor<T>) {
     let (r0, c) = (program_id(0) * BR, program_id(1) * BW);
-    // (A zero page size is refused by the wrapper; here it must not divide by zero.)
-    let p = usize::max(page_size, 1);
     for i in r0..usize::min(r0 + BR, new.rows()) {
-        let pos = start + i;
-        // Cost-only runs have no table: the identity page mapping costs the same.
-        let page = load_index(block_table, pos / p, pos / p);
+        // Cost-only runs have no slot table: the identity mapping costs the same.
+        let slot = load_index(slots, i, i);
         let row = load_async::<1, BW>(new, i, c);
         // New rows in another format than the pool (f32 activations, a bf16 cache) convert
         // on chip, as serving engines' cache writes do.
-        store(pool, page * p + pos % p, c, &cast::<T>(&row));
+        store(pool, slot, c, &cast::<T>(&row));
     }
 }
 
-/// Runs [`kv_cache_append()`]: writes `new [n, W]` to token positions `start..start + n` of the
-/// sequence whose pages are `block_table`, in `pool` (`[pages·page_size, W]` or
-/// `[pages, page_size, W]`). Errors (`SimError::Launch`) name what does not fit: a width that
-/// differs from the pool's, a zero page size, a pool whose rows are not whole pages, a block table
-/// too short for the last position, or a page number outside the pool.
+/// Runs [`kv_cache_append()`] for one sequence: writes `new [n, W]` to token positions
+/// `start..start + n` of the sequence whose pages are `block_table`, in `pool`
+/// (`[pages·page_size, W]` or `[pages, page_size, W]`). Errors (`SimError::Launch`) name what
+/// does not fit: a width that differs from the pool's, a zero page size, a pool whose rows are not
+/// whole pages, a block table too short for the last position, or a page number outside the pool.
 pub fn run_kv_cache_append<S: Float, T: Float>(
     launcher: &Launcher,
     new: &Tensor<S>,
@@ -51,6 +44,36 @@ pub fn run_kv_cache_append<S: Float, T: Float>(
     pool: &Tensor<T>,
     start: usize,
     page_size: usize,
+) -> Result<Launch, SimError> {
+    check_append(
+        &kv_cache_append::META,
+        new.rows(),
+        pool,
+        block_table,
+        start,
+        page_size,
+    )?;
+    let slots = append_slots(block_table, start, new.rows(), page_size);
+    run_kv_cache_append_slots(launcher, new, &slots, pool)
+}
+
+/// Pool rows of token positions `start..start + n` of a sequence whose pages are `block_table`
+/// (pages of `page_size` tokens, the table long enough: see [`run_kv_cache_append`]).
+pub fn append_slots(block_table: &[usize], start: usize, n: usize, page_size: usize) -> Vec<usize> {
+    (start..start + n)
+        .map(|pos| block_table[pos / page_size] * page_size + pos % page_size)
+        .collect()
+}
+
+/// Runs [`kv_cache_append()`] with row `i` of `new [n, W]` stored at pool row `slots[i]`: the new
+/// rows of any number of sequences in one launch. Errors (`SimError::Launch`) name what does not
+/// fit: a width that differs from the pool's, a slot count that differs from the rows, a slot
+/// outside the pool, or two rows sent to one slot.
+pub fn run_kv_cache_append_slots<S: Float, T: Float>(
+    launcher: &Launcher,
+    new: &Tensor<S>,
+    slots: &[usize],
+    pool: &Tensor<T>,
 ) -> Result<Launch, SimError> {
     let bad = |message: String| SimError::Launch {
         kernel: kv_cache_append::META.name.to_string(),
@@ -63,20 +86,35 @@ pub fn run_kv_cache_append<S: Float, T: Float>(
             pool.cols()
         )));
     }
-    let table = append_table(
-        &kv_cache_append::META,
-        new.rows(),
-        pool,
-        block_table,
-        start,
-        page_size,
-    )?;
+    if slots.len() != new.rows() {
+        return Err(bad(format!(
+            "{} slots for the {} new rows of {new:?}: give one pool row per new row",
+            slots.len(),
+            new.rows()
+        )));
+    }
+    let rows = pool.rows();
+    if let Some((i, s)) = slots.iter().enumerate().find(|(_, s)| **s >= rows) {
+        return Err(bad(format!(
+            "slot {s} of new row {i} is outside the pool's {rows} rows ({pool:?})"
+        )));
+    }
+    let mut sorted = slots.to_vec();
+    sorted.sort_unstable();
+    if let Some(w) = sorted.windows(2).find(|w| w[0] == w[1]) {
+        return Err(bad(format!(
+            "two new rows go to pool row {}: each row needs its own slot",
+            w[0]
+        )));
+    }
+    let idx: Vec<i32> = slots.iter().map(|s| *s as i32).collect();
+    let slots = Tensor::<i32>::from_indices(&[idx.len()], &idx).map_err(bad)?;
     let config = crate::tile_choice::covering_config(
         &kv_cache_append::META,
         Config::new(),
         &[("BR", new.rows(), 64), ("BW", new.cols(), 1024)],
     );
-    kv_cache_append::launch(launcher, &config, new, &table, pool, start, page_size)
+    kv_cache_append::launch(launcher, &config, new, &slots, pool)
 }
 
 /// The device block table of an append of `new_rows` rows at `start` into a pool of `pool` rows
@@ -91,6 +129,25 @@ pub(crate) fn append_table<T: Elem>(
     start: usize,
     page_size: usize,
 ) -> Result<Tensor<i32>, SimError> {
+    let needed = check_append(kernel, new_rows, pool, block_table, start, page_size)?;
+    // Entries past the last position are never read: only the checked ones go to the device.
+    let idx: Vec<i32> = block_table[..needed].iter().map(|p| *p as i32).collect();
+    Tensor::<i32>::from_indices(&[idx.len()], &idx).map_err(|message| SimError::Launch {
+        kernel: kernel.name.to_string(),
+        message,
+    })
+}
+
+/// The host checks of an append of `new_rows` rows at `start` through `block_table` (see
+/// [`append_table`]); returns the number of table entries the append reads.
+fn check_append<T: Elem>(
+    kernel: &KernelMeta,
+    new_rows: usize,
+    pool: &Tensor<T>,
+    block_table: &[usize],
+    start: usize,
+    page_size: usize,
+) -> Result<usize, SimError> {
     let bad = |message: String| SimError::Launch {
         kernel: kernel.name.to_string(),
         message,
@@ -123,7 +180,5 @@ pub(crate) fn append_table<T: Elem>(
             "block table entry {logical} is page {page}, outside the pool's {pool_pages} pages"
         )));
     }
-    // Entries past the last position are never read: only the checked ones go to the device.
-    let idx: Vec<i32> = block_table[..needed].iter().map(|p| *p as i32).collect();
-    Tensor::<i32>::from_indices(&[idx.len()], &idx).map_err(bad)
+    Ok(needed)
 }

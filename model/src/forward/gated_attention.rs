@@ -63,17 +63,13 @@ pub(crate) fn forward(
     }
     let (q, gate) = if g.output_gate {
         let (q, gate) = (ops.mem.act(t, hq * d), ops.mem.act(t, hq * d));
-        for h in 0..hq {
-            let src = h * 2 * d;
+        // Rows (token, head) of the three tensors: each half of every head in one strided copy.
+        let heads = view(qg.reshaped(&[t * hq, 2 * d]), "query/gate heads")?;
+        for (half, dst) in [(0, &q), (d, &gate)] {
             ops.copy(
                 "attn.split_query_gate",
-                &view(qg.col_range(src, d), "query head")?,
-                &view(q.col_range(h * d, d), "query")?,
-            )?;
-            ops.copy(
-                "attn.split_query_gate",
-                &view(qg.col_range(src + d, d), "gate head")?,
-                &view(gate.col_range(h * d, d), "gate")?,
+                &view(heads.col_range(half, d), "query or gate half")?,
+                &view(dst.reshaped(&[t * hq, d]), "query or gate heads")?,
             )?;
         }
         (q, Some(gate))
@@ -103,22 +99,8 @@ pub(crate) fn forward(
     };
     ops.rope_into("rope", &q, rope, d, 0, &q)?;
     ops.rope_into("rope", &k, rope, d, 0, &k_new)?;
-    for sq in seqs {
-        for (new, pool) in [(&k_new, &pool.k), (&v_new, &pool.v)] {
-            let rows = if seqs.len() == 1 {
-                new.clone()
-            } else {
-                view(new.row_range(sq.row0, sq.rows), "a sequence's rows")?
-            };
-            ops.kv_append(
-                "attn.cache_append",
-                &rows,
-                &sq.pages.table,
-                pool,
-                sq.pos0,
-                PAGE,
-            )?;
-        }
+    for (new, pool) in [(&k_new, &pool.k), (&v_new, &pool.v)] {
+        super::mla::append_rows(ops, "attn.cache_append", new, seqs, pool)?;
     }
     let scale = (d as f64).powf(-0.5);
     let o = if ops.batched_decode && t > 1 {

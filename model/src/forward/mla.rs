@@ -223,22 +223,26 @@ pub(crate) fn forward(
     let kv = ops.linear("mla.kv_b_proj", &c_all, &w.kv_b)?;
     let k = ops.mem.act(ctx, heads * qk);
     let v = ops.mem.act(ctx, heads * vd);
+    // One strided copy each for the keys' nope parts and the values (rows (token, head) of the
+    // three tensors); the shared rope key goes to every head by one copy per head (a row-index
+    // gather of 64-value rows costs a descriptor per row: 8× these copies at 8K tokens).
+    let kv_heads = view(kv.reshaped(&[ctx * heads, nope + vd]), "kv heads")?;
+    let k_heads = view(k.reshaped(&[ctx * heads, qk]), "key heads")?;
+    ops.copy(
+        "mla.expand_kv",
+        &view(kv_heads.col_range(0, nope), "k_nope")?,
+        &view(k_heads.col_range(0, nope), "key heads' nope part")?,
+    )?;
+    ops.copy(
+        "mla.expand_kv",
+        &view(kv_heads.col_range(nope, vd), "values")?,
+        &view(v.reshaped(&[ctx * heads, vd]), "value heads")?,
+    )?;
     for h in 0..heads {
-        let src = h * (nope + vd);
-        ops.copy(
-            "mla.expand_kv",
-            &view(kv.col_range(src, nope), "k_nope")?,
-            &view(k.col_range(h * qk, nope), "key head")?,
-        )?;
         ops.copy(
             "mla.expand_kv",
             &pe_all,
             &view(k.col_range(h * qk + nope, rd), "key rope part")?,
-        )?;
-        ops.copy(
-            "mla.expand_kv",
-            &view(kv.col_range(src + nope, vd), "value")?,
-            &view(v.col_range(h * vd, vd), "value head")?,
         )?;
     }
     ops.sequence_scope = false;
@@ -246,23 +250,20 @@ pub(crate) fn forward(
     ops.linear("mla.o_proj", &o, &w.o_proj)
 }
 
-/// Appends each sequence's rows of `new` (`[T, d]`, the rows of `seqs`) to its pages of `pool`.
-fn append_rows(
+/// Appends each sequence's rows of `new` (`[T, d]`, the rows of `seqs`) to its pages of `pool`,
+/// the whole step in one launch.
+pub(crate) fn append_rows(
     ops: &mut Ops,
     op: &str,
     new: &Tensor<f32>,
     seqs: &[SeqRows],
     pool: &CacheTensor,
 ) -> Result<(), ForwardError> {
-    for sq in seqs {
-        let rows = if seqs.len() == 1 {
-            new.clone()
-        } else {
-            view(new.row_range(sq.row0, sq.rows), "a sequence's new rows")?
-        };
-        ops.kv_append(op, &rows, &sq.pages.table, pool, sq.pos0, PAGE)?;
-    }
-    Ok(())
+    let slots = SeqRows::append_slots(seqs)?;
+    // One sequence's chunk is that sequence's work; a batch's rows (several sequences, or a
+    // batched cost-only decode's one row per sequence) are covered by this one launch.
+    let per_sequence = seqs.len() == 1 && !ops.batched_decode;
+    ops.kv_append(op, new, &slots, pool, per_sequence)
 }
 
 /// What [`prepare_sparse`] gives the DSA attention: the queries (as [`Prepared::q`]), the
@@ -469,20 +470,20 @@ fn absorb_queries(
     );
     let (qk, d) = (nope + rd, r + rd);
     let q_abs = ops.mem.act(q.rows(), heads * d);
-    for h in 0..heads {
-        let w_uk_t = view(w.w_uk_t.row_range(h * r, r), "W_UK rows")?;
-        ops.linear_into(
-            "mla.absorb_q",
-            &view(q.col_range(h * qk, nope), "q_nope")?,
-            &w_uk_t,
-            &view(q_abs.col_range(h * d, r), "absorbed query")?,
-        )?;
-        ops.copy(
-            "mla.absorb_q",
-            &view(q.col_range(h * qk + nope, rd), "q_pe")?,
-            &view(q_abs.col_range(h * d + r, rd), "absorbed query rope part")?,
-        )?;
-    }
+    ops.linear_heads_into("mla.absorb_q", q, &w.w_uk_t, &q_abs, heads, qk, d)?;
+    // Every head's rope part in one strided copy: rows (token, head) of both tensors.
+    let hd = q.rows() * heads;
+    ops.copy(
+        "mla.absorb_q",
+        &view(
+            view(q.reshaped(&[hd, qk]), "q heads")?.col_range(nope, rd),
+            "q_pe",
+        )?,
+        &view(
+            view(q_abs.reshaped(&[hd, d]), "absorbed heads")?.col_range(r, rd),
+            "absorbed query rope part",
+        )?,
+    )?;
     Ok(q_abs)
 }
 
@@ -496,14 +497,6 @@ fn values_from_latent(
 ) -> Result<Tensor<f32>, ForwardError> {
     let (vd, heads, r) = (m.v_head_dim, m.heads, m.kv_lora_rank);
     let o = ops.mem.act(o_lat.rows(), heads * vd);
-    for h in 0..heads {
-        let w_uv = view(w.w_uv.row_range(h * vd, vd), "W_UV rows")?;
-        ops.linear_into(
-            "mla.absorb_o",
-            &view(o_lat.col_range(h * r, r), "latent output head")?,
-            &w_uv,
-            &view(o.col_range(h * vd, vd), "output head")?,
-        )?;
-    }
+    ops.linear_heads_into("mla.absorb_o", o_lat, &w.w_uv, &o, heads, r, vd)?;
     Ok(o)
 }

@@ -417,6 +417,25 @@ impl Ops {
         }
     }
 
+    /// Per-head maps `y[:, h] = x[:, h] · w[h]ᵀ` of `heads` heads in one launch: head `h` reads
+    /// `K` columns of `x` from `h·x_stride`, the weight's rows `h·N ..` and writes `N` columns of
+    /// `y` from `h·y_stride` ([`kernels::linear::linear_heads`]).
+    #[allow(clippy::too_many_arguments)]
+    pub fn linear_heads_into(
+        &mut self,
+        op: &str,
+        x: &Tensor<f32>,
+        w: &Weight,
+        y: &Tensor<f32>,
+        heads: usize,
+        x_stride: usize,
+        y_stride: usize,
+    ) -> Result<(), ForwardError> {
+        let r =
+            kernels::linear::run_linear_heads(&self.launcher, x, w, y, heads, x_stride, y_stride);
+        self.book(op, r)
+    }
+
     /// The operator a launch of `kernel` within `op` is booked under: the activation
     /// quantization of an FP8 GEMM apart, under one name for every projection, or with
     /// `routed` (the routed experts' grouped GEMMs) as `{op}.act_quant`, routed-expert work the
@@ -754,7 +773,7 @@ impl Ops {
     ) -> Result<Tensor<f32>, ForwardError> {
         use kernels::attention::decode::{decode_latent_config, paged_decode_latent};
         let (seqs, heads, d, page) = (q.shape()[0], q.shape()[1], q.shape()[2], pool.shape()[1]);
-        let splits = max_ctx.div_ceil(page).clamp(1, 8);
+        let splits = self.decode_splits(seqs * heads.div_ceil(64), max_ctx.div_ceil(page));
         let o_part = self.mem.poisoned::<f32>(&[splits, seqs, heads, v_dim]);
         let lse_part = self.mem.poisoned::<f32>(&[splits, seqs, heads, 1]);
         let o = self.mem.act(seqs * heads, v_dim);
@@ -797,6 +816,16 @@ impl Ops {
         });
         self.book_decode("mla.decode", seqs, r, &o_part, &lse_part, &o)?;
         Ok(o)
+    }
+
+    /// Context splits of a split-KV decode whose every split has `programs` programs (sequences ×
+    /// head blocks) over contexts of up to `pages` pages: as many as fill one wave of the device's
+    /// cores (FlashMLA sizes its splits from the SM count the same way), at most 8 and at most
+    /// one per page. A large batch fills the cores by itself, and each split beyond that only
+    /// adds partial outputs to write and combine.
+    fn decode_splits(&self, programs: usize, pages: usize) -> usize {
+        let cores = self.launcher.preset.cores as usize;
+        cores.div_ceil(programs.max(1)).min(pages).clamp(1, 8)
     }
 
     /// Books a split-KV decode launch of `seqs` sequences as `{op}_split`, then runs and books the
@@ -888,27 +917,28 @@ impl Ops {
         Ok(o)
     }
 
-    /// Writes `new [n, W]`, a sequence's tokens `start .. start + n`, into the paged
-    /// `pool [pages·page, W]` through the sequence's `block_table` (row by row, so a tile may
-    /// straddle pages).
+    /// Writes row `i` of `new [n, W]` to row `slots[i]` of the paged `pool [pages·page, W]`: the
+    /// new tokens of one sequence or of a whole batch in one launch
+    /// ([`kernels::attention::kv_append`]), booked as one sequence's work when `per_sequence`.
     pub fn kv_append(
         &mut self,
         op: &str,
         new: &Tensor<f32>,
-        block_table: &[usize],
+        slots: &[usize],
         pool: &CacheTensor,
-        start: usize,
-        page: usize,
+        per_sequence: bool,
     ) -> Result<(), ForwardError> {
-        let r = on_cache!(pool, pool => kernels::attention::kv_append::run_kv_cache_append(
+        let r = on_cache!(pool, pool => kernels::attention::kv_append::run_kv_cache_append_slots(
             &self.launcher,
             new,
-            block_table,
+            slots,
             pool,
-            start,
-            page,
         ));
-        self.book_sequence(op, r)
+        if per_sequence {
+            self.book_sequence(op, r)
+        } else {
+            self.book(op, r)
+        }
     }
 
     /// Writes the rows of `src` into the rows `rows` of `out` in place, or adds them with
@@ -982,7 +1012,7 @@ impl Ops {
         let heads = q.cols() / head_dim.max(1);
         let group = heads / kv_heads.max(1);
         let page = k_pool.shape().get(1).copied().unwrap_or(1);
-        let splits = max_ctx.div_ceil(page.max(1)).clamp(1, 8);
+        let splits = self.decode_splits(seqs * kv_heads, max_ctx.div_ceil(page.max(1)));
         let q3 = view(
             q.reshaped(&[seqs * kv_heads, group, head_dim]),
             "decode queries",

@@ -70,6 +70,34 @@ pub(crate) struct SeqRows<'a> {
 }
 
 impl SeqRows<'_> {
+    /// Pool rows (slots) of the step's new rows (row `row0 + i` of a sequence is its position
+    /// `pos0 + i`): a step's cache append in one launch. A table that does not cover a sequence's
+    /// new positions, or a row no sequence owns, is an internal error (the store allocates pages
+    /// before a step).
+    pub fn append_slots(seqs: &[SeqRows]) -> Result<Vec<usize>, ForwardError> {
+        let bad = |message: String| ForwardError::Internal {
+            what: "KV cache append".into(),
+            message,
+        };
+        let n = seqs.iter().map(|sq| sq.row0 + sq.rows).max().unwrap_or(0);
+        let mut slots = vec![usize::MAX; n];
+        for sq in seqs {
+            for (i, pos) in (sq.pos0..sq.pos0 + sq.rows).enumerate() {
+                let page = sq.pages.table.get(pos / PAGE).ok_or_else(|| {
+                    bad(format!(
+                        "position {pos} lies past the sequence's {} pages",
+                        sq.pages.table.len()
+                    ))
+                })?;
+                slots[sq.row0 + i] = page * PAGE + pos % PAGE;
+            }
+        }
+        if let Some(row) = slots.iter().position(|s| *s == usize::MAX) {
+            return Err(bad(format!("row {row} of the step belongs to no sequence")));
+        }
+        Ok(slots)
+    }
+
     /// Block tables `[S, T]` (rows padded with page 0: entries past a sequence's length are
     /// never read) and context lengths `[S]` of one decode token per sequence, and the longest
     /// context, for a batched decode kernel.
