@@ -243,10 +243,11 @@ fn sampled_long_rows_stay_close_to_the_full_simulation() {
 }
 
 /// Rows longer than a sampling period are sampled within each row, never across a row's start:
-/// DSA sparse attention at a prefill (each head block a row of 4096 queries; past its causal
-/// prefix every query attends `top_k` keys) times about half its programs and stays within 1% of
-/// the full simulation; a row-major GEMM of three rows of 2200 tiles (each row a new column of
-/// weights, whose L2 reuse changes at its start) stays within 1% too.
+/// A row-major GEMM of three rows of 2200 tiles (each row a new column of weights, whose L2 reuse
+/// changes at its start) is sampled within each row and stays within 1% of the full simulation;
+/// DSA sparse attention at a prefill (a token's head blocks side by side, 4096 tokens; past its
+/// causal prefix every query attends `top_k` keys) times at most three quarters of its programs
+/// and stays within 1% too.
 #[test]
 fn long_rows_are_sampled_within_each_row() {
     use kernels::attention::sparse::sparse_mla;
@@ -301,10 +302,17 @@ fn long_rows_are_sampled_within_each_row() {
     ] {
         assert_eq!(sampled.kernel, name);
         assert!(
-            full.grid[0] > 8 * 132 && full.grid[1] > 1,
+            full.grid[0] * full.grid[1] > 8 * 132 && full.grid[1] > 1,
             "{name}: {:?}",
             full.grid
         );
+        if name == "gemm" {
+            assert!(
+                full.grid[0] > 8 * 132,
+                "rows longer than 8 waves: {:?}",
+                full.grid
+            );
+        }
         let rel = (sampled.cycles as f64 - full.cycles as f64).abs() / full.cycles as f64;
         eprintln!(
             "{name}: full {} cycles, sampled {} ({:+.3}%, {} of {} programs timed)",

@@ -274,7 +274,7 @@ pub fn topk_select_batch(
 /// dims `d` and `dv` are run-time values (the tensors' last dims) covered by `BD`/`BDV`-wide tiles:
 /// value columns past `dv` hold rope values that the store drops.
 #[kernel(
-    grid = (q.shape()[0], cdiv(q.shape()[1], BH)),
+    grid = (cdiv(q.shape()[1], BH), q.shape()[0]),
     tunable(BH = [64, 16, 128], BK = [64, 32], BD = [576, 16, 32, 64, 128, 256], BDV = [512, 16, 32, 64, 128, 256]),
     constraint(BDV <= BD && BD <= 2 * BDV),
     helpers(online_softmax_step)
@@ -294,8 +294,8 @@ pub fn sparse_mla<Q: Float, T: Float>(
         q.shape()[2] <= BD && o.shape()[2] <= BDV,
         "the BD/BDV tiles must cover the latent dims (dsa_tiles)",
     );
-    let t = program_id(0);
-    let r = program_id(1) * BH;
+    let t = program_id(1);
+    let r = program_id(0) * BH;
     let count = usize::min(topk, (ctx_len + t + 1).saturating_sub(q.shape()[0]));
     let sel = selected.at(t);
     // Queries convert to the pool's format on chip; the output is in the queries'.
@@ -304,48 +304,43 @@ pub fn sparse_mla<Q: Float, T: Float>(
     // its call line, and this prototype's profile shows the gather, matrix and softmax lines.
     let mut m = full::<f32, BH, 1>(f32::NEG_INFINITY);
     let mut l = zeros::<f32, BH, 1>();
-    let mut acc = zeros::<f32, BH, BDV>();
+    let mut acc = zeros::<f32, BH, BD>();
     for i0 in (0..count).step_by(BK) {
         let tk = gather_rows::<BK, BD>(kv_pool, block_table, &sel, i0, count, 0);
-        let tv = gather_rows::<BK, BDV>(kv_pool, block_table, &sel, i0, count, 0);
         let mut s = zeros::<f32, BH, BK>();
         mma_bt(&mut s, &tq, &tk);
         let s = mask_keys(&scale(&s, sm_scale), 0, i0, count, false);
         let pr = online_softmax_step(&s, &mut m, &mut l, &mut acc);
-        mma(&mut acc, &cast::<T>(&pr), &tv);
+        // The key tile is the value tile (its first dv columns), gathered once.
+        mma(&mut acc, &cast::<T>(&pr), &tk);
     }
+    // The store keeps the first dv columns; the rope columns past them are dropped.
     store(&o.at(t), r, 0, &cast::<Q>(&div_col(&acc, &l)));
 }
 
 /// Attention of one query tile `tq` (`BH` heads) over the first `count` latent rows of its
-/// selection `sel`, gathered `BK` at a time through `block_table` from `kv_pool`; values are each
-/// row's first `BDV` columns. Returns the normalised output (f32).
+/// selection `sel`, gathered `BK` at a time (once: the key tile is the value tile) through
+/// `block_table` from `kv_pool`; values are each row's first columns. Returns the normalised
+/// output (f32) over all `BD` columns: the caller's store keeps the value columns.
 #[kernel(helper, helpers(online_softmax_step))]
-pub fn attend_selection<
-    T: Float,
-    const BH: usize,
-    const BK: usize,
-    const BD: usize,
-    const BDV: usize,
->(
+pub fn attend_selection<T: Float, const BH: usize, const BK: usize, const BD: usize>(
     tq: &Tile<T, BH, BD>,
     kv_pool: &Tensor<T>,
     block_table: &Tensor<i32>,
     sel: &Tensor<i32>,
     count: usize,
     sm_scale: f32,
-) -> Tile<f32, BH, BDV> {
+) -> Tile<f32, BH, BD> {
     let mut m = full::<f32, BH, 1>(f32::NEG_INFINITY);
     let mut l = zeros::<f32, BH, 1>();
-    let mut acc = zeros::<f32, BH, BDV>();
+    let mut acc = zeros::<f32, BH, BD>();
     for i0 in (0..count).step_by(BK) {
         let tk = gather_rows::<BK, BD>(kv_pool, block_table, sel, i0, count, 0);
-        let tv = gather_rows::<BK, BDV>(kv_pool, block_table, sel, i0, count, 0);
         let mut s = zeros::<f32, BH, BK>();
         mma_bt(&mut s, tq, &tk);
         let s = mask_keys(&scale(&s, sm_scale), 0, i0, count, false);
         let pr = online_softmax_step(&s, &mut m, &mut l, &mut acc);
-        mma(&mut acc, &cast::<T>(&pr), &tv);
+        mma(&mut acc, &cast::<T>(&pr), &tk);
     }
     div_col(&acc, &l)
 }
@@ -383,7 +378,7 @@ pub fn sparse_mla_batch<Q: Float, T: Float>(
     let r = program_id(0) * BH;
     let count = usize::min(topk, load_index(ctx_lens, s, max_ctx));
     let tq = cast::<T>(&load::<BH, BD>(&q.at(s), r, 0));
-    let out = attend_selection::<T, BH, BK, BD, BDV>(
+    let out = attend_selection::<T, BH, BK, BD>(
         &tq,
         kv_pool,
         &block_tables.at(s),

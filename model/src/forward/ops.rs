@@ -286,6 +286,43 @@ pub(crate) fn first_fitting_in_place<C: Copy, T>(
     launch(launcher, choice)
 }
 
+/// Launches with the fastest of `tiles` that fit the core, each priced cost-only first (an
+/// on-chip overflow is passed over): for small launches whose best tile depends on how many
+/// programs fill the cores. A cost-only launcher returns the priced launch itself; a functional
+/// one then runs the winner.
+pub(crate) fn fastest_fitting<C: Copy>(
+    launcher: &Launcher,
+    tiles: impl IntoIterator<Item = C>,
+    mut launch: impl FnMut(&Launcher, C) -> Result<Launch, SimError>,
+) -> Result<Launch, SimError> {
+    let cost_only = launcher.backend == dsl_core::Backend::CostOnly;
+    let probe = launcher.clone().with_backend(dsl_core::Backend::CostOnly);
+    let mut best: Option<(C, Launch)> = None;
+    let mut overflow = None;
+    for c in tiles {
+        match launch(&probe, c) {
+            Ok(l) => {
+                if best
+                    .as_ref()
+                    .is_none_or(|(_, b)| l.report.cycles < b.report.cycles)
+                {
+                    best = Some((c, l));
+                }
+            }
+            Err(e @ SimError::SramOverflow { .. }) => overflow = Some(e),
+            Err(e) => return Err(e),
+        }
+    }
+    match best {
+        Some((_, l)) if cost_only => Ok(l),
+        Some((c, _)) => launch(launcher, c),
+        None => Err(overflow.unwrap_or_else(|| SimError::Launch {
+            kernel: "(no tile choice)".into(),
+            message: "no tile configuration was offered".into(),
+        })),
+    }
+}
+
 /// A paged kernel's declared key tiles `BK` that stay within one page, largest first.
 fn page_tiles(meta: &dsl_core::KernelMeta, page: usize) -> Vec<i64> {
     kernels::tile_choice::up_to(meta, "BK", page)
@@ -1468,9 +1505,11 @@ impl Ops {
     ) -> Result<Tensor<f32>, ForwardError> {
         let (t, heads, d) = (q.shape()[0], q.shape()[1], q.shape()[2]);
         let o = self.mem.poisoned::<f32>(&[t, heads, latent_dim]);
-        let r = sparse_attention_config(&sparse::sparse_mla::META, d, latent_dim).and_then(|cfg| {
+        let meta = &sparse::sparse_mla::META;
+        let r = first_fitting_in_place(&self.launcher, SPARSE_TILES, |launcher, tiles| {
+            let cfg = sparse_attention_config(meta, tiles, d, latent_dim)?;
             on_cache!(pool, pool => sparse::sparse_mla::launch(
-                &self.launcher,
+                launcher,
                 &cfg,
                 q,
                 pool,
@@ -1574,9 +1613,11 @@ impl Ops {
         let (s, heads, d) = (q.shape()[0], q.shape()[1], q.shape()[2]);
         let o = self.mem.poisoned::<f32>(&[s, heads, latent_dim]);
         let meta = &sparse::sparse_mla_batch::META;
-        let r = sparse_attention_config(meta, d, latent_dim).and_then(|cfg| {
+        // A small batch fills the cores only in 16-head blocks: the faster of those that fit.
+        let r = fastest_fitting(&self.launcher, SPARSE_TILES, |launcher, tiles| {
+            let cfg = sparse_attention_config(meta, tiles, d, latent_dim)?;
             on_cache!(pool, pool => sparse::sparse_mla_batch::launch(
-                &self.launcher,
+                launcher,
                 &cfg,
                 q,
                 pool,
@@ -1594,16 +1635,24 @@ impl Ops {
     }
 }
 
-/// The sparse attention's tiles: 16-head query blocks, 32 gathered rows at a time, `BD`/`BDV`
-/// covering the latent row and its value part.
+/// The sparse attention's (query heads `BH`, gathered rows `BK`) in the order the forward tries
+/// them: 64-head blocks first, the matrix unit's full fragment height on H100-class cores (a
+/// 16-head block fills a quarter of it, and every block of a token gathers the token's rows
+/// again), as FlashMLA's sparse kernels take 64 heads per warpgroup; smaller ones where a core's
+/// on-chip memory does not hold them.
+const SPARSE_TILES: [(i64, i64); 4] = [(64, 64), (64, 32), (16, 64), (16, 32)];
+
+/// The sparse attention's configuration: `(BH, BK)` from [`SPARSE_TILES`], `BD`/`BDV` covering the
+/// latent row and its value part.
 fn sparse_attention_config(
     meta: &dsl_core::KernelMeta,
+    (bh, bk): (i64, i64),
     d: usize,
     latent_dim: usize,
 ) -> Result<Config, dsl_core::SimError> {
     kernels::tile_choice::cover(
         meta,
-        &Config::new().with("BH", 16).with("BK", 32),
+        &Config::new().with("BH", bh).with("BK", bk),
         &[
             ("BD", d, "kv_lora_rank + qk_rope_head_dim"),
             ("BDV", latent_dim, "kv_lora_rank"),
