@@ -162,7 +162,7 @@ pub fn run_linear_bias<T: Float>(
 /// are the grid's third axis, as experts are in a grouped GEMM, so all heads' tiles fill the
 /// machine together instead of one small launch per head. Activations are rounded to `T` on chip.
 #[kernel(
-    grid = grouped_grid(y.rows() * heads, heads, BM, cdiv(w.rows() / heads, BN)),
+    grid = grouped_grid(y.rows() * heads, heads, BM, cdiv(w.rows() / usize::max(heads, 1), BN)),
     tunable(BM = [64, 8, 16, 32, 128], BN = [128, 16, 32, 64], BK = [64, 16, 32, 128]),
     helpers(grouped_tile, cast_matmul_bt_tile)
 )]
@@ -174,6 +174,8 @@ pub fn linear_heads<T: Float>(
     x_stride: usize,
     y_stride: usize,
 ) {
+    // (No heads is refused by the wrapper; here it must not divide by zero.)
+    let heads = usize::max(heads, 1);
     let (h, tile_row, tile_col, stride) = grouped_tile(heads);
     let (n, k) = (w.rows() / heads, w.cols());
     let xh = x.cols_clipped(h * x_stride, k);
@@ -215,15 +217,27 @@ pub fn run_linear_heads(
     }
     let n = rows / heads;
     let last = heads - 1;
-    if x.rows() != y.rows()
-        || last * x_stride + k > x.cols()
-        || last * y_stride + n > y.cols()
-        || (heads > 1 && y_stride < n)
-    {
+    if x.rows() != y.rows() {
+        return Err(bad(format!(
+            "x {x:?} has {} rows but y {y:?} {}: one output row per input row",
+            x.rows(),
+            y.rows()
+        )));
+    }
+    let past = |stride: usize, width: usize, cols: usize| {
+        last.checked_mul(stride)
+            .and_then(|v| v.checked_add(width))
+            .is_none_or(|end| end > cols)
+    };
+    if past(x_stride, k, x.cols()) || past(y_stride, n, y.cols()) {
         return Err(bad(format!(
             "{heads} heads of K={k} inputs every {x_stride} columns of x {x:?} into N={n} outputs \
-             every {y_stride} columns of y {y:?}: the rows must agree, every head's window must lie \
-             inside its tensor, and output heads may not overlap"
+             every {y_stride} columns of y {y:?}: the last head's window lies outside its tensor"
+        )));
+    }
+    if heads > 1 && y_stride < n {
+        return Err(bad(format!(
+            "output heads {y_stride} columns apart overlap: each writes N={n} columns"
         )));
     }
     let cfg = crate::tile_choice::covering_config(

@@ -189,7 +189,7 @@ pub fn all() -> Vec<Implementation> {
             op: "kv_cache_append",
             kind: ImplKind::Dsl,
             meta: &crate::attention::kv_append::kv_cache_append::META,
-            summary: "write new K/V (or latent) rows into a paged pool through the block table",
+            summary: "write new K/V (or latent) rows into a paged pool through a slot mapping (a pool row per new row, any number of sequences)",
         },
         Implementation {
             op: "kv_cache_append_fp8",

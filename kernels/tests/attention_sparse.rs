@@ -62,6 +62,16 @@ fn assert_checks(
     Ok(())
 }
 
+/// Query heads and (key, value) latent widths: 16 heads in one block, or 70 in 64-head blocks
+/// (the last one partial); values as wide as the keys, or narrower (the key tile serves as the
+/// value tile and the store keeps the value columns).
+fn shapes() -> impl Strategy<Value = (usize, (usize, usize))> {
+    (
+        prop::sample::select(vec![16usize, 70]),
+        prop::sample::select(vec![(128usize, 128usize), (80, 64)]),
+    )
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(12))]
 
@@ -73,9 +83,10 @@ proptest! {
         contexts in prop::collection::vec(1usize..400, 1..6),
         topk in prop::sample::select(vec![16usize, 64]),
         index_heads in 1usize..9,
+        (heads, (head_dim, v_head_dim)) in shapes(),
         seed in any::<u64>(),
     ) {
-        let c = DsaCase { index_heads, ..case(1, 1, topk, seed) };
+        let c = DsaCase { index_heads, heads, head_dim, v_head_dim, ..case(1, 1, topk, seed) };
         assert_batch_matches(&run_dsa_decode_batch(&launcher(), &c, &contexts).unwrap())?;
     }
 
@@ -90,9 +101,10 @@ proptest! {
     fn dsa_prefill_matches_references(
         seq in 1usize..150, past in prop::sample::select(vec![0usize, 0, 37, 200]),
         topk in prop::sample::select(vec![16usize, 64]), index_heads in 1usize..7,
+        (heads, (head_dim, v_head_dim)) in shapes(),
         seed in any::<u64>(),
     ) {
-        let c = DsaCase { index_heads, ..case(seq, seq + past, topk, seed) };
+        let c = DsaCase { index_heads, heads, head_dim, v_head_dim, ..case(seq, seq + past, topk, seed) };
         assert_matches(&run_dsa_prefill(&launcher(), &c).unwrap())?;
     }
 }

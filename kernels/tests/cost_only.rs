@@ -257,7 +257,8 @@ fn long_rows_are_sampled_within_each_row() {
             .with_backend(Backend::CostOnly)
             .with_sampling(sampling)
     };
-    // DeepSeek-V3.2's shapes on a bf16 latent cache, at the tiles the model runs.
+    // DeepSeek-V3.2's shapes on a bf16 latent cache, in 16-head blocks (the forward's fallback
+    // where 64-head blocks overflow).
     let (seq, heads, topk, page) = (4096, 32, 1024, 64);
     let q = Tensor::<f32>::shape_only(&[seq, heads, 576]);
     let o = Tensor::<f32>::shape_only(&[seq, heads, 512]);

@@ -268,16 +268,21 @@ fn heads_bad_layouts_are_launch_errors() {
     let y = Tensor::<f32>::poisoned(&[2, 12]);
     let l = launcher();
     for (heads, xs, ys, what) in [
-        (0, 8, 4, "heads"),
-        (4, 8, 4, "heads"),
-        (2, 13, 6, "window"),
+        (0, 8, 4, "do not split into 0 heads"),
+        (4, 8, 4, "do not split into 4 heads"),
+        (2, 13, 6, "lies outside"),
         (2, 8, 2, "overlap"),
     ] {
         match run_linear_heads(&l, &x, &w, &y, heads, xs, ys) {
             Err(SimError::Launch { message, .. }) => {
-                assert!(message.contains("head"), "{what}: {message}")
+                assert!(message.contains(what), "{what}: {message}")
             }
             other => panic!("{what}: expected a launch error, got {other:?}"),
         }
+    }
+    let short = Tensor::<f32>::poisoned(&[3, 12]);
+    match run_linear_heads(&l, &x, &w, &short, 2, 8, 6) {
+        Err(SimError::Launch { message, .. }) => assert!(message.contains("rows"), "{message}"),
+        other => panic!("expected a launch error, got {other:?}"),
     }
 }

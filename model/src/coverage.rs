@@ -299,10 +299,10 @@ pub fn rules(kind: &OpKind) -> Rule {
             "no kernel writes new rows into cache pages",
         ),
         OpKind::MlaAbsorb => rule(
-            Status::Composite,
-            vec![&moe::expert_gemm::META],
+            Status::Dsl,
+            vec![&kernels::linear::linear_heads::META],
             vec![],
-            "per-head GEMM, heads as the expert batch",
+            "every head's map in one launch (heads on the grid)",
         ),
         OpKind::MlaAttention(Phase::Decode) => {
             // The forward's latent decode: one kernel over every sequence's pages, its BD tile

@@ -58,10 +58,18 @@ pub fn run_kv_cache_append<S: Float, T: Float>(
 }
 
 /// Pool rows of token positions `start..start + n` of a sequence whose pages are `block_table`
-/// (pages of `page_size` tokens, the table long enough: see [`run_kv_cache_append`]).
+/// (pages of `page_size` tokens). Positions past the table, or a zero page size, give no slot:
+/// the result is then shorter than `n`, which [`run_kv_cache_append_slots`] refuses
+/// ([`run_kv_cache_append`] checks the table first and names what is missing).
 pub fn append_slots(block_table: &[usize], start: usize, n: usize, page_size: usize) -> Vec<usize> {
-    (start..start + n)
-        .map(|pos| block_table[pos / page_size] * page_size + pos % page_size)
+    if page_size == 0 {
+        return Vec::new();
+    }
+    (start..start.saturating_add(n))
+        .map_while(|pos| {
+            let page = block_table.get(pos / page_size)?;
+            page.checked_mul(page_size)?.checked_add(pos % page_size)
+        })
         .collect()
 }
 
@@ -107,7 +115,12 @@ pub fn run_kv_cache_append_slots<S: Float, T: Float>(
             w[0]
         )));
     }
-    let idx: Vec<i32> = slots.iter().map(|s| *s as i32).collect();
+    // Slots are i32 on the device (as `load_index` reads them).
+    let idx: Vec<i32> = slots
+        .iter()
+        .map(|s| i32::try_from(*s))
+        .collect::<Result<_, _>>()
+        .map_err(|_| bad(format!("the pool's {rows} rows are past an i32 slot index")))?;
     let slots = Tensor::<i32>::from_indices(&[idx.len()], &idx).map_err(bad)?;
     let config = crate::tile_choice::covering_config(
         &kv_cache_append::META,

@@ -14,7 +14,7 @@
 //! Decode (`sq = 1`) scores with [`indexer_decode`] (index heads as the matrix rows); prefill
 //! with [`indexer_prefill`] (query tokens as the rows, one matrix product per index head, pages
 //! after a block's last query skipped: seq²/2 work). [`topk_select`] and [`sparse_mla`] serve
-//! both: one program per query row / per (query token, head block), each query with its own
+//! both: one program per query row / per (head block, query token), each query with its own
 //! selection, so the attention work grows with seq·topk, not with the context.
 //!
 //! ## Prefill semantics, and where the two reference codes differ
@@ -267,12 +267,14 @@ pub fn topk_select_batch(
 }
 
 /// Sparse gather attention (MQA over the latent cache), for any number of query tokens: one
-/// program per (query token `t`, block of `BH` heads). Token `t` sits at position
-/// `ctx_len − sq + t` and attends the first `min(topk, position + 1)` entries of its own selection
-/// `selected [sq, K]`, gathered `BK` latent rows at a time from the paged pool; values are the
-/// first `dv` columns of each row. `q [sq, H, d]`, `o [sq, H, dv]`. Decode is `sq = 1`. The latent
-/// dims `d` and `dv` are run-time values (the tensors' last dims) covered by `BD`/`BDV`-wide tiles:
-/// value columns past `dv` hold rope values that the store drops.
+/// program per (block of `BH` heads, query token `t`), a token's head blocks side by side so all
+/// but the first find its gathered rows in L2. Token `t` sits at position `ctx_len − sq + t` and
+/// attends the first `min(topk, position + 1)` entries of its own selection `selected [sq, K]`,
+/// gathered `BK` latent rows at a time from the paged pool, once: the key tile is the value tile
+/// (values are the first `dv` columns of each row). `q [sq, H, d]`, `o [sq, H, dv]`. Decode is
+/// `sq = 1`. The latent dims `d` and `dv` are run-time values (the tensors' last dims): `BD`
+/// covers `d` and the accumulator is `BD` wide; `BDV` must cover `dv`, and the store drops the
+/// rope columns past `dv`.
 #[kernel(
     grid = (cdiv(q.shape()[1], BH), q.shape()[0]),
     tunable(BH = [64, 16, 128], BK = [64, 32], BD = [576, 16, 32, 64, 128, 256], BDV = [512, 16, 32, 64, 128, 256]),
@@ -392,7 +394,8 @@ pub fn sparse_mla_batch<Q: Float, T: Float>(
 /// The DSA tiles for a problem: the indexer's (`HI`/`BQ` covering the index heads or query block,
 /// `DI` the index head dim, `BK` within the page), the top-k width (`K` ≥ `topk`) and the sparse
 /// attention's (`BD`/`BDV` covering the latent dims, `BH` at most 16 rows for rows wider than
-/// 256 values, else 64).
+/// 256 values, else 64: tiles that fit every preset's on-chip memory; the forward tries 64-head
+/// blocks first where they fit, `model::forward::ops`).
 #[derive(Debug, Clone)]
 pub struct DsaTiles {
     /// Indexer configuration.
@@ -452,8 +455,8 @@ pub fn dsa_tiles(
         "BH",
         heads.min(if head_dim > 256 { 16 } else { 64 }),
     )?;
-    // A 576-wide latent row takes 32-key blocks, as the model launches it (`BK = 64` overflows a
-    // 228 KiB SRAM).
+    // A 576-wide latent row takes 32-key blocks here, which fit a 228 KiB SRAM at 16 heads in f32
+    // (the standalone runs' precision).
     let attention = crate::tile_choice::cover(
         &sparse_mla::META,
         &Config::new()

@@ -1506,7 +1506,7 @@ impl Ops {
         let (t, heads, d) = (q.shape()[0], q.shape()[1], q.shape()[2]);
         let o = self.mem.poisoned::<f32>(&[t, heads, latent_dim]);
         let meta = &sparse::sparse_mla::META;
-        let r = first_fitting_in_place(&self.launcher, SPARSE_TILES, |launcher, tiles| {
+        let r = first_fitting_in_place(&self.launcher, sparse_tiles(heads), |launcher, tiles| {
             let cfg = sparse_attention_config(meta, tiles, d, latent_dim)?;
             on_cache!(pool, pool => sparse::sparse_mla::launch(
                 launcher,
@@ -1614,7 +1614,7 @@ impl Ops {
         let o = self.mem.poisoned::<f32>(&[s, heads, latent_dim]);
         let meta = &sparse::sparse_mla_batch::META;
         // A small batch fills the cores only in 16-head blocks: the faster of those that fit.
-        let r = fastest_fitting(&self.launcher, SPARSE_TILES, |launcher, tiles| {
+        let r = fastest_fitting(&self.launcher, sparse_tiles(heads), |launcher, tiles| {
             let cfg = sparse_attention_config(meta, tiles, d, latent_dim)?;
             on_cache!(pool, pool => sparse::sparse_mla_batch::launch(
                 launcher,
@@ -1641,6 +1641,15 @@ impl Ops {
 /// again), as FlashMLA's sparse kernels take 64 heads per warpgroup; smaller ones where a core's
 /// on-chip memory does not hold them.
 const SPARSE_TILES: [(i64, i64); 4] = [(64, 64), (64, 32), (16, 64), (16, 32)];
+
+/// [`SPARSE_TILES`] for `heads` query heads: 64-head blocks only where more than 16 heads fill
+/// them (a tensor-parallel shard of 16 heads or fewer would pad them).
+fn sparse_tiles(heads: usize) -> Vec<(i64, i64)> {
+    SPARSE_TILES
+        .into_iter()
+        .filter(|(bh, _)| *bh <= 16 || heads > 16)
+        .collect()
+}
 
 /// The sparse attention's configuration: `(BH, BK)` from [`SPARSE_TILES`], `BD`/`BDV` covering the
 /// latent row and its value part.
