@@ -12,6 +12,7 @@ use crate::config::{AttentionKind, ModelConfig};
 use crate::kv_cache::{PagedKvCache, SeqId};
 use crate::state_slots::{LayerState, LinearLayerGeometry, StateSlots};
 use dsl_core::{Launcher, Report, Tensor};
+use kernels::attention::kv_append;
 
 /// Tokens per page of every paged pool (a declared page size of the DSA and decode kernels).
 pub(crate) const PAGE: usize = 64;
@@ -82,15 +83,15 @@ impl SeqRows<'_> {
         let n = seqs.iter().map(|sq| sq.row0 + sq.rows).max().unwrap_or(0);
         let mut slots = vec![usize::MAX; n];
         for sq in seqs {
-            for (i, pos) in (sq.pos0..sq.pos0 + sq.rows).enumerate() {
-                let page = sq.pages.table.get(pos / PAGE).ok_or_else(|| {
-                    bad(format!(
-                        "position {pos} lies past the sequence's {} pages",
-                        sq.pages.table.len()
-                    ))
-                })?;
-                slots[sq.row0 + i] = page * PAGE + pos % PAGE;
+            let own = kv_append::append_slots(&sq.pages.table, sq.pos0, sq.rows, PAGE);
+            if own.len() < sq.rows {
+                return Err(bad(format!(
+                    "position {} lies past the sequence's {} pages",
+                    sq.pos0 + own.len(),
+                    sq.pages.table.len()
+                )));
             }
+            slots[sq.row0..sq.row0 + sq.rows].copy_from_slice(&own);
         }
         if let Some(row) = slots.iter().position(|s| *s == usize::MAX) {
             return Err(bad(format!("row {row} of the step belongs to no sequence")));
