@@ -21,7 +21,7 @@ use kernels::embedding::run_embedding;
 use kernels::gemm::{run_gemm, GemmCase, GemmDtype, GemmVariant};
 use kernels::layout::run_copy;
 use kernels::linear::run_linear_weight;
-use kernels::linear_attention::conv::{launch_short_conv, zero_state};
+use kernels::linear_attention::conv::{launch_short_conv, launch_short_conv_decode, zero_state};
 use kernels::linear_attention::gates;
 use kernels::linear_attention::reference::Decay;
 use kernels::linear_attention::runner::{run_delta, DeltaCase, DeltaMode};
@@ -113,6 +113,7 @@ const CHECKED: &[&str] = &[
     "kda_gates",
     "gated_rmsnorm_sigmoid",
     "short_conv",
+    "short_conv_decode",
     "zero_state",
     "delta_rule_recurrent",
     "delta_rule_recurrent_kda",
@@ -955,6 +956,17 @@ fn run_model_op(device: &str, op: &str, x: &[usize; 8]) -> Labelled {
                     .map(|r| r.report),
             )
         }
+        "short_conv_decode" => {
+            let (seqs, ch) = (dim(x[0], 1, 512), dim(x[2], 1, 8192));
+            let taps = pick(x[4], 2, 8);
+            let (a, y) = (shape::<bf16>(&[seqs, ch]), shape::<bf16>(&[seqs, ch]));
+            let states = shape::<f32>(&[seqs, taps - 1, ch]);
+            one(
+                format!("{op} sequences {seqs} channels {ch} taps {taps}"),
+                launch_short_conv_decode(&l, &a, &shape(&[taps, ch]), &states, None, &y)
+                    .map(|r| r.report),
+            )
+        }
         "zero_state" => {
             let (r, c) = (dim(x[0], 1, 4096), dim(x[2], 1, 4096));
             let extra = pick(x[3], 0, 300);
@@ -1156,6 +1168,7 @@ const MODEL_RUNNERS: &[(&str, &[&str])] = &[
     ("gated_rmsnorm_silu", &["gated_rmsnorm_silu"]),
     ("gated_rmsnorm_sigmoid", &["gated_rmsnorm_sigmoid"]),
     ("short_conv", &["short_conv"]),
+    ("short_conv_decode", &["short_conv_decode"]),
     ("zero_state", &["zero_state"]),
     ("delta_rule_recurrent", &["delta_rule_recurrent"]),
     ("delta_rule_recurrent_kda", &["delta_rule_recurrent_kda"]),

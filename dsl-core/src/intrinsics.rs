@@ -1157,6 +1157,52 @@ pub fn transpose<T: Elem, const R: usize, const C: usize>(
     out
 }
 
+/// `cur`'s rows moved down by `s` (a run-time count, at most `R`), the top `s` rows taken from
+/// the bottom of `prev`: row `r` is `prev[R − s + r]` for `r < s`, else `cur[r − s]` (one vector
+/// pass). A window sliding over a stream of row tiles, such as a causal convolution's taps over
+/// consecutive token blocks, without loading overlapping windows from memory again.
+///
+/// Usage: `shift_rows(&prev, &cur, s)`
+pub fn shift_rows<T: Elem, const R: usize, const C: usize>(
+    ctx: &mut Ctx,
+    prev: &Tile<T, R, C>,
+    cur: &Tile<T, R, C>,
+    s: usize,
+) -> Tile<T, R, C> {
+    if s > R {
+        ctx.fail(format!(
+            "shift_rows by {s} rows of a {R}-row tile: at most {R}"
+        ));
+    }
+    let s = s.min(R);
+    let data = match (&prev.data, &cur.data) {
+        (Some(p), Some(c)) => {
+            let mut v = crate::tile_buffers::filled(R * C, 0.0);
+            v[..s * C].copy_from_slice(&p[(R - s) * C..]);
+            v[s * C..].copy_from_slice(&c[..(R - s) * C]);
+            Some(v)
+        }
+        _ => None,
+    };
+    let mut out = ctx.new_tile::<T, R, C>(data);
+    let cols = Tile::<T, R, C>::extent_of(&[(prev.valid, prev.fill), (cur.valid, cur.fill)])[1];
+    let rows = if cur.fill {
+        R
+    } else {
+        (cur.valid[0] + s).min(R)
+    };
+    out.valid = [rows, cols];
+    vec_op(
+        ctx,
+        R * C,
+        T::DTYPE,
+        VectorClass::Simple,
+        &[prev.buf, cur.buf],
+        out.buf,
+    );
+    out
+}
+
 /// A `1×1` tile's value repeated over `R×C` (a per-head scalar such as a decay, applied to a tile).
 ///
 /// Usage: `broadcast::<_, R, C>(&scalar_tile)`

@@ -365,6 +365,18 @@ pub fn all() -> Vec<Implementation> {
             summary: "causal depthwise convolution with any tap count, inputs read from [state; x]",
         },
         Implementation {
+            op: "short_conv",
+            kind: ImplKind::Dsl,
+            meta: &crate::linear_attention::conv::short_conv_chunked::META,
+            summary: "causal depthwise convolution of a prompt: token blocks loaded once, taps as row shifts",
+        },
+        Implementation {
+            op: "short_conv_decode",
+            kind: ImplKind::Dsl,
+            meta: &crate::linear_attention::conv::short_conv_decode::META,
+            summary: "one token per sequence of a batch, each sequence's conv state in its own slot",
+        },
+        Implementation {
             op: "zero_state",
             kind: ImplKind::Dsl,
             meta: &crate::linear_attention::conv::zero_state::META,

@@ -329,7 +329,22 @@ fn bad_shapes_are_errors() {
 
 mod conv {
     use super::*;
-    use kernels::linear_attention::conv::{run_short_conv, short_conv4, zero_state, ConvCase};
+    use kernels::linear_attention::conv::{
+        launch_short_conv_decode, run_short_conv, short_conv4, short_conv_chunked, zero_state,
+        ConvCase,
+    };
+    use kernels::linear_attention::reference::short_conv as conv_ref;
+
+    /// `taps` random weights `[taps, ch]` (tap-major, as the kernels take them) and the
+    /// reference's `[ch, taps]` transpose.
+    fn weights(rng: &mut Rng, taps: usize, ch: usize) -> (Tensor<f32>, Vec<f64>) {
+        let w = rng.vec(taps * ch, 0.5);
+        let wt = kernels::reference::transpose(&w, taps, ch);
+        (
+            Tensor::<f32>::from_f32(&[taps, ch], &w).unwrap(),
+            widen(&wt),
+        )
+    }
 
     proptest! {
         #![proptest_config(ProptestConfig::with_cases(24))]
@@ -348,6 +363,142 @@ mod conv {
             let err = run_short_conv(&launcher(), &c).unwrap().launch.report.max_rel_error.unwrap();
             prop_assert!(err <= if bf16 { 1e-2 } else { 1e-6 }, "{c:?}: {err}");
         }
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(24))]
+
+        /// The prompt form, any tap count (1 tap has no state) and lengths around the token
+        /// tile, the state updated in place (aliased), f32 ≤ 1e-6 and bf16 ≤ 1e-2 against the
+        /// f64 reference, output poisoned.
+        #[test]
+        fn chunked_conv_matches_reference(
+            seq in 1usize..150, channels in 1usize..200, taps in 1usize..10,
+            bt in prop::sample::select(vec![16i64, 64]),
+            bc in prop::sample::select(vec![16i64, 64, 128]),
+            bf16 in any::<bool>(), seed in any::<u64>(),
+        ) {
+            let mut rng = Rng::new(seed);
+            let (w, wt) = weights(&mut rng, taps, channels);
+            let hist = taps.saturating_sub(1).max(1);
+            let xv = rng.vec(seq * channels, 1.0);
+            let sv = rng.vec(hist * channels, 1.0);
+            let state = Tensor::<f32>::from_f32(&[hist, channels], &sv).unwrap();
+            let cfg = Config::new().with("BT", bt).with("BC", bc);
+            let (got, new_state, want) = if bf16 {
+                let x = Tensor::<bf16>::from_f32(&[seq, channels], &xv).unwrap();
+                let y = Tensor::<bf16>::poisoned(&[seq, channels]);
+                short_conv_chunked::launch(&launcher(), &cfg, &x, &w, &state, &state, &y)
+                    .unwrap();
+                (y.to_vec().unwrap(), state.to_vec().unwrap(), x.to_vec().unwrap())
+            } else {
+                let x = Tensor::<f32>::from_f32(&[seq, channels], &xv).unwrap();
+                let y = Tensor::<f32>::poisoned(&[seq, channels]);
+                short_conv_chunked::launch(&launcher(), &cfg, &x, &w, &state, &state, &y)
+                    .unwrap();
+                (y.to_vec().unwrap(), state.to_vec().unwrap(), x.to_vec().unwrap())
+            };
+            // One tap keeps a 1-row state the kernel never touches.
+            let sv_ref = if taps == 1 { Vec::new() } else { widen(&sv) };
+            let (want_y, want_s) = conv_ref(&widen(&want), &wt, &sv_ref, channels).unwrap();
+            let tol = if bf16 { 1e-2 } else { 1e-6 };
+            let err = rel_error(&got, &want_y);
+            prop_assert!(err <= tol, "y: {err}");
+            if taps > 1 {
+                let err = rel_error(&new_state, &want_s);
+                prop_assert!(err <= 1e-6, "state: {err}");
+            }
+        }
+
+        /// The batched decode form: each sequence's token against its own slot (slots in any
+        /// order, some slots unused and left as they were), equal to the reference one sequence
+        /// at a time; output poisoned.
+        #[test]
+        fn decode_conv_batch_matches_reference(
+            seqs in 1usize..9, channels in 1usize..300, taps in 2usize..9, seed in any::<u64>(),
+        ) {
+            let mut rng = Rng::new(seed);
+            let (w, wt) = weights(&mut rng, taps, channels);
+            let hist = taps - 1;
+            let n_slots = seqs + 3;
+            let xv = rng.vec(seqs * channels, 1.0);
+            let sv = rng.vec(n_slots * hist * channels, 1.0);
+            let x = Tensor::<f32>::from_f32(&[seqs, channels], &xv).unwrap();
+            let states = Tensor::<f32>::from_f32(&[n_slots, hist, channels], &sv).unwrap();
+            let y = Tensor::<f32>::poisoned(&[seqs, channels]);
+            // Sequence s on slot (s·5 + seed) mod n_slots ... distinct: a rotation.
+            let shift = (seed % n_slots as u64) as usize;
+            let slots: Vec<usize> = (0..seqs).map(|s| (s + shift) % n_slots).collect();
+            launch_short_conv_decode(&launcher(), &x, &w, &states, Some(&slots), &y).unwrap();
+            let (got_y, got_s) = (y.to_vec().unwrap(), states.to_vec().unwrap());
+            let per = hist * channels;
+            let mut want_states = widen(&sv);
+            for (s, &slot) in slots.iter().enumerate() {
+                let old = &sv[slot * per..(slot + 1) * per];
+                let (want_y, want_s) = conv_ref(
+                    &widen(&xv[s * channels..(s + 1) * channels]), &wt, &widen(old), channels,
+                ).unwrap();
+                let err = rel_error(&got_y[s * channels..(s + 1) * channels], &want_y);
+                prop_assert!(err <= 1e-6, "sequence {s}: {err}");
+                want_states[slot * per..(slot + 1) * per].copy_from_slice(&want_s);
+            }
+            prop_assert!(rel_error(&got_s, &want_states) <= 1e-7);
+        }
+    }
+
+    /// The prompt form and the per-token form sum the taps in one order: a prompt, then its
+    /// continuation token by token, equals the whole prompt at once bit for bit.
+    #[test]
+    fn chunked_prompt_then_tokens_equals_one_pass() {
+        let (seq, ch) = (150usize, 70usize);
+        let mut rng = Rng::new(9);
+        let xv = rng.vec(seq * ch, 1.0);
+        let (w, _) = weights(&mut rng, 4, ch);
+        let run = |parts: &[usize]| {
+            let state = Tensor::<f32>::poisoned(&[3, ch]);
+            zero_state::launch(&launcher(), &Config::new(), &state).unwrap();
+            let mut out = Vec::new();
+            let mut t0 = 0;
+            for &n in parts {
+                let x = Tensor::<f32>::from_f32(&[n, ch], &xv[t0 * ch..(t0 + n) * ch]).unwrap();
+                let y = Tensor::<f32>::poisoned(&[n, ch]);
+                kernels::linear_attention::conv::launch_short_conv(
+                    &launcher(),
+                    &x,
+                    &w,
+                    &state,
+                    &state,
+                    &y,
+                )
+                .unwrap();
+                out.extend(y.to_vec().unwrap());
+                t0 += n;
+            }
+            (out, state.to_vec().unwrap())
+        };
+        let whole = run(&[seq]);
+        let mut parts = vec![100, 2, 37];
+        parts.extend(std::iter::repeat_n(1, seq - 139));
+        assert_eq!(run(&parts), whole);
+    }
+
+    #[test]
+    fn decode_conv_refuses_bad_slots_and_shapes() {
+        let ch = 8;
+        let x = Tensor::<f32>::from_f32(&[2, ch], &[0.5; 16]).unwrap();
+        let w = Tensor::<f32>::from_f32(&[4, ch], &[0.25; 32]).unwrap();
+        let states = Tensor::<f32>::poisoned(&[2, 3, ch]);
+        let y = Tensor::<f32>::poisoned(&[2, ch]);
+        let err = |slots: Option<&[usize]>, states: &Tensor<f32>| {
+            launch_short_conv_decode(&launcher(), &x, &w, states, slots, &y)
+                .unwrap_err()
+                .to_string()
+        };
+        assert!(err(Some(&[0, 2]), &states).contains("outside"));
+        assert!(err(Some(&[1, 1]), &states).contains("share"));
+        assert!(err(Some(&[0]), &states).contains("2 sequences"));
+        assert!(err(None, &Tensor::<f32>::poisoned(&[1, 3, ch])).contains("outside"));
+        assert!(err(None, &Tensor::<f32>::poisoned(&[2, 2, ch])).contains("[slots, 3, 8]"));
     }
 
     #[test]

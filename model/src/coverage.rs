@@ -385,9 +385,14 @@ pub fn rules(kind: &OpKind) -> Rule {
         OpKind::BiasAdd => from_registry("add_bias", |_| vec![], "no bias-add kernel"),
         OpKind::ShortConv => rule(
             Status::Dsl,
-            vec![&conv::short_conv4::META, &conv::short_conv::META],
+            vec![
+                &conv::short_conv_chunked::META,
+                &conv::short_conv4::META,
+                &conv::short_conv::META,
+                &conv::short_conv_decode::META,
+            ],
             vec![],
-            "any tap count: the 4-tap fast path or the general kernel",
+            "any tap count: prompts in token blocks, one token per sequence or a batch's tokens",
         ),
         OpKind::DeltaGates(Decay::Scalar) => rule(
             Status::Dsl,

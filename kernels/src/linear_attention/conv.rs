@@ -34,9 +34,11 @@ pub fn short_conv4<T: Float>(
     let mut h3 = load_async::<1, BC>(state_in, 2, c0);
     for t in 0..x.rows() {
         let xt = cast::<f32>(&load_async::<1, BC>(x, t, c0));
-        let old = add(&mul(&w0, &h1), &mul(&w1, &h2));
-        let new = add(&mul(&w2, &h3), &mul(&w3, &xt));
-        store(y, t, c0, &cast::<T>(&silu(&add(&old, &new))));
+        // Taps summed oldest first, as [`short_conv()`] and [`short_conv_chunked()`] do, so a
+        // prompt and its continuation token by token give bit-identical outputs.
+        let acc = add(&add(&mul(&w0, &h1), &mul(&w1, &h2)), &mul(&w2, &h3));
+        let acc = add(&acc, &mul(&w3, &xt));
+        store(y, t, c0, &cast::<T>(&silu(&acc)));
         h1 = h2;
         h2 = h3;
         h3 = xt;
@@ -52,7 +54,11 @@ pub fn short_conv4<T: Float>(
 /// `x`), so a tap count needs no rolling registers; [`short_conv4()`] is the 4-tap fast path that
 /// keeps its window in registers. `state_out` may be `state_in` (each row of the new state is read
 /// before a lower row is written).
-#[kernel(grid = (cdiv(x.cols(), BC),), tunable(BC = [128, 32, 64, 256, 512]))]
+#[kernel(
+    grid = (cdiv(x.cols(), BC),),
+    tunable(BC = [128, 32, 64, 256, 512]),
+    helpers(store_new_state)
+)]
 pub fn short_conv<T: Float>(
     x: &Tensor<T>,
     w: &Tensor<f32>,
@@ -77,7 +83,20 @@ pub fn short_conv<T: Float>(
         }
         store(y, t, c0, &cast::<T>(&silu(&acc)));
     }
-    // The new state: the last `hist` rows of `[state; x]`, oldest first.
+    store_new_state::<T, BC>(x, state_in, state_out, hist, c0);
+}
+
+/// The new conv state of a program's `BC` channels from `c0`: the last `hist` rows of
+/// `[state_in; x]`, oldest first, into `state_out`. Each row is read before a lower one is
+/// written, so `state_out` may be `state_in`.
+#[kernel(helper)]
+pub fn store_new_state<T: Float, const BC: usize>(
+    x: &Tensor<T>,
+    state_in: &Tensor<f32>,
+    state_out: &Tensor<f32>,
+    hist: usize,
+    c0: usize,
+) {
     for i in 0..hist {
         let pos = x.rows() + i;
         let row = if pos < hist {
@@ -89,9 +108,173 @@ pub fn short_conv<T: Float>(
     }
 }
 
-/// Launches the short convolution for the tap count of `w [K, channels]`: the 4-tap fast path
-/// ([`short_conv4()`]) or the general [`short_conv()`], with `BC` covering up to 128 channels per
-/// program. Shapes are checked first: `K ≥ 1`, states `[max(K − 1, 1), channels]`, `y` like `x`.
+/// The prompt form: one program per block of `BC` channels streams the tokens `BT` at a time,
+/// each token block loaded once (the next block's requested before this one's arithmetic). Tap
+/// `j`'s inputs for the block are the block moved down by `K − 1 − j` rows with the previous
+/// block's last rows on top ([`shift_rows`]), so overlapping windows are never reloaded, as
+/// causal-conv1d keeps a chunk's halo on chip; before the first block the "previous block" holds
+/// the state. [`short_conv4()`] and [`short_conv()`] walk every token with `1 × BC` loads, each
+/// waiting for its memory latency: fine for one decode token, ~27× the memory bound for an
+/// 8192-token prompt. Taps are summed oldest first in every form, so a prompt and its
+/// continuation token by token agree bit for bit. `state_out` may be `state_in`: the new state is
+/// written last, by the program that read the old one. `K − 1 ≤ BT`.
+#[kernel(
+    grid = (cdiv(x.cols(), BC),),
+    tunable(BT = [128, 16, 32, 64, 256], BC = [32, 16, 64, 128, 256]),
+    helpers(store_new_state)
+)]
+pub fn short_conv_chunked<T: Float>(
+    x: &Tensor<T>,
+    w: &Tensor<f32>,
+    state_in: &Tensor<f32>,
+    state_out: &Tensor<f32>,
+    y: &Tensor<T>,
+) {
+    let c0 = program_id(0) * BC;
+    let (taps, n) = (w.rows(), x.rows());
+    let hist = taps - 1;
+    require(
+        hist <= BT,
+        "the BT token tile must hold the taps' history (launch_short_conv picks it)",
+    );
+    // The state as the bottom `hist` rows of a block before the first (rows past it read 0).
+    let st = load_async::<BT, BC>(&state_in.rows_clipped(0, hist), 0, c0);
+    let mut prev = shift_rows(&zeros::<f32, BT, BC>(), &st, BT - hist);
+    let mut raw = load_async::<BT, BC>(x, 0, c0);
+    for t0 in (0..n).step_by(BT) {
+        // Past the last token this window moves nothing.
+        let next = load_async::<BT, BC>(x, t0 + BT, c0);
+        let cur = cast::<f32>(&raw);
+        let mut acc = zeros::<f32, BT, BC>();
+        for j in 0..taps {
+            let wj = load_async::<1, BC>(w, j, c0);
+            acc = add(&acc, &mul_row(&shift_rows(&prev, &cur, hist - j), &wj));
+        }
+        // Rows past the last token fall outside `y` and are not stored.
+        store(y, t0, c0, &cast::<T>(&silu(&acc)));
+        prev = cur;
+        raw = next;
+    }
+    // The new state (read before written, so an aliased state reads its old rows).
+    store_new_state::<T, BC>(x, state_in, state_out, hist, c0);
+}
+
+/// The decode form for a batch: sequence `s`'s one new token `x[s]` continues the state in slot
+/// `slots[s]` of `states [slots, K − 1, channels]`, which it advances in place (the oldest row
+/// drops out, `x[s]` becomes the newest), as vLLM's `causal_conv1d_update` takes a batch with a
+/// state index per sequence. One program per (block of `BC` channels, sequence): the history
+/// taps are one `BH × BC` product reduced over its rows (`BH` covers `K − 1`). Cost-only runs
+/// have no slot table: sequence `s` uses slot `s`.
+#[kernel(
+    grid = (cdiv(x.cols(), BC), x.rows()),
+    tunable(BC = [512, 32, 64, 128, 256], BH = [8, 4, 16])
+)]
+pub fn short_conv_decode<T: Float>(
+    x: &Tensor<T>,
+    w: &Tensor<f32>,
+    states: &Tensor<f32>,
+    slots: &Tensor<i32>,
+    y: &Tensor<T>,
+) {
+    let (c0, s) = (program_id(0) * BC, program_id(1));
+    let hist = w.rows() - 1;
+    require(
+        hist <= BH,
+        "the BH tile must cover the taps' history (launch_short_conv_decode picks a covering tile)",
+    );
+    // What does not depend on the slot is requested before the slot is read.
+    let xr = load_async::<1, BC>(x, s, c0);
+    let wh = load_async::<BH, BC>(&w.rows_clipped(0, hist), 0, c0);
+    let wl = load_async::<1, BC>(w, hist, c0);
+    let slot = load_index(slots, s, s);
+    let st = states.at(slot);
+    // Rows past the history read as zeros in both tiles and add nothing.
+    let h = load_async::<BH, BC>(&st, 0, c0);
+    let xt = cast::<f32>(&xr);
+    let acc = add(&col_sum(&mul(&wh, &h)), &mul(&wl, &xt));
+    store(y, s, c0, &cast::<T>(&silu(&acc)));
+    // The state moves up one row (row r takes row r + 1, from the tile already on chip), then
+    // the new token is its last row.
+    let older = shift_rows(&h, &zeros::<f32, BH, BC>(), BH - 1);
+    store(&st.rows_clipped(0, hist - 1), 0, c0, &older);
+    store(&st.rows_clipped(hist - 1, hist), 0, c0, &xt);
+}
+
+/// Runs [`short_conv_decode()`]: one token per sequence, `x [S, channels]`, sequence `s` with
+/// the state at slot `slots[s]` of `states [slots, K − 1, channels]` (none: slot `s`, for a
+/// cost-only batch). Errors name what does not fit: taps, widths, a slot outside the states, two
+/// sequences on one slot.
+pub fn launch_short_conv_decode<T: Float>(
+    launcher: &Launcher,
+    x: &Tensor<T>,
+    w: &Tensor<f32>,
+    states: &Tensor<f32>,
+    slots: Option<&[usize]>,
+    y: &Tensor<T>,
+) -> Result<Launch, dsl_core::SimError> {
+    let meta = &short_conv_decode::META;
+    let bad = |message: String| dsl_core::SimError::Launch {
+        kernel: meta.name.into(),
+        message,
+    };
+    let (taps, ch, seqs) = (w.rows(), x.cols(), x.rows());
+    let sh = states.shape();
+    if taps < 2 || w.cols() != ch {
+        return Err(bad(format!(
+            "conv weights {w:?} must be [taps ≥ 2, {ch}] for x {x:?} (one tap has no state)"
+        )));
+    }
+    if sh.len() != 3 || sh[1] != taps - 1 || sh[2] != ch {
+        return Err(bad(format!(
+            "states {sh:?} must be [slots, {}, {ch}] for {taps} taps",
+            taps - 1
+        )));
+    }
+    if y.rows() != seqs || y.cols() != ch {
+        return Err(bad(format!("y is {y:?} but must have x's shape {x:?}")));
+    }
+    let slots: Vec<usize> = match slots {
+        Some(slots) => slots.to_vec(),
+        None => (0..seqs).collect(),
+    };
+    if slots.len() != seqs {
+        return Err(bad(format!(
+            "{} state slots for {seqs} sequences",
+            slots.len()
+        )));
+    }
+    let mut seen = std::collections::BTreeSet::new();
+    for (s, &slot) in slots.iter().enumerate() {
+        if slot >= sh[0] {
+            return Err(bad(format!(
+                "sequence {s}'s state slot {slot} is outside the {} slots",
+                sh[0]
+            )));
+        }
+        if !seen.insert(slot) {
+            return Err(bad(format!(
+                "two sequences share state slot {slot}: each sequence needs its own"
+            )));
+        }
+    }
+    // Slots are i32 on the device (as `load_index` reads them).
+    let idx: Vec<i32> = slots
+        .iter()
+        .map(|s| i32::try_from(*s))
+        .collect::<Result<_, _>>()
+        .map_err(|_| bad(format!("{} state slots are past an i32 index", sh[0])))?;
+    let table = Tensor::<i32>::from_indices(&[seqs], &idx).map_err(bad)?;
+    let config = crate::tile_choice::covering_config(
+        meta,
+        Config::new(),
+        &[("BC", ch, 512), ("BH", taps - 1, 16)],
+    );
+    short_conv_decode::launch(launcher, &config, x, w, states, &table, y)
+}
+
+/// Launches the short convolution of `w [K, channels]`: for a prompt (more than one token)
+/// [`short_conv_chunked()`]; for one token the 4-tap fast path ([`short_conv4()`]) or the general
+/// [`short_conv()`], with `BC` covering up to 128 channels per program. Shapes are checked first: `K ≥ 1`, states `[max(K − 1, 1), channels]`, `y` like `x`.
 pub fn launch_short_conv<T: Float>(
     launcher: &Launcher,
     x: &Tensor<T>,
@@ -120,6 +303,25 @@ pub fn launch_short_conv<T: Float>(
     }
     if y.rows() != x.rows() || y.cols() != ch {
         return Err(bad(format!("y is {y:?} but must have x's shape {x:?}")));
+    }
+    if x.rows() > 1 {
+        // A prompt: one program per channel block, so the widest block that still gives every
+        // core one (a program streams its block's whole sequence).
+        let cores = launcher.preset.cores as usize;
+        let bc = [128usize, 64]
+            .into_iter()
+            .find(|b| ch.div_ceil(*b) >= cores)
+            .unwrap_or(32);
+        // Token tiles of 16 KB of f32: seven live fit an H100-class SM's 228 KB.
+        let bt = crate::tile_choice::covering(
+            &short_conv_chunked::META,
+            "BT",
+            (4096 / bc).max(taps - 1),
+            256,
+        )
+        .unwrap_or(256);
+        let cfg = Config::new().with("BT", bt).with("BC", bc as i64);
+        return short_conv_chunked::launch(launcher, &cfg, x, w, state_in, state_out, y);
     }
     let bc = if ch <= 32 {
         32

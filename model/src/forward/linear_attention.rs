@@ -33,6 +33,9 @@ impl LinearState {
 
     /// The short causal convolution (with SiLU) of `mixed [T, conv_dim]` continuing from the
     /// rolling conv state, which it advances in place; booked as `op`. GDN and KDA both run it.
+    /// In a batched cost-only decode (`Runner::batch_decode`) the `T` rows are `T` sequences'
+    /// tokens, each continuing its own state: one launch of the batched decode form, booked once
+    /// for the batch.
     pub fn short_conv(
         &self,
         ops: &mut Ops,
@@ -41,6 +44,15 @@ impl LinearState {
         taps: &Tensor<f32>,
     ) -> Result<Tensor<f32>, ForwardError> {
         let y = ops.mem.act(mixed.rows(), mixed.cols());
+        if ops.batched_decode && mixed.rows() > 1 && taps.rows() > 1 {
+            let states = ops
+                .mem
+                .poisoned::<f32>(&[mixed.rows(), taps.rows() - 1, mixed.cols()]);
+            let launch =
+                conv::launch_short_conv_decode(&ops.launcher, mixed, taps, &states, None, &y);
+            ops.book(op, launch)?;
+            return Ok(y);
+        }
         let launch =
             conv::launch_short_conv(&ops.launcher, mixed, taps, &self.conv, &self.conv, &y);
         ops.book_sequence(op, launch)?;
