@@ -281,6 +281,18 @@ fn rows(w: Weight, start: usize, len: usize, what: &str) -> Result<Weight, Forwa
     f32_weight(what, &[len, k], &data[start * k..(start + len) * k])
 }
 
+/// The row ranges `(start, len)` of a `[N, K]` weight, one after another.
+fn row_ranges(w: Weight, ranges: &[(usize, usize)], what: &str) -> Result<Weight, ForwardError> {
+    let (shape, data) = values(&w, what)?;
+    let k = shape[shape.len() - 1];
+    let out: Vec<f32> = ranges
+        .iter()
+        .flat_map(|(start, len)| data[start * k..(start + len) * k].iter().copied())
+        .collect();
+    let n = ranges.iter().map(|(_, len)| len).sum::<usize>();
+    f32_weight(what, &[n, k], &out)
+}
+
 /// Columns `start..start + len` of a `[N, K]` weight.
 fn cols(w: Weight, start: usize, len: usize, what: &str) -> Result<Weight, ForwardError> {
     let (shape, data) = values(&w, what)?;
@@ -429,7 +441,8 @@ fn gqa_shard(
 }
 
 /// Gated DeltaNet split by key heads (each with its `Nv/Nk` value heads): the projections are
-/// grouped per key head, the convolution's channels are `[q | k | v]`.
+/// held part-major (`[q | k | v | z]`, `[b | a]`, see `params::part_major`), so a rank takes its
+/// heads' rows of each part; the convolution's channels are `[q | k | v]`.
 fn gdn_shard(
     w: LinearAttnWeights,
     l: &crate::config::LinearAttnDims,
@@ -442,22 +455,21 @@ fn gdn_shard(
         l.key_head_dim,
         l.value_head_dim,
     );
-    let r = l.value_heads / l.key_heads;
-    let group = 2 * dk + 2 * r * dv;
-    let qk_w = l.key_heads * dk;
+    let (qk_w, v_w) = (l.key_heads * dk, l.value_heads * dv);
     let channels = [
         (rank * nk * dk, nk * dk),
         (qk_w + rank * nk * dk, nk * dk),
         (2 * qk_w + rank * nv * dv, nv * dv),
     ];
+    let z = [(2 * qk_w + v_w + rank * nv * dv, nv * dv)];
+    let ba = [(rank * nv, nv), (l.value_heads + rank * nv, nv)];
     Ok(LinearAttnWeights {
-        in_proj_qkvz: rows(
+        in_proj_qkvz: row_ranges(
             w.in_proj_qkvz,
-            rank * nk * group,
-            nk * group,
+            &[channels.as_slice(), z.as_slice()].concat(),
             "in_proj_qkvz",
         )?,
-        in_proj_ba: rows(w.in_proj_ba, rank * nk * 2 * r, nk * 2 * r, "in_proj_ba")?,
+        in_proj_ba: row_ranges(w.in_proj_ba, &ba, "in_proj_ba")?,
         conv_taps: tensor_cols(w.conv_taps, &channels, "conv taps")?,
         a_log: tensor_cols(w.a_log, &[(rank * nv, nv)], "A_log")?,
         dt_bias: tensor_cols(w.dt_bias, &[(rank * nv, nv)], "dt_bias")?,

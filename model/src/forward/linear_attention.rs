@@ -1,5 +1,5 @@
-//! Qwen3-Next's Gated DeltaNet layer: the fused input projections split per key-head group into
-//! q, k, v, z (and b, a), the short causal convolution over `[q | k | v]` with its rolling state,
+//! Qwen3-Next's Gated DeltaNet layer: the fused input projections (held part-major, so q, k, v,
+//! z and b, a are column ranges of their outputs), the short causal convolution over `[q | k | v]` with its rolling state,
 //! the gates, the delta rule (chunked for prompts, recurrent for single tokens) carrying the
 //! per-head `dk × dv` state, the gated RMSNorm and the output projection.
 
@@ -104,42 +104,18 @@ pub(crate) fn forward(
 ) -> Result<Tensor<f32>, ForwardError> {
     let t = x.rows();
     let (nk, nv, dk, dv) = (l.key_heads, l.value_heads, l.key_head_dim, l.value_head_dim);
-    let r = nv / nk;
     let (qk_w, v_w) = (nk * dk, nv * dv);
     let conv_dim = 2 * qk_w + v_w;
     let p = ops.linear("linear_attn.in_proj_qkvz", x, &w.in_proj_qkvz)?;
     let ba = ops.linear("linear_attn.in_proj_ba", x, &w.in_proj_ba)?;
-    // Regroup from per-key-head groups [q | k | v(r heads) | z(r heads)] to [q | k | v] and z.
-    let mixed = ops.mem.act(t, conv_dim);
-    let z = ops.mem.act(t, v_w);
-    let (a, b) = (ops.mem.act(t, nv), ops.mem.act(t, nv));
-    let group = 2 * dk + 2 * r * dv;
-    for gi in 0..nk {
-        let s = gi * group;
-        let parts = [
-            (s, gi * dk, dk, &mixed),
-            (s + dk, qk_w + gi * dk, dk, &mixed),
-            (s + 2 * dk, 2 * qk_w + gi * r * dv, r * dv, &mixed),
-            (s + 2 * dk + r * dv, gi * r * dv, r * dv, &z),
-        ];
-        for (src, dst, width, into) in parts {
-            ops.copy(
-                "linear_attn.split_qkvz",
-                &view(p.col_range(src, width), "qkvz group")?,
-                &view(into.col_range(dst, width), "qkv/z")?,
-            )?;
-        }
-        ops.copy(
-            "linear_attn.split_ba",
-            &view(ba.col_range(gi * 2 * r, r), "b group")?,
-            &view(b.col_range(gi * r, r), "b")?,
-        )?;
-        ops.copy(
-            "linear_attn.split_ba",
-            &view(ba.col_range(gi * 2 * r + r, r), "a group")?,
-            &view(a.col_range(gi * r, r), "a")?,
-        )?;
-    }
+    // The projections are held part-major (`params::part_major`): `[q | k | v]` (the
+    // convolution's channels) then z, and b then a, as views of their outputs.
+    let mixed = view(p.col_range(0, conv_dim), "q/k/v")?;
+    let z = view(p.col_range(conv_dim, v_w), "z")?;
+    let (b, a) = (
+        view(ba.col_range(0, nv), "b")?,
+        view(ba.col_range(nv, nv), "a")?,
+    );
 
     let y = st.short_conv(ops, "linear_attn.conv", &mixed, &w.conv_taps)?;
 

@@ -608,15 +608,53 @@ fn linear_attn(ld: &Loader, cfg: &ModelConfig, p: &str) -> Result<LinearAttnWeig
         ))
     })?;
     let row = |name: &str, n: usize| ld.row(&format!("{p}.{name}"), n);
+    // The checkpoint groups the fused projections' outputs per key head ([q | k | v | z] and
+    // [b | a] of each group); held part-major, so the projection's output is already
+    // `[q | k | v]` (the convolution's channels) then z, and `[b | a]` is b then a: views, with
+    // no copy per group in every layer and step.
+    let (nk, r) = (l.key_heads, l.value_heads / l.key_heads.max(1));
+    let (dk, dv) = (l.key_head_dim, l.value_head_dim);
+    let grouped = |name: String, rows: usize, parts: [usize; 4], nparts: usize| {
+        let shape = [rows, h];
+        ld.derived_weight(&name, ld.held(ld.dense), &shape, |c| {
+            Ok(part_major(&c.f32(&name, &shape)?, h, nk, &parts[..nparts]))
+        })
+    };
     Ok(LinearAttnWeights {
-        in_proj_qkvz: ld.linear(&format!("{p}.in_proj_qkvz.weight"), &[2 * qk + 2 * v, h])?,
-        in_proj_ba: ld.linear(&format!("{p}.in_proj_ba.weight"), &[2 * l.value_heads, h])?,
+        in_proj_qkvz: grouped(
+            format!("{p}.in_proj_qkvz.weight"),
+            2 * qk + 2 * v,
+            [dk, dk, r * dv, r * dv],
+            4,
+        )?,
+        in_proj_ba: grouped(
+            format!("{p}.in_proj_ba.weight"),
+            2 * l.value_heads,
+            [r, r, 0, 0],
+            2,
+        )?,
         conv_taps,
         a_log: row("A_log", l.value_heads)?,
         dt_bias: row("dt_bias", l.value_heads)?,
         norm: row("norm.weight", l.value_head_dim)?,
         out_proj: ld.linear(&format!("{p}.out_proj.weight"), &[h, v])?,
     })
+}
+
+/// Rows of a weight stored group-major (`groups` groups, each the parts `parts` rows tall, rows
+/// `row_len` wide) rearranged part-major: every group's part 0, then every group's part 1, ...
+fn part_major(values: &[f32], row_len: usize, groups: usize, parts: &[usize]) -> Vec<f32> {
+    let group: usize = parts.iter().sum();
+    let mut out = Vec::with_capacity(values.len());
+    let mut offset = 0;
+    for part in parts {
+        for g in 0..groups {
+            let start = (g * group + offset) * row_len;
+            out.extend_from_slice(&values[start..start + part * row_len]);
+        }
+        offset += part;
+    }
+    out
 }
 
 fn missing_dims(cfg: &ModelConfig, what: &str) -> ForwardError {
