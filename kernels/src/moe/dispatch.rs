@@ -140,9 +140,18 @@ pub fn moe_dispatch<T: Float>(x: &Tensor<T>, rows: &Tensor<i32>, xe: &Tensor<T>)
 /// Combine: `out[t] = base[t] + Σ_j weights[t, j] · ye[slot_of[t, j]]` for `ye [N, H]`,
 /// `slot_of`/`weights [T, K]`, `base`/`out [T, H]` (`base`: the shared expert's output, or zeros).
 /// Every token gathers its `K` rows in `j` order and sums in f32: deterministic, no scatter.
+///
+/// A program reads its tokens' slots once, as a `BR × KB` tile (`KB` covers `K`), and requests a
+/// token's rows four at a time before summing them, so a token waits for about `⌈K / 4⌉` memory
+/// latencies rather than two per choice (a blocking index read, then the row).
 #[kernel(
     grid = (cdiv(out.rows(), BR), cdiv(out.cols(), BH)),
-    tunable(BR = [16, 1, 2, 4, 8, 32, 64], BH = [1024, 64, 128, 256, 512])
+    tunable(
+        BR = [16, 1, 2, 4, 8, 32, 64],
+        BH = [1024, 64, 128, 256, 512],
+        KB = [8, 16, 32, 64]
+    ),
+    helpers(combine_choice)
 )]
 pub fn moe_combine(
     ye: &Tensor<f32>,
@@ -153,14 +162,57 @@ pub fn moe_combine(
 ) {
     let (r0, c) = (program_id(0) * BR, program_id(1) * BH);
     let k = weights.cols();
+    require(
+        k <= KB,
+        "the KB tile must cover the experts per token (run_moe_combine picks it)",
+    );
+    let idx = load::<BR, KB>(slot_of, r0, 0);
     for t in r0..usize::min(r0 + BR, out.rows()) {
         let mut acc = load_async::<1, BH>(base, t, c);
-        for j in 0..k {
-            let slot = load_index(slot_of, t * k + j, t * k + j);
-            let w = load_async::<1, 1>(weights, t, j);
-            acc = add(&acc, &mul_col(&load_async::<1, BH>(ye, slot, c), &w));
+        for j in (0..k).step_by(4) {
+            let (y0, w0) = combine_choice::<BR, KB, BH>(ye, weights, &idx, t - r0, t, j, c);
+            let (y1, w1) = combine_choice::<BR, KB, BH>(ye, weights, &idx, t - r0, t, j + 1, c);
+            let (y2, w2) = combine_choice::<BR, KB, BH>(ye, weights, &idx, t - r0, t, j + 2, c);
+            let (y3, w3) = combine_choice::<BR, KB, BH>(ye, weights, &idx, t - r0, t, j + 3, c);
+            acc = add(&acc, &mul_col(&y0, &w0));
+            if j + 1 < k {
+                acc = add(&acc, &mul_col(&y1, &w1));
+            }
+            if j + 2 < k {
+                acc = add(&acc, &mul_col(&y2, &w2));
+            }
+            if j + 3 < k {
+                acc = add(&acc, &mul_col(&y3, &w3));
+            }
         }
         store(out, t, c, &acc);
+    }
+}
+
+/// Choice `j` of token `t` (row `i` of the program's slot tile `idx`): its expert-output row of
+/// columns `c..c + BH` and its weight, requested without waiting for them; past the token's
+/// choices, zero tiles and no request.
+#[kernel(helper)]
+#[allow(clippy::too_many_arguments)]
+pub fn combine_choice<const BR: usize, const KB: usize, const BH: usize>(
+    ye: &Tensor<f32>,
+    weights: &Tensor<f32>,
+    idx: &Tile<i32, BR, KB>,
+    i: usize,
+    t: usize,
+    j: usize,
+    c: usize,
+) -> (Tile<f32, 1, BH>, Tile<f32, 1, 1>) {
+    let k = weights.cols();
+    if j < k {
+        // Cost-only runs have no slots: choice j of token t is slot t·K + j, as a plan lays them.
+        let slot = index_at(idx, i * KB + j, t * k + j);
+        (
+            load_async::<1, BH>(ye, slot, c),
+            load_async::<1, 1>(weights, t, j),
+        )
+    } else {
+        (zeros::<f32, 1, BH>(), zeros::<f32, 1, 1>())
     }
 }
 
@@ -251,6 +303,10 @@ pub fn run_moe_combine(
             ));
         }
     }
-    let config = gather_config(launcher, t, h);
+    let config = crate::tile_choice::covering_config(
+        &moe_combine::META,
+        gather_config(launcher, t, h),
+        &[("KB", k, 64)],
+    );
     Ok(moe_combine::launch(launcher, &config, ye, slot_of, weights, base, out)?.report)
 }
