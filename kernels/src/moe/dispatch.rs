@@ -123,54 +123,17 @@ impl RoutingPlan {
 }
 
 /// Gather: `xe[r] = x[rows[r]]` for `x [T, H]`, `rows [N]` (i32), `xe [N, H]`. One program per
-/// `BR` dispatched rows × `BH` columns. A program reads its `BR` indices once, as a tile, and
-/// requests its rows four at a time before storing them, so it waits for about `⌈BR / 4⌉` memory
-/// latencies rather than two per row (a blocking index read, then the row).
+/// `BR` dispatched rows × `BH` columns; each row is an index read and a one-row copy.
 #[kernel(
     grid = (cdiv(xe.rows(), BR), cdiv(xe.cols(), BH)),
-    tunable(BR = [16, 1, 2, 4, 8, 32, 64], BH = [1024, 64, 128, 256, 512]),
-    helpers(dispatch_row)
+    tunable(BR = [16, 1, 2, 4, 8, 32, 64], BH = [1024, 64, 128, 256, 512])
 )]
 pub fn moe_dispatch<T: Float>(x: &Tensor<T>, rows: &Tensor<i32>, xe: &Tensor<T>) {
-    // `rows` is `[N, 1]` (run_moe_dispatch reshapes a vector).
     let (r0, c) = (program_id(0) * BR, program_id(1) * BH);
-    let idx = load::<BR, 1>(rows, r0, 0);
-    let end = usize::min(r0 + BR, xe.rows());
-    for r in (r0..end).step_by(4) {
-        let a = dispatch_row::<T, BR, BH>(x, &idx, r0, r, end, c);
-        let b = dispatch_row::<T, BR, BH>(x, &idx, r0, r + 1, end, c);
-        let d = dispatch_row::<T, BR, BH>(x, &idx, r0, r + 2, end, c);
-        let e = dispatch_row::<T, BR, BH>(x, &idx, r0, r + 3, end, c);
-        store(xe, r, c, &a);
-        if r + 1 < end {
-            store(xe, r + 1, c, &b);
-        }
-        if r + 2 < end {
-            store(xe, r + 2, c, &d);
-        }
-        if r + 3 < end {
-            store(xe, r + 3, c, &e);
-        }
-    }
-}
-
-/// Dispatched row `r` (entry `r − r0` of the program's index tile `idx`): its token's row of
-/// columns `c..c + BH`, requested without waiting for it; past `end`, a zero tile and no request.
-#[kernel(helper)]
-pub fn dispatch_row<T: Float, const BR: usize, const BH: usize>(
-    x: &Tensor<T>,
-    idx: &Tile<i32, BR, 1>,
-    r0: usize,
-    r: usize,
-    end: usize,
-    c: usize,
-) -> Tile<T, 1, BH> {
-    if r < end {
+    for r in r0..usize::min(r0 + BR, xe.rows()) {
         // Cost-only runs have no indices: any token costs the same.
-        let token = index_at(idx, r - r0, r % x.rows());
-        load_async::<1, BH>(x, token, c)
-    } else {
-        zeros::<T, 1, BH>()
+        let token = load_index(rows, r, r % x.rows());
+        store(xe, r, c, &load_async::<1, BH>(x, token, c));
     }
 }
 
@@ -299,10 +262,7 @@ pub fn run_moe_dispatch<T: Float>(
         ));
     }
     let config = gather_config(launcher, xe.rows(), xe.cols());
-    let rows = rows
-        .reshaped(&[rows.len(), 1])
-        .map_err(|e| launch_error(name, e))?;
-    Ok(moe_dispatch::launch(launcher, &config, x, &rows, xe)?.report)
+    Ok(moe_dispatch::launch(launcher, &config, x, rows, xe)?.report)
 }
 
 /// Runs [`moe_combine()`] after checking shapes: `ye [N, H]`, `slot_of`/`weights [T, K]` with
