@@ -368,12 +368,12 @@ mod conv {
     proptest! {
         #![proptest_config(ProptestConfig::with_cases(24))]
 
-        /// The prompt form, any tap count (1 tap has no state) and lengths around the token
-        /// tile, the state updated in place (aliased), f32 ≤ 1e-6 and bf16 ≤ 1e-2 against the
+        /// The prompt form, any tap count (1 tap has no state; 17 fills a 16-row token tile with
+        /// history) and lengths around the token tile, the state updated in place (aliased), f32 ≤ 1e-6 and bf16 ≤ 1e-2 against the
         /// f64 reference, output poisoned.
         #[test]
         fn chunked_conv_matches_reference(
-            seq in 1usize..150, channels in 1usize..200, taps in 1usize..10,
+            seq in 1usize..150, channels in 1usize..200, taps in 1usize..18,
             bt in prop::sample::select(vec![16i64, 64]),
             bc in prop::sample::select(vec![16i64, 64, 128]),
             bf16 in any::<bool>(), seed in any::<u64>(),
@@ -410,12 +410,13 @@ mod conv {
             }
         }
 
-        /// The batched decode form: each sequence's token against its own slot (slots in any
-        /// order, some slots unused and left as they were), equal to the reference one sequence
-        /// at a time; output poisoned.
+        /// The batched decode form: each sequence's token against its own slot (distinct slots
+        /// drawn at random, some slots unused and left as they were), any tap count the history
+        /// tile holds, several channel programs; equal to the reference one sequence at a time;
+        /// output poisoned.
         #[test]
         fn decode_conv_batch_matches_reference(
-            seqs in 1usize..9, channels in 1usize..300, taps in 2usize..9, seed in any::<u64>(),
+            seqs in 1usize..9, channels in 1usize..1200, taps in 2usize..18, seed in any::<u64>(),
         ) {
             let mut rng = Rng::new(seed);
             let (w, wt) = weights(&mut rng, taps, channels);
@@ -426,9 +427,12 @@ mod conv {
             let x = Tensor::<f32>::from_f32(&[seqs, channels], &xv).unwrap();
             let states = Tensor::<f32>::from_f32(&[n_slots, hist, channels], &sv).unwrap();
             let y = Tensor::<f32>::poisoned(&[seqs, channels]);
-            // Sequence s on slot (s·5 + seed) mod n_slots ... distinct: a rotation.
-            let shift = (seed % n_slots as u64) as usize;
-            let slots: Vec<usize> = (0..seqs).map(|s| (s + shift) % n_slots).collect();
+            // Distinct slots in a random order: the first `seqs` of a seeded shuffle.
+            let mut order: Vec<usize> = (0..n_slots).collect();
+            for i in (1..n_slots).rev() {
+                order.swap(i, (rng.vec(1, 1.0)[0].abs() * 1e6) as usize % (i + 1));
+            }
+            let slots: Vec<usize> = order[..seqs].to_vec();
             launch_short_conv_decode(&launcher(), &x, &w, &states, Some(&slots), &y).unwrap();
             let (got_y, got_s) = (y.to_vec().unwrap(), states.to_vec().unwrap());
             let per = hist * channels;
@@ -499,6 +503,9 @@ mod conv {
         assert!(err(Some(&[0]), &states).contains("2 sequences"));
         assert!(err(None, &Tensor::<f32>::poisoned(&[1, 3, ch])).contains("outside"));
         assert!(err(None, &Tensor::<f32>::poisoned(&[2, 2, ch])).contains("[slots, 3, 8]"));
+        let w18 = Tensor::<f32>::from_f32(&[18, ch], &[0.25; 18 * 8]).unwrap();
+        let e = launch_short_conv_decode(&launcher(), &x, &w18, &states, None, &y).unwrap_err();
+        assert!(e.to_string().contains("taps ≤ 17"), "{e}");
     }
 
     #[test]

@@ -8,14 +8,15 @@
 //! w₃ x[t])`, with `x[−3..−1]` from the state; see [`super::reference::short_conv`].
 //!
 //! A depthwise convolution treats channels independently, so convolving q, k and v separately
-//! (as flash-linear-attention's KDA layer does, and as the state slots launch [`short_conv4()`])
+//! (as flash-linear-attention's KDA layer does, and as the state slots launch [`launch_short_conv`])
 //! is the same as the one convolution over the concatenated `[q | k | v]` channels of the
 //! transformers code.
 
 use dsl_core::prelude::*;
 
 /// One program per block of `BC` channels walks the tokens in order, keeping the last three
-/// inputs in registers (a rolling window), so prefill and single-token decode are one kernel.
+/// inputs in registers (a rolling window): the single-token decode form ([`launch_short_conv`]
+/// sends prompts to [`short_conv_chunked()`]).
 #[kernel(grid = (cdiv(x.cols(), BC),), tunable(BC = [128, 32, 64, 256, 512]))]
 pub fn short_conv4<T: Float>(
     x: &Tensor<T>,
@@ -116,7 +117,7 @@ pub fn store_new_state<T: Float, const BC: usize>(
 /// the state. [`short_conv4()`] and [`short_conv()`] walk every token with `1 × BC` loads, each
 /// waiting for its memory latency: fine for one decode token, ~27× the memory bound for an
 /// 8192-token prompt. Taps are summed oldest first in every form, so a prompt and its
-/// continuation token by token agree bit for bit. `state_out` may be `state_in`: the new state is
+/// continuation token by token give equal values (up to the sign of a zero). `state_out` may be `state_in`: the new state is
 /// written last, by the program that read the old one. `K − 1 ≤ BT`.
 #[kernel(
     grid = (cdiv(x.cols(), BC),),
@@ -139,7 +140,7 @@ pub fn short_conv_chunked<T: Float>(
     );
     // The state as the bottom `hist` rows of a block before the first (rows past it read 0).
     let st = load_async::<BT, BC>(&state_in.rows_clipped(0, hist), 0, c0);
-    let mut prev = shift_rows(&zeros::<f32, BT, BC>(), &st, BT - hist);
+    let mut prev = shift_rows(&zeros::<f32, BT, BC>(), &st, BT.saturating_sub(hist));
     let mut raw = load_async::<BT, BC>(x, 0, c0);
     for t0 in (0..n).step_by(BT) {
         // Past the last token this window moves nothing.
@@ -163,8 +164,7 @@ pub fn short_conv_chunked<T: Float>(
 /// `slots[s]` of `states [slots, K − 1, channels]`, which it advances in place (the oldest row
 /// drops out, `x[s]` becomes the newest), as vLLM's `causal_conv1d_update` takes a batch with a
 /// state index per sequence. One program per (block of `BC` channels, sequence): the history
-/// taps are one `BH × BC` product reduced over its rows (`BH` covers `K − 1`). Cost-only runs
-/// have no slot table: sequence `s` uses slot `s`.
+/// taps are one `BH × BC` product reduced over its rows (`BH` covers `K − 1`, at most 16).
 #[kernel(
     grid = (cdiv(x.cols(), BC), x.rows()),
     tunable(BC = [512, 32, 64, 128, 256], BH = [8, 4, 16])
@@ -196,8 +196,8 @@ pub fn short_conv_decode<T: Float>(
     // The state moves up one row (row r takes row r + 1, from the tile already on chip), then
     // the new token is its last row.
     let older = shift_rows(&h, &zeros::<f32, BH, BC>(), BH - 1);
-    store(&st.rows_clipped(0, hist - 1), 0, c0, &older);
-    store(&st.rows_clipped(hist - 1, hist), 0, c0, &xt);
+    store(&st.rows_clipped(0, hist.saturating_sub(1)), 0, c0, &older);
+    store(&st.rows_clipped(hist.saturating_sub(1), hist), 0, c0, &xt);
 }
 
 /// Runs [`short_conv_decode()`]: one token per sequence, `x [S, channels]`, sequence `s` with
@@ -219,9 +219,10 @@ pub fn launch_short_conv_decode<T: Float>(
     };
     let (taps, ch, seqs) = (w.rows(), x.cols(), x.rows());
     let sh = states.shape();
-    if taps < 2 || w.cols() != ch {
+    if !(2..=17).contains(&taps) || w.cols() != ch {
         return Err(bad(format!(
-            "conv weights {w:?} must be [taps ≥ 2, {ch}] for x {x:?} (one tap has no state)"
+            "conv weights {w:?} must be [2 ≤ taps ≤ 17, {ch}] for x {x:?} (one tap has no \
+             state; the history tile holds at most 16 rows)"
         )));
     }
     if sh.len() != 3 || sh[1] != taps - 1 || sh[2] != ch {
@@ -303,6 +304,12 @@ pub fn launch_short_conv<T: Float>(
     }
     if y.rows() != x.rows() || y.cols() != ch {
         return Err(bad(format!("y is {y:?} but must have x's shape {x:?}")));
+    }
+    if x.rows() > 1 && taps > 257 {
+        return Err(bad(format!(
+            "{taps} taps: the prompt form holds the taps' history in one token tile of at most \
+             256 rows"
+        )));
     }
     if x.rows() > 1 {
         // A prompt: one program per channel block, so the widest block that still gives every

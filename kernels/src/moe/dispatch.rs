@@ -141,9 +141,13 @@ pub fn moe_dispatch<T: Float>(x: &Tensor<T>, rows: &Tensor<i32>, xe: &Tensor<T>)
 /// `slot_of`/`weights [T, K]`, `base`/`out [T, H]` (`base`: the shared expert's output, or zeros).
 /// Every token gathers its `K` rows in `j` order and sums in f32: deterministic, no scatter.
 ///
-/// A program reads its tokens' slots once, as a `BR × KB` tile (`KB` covers `K`), and requests a
-/// token's rows four at a time before summing them, so a token waits for about `⌈K / 4⌉` memory
-/// latencies rather than two per choice (a blocking index read, then the row).
+/// A program reads its tokens' slots once, as a `BR × KB` tile (`KB` covers `K` up to 64; later
+/// choices read their slot one by one), and requests a token's rows four at a time before summing
+/// them, so a token waits for about `⌈K / 4⌉` memory latencies rather than two per choice (a
+/// blocking index read, then the row). In a cost-only run the slot tile carries no data and choice
+/// `j` of token `t` reads row `t·K + j`: the launch reads every row of `ye` exactly once whatever
+/// the order (`slot_of` is a permutation of the rows), so its reads and their L2 misses are the
+/// same as with the plan's slots; the replay test checks the equality.
 #[kernel(
     grid = (cdiv(out.rows(), BR), cdiv(out.cols(), BH)),
     tunable(
@@ -162,18 +166,18 @@ pub fn moe_combine(
 ) {
     let (r0, c) = (program_id(0) * BR, program_id(1) * BH);
     let k = weights.cols();
-    require(
-        k <= KB,
-        "the KB tile must cover the experts per token (run_moe_combine picks it)",
-    );
     let idx = load::<BR, KB>(slot_of, r0, 0);
     for t in r0..usize::min(r0 + BR, out.rows()) {
         let mut acc = load_async::<1, BH>(base, t, c);
         for j in (0..k).step_by(4) {
-            let (y0, w0) = combine_choice::<BR, KB, BH>(ye, weights, &idx, t - r0, t, j, c);
-            let (y1, w1) = combine_choice::<BR, KB, BH>(ye, weights, &idx, t - r0, t, j + 1, c);
-            let (y2, w2) = combine_choice::<BR, KB, BH>(ye, weights, &idx, t - r0, t, j + 2, c);
-            let (y3, w3) = combine_choice::<BR, KB, BH>(ye, weights, &idx, t - r0, t, j + 3, c);
+            let (y0, w0) =
+                combine_choice::<BR, KB, BH>(ye, slot_of, weights, &idx, t - r0, t, j, c);
+            let (y1, w1) =
+                combine_choice::<BR, KB, BH>(ye, slot_of, weights, &idx, t - r0, t, j + 1, c);
+            let (y2, w2) =
+                combine_choice::<BR, KB, BH>(ye, slot_of, weights, &idx, t - r0, t, j + 2, c);
+            let (y3, w3) =
+                combine_choice::<BR, KB, BH>(ye, slot_of, weights, &idx, t - r0, t, j + 3, c);
             acc = add(&acc, &mul_col(&y0, &w0));
             if j + 1 < k {
                 acc = add(&acc, &mul_col(&y1, &w1));
@@ -196,6 +200,7 @@ pub fn moe_combine(
 #[allow(clippy::too_many_arguments)]
 pub fn combine_choice<const BR: usize, const KB: usize, const BH: usize>(
     ye: &Tensor<f32>,
+    slot_of: &Tensor<i32>,
     weights: &Tensor<f32>,
     idx: &Tile<i32, BR, KB>,
     i: usize,
@@ -205,8 +210,12 @@ pub fn combine_choice<const BR: usize, const KB: usize, const BH: usize>(
 ) -> (Tile<f32, 1, BH>, Tile<f32, 1, 1>) {
     let k = weights.cols();
     if j < k {
-        // Cost-only runs have no slots: choice j of token t is slot t·K + j, as a plan lays them.
-        let slot = index_at(idx, i * KB + j, t * k + j);
+        // Past the tile, a slot read of its own (more than 64 choices per token).
+        let slot = if j < KB {
+            index_at(idx, i * KB + j, t * k + j)
+        } else {
+            load_index(slot_of, t * k + j, t * k + j)
+        };
         (
             load_async::<1, BH>(ye, slot, c),
             load_async::<1, 1>(weights, t, j),
