@@ -36,7 +36,7 @@ pub fn short_conv4<T: Float>(
     for t in 0..x.rows() {
         let xt = cast::<f32>(&load_async::<1, BC>(x, t, c0));
         // Taps summed oldest first, as [`short_conv()`] and [`short_conv_chunked()`] do, so a
-        // prompt and its continuation token by token give bit-identical outputs.
+        // prompt and its continuation token by token give equal values.
         let acc = add(&add(&mul(&w0, &h1), &mul(&w1, &h2)), &mul(&w2, &h3));
         let acc = add(&acc, &mul(&w3, &xt));
         store(y, t, c0, &cast::<T>(&silu(&acc)));
@@ -117,8 +117,9 @@ pub fn store_new_state<T: Float, const BC: usize>(
 /// the state. [`short_conv4()`] and [`short_conv()`] walk every token with `1 × BC` loads, each
 /// waiting for its memory latency: fine for one decode token, ~27× the memory bound for an
 /// 8192-token prompt. Taps are summed oldest first in every form, so a prompt and its
-/// continuation token by token give equal values (up to the sign of a zero). `state_out` may be `state_in`: the new state is
-/// written last, by the program that read the old one. `K − 1 ≤ BT`.
+/// continuation token by token give equal values (up to the sign of a zero). `state_out` may be
+/// `state_in`: the new state is written last, by the program that read the old one.
+/// `K − 1 ≤ BT`.
 #[kernel(
     grid = (cdiv(x.cols(), BC),),
     tunable(BT = [128, 16, 32, 64, 256], BC = [32, 16, 64, 128, 256]),
@@ -275,7 +276,8 @@ pub fn launch_short_conv_decode<T: Float>(
 
 /// Launches the short convolution of `w [K, channels]`: for a prompt (more than one token)
 /// [`short_conv_chunked()`]; for one token the 4-tap fast path ([`short_conv4()`]) or the general
-/// [`short_conv()`], with `BC` covering up to 128 channels per program. Shapes are checked first: `K ≥ 1`, states `[max(K − 1, 1), channels]`, `y` like `x`.
+/// [`short_conv()`], with `BC` covering up to 128 channels per program. Shapes are checked
+/// first: `K ≥ 1`, states `[max(K − 1, 1), channels]`, `y` like `x`.
 pub fn launch_short_conv<T: Float>(
     launcher: &Launcher,
     x: &Tensor<T>,

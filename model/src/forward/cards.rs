@@ -276,9 +276,7 @@ fn f32_weight(what: &str, shape: &[usize], data: &[f32]) -> Result<Weight, Forwa
 
 /// Rows `start..start + len` of a `[N, K]` weight.
 fn rows(w: Weight, start: usize, len: usize, what: &str) -> Result<Weight, ForwardError> {
-    let (shape, data) = values(&w, what)?;
-    let k = shape[shape.len() - 1];
-    f32_weight(what, &[len, k], &data[start * k..(start + len) * k])
+    row_ranges(w, &[(start, len)], what)
 }
 
 /// The row ranges `(start, len)` of a `[N, K]` weight, one after another.

@@ -1,5 +1,6 @@
 //! Qwen3-Next's Gated DeltaNet layer: the fused input projections (held part-major, so q, k, v,
-//! z and b, a are column ranges of their outputs), the short causal convolution over `[q | k | v]` with its rolling state,
+//! z and b, a are column ranges of their outputs), the short causal convolution over
+//! `[q | k | v]` with its rolling state,
 //! the gates, the delta rule (chunked for prompts, recurrent for single tokens) carrying the
 //! per-head `dk × dv` state, the gated RMSNorm and the output projection.
 
