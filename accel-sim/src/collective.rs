@@ -569,6 +569,120 @@ fn ring_average_hops(c: usize) -> f64 {
     total as f64 / (c - 1) as f64
 }
 
+/// Checks that `m` is a `rows × cols` matrix of byte counts (`what` names it in errors).
+fn check_matrix(
+    op: &str,
+    what: &str,
+    m: &[Vec<f64>],
+    rows: usize,
+    cols: usize,
+) -> Result<(), SimError> {
+    if m.len() != rows {
+        return Err(SimError::Collective {
+            op: op.into(),
+            message: format!(
+                "{what} has {} rows but the group has {rows} ranks; pass {rows} rows of {cols} \
+                 byte counts",
+                m.len()
+            ),
+        });
+    }
+    for (src, row) in m.iter().enumerate() {
+        if row.len() != cols {
+            return Err(SimError::Collective {
+                op: op.into(),
+                message: format!("{what}[{src}] has {} entries but needs {cols}", row.len()),
+            });
+        }
+        for (dst, v) in row.iter().enumerate() {
+            check_bytes(op, &format!("{what}[{src}][{dst}]"), *v)?;
+        }
+    }
+    Ok(())
+}
+
+/// Bytes each rank sends and receives on one link level of an exchange.
+struct LevelLoad {
+    send: Vec<f64>,
+    recv: Vec<f64>,
+    /// Ranks per node.
+    per_node: usize,
+    /// Bytes per (sender, receiver's index on its node): for the intra-node level, where both
+    /// share a node, one entry per link of a full mesh.
+    pair: Vec<f64>,
+}
+
+impl LevelLoad {
+    fn new(n: usize, per_node: usize) -> LevelLoad {
+        LevelLoad {
+            send: vec![0.0; n],
+            recv: vec![0.0; n],
+            per_node,
+            pair: vec![0.0; n * per_node],
+        }
+    }
+
+    fn add(&mut self, src: usize, dst: usize, bytes: f64) {
+        self.send[src] += bytes;
+        self.recv[dst] += bytes;
+        self.pair[src * self.per_node + dst % self.per_node] += bytes;
+    }
+
+    /// The busiest rank's send or receive.
+    fn busiest(&self) -> f64 {
+        self.send
+            .iter()
+            .chain(&self.recv)
+            .fold(0.0_f64, |m, &x| m.max(x))
+    }
+
+    /// Time of the intra-node level on the node's topology (see [`all_to_all`]).
+    fn intra_seconds(&self, cluster: &ClusterPreset) -> f64 {
+        let load = self.busiest();
+        if load <= 0.0 {
+            return 0.0;
+        }
+        let card = cluster.intra_card_bytes_per_s();
+        let transfer = match cluster.intra.topology {
+            Topology::Switch => load / card,
+            Topology::FullMesh => {
+                let max_pair = self.pair.iter().fold(0.0_f64, |m, &x| m.max(x));
+                max_pair / (card / cluster.mesh_peers() as f64)
+            }
+            Topology::Ring => load * ring_average_hops(cluster.cards_per_node) / card,
+        };
+        transfer + cluster.intra_latency_s()
+    }
+
+    /// Time of the inter-node level: one NIC per card on a non-blocking fabric.
+    fn inter_seconds(&self, cluster: &ClusterPreset) -> f64 {
+        let load = self.busiest();
+        if load <= 0.0 {
+            return 0.0;
+        }
+        load / cluster.inter_card_bytes_per_s() + cluster.inter_latency_s()
+    }
+}
+
+/// The cost of an exchange whose two link levels run at once (separate hardware).
+fn two_level_cost(
+    cluster: &ClusterPreset,
+    intra: &LevelLoad,
+    inter: &LevelLoad,
+    algorithm: &str,
+) -> CommCost {
+    let (intra_t, inter_t) = (intra.intra_seconds(cluster), inter.inter_seconds(cluster));
+    let sent = (0..intra.send.len())
+        .map(|r| intra.send[r] + inter.send[r])
+        .fold(0.0_f64, f64::max);
+    CommCost {
+        seconds: intra_t.max(inter_t),
+        algorithm: algorithm.into(),
+        bytes_sent_per_rank: sent,
+        bottleneck: dominant(intra_t, inter_t),
+    }
+}
+
 /// Cost of an all-to-all where `volumes[src][dst]` bytes go from rank `src` to rank `dst`
 /// (`group.size × group.size`; the diagonal stays local and is free). Uneven loads (MoE
 /// expert dispatch) cost what they cost.
@@ -587,9 +701,9 @@ fn ring_average_hops(c: usize) -> f64 {
 /// - Intra-node on `ring`: forwarded bytes cross `h` links on average (shortest way round the
 ///   node's ring), so the busiest rank's load is multiplied by `h`.
 ///
-/// Inter-node bytes are not re-routed through intra-node links (DeepSeek's IB-then-NVLink
-/// forwarding is a kernel choice above this model). One α per level: the pairwise exchanges
-/// are issued together.
+/// Inter-node bytes go straight to their rank; [`all_to_all_via_nodes`] is the form that sends
+/// each token once per node and forwards inside the node (DeepEP). One α per level: the
+/// pairwise exchanges are issued together.
 pub fn all_to_all(
     cluster: &ClusterPreset,
     group: &Group,
@@ -598,83 +712,78 @@ pub fn all_to_all(
     const OP: &str = "all_to_all";
     group.validate(cluster, OP)?;
     let n = group.size;
-    if volumes.len() != n {
-        return Err(SimError::Collective {
-            op: OP.into(),
-            message: format!(
-                "volumes has {} rows but the group has {n} ranks; pass an n x n matrix of bytes \
-                 with volumes[src][dst]",
-                volumes.len()
-            ),
-        });
-    }
-    for (src, row) in volumes.iter().enumerate() {
-        if row.len() != n {
-            return Err(SimError::Collective {
-                op: OP.into(),
-                message: format!(
-                    "volumes[{src}] has {} entries but the group has {n} ranks",
-                    row.len()
-                ),
-            });
-        }
-        for (dst, v) in row.iter().enumerate() {
-            check_bytes(OP, &format!("volumes[{src}][{dst}]"), *v)?;
-        }
-    }
+    check_matrix(OP, "volumes", volumes, n, n)?;
     if n == 1 {
         return Ok(CommCost::zero("none"));
     }
     let p = group.per_node;
-    let node = |r: usize| r / p;
-    let mut intra_send = vec![0.0; n];
-    let mut intra_recv = vec![0.0; n];
-    let mut inter_send = vec![0.0; n];
-    let mut inter_recv = vec![0.0; n];
-    let mut max_pair_intra: f64 = 0.0;
+    let (mut intra, mut inter) = (LevelLoad::new(n, p), LevelLoad::new(n, p));
     for (src, row) in volumes.iter().enumerate() {
         for (dst, &v) in row.iter().enumerate() {
             if src == dst {
                 continue;
             }
-            if node(src) == node(dst) {
-                intra_send[src] += v;
-                intra_recv[dst] += v;
-                max_pair_intra = max_pair_intra.max(v);
+            if src / p == dst / p {
+                intra.add(src, dst, v);
             } else {
-                inter_send[src] += v;
-                inter_recv[dst] += v;
+                inter.add(src, dst, v);
             }
         }
     }
-    let busiest = |a: &[f64], b: &[f64]| a.iter().chain(b.iter()).fold(0.0_f64, |m, &x| m.max(x));
-    let intra_load = busiest(&intra_send, &intra_recv);
-    let inter_load = busiest(&inter_send, &inter_recv);
-    let intra_t = if intra_load > 0.0 {
-        let card = cluster.intra_card_bytes_per_s();
-        let transfer = match cluster.intra.topology {
-            Topology::Switch => intra_load / card,
-            Topology::FullMesh => max_pair_intra / (card / cluster.mesh_peers() as f64),
-            Topology::Ring => intra_load * ring_average_hops(cluster.cards_per_node) / card,
-        };
-        transfer + cluster.intra_latency_s()
-    } else {
-        0.0
-    };
-    let inter_t = if inter_load > 0.0 {
-        inter_load / cluster.inter_card_bytes_per_s() + cluster.inter_latency_s()
-    } else {
-        0.0
-    };
-    let sent = (0..n)
-        .map(|r| intra_send[r] + inter_send[r])
-        .fold(0.0_f64, f64::max);
-    Ok(CommCost {
-        seconds: intra_t.max(inter_t),
-        algorithm: "direct".into(),
-        bytes_sent_per_rank: sent,
-        bottleneck: dominant(intra_t, inter_t),
-    })
+    Ok(two_level_cost(cluster, &intra, &inter, "direct"))
+}
+
+/// Cost of an MoE dispatch that crosses the network once per node, as DeepEP's normal
+/// (prefill) kernels do: a token goes over the network once to each other node holding any of
+/// its experts, arriving at the rank with the sender's local index there (its *proxy*), which
+/// forwards it over the intra-node links to each rank of that node holding one of its experts;
+/// on the sender's own node it goes straight to those ranks. The combine is the same exchange
+/// reversed (reduced inside the node, then once over the network), and costs the same: each
+/// level's time is its busiest rank's send *or* receive.
+///
+/// - `to_rank[src][dst]` (`n × n`): bytes of `src`'s tokens that rank `dst` needs, each token
+///   counted once per rank however many of its experts the rank holds; the diagonal is local.
+/// - `to_node[src][m]` (`n × nodes`): bytes `src` sends over the network to node `m`, each token
+///   once per node; entries for `src`'s own node are ignored (nothing crosses the network).
+///
+/// Both levels run at once (forwarding is pipelined with the network transfers), priced as in
+/// [`all_to_all`]. A group on one node is [`all_to_all`] of `to_rank`.
+pub fn all_to_all_via_nodes(
+    cluster: &ClusterPreset,
+    group: &Group,
+    to_rank: &[Vec<f64>],
+    to_node: &[Vec<f64>],
+) -> Result<CommCost, SimError> {
+    const OP: &str = "all_to_all_via_nodes";
+    group.validate(cluster, OP)?;
+    let (n, p) = (group.size, group.per_node);
+    let nodes = group.nodes();
+    check_matrix(OP, "to_rank", to_rank, n, n)?;
+    check_matrix(OP, "to_node", to_node, n, nodes)?;
+    if n == 1 {
+        return Ok(CommCost::zero("none"));
+    }
+    let (mut intra, mut inter) = (LevelLoad::new(n, p), LevelLoad::new(n, p));
+    for src in 0..n {
+        let (home, local) = (src / p, src % p);
+        for (m, &v) in to_node[src].iter().enumerate() {
+            if m != home {
+                inter.add(src, m * p + local, v);
+            }
+        }
+        for (dst, &v) in to_rank[src].iter().enumerate() {
+            // Same node: straight there; another node: from the proxy that received it.
+            let from = if dst / p == home {
+                src
+            } else {
+                (dst / p) * p + local
+            };
+            if from != dst {
+                intra.add(from, dst, v);
+            }
+        }
+    }
+    Ok(two_level_cost(cluster, &intra, &inter, "via_nodes"))
 }
 
 /// Step time and exposed communication when a step's communication overlaps its compute by
@@ -733,6 +842,65 @@ mod tests {
         size: 8,
         per_node: 8,
     };
+
+    #[test]
+    fn collective_all_to_all_via_nodes_crosses_the_network_once_per_node() {
+        let v = 4e6;
+        // One node: the direct all-to-all of the per-rank volumes.
+        let uniform = vec![vec![v; 8]; 8];
+        let one = all_to_all_via_nodes(&h200(), &ONE_NODE, &uniform, &vec![vec![0.0]; 8]).unwrap();
+        close(
+            one.seconds,
+            all_to_all(&h200(), &ONE_NODE, &uniform).unwrap().seconds,
+        );
+        // Two H800 nodes: each rank sends u once over IB to its proxy on the other node (which
+        // hears from that one sender: u), and on NVLink sends 7v to its node and forwards 7v
+        // for its remote twin (14v), receiving as much.
+        let g = Group {
+            size: 16,
+            per_node: 8,
+        };
+        let u = 2.5 * v;
+        // The own node's entry is ignored (9e9 bytes would dominate otherwise).
+        let to_node: Vec<Vec<f64>> = (0..16)
+            .map(|src| if src < 8 { vec![9e9, u] } else { vec![u, 9e9] })
+            .collect();
+        let to_rank = vec![vec![v; 16]; 16];
+        let t = all_to_all_via_nodes(&h800(), &g, &to_rank, &to_node).unwrap();
+        let (intra, inter) = (14.0 * v / H800_B + NV_A, u / IB_B + IB_A);
+        close(t.seconds, intra.max(inter));
+        assert_eq!(t.algorithm, "via_nodes");
+        // Against the direct form, where every token crosses IB once per remote rank (8v).
+        let direct = all_to_all(&h800(), &g, &to_rank).unwrap();
+        close(direct.seconds, 8.0 * v / IB_B + IB_A);
+        assert!(t.seconds < direct.seconds);
+        // The combine (the exchange reversed) costs the same.
+        let back: Vec<Vec<f64>> = (0..16)
+            .map(|d| (0..16).map(|s| to_rank[s][d]).collect())
+            .collect();
+        close(
+            all_to_all_via_nodes(&h800(), &g, &back, &to_node)
+                .unwrap()
+                .seconds,
+            t.seconds,
+        );
+        // A hot rank: everyone's tokens reach rank 3, 7 senders of its node directly, 7 of the
+        // other node through its proxies (the eighth is its twin, whose proxy is rank 3).
+        let mut hot = to_rank.clone();
+        for row in hot.iter_mut() {
+            row[3] += 1e8;
+        }
+        let t = all_to_all_via_nodes(&h800(), &g, &hot, &to_node).unwrap();
+        close(t.seconds, 14.0 * (v + 1e8) / H800_B + NV_A);
+        // Shapes are checked.
+        let err = all_to_all_via_nodes(&h800(), &g, &to_rank, &vec![vec![u]; 16]).unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("to_node[0] has 1 entries but needs 2"),
+            "{err}"
+        );
+        assert!(all_to_all_via_nodes(&h800(), &g, &to_rank[..3], &to_node).is_err());
+    }
 
     #[test]
     fn collective_ring_closed_forms_one_node() {

@@ -5,22 +5,27 @@
 //! One step of one pipeline stage, per micro-batch of `mb` tokens on each attention replica:
 //! - **attention and dense parts** run at `mb` tokens on the tp shard: projections, norms, router,
 //!   shared experts and dense MLPs once on all rows; MLA attention (dense, and DSA's indexer,
-//!   top-k and sparse attention), GQA attention and the Gated DeltaNet and KDA recurrences over
-//!   the whole decode batch in one launch (`Runner::batch_decode`); the other per-sequence
-//!   operators (short convolutions) once per sequence, priced from a one-token run at the same
-//!   context;
+//!   top-k and sparse attention), GQA attention and the Gated DeltaNet and KDA recurrences and
+//!   their short convolutions over the whole decode batch in one launch
+//!   (`Runner::batch_decode`); per-sequence operators without a batched form (a convolution of
+//!   more than 17 taps) once per sequence, priced from a one-token run at the same context;
 //! - **routed experts** run on the rows expert parallelism sends to the card: `mb·k/tp` rows per
 //!   card whatever `ep` is (the stage's `dp·mb` tokens, `k` experts each, over its `tp·dp` cards),
 //!   times the hottest rank's share under the routing model — the slowest EP rank sets the step;
 //! - **collectives**: an all-reduce over tp after attention and after the dense part, the
 //!   dispatch (FP8) and combine (bf16) all-to-alls over ep, overlapped with compute by two
-//!   micro-batches as DeepSeek-V3 does, and a send/recv between pipeline stages.
+//!   micro-batches as DeepSeek-V3 does, and a send/recv between pipeline stages. The prefill's
+//!   all-to-alls send a token over the network once per node holding any of its experts and
+//!   forward it inside the node (DeepEP's normal kernels,
+//!   [`collective::all_to_all_via_nodes`]); the decode's send one row per (token, expert) pair
+//!   straight to its rank (DeepEP's low-latency kernels). Node-limited routing (`topk_group`) is
+//!   not modelled: experts sit on ranks round-robin, so a group's experts span every node.
 //!
 //! The forward runs are cached by (shard, tokens, position, blocks): plans that share a shard
 //! share its runs, so a plan search simulates each distinct launch shape once.
 
 use super::parallel::{Plan, PlanError};
-use crate::config::ModelConfig;
+use crate::config::{ModelConfig, MoeDims};
 use crate::forward::{Blocks, ForwardError, LayerCost, OpStats, Precision, Runner};
 use accel_sim::cluster::ClusterPreset;
 use accel_sim::collective::{self, Algorithm, Group};
@@ -284,6 +289,72 @@ pub fn group_of(cluster: &ClusterPreset, size: usize) -> Group {
         .find(|p| size.is_multiple_of(*p))
         .unwrap_or(1);
     Group { size, per_node }
+}
+
+/// Probability that a token's `k` distinct routed experts include at least one of a set that
+/// holds a share `sigma` of the routing weight among `experts` experts: the picks are made
+/// without replacement, `P(miss) = Π_{i<k} (1 − σ·E/(E − i))`, which is exact for uniform
+/// routing (a set of `e` experts, σ = e/E: `C(E − e, k) / C(E, k)`).
+pub fn hit_probability(sigma: f64, k: usize, experts: usize) -> f64 {
+    let e = experts as f64;
+    let miss: f64 = (0..k.min(experts))
+        .map(|i| (1.0 - sigma * e / (e - i as f64)).max(0.0))
+        .product();
+    1.0 - miss
+}
+
+/// An EP all-to-all's volumes when every (token, expert) pair is its own row, as DeepEP's
+/// low-latency (decode) kernels send them over RDMA: `row` bytes per token, `k · share[dst]`
+/// rows to each other rank.
+fn per_expert_volumes(shares: &[f64], moe: &MoeDims, row: f64) -> Vec<Vec<f64>> {
+    let k = moe.experts_per_token as f64;
+    (0..shares.len())
+        .map(|src| {
+            (0..shares.len())
+                .map(|dst| {
+                    if src == dst {
+                        0.0
+                    } else {
+                        row * k * shares[dst]
+                    }
+                })
+                .collect()
+        })
+        .collect()
+}
+
+/// An EP all-to-all's volumes when each token crosses the network once per node and the
+/// intra-node links once per rank holding any of its experts, as DeepEP's normal (prefill)
+/// kernels send them: `(to_rank, to_node)` for [`collective::all_to_all_via_nodes`]. A rank or
+/// node is reached with [`hit_probability`] of its share of the routing weight.
+pub fn node_forwarded_volumes(
+    shares: &[f64],
+    group: &Group,
+    moe: &MoeDims,
+    row: f64,
+) -> (Vec<Vec<f64>>, Vec<Vec<f64>>) {
+    let (k, e) = (moe.experts_per_token, moe.experts);
+    let p = group.per_node.max(1);
+    let rank_hit: Vec<f64> = shares.iter().map(|s| hit_probability(*s, k, e)).collect();
+    let node_hit: Vec<f64> = shares
+        .chunks(p)
+        .map(|node| hit_probability(node.iter().sum(), k, e))
+        .collect();
+    let to_rank = (0..shares.len())
+        .map(|src| {
+            (0..shares.len())
+                .map(|dst| if src == dst { 0.0 } else { row * rank_hit[dst] })
+                .collect()
+        })
+        .collect();
+    let to_node = (0..shares.len())
+        .map(|src| {
+            (0..node_hit.len())
+                .map(|m| if m == src / p { 0.0 } else { row * node_hit[m] })
+                .collect()
+        })
+        .collect();
+    (to_rank, to_node)
 }
 
 /// Whether an operator works on the rows expert parallelism routes (the expert GEMMs and the
@@ -555,31 +626,34 @@ impl Estimator {
             Algorithm::Auto,
         )?
         .seconds;
-        let (dispatch, combine) = if plan.ep > 1 && moe.is_some() {
-            let k = moe.map(|m| m.experts_per_token).unwrap_or(1) as f64;
-            let origin = mb as f64 / plan.tp as f64;
-            let group = group_of(&self.cluster, plan.ep);
-            let volumes = |bytes: f64| -> Vec<Vec<f64>> {
-                (0..plan.ep)
-                    .map(|src| {
-                        (0..plan.ep)
-                            .map(|dst| {
-                                if src == dst {
-                                    0.0
-                                } else {
-                                    origin * k * h * bytes * shares[dst]
-                                }
-                            })
-                            .collect()
+        let (dispatch, combine) = match moe {
+            Some(m) if plan.ep > 1 => {
+                let origin = mb as f64 / plan.tp as f64;
+                let group = group_of(&self.cluster, plan.ep);
+                let cost = |bytes: f64| -> Result<f64, EstimateError> {
+                    let row = origin * h * bytes;
+                    Ok(match phase {
+                        Phase::Prefill => {
+                            let (to_rank, to_node) =
+                                node_forwarded_volumes(&shares, &group, m, row);
+                            collective::all_to_all_via_nodes(
+                                &self.cluster,
+                                &group,
+                                &to_rank,
+                                &to_node,
+                            )?
+                            .seconds
+                        }
+                        Phase::Decode => {
+                            let volumes = per_expert_volumes(&shares, m, row);
+                            collective::all_to_all(&self.cluster, &group, &volumes)?.seconds
+                        }
                     })
-                    .collect()
-            };
-            (
-                collective::all_to_all(&self.cluster, &group, &volumes(1.0))?.seconds,
-                collective::all_to_all(&self.cluster, &group, &volumes(2.0))?.seconds,
-            )
-        } else {
-            (0.0, 0.0)
+                };
+                // FP8 rows out, bf16 rows back.
+                (cost(1.0)?, cost(2.0)?)
+            }
+            _ => (0.0, 0.0),
         };
         let p2p = if plan.pp > 1 {
             let same_node = plan.tp * plan.dp < self.cluster.cards_per_node;
