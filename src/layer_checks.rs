@@ -20,7 +20,7 @@ use kernels::attention::prefill::{run_prefill, PrefillCase};
 use kernels::attention::sparse::{run_dsa_decode, DsaCase};
 use kernels::gemm::GemmDtype;
 use kernels::linear::{activations_as_multiplied, run_linear_weight};
-use kernels::linear_attention::conv::{run_short_conv, ConvCase};
+use kernels::linear_attention::conv::{run_model_short_conv, ConvCase};
 use kernels::linear_attention::runner::{run_delta, DeltaCase, DeltaMode};
 use kernels::moe::expert_gemm::{prepare_weight, run_expert_gemm, ExpertGemmCase, WeightPath};
 use kernels::norm::{run_rmsnorm_residual, RmsNormCase};
@@ -129,8 +129,12 @@ pub fn entries(cfg: &ModelConfig) -> Vec<SuiteEntry> {
         let ratio = (la.value_heads / la.key_heads.max(1)).clamp(1, 2);
         let channels =
             (la.key_heads * la.key_head_dim * 2 + la.value_heads * la.value_head_dim).clamp(1, 512);
+        // The prompt form the model runs (`launch_short_conv`), at the config's tap count.
+        let taps = la.conv_kernel;
         out.push(entry(
-            format!("linear attention: short_conv channels {channels} seq {PREFILL_TOKENS}"),
+            format!(
+                "linear attention: short_conv {taps} taps channels {channels} seq {PREFILL_TOKENS}"
+            ),
             F32_TOL,
             move |l| {
                 let case = ConvCase {
@@ -140,7 +144,7 @@ pub fn entries(cfg: &ModelConfig) -> Vec<SuiteEntry> {
                     config: dsl_core::Config::new(),
                     seed: SEED,
                 };
-                Ok(run_short_conv(l, &case)?.launch.report)
+                Ok(run_model_short_conv(l, &case, taps)?.launch.report)
             },
         ));
         for (mode, seq) in [

@@ -874,16 +874,6 @@ mod tests {
         let direct = all_to_all(&h800(), &g, &to_rank).unwrap();
         close(direct.seconds, 8.0 * v / IB_B + IB_A);
         assert!(t.seconds < direct.seconds);
-        // The combine (the exchange reversed) costs the same.
-        let back: Vec<Vec<f64>> = (0..16)
-            .map(|d| (0..16).map(|s| to_rank[s][d]).collect())
-            .collect();
-        close(
-            all_to_all_via_nodes(&h800(), &g, &back, &to_node)
-                .unwrap()
-                .seconds,
-            t.seconds,
-        );
         // A hot rank: everyone's tokens reach rank 3, 7 senders of its node directly, 7 of the
         // other node through its proxies (the eighth is its twin, whose proxy is rank 3).
         let mut hot = to_rank.clone();

@@ -270,8 +270,14 @@ impl ManualProgram {
         let vr = src.rows().saturating_sub(row).min(dst.rows);
         let vc = src.cols().saturating_sub(col).min(dst.cols);
         let vr_data = if vc == 0 { 0 } else { vr };
-        if self.functional {
-            if !src.has_data() {
+        // A cost-only run still reads the indices an index tensor holds (a block table), as the
+        // DSL's `load` does; other buffers stay shape-only.
+        let index_data = !self.functional && dst.dtype == DType::I32 && src.has_data();
+        if !self.functional && !index_data {
+            self.placed[dst.index as usize].data = None;
+        }
+        if self.functional || index_data {
+            if self.functional && !src.has_data() {
                 self.fail(format!(
                     "functional launch given a shape-only tensor {}",
                     src.describe()
@@ -700,12 +706,12 @@ impl ManualProgram {
     /// Reads entry `i` (row-major) of an index buffer (i32) into the program as a scalar, so
     /// later addresses can depend on it (a page of a block table): a one-element vector move the
     /// program waits for, as the DSL's `index_at`. `wait` must hold the event that loaded it.
-    /// Cost-only runs have no data and get `fallback`; a negative or out-of-range entry is an
-    /// error.
+    /// A cost-only run reads the data of a buffer loaded from an index tensor that holds some
+    /// ([`Self::dma_in`]), else gets `fallback`; a negative or out-of-range entry is an error.
     pub fn index_at(&mut self, buf: Buffer, i: usize, fallback: usize, wait: &[Event]) -> usize {
         let n = buf.rows * buf.cols;
         let value = match &self.placed[buf.index as usize].data {
-            Some(d) if self.functional => match d.get(i) {
+            Some(d) => match d.get(i) {
                 Some(v) if v.is_finite() && *v >= 0.0 => *v as usize,
                 Some(v) => {
                     let v = *v;

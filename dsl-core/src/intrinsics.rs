@@ -89,6 +89,22 @@ fn load_window<const R: usize, const C: usize, T: Elem>(
     let vc = cols.saturating_sub(col).min(C);
     // (A window wholly outside the tensor, vc == 0 or vr == 0, copies nothing.)
     let (vr_data, stride) = (if vc == 0 { 0 } else { vr }, t.row_stride());
+    if !ctx.functional {
+        // A cost-only run still reads the indices an index tensor holds (a routing plan, a block
+        // table), as `load_index` does: which rows the kernel reads next, and so its L2 hits,
+        // depend on them. Index tiles are small; every other tile is shape-only (and a reused
+        // tile drops what it held).
+        tile.data = None;
+        if T::DTYPE == DType::I32 && t.has_data() {
+            let mut fv = [fill];
+            T::round(&mut fv);
+            let mut v = crate::tile_buffers::take(R * C);
+            v.clear();
+            v.resize(R * C, fv[0]);
+            t.window_read(row * stride + col, vr_data, vc, &mut v, C);
+            tile.data = Some(v);
+        }
+    }
     if ctx.functional {
         let mut fv = [fill];
         T::round(&mut fv);
@@ -149,7 +165,9 @@ fn load_window<const R: usize, const C: usize, T: Elem>(
 }
 
 /// Loads the `R×C` window at (`row`, `col`) of `t` into a new tile and waits for it.
-/// Elements outside the tensor read as 0 (ragged edges); only in-bounds bytes move.
+/// Elements outside the tensor read as 0 (ragged edges); only in-bounds bytes move. In a
+/// cost-only run an `i32` tile still carries the indices its tensor holds, if it holds any, for
+/// [`index_at`]; other tiles are shape-only.
 ///
 /// Usage: `load::<R, C>(tensor, row, col)`
 pub fn load<const R: usize, const C: usize, T: Elem>(
@@ -1258,9 +1276,9 @@ pub fn eye<T: Elem, const N: usize>(ctx: &mut Ctx) -> Tile<T, N, N> {
     out
 }
 
-/// Entry `i` of index data of `len` entries read by `get` (`None` in cost-only runs: `fallback`)
-/// as a scalar; a negative, non-finite or out-of-range entry is a kernel error naming `holder()`
-/// (the tensor or tile; only formatted on error).
+/// Entry `i` of index data of `len` entries read by `get` (`None` without data, as from a
+/// shape-only tensor: `fallback`) as a scalar; a negative, non-finite or out-of-range entry is a
+/// kernel error naming `holder()` (the tensor or tile; only formatted on error).
 fn read_index(
     ctx: &mut Ctx,
     data: Option<(usize, &dyn Fn(usize) -> f32)>,
@@ -1293,8 +1311,9 @@ fn read_index(
 }
 
 /// Reads one index from device memory into the program (a block-table entry, a selected token):
-/// a small blocking DMA, since the next addresses depend on it. In cost-only runs there is no data,
-/// so it returns `fallback` (e.g. the identity page mapping) — addresses do not change costs.
+/// a small blocking DMA, since the next addresses depend on it. A cost-only run reads the entry
+/// when the tensor holds data (a routing plan, a block table) and otherwise returns `fallback`
+/// (e.g. the identity page mapping).
 pub fn load_index(ctx: &mut Ctx, t: &Tensor<i32>, i: usize, fallback: usize) -> usize {
     // Logical entry `i` of a (possibly strided) index view, at its memory position.
     let at = if i < t.len() {
@@ -1323,7 +1342,8 @@ pub fn load_index(ctx: &mut Ctx, t: &Tensor<i32>, i: usize, fallback: usize) -> 
 /// Reads element `i` (row-major) of an index tile into the program as a scalar (a selected expert,
 /// a kept group), so the next addresses can depend on it — the tile counterpart of
 /// [`load_index`]. A register move on the vector unit; the program waits for it. In cost-only runs
-/// there is no data, so it returns `fallback`. A negative or out-of-range entry is a kernel error.
+/// a tile has data only when loaded from an index tensor that holds some (see [`load`]);
+/// otherwise it returns `fallback`. A negative or out-of-range entry is a kernel error.
 pub fn index_at<const R: usize, const C: usize>(
     ctx: &mut Ctx,
     t: &Tile<i32, R, C>,

@@ -6,8 +6,9 @@ use std::marker::PhantomData;
 
 /// An on-chip tile. Its shape is part of its type, so `mma` of mismatched tiles does not compile.
 ///
-/// Created only by intrinsics (`load`, `zeros`, element-wise ops...). In a cost-only run it holds no
-/// data; in a functional run it holds `R·C` values, row-major.
+/// Created only by intrinsics (`load`, `zeros`, element-wise ops...). In a functional run it holds
+/// `R·C` values, row-major; in a cost-only run it holds none, except an `i32` tile loaded from an
+/// index tensor that has data (see `load`).
 pub struct Tile<T: Elem, const R: usize, const C: usize> {
     pub(crate) buf: BufId,
     pub(crate) data: Option<Vec<f32>>,

@@ -788,6 +788,62 @@ fn index_at_reads_a_tile_entry_and_blocks() {
     assert_eq!(vector_of(&ins[1]), (1, VectorClass::Simple, 0));
 }
 
+/// A cost-only run reads the indices an index tensor holds (a replayed routing): an `i32` tile
+/// loaded from it carries them (ragged edge filled with 0), a float tile and a shape-only index
+/// tensor's tile carry nothing, so `index_at` falls back.
+#[test]
+fn cost_only_index_tiles_carry_their_tensors_indices() {
+    let idx = Tensor::<i32>::from_indices(&[3, 1], &[7, 2, 5]).unwrap();
+    let mut c = Ctx::standalone("cost", false, false);
+    let t = load::<4, 1, i32>(&mut c, &idx, 1, 0);
+    assert_eq!(t.values().unwrap(), &[2.0, 5.0, 0.0, 0.0][..]);
+    assert_eq!(index_at(&mut c, &t, 1, 99), 5);
+    let none = load::<4, 1, i32>(&mut c, &Tensor::shape_only(&[3, 1]), 0, 0);
+    assert!(none.values().is_none());
+    assert_eq!(index_at(&mut c, &none, 1, 99), 99);
+    let f = load::<1, 4, f32>(&mut c, &tensor(1, 4, &[1.0, 2.0, 3.0, 4.0]), 0, 0);
+    assert!(f.values().is_none());
+    assert!(c.finish().is_ok());
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(48))]
+
+    /// `shift_rows(prev, cur, s)`: the bottom `s` rows of `prev` on top of `cur`'s first `R − s`
+    /// rows, exactly, for every shift 0..=R; one simple vector pass over the tile reading both.
+    #[test]
+    fn shift_rows_slides_a_window_over_two_tiles(
+        p in nonzero(12), q in nonzero(12), s in 0usize..=4,
+    ) {
+        let mut c = ctx();
+        let prev = tile::<4, 3>(&mut c, &p);
+        let cur = tile::<4, 3>(&mut c, &q);
+        let out = shift_rows(&mut c, &prev, &cur, s);
+        let got = out.values().unwrap().to_vec();
+        for r in 0..4 {
+            for col in 0..3 {
+                let want = if r < s { p[(4 - s + r) * 3 + col] } else { q[(r - s) * 3 + col] };
+                prop_assert_eq!(got[r * 3 + col], want, "row {} col {} shift {}", r, col, s);
+            }
+        }
+        let ins = instrs(c);
+        let last = ins.last().unwrap();
+        prop_assert_eq!(vector_of(last), (12, VectorClass::Simple, 12));
+        prop_assert_eq!(last.n_reads, 2);
+    }
+}
+
+#[test]
+fn shift_rows_refuses_a_shift_past_the_tile() {
+    let mut c = ctx();
+    let a = tile::<2, 2>(&mut c, &[1.0, 2.0, 3.0, 4.0]);
+    let b = tile::<2, 2>(&mut c, &[5.0, 6.0, 7.0, 8.0]);
+    shift_rows(c.at(9), &a, &b, 3);
+    assert!(
+        matches!(c.finish(), Err(SimError::Kernel { line: 9, message, .. }) if message.contains("at most 2"))
+    );
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(48))]
 

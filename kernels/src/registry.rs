@@ -215,7 +215,7 @@ pub fn all() -> Vec<Implementation> {
             op: "moe_dispatch",
             kind: ImplKind::Dsl,
             meta: &crate::moe::dispatch::moe_dispatch::META,
-            summary: "gathers token rows into expert order (one index read and row copy per row)",
+            summary: "gathers token rows into expert order (a tile of row indices per program, rows four at a time)",
         },
         Implementation {
             op: "moe_combine",

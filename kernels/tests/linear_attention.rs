@@ -330,8 +330,8 @@ fn bad_shapes_are_errors() {
 mod conv {
     use super::*;
     use kernels::linear_attention::conv::{
-        launch_short_conv_decode, run_short_conv, short_conv4, short_conv_chunked, zero_state,
-        ConvCase,
+        launch_short_conv_decode, run_model_short_conv, run_short_conv, short_conv4,
+        short_conv_chunked, zero_state, ConvCase,
     };
     use kernels::linear_attention::reference::short_conv as conv_ref;
 
@@ -362,6 +362,26 @@ mod conv {
             };
             let err = run_short_conv(&launcher(), &c).unwrap().launch.report.max_rel_error.unwrap();
             prop_assert!(err <= if bf16 { 1e-2 } else { 1e-6 }, "{c:?}: {err}");
+        }
+
+        /// What the model launches (`launch_short_conv`: the prompt form past one token, the
+        /// one-token forms otherwise) at any tap count, checked by `run_model_short_conv` as
+        /// `day0 run`'s layer checks use it.
+        #[test]
+        fn model_short_conv_matches_reference(
+            seq in 1usize..80, channels in 1usize..300, taps in 1usize..9,
+            bf16 in any::<bool>(), seed in any::<u64>(),
+        ) {
+            let c = ConvCase {
+                seq, channels,
+                dtype: if bf16 { GemmDtype::Bf16 } else { GemmDtype::F32 },
+                config: Config::new(), seed,
+            };
+            let run = run_model_short_conv(&launcher(), &c, taps).unwrap();
+            let err = run.launch.report.max_rel_error.unwrap();
+            prop_assert!(err <= if bf16 { 1e-2 } else { 1e-6 }, "{c:?} taps {taps}: {err}");
+            let want = if seq > 1 { "short_conv_chunked" } else if taps == 4 { "short_conv4" } else { "short_conv" };
+            prop_assert_eq!(run.launch.report.kernel.as_str(), want);
         }
     }
 

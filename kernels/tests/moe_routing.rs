@@ -170,7 +170,7 @@ proptest! {
     #[test]
     fn plan_dispatch_and_combine_match_reference(
         tokens in 1usize..40, experts in 1usize..12, k in 0usize..4, hidden in 1usize..300,
-        br in prop::sample::select(vec![4i64, 16]), bh in prop::sample::select(vec![64i64, 256]),
+        br in prop::sample::select(vec![1i64, 2, 4, 16]), bh in prop::sample::select(vec![64i64, 256]),
         seed in any::<u64>(),
     ) {
         let kk = 1 + k % experts;

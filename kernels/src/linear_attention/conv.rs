@@ -384,54 +384,83 @@ pub struct ConvRun {
     pub launch: Launch,
     /// `y [seq, channels]` (functional runs).
     pub output: Option<Vec<f32>>,
-    /// New state `[3, channels]` (functional runs).
+    /// New state `[max(taps − 1, 1), channels]` (functional runs).
     pub state: Option<Vec<f32>>,
 }
 
 /// Runs [`short_conv4()`] on random inputs (x uniform in ±1, weights in ±0.5, a non-zero state;
 /// output and new state NaN-poisoned) and checks both against [`super::reference::short_conv`].
 pub fn run_short_conv(launcher: &Launcher, case: &ConvCase) -> Result<ConvRun, dsl_core::SimError> {
-    if case.seq == 0 || case.channels == 0 {
+    run_conv_case(launcher, case, None)
+}
+
+/// Runs the convolution the model launches for `case.seq` tokens with `taps` taps
+/// ([`launch_short_conv`]: the prompt form [`short_conv_chunked()`] for more than one token; its
+/// own tiles, `case.config` unused) on random inputs, checked like [`run_short_conv`].
+pub fn run_model_short_conv(
+    launcher: &Launcher,
+    case: &ConvCase,
+    taps: usize,
+) -> Result<ConvRun, dsl_core::SimError> {
+    run_conv_case(launcher, case, Some(taps))
+}
+
+/// [`run_short_conv`] (`taps` = None: [`short_conv4()`] at `case.config`) or
+/// [`run_model_short_conv`].
+fn run_conv_case(
+    launcher: &Launcher,
+    case: &ConvCase,
+    taps: Option<usize>,
+) -> Result<ConvRun, dsl_core::SimError> {
+    if case.seq == 0 || case.channels == 0 || taps == Some(0) {
         return Err(dsl_core::SimError::Launch {
             kernel: short_conv4::META.name.into(),
             message: format!(
-                "empty convolution: {} token(s) of {} channel(s)",
+                "empty convolution: {} token(s) of {} channel(s), {taps:?} taps",
                 case.seq, case.channels
             ),
         });
     }
     match case.dtype {
-        crate::gemm::GemmDtype::F32 => conv_typed::<f32>(launcher, case),
-        crate::gemm::GemmDtype::Bf16 => conv_typed::<bf16>(launcher, case),
+        crate::gemm::GemmDtype::F32 => conv_typed::<f32>(launcher, case, taps),
+        crate::gemm::GemmDtype::Bf16 => conv_typed::<bf16>(launcher, case, taps),
     }
 }
 
 fn conv_typed<T: Float>(
     launcher: &Launcher,
     case: &ConvCase,
+    model_taps: Option<usize>,
 ) -> Result<ConvRun, dsl_core::SimError> {
     use super::reference::{short_conv, widen};
     let name = short_conv4::META.name;
+    let ch = case.channels;
+    let taps = model_taps.unwrap_or(4);
+    // The kernels keep at least one state row; the reference takes exactly `taps − 1`.
+    let (state_rows, hist) = ((taps - 1).max(1), taps - 1);
     let mut c = crate::testdata::CaseTensors::new(launcher, case.seed, name);
-    let x = c.input::<T>(&[case.seq, case.channels], 0.0, 1.0)?;
-    let w = c.input::<f32>(&[4, case.channels], 0.0, 0.5)?;
-    let s_in = c.input::<f32>(&[3, case.channels], 0.0, 1.0)?;
-    let s_out = c.output::<f32>(&[3, case.channels]);
-    let y = c.output::<T>(&[case.seq, case.channels]);
-    let mut launch = short_conv4::launch(launcher, &case.config, &x, &w, &s_in, &s_out, &y)?;
+    let x = c.input::<T>(&[case.seq, ch], 0.0, 1.0)?;
+    let w = c.input::<f32>(&[taps, ch], 0.0, 0.5)?;
+    let s_in = c.input::<f32>(&[state_rows, ch], 0.0, 1.0)?;
+    let s_out = c.output::<f32>(&[state_rows, ch]);
+    let y = c.output::<T>(&[case.seq, ch]);
+    let mut launch = match model_taps {
+        None => short_conv4::launch(launcher, &case.config, &x, &w, &s_in, &s_out, &y)?,
+        Some(_) => launch_short_conv(launcher, &x, &w, &s_in, &s_out, &y)?,
+    };
     let (output, state) = (y.to_vec(), s_out.to_vec());
     if let (Some(out), Some(st), Some(xv), Some(wv), Some(sv)) =
         (&output, &state, x.to_vec(), w.to_vec(), s_in.to_vec())
     {
-        // The reference takes the checkpoint's [channels, 4] weight.
-        let wt = crate::reference::transpose(&wv, 4, case.channels);
-        let (want_y, want_s) = short_conv(&widen(&xv), &widen(&wt), &widen(&sv), case.channels)
+        // The reference takes the checkpoint's [channels, taps] weight.
+        let wt = crate::reference::transpose(&wv, taps, ch);
+        let (want_y, want_s) = short_conv(&widen(&xv), &widen(&wt), &widen(&sv[..hist * ch]), ch)
             .map_err(|e| dsl_core::SimError::Launch {
-                kernel: name.into(),
-                message: e.to_string(),
-            })?;
-        let err =
-            crate::reference::rel_error(out, &want_y).max(crate::reference::rel_error(st, &want_s));
+            kernel: name.into(),
+            message: e.to_string(),
+        })?;
+        let err = crate::reference::rel_error(out, &want_y)
+            .max(crate::reference::rel_error(&st[..hist * ch], &want_s));
         launch.report.max_rel_error = Some(err);
     }
     Ok(ConvRun {

@@ -123,17 +123,54 @@ impl RoutingPlan {
 }
 
 /// Gather: `xe[r] = x[rows[r]]` for `x [T, H]`, `rows [N]` (i32), `xe [N, H]`. One program per
-/// `BR` dispatched rows × `BH` columns; each row is an index read and a one-row copy.
+/// `BR` dispatched rows × `BH` columns. A program reads its `BR` indices once, as a tile, and
+/// requests its rows four at a time before storing them, so it waits for about `⌈BR / 4⌉` memory
+/// latencies rather than two per row (a blocking index read, then the row).
 #[kernel(
     grid = (cdiv(xe.rows(), BR), cdiv(xe.cols(), BH)),
-    tunable(BR = [16, 1, 2, 4, 8, 32, 64], BH = [1024, 64, 128, 256, 512])
+    tunable(BR = [16, 1, 2, 4, 8, 32, 64], BH = [1024, 64, 128, 256, 512]),
+    helpers(dispatch_row)
 )]
 pub fn moe_dispatch<T: Float>(x: &Tensor<T>, rows: &Tensor<i32>, xe: &Tensor<T>) {
+    // `rows` is `[N, 1]` (run_moe_dispatch reshapes a vector).
     let (r0, c) = (program_id(0) * BR, program_id(1) * BH);
-    for r in r0..usize::min(r0 + BR, xe.rows()) {
-        // Cost-only runs have no indices: any token costs the same.
-        let token = load_index(rows, r, r % x.rows());
-        store(xe, r, c, &load_async::<1, BH>(x, token, c));
+    let idx = load::<BR, 1>(rows, r0, 0);
+    let end = usize::min(r0 + BR, xe.rows());
+    for r in (r0..end).step_by(4) {
+        let a = dispatch_row::<T, BR, BH>(x, &idx, r0, r, end, c);
+        let b = dispatch_row::<T, BR, BH>(x, &idx, r0, r + 1, end, c);
+        let d = dispatch_row::<T, BR, BH>(x, &idx, r0, r + 2, end, c);
+        let e = dispatch_row::<T, BR, BH>(x, &idx, r0, r + 3, end, c);
+        store(xe, r, c, &a);
+        if r + 1 < end {
+            store(xe, r + 1, c, &b);
+        }
+        if r + 2 < end {
+            store(xe, r + 2, c, &d);
+        }
+        if r + 3 < end {
+            store(xe, r + 3, c, &e);
+        }
+    }
+}
+
+/// Dispatched row `r` (entry `r − r0` of the program's index tile `idx`): its token's row of
+/// columns `c..c + BH`, requested without waiting for it; past `end`, a zero tile and no request.
+#[kernel(helper)]
+pub fn dispatch_row<T: Float, const BR: usize, const BH: usize>(
+    x: &Tensor<T>,
+    idx: &Tile<i32, BR, 1>,
+    r0: usize,
+    r: usize,
+    end: usize,
+    c: usize,
+) -> Tile<T, 1, BH> {
+    if r < end {
+        // A shape-only `rows` (no plan data: a standalone cost-only launch) reads tokens in order.
+        let token = index_at(idx, r - r0, r % x.rows());
+        load_async::<1, BH>(x, token, c)
+    } else {
+        zeros::<T, 1, BH>()
     }
 }
 
@@ -144,10 +181,10 @@ pub fn moe_dispatch<T: Float>(x: &Tensor<T>, rows: &Tensor<i32>, xe: &Tensor<T>)
 /// A program reads its tokens' slots once, as a `BR × KB` tile (`KB` covers `K` up to 64; later
 /// choices read their slot one by one), and requests a token's rows four at a time before summing
 /// them, so a token waits for about `⌈K / 4⌉` memory latencies rather than two per choice (a
-/// blocking index read, then the row). In a cost-only run the slot tile carries no data and choice
-/// `j` of token `t` reads row `t·K + j`: the launch reads every row of `ye` exactly once whatever
-/// the order (`slot_of` is a permutation of the rows), so its reads and their L2 misses are the
-/// same as with the plan's slots; the replay test checks the equality.
+/// blocking index read, then the row). A cost-only run reads the plan's slots when `slot_of`
+/// holds them (the model always builds its plan with data; with replayed routing the replay test
+/// checks the cycles equal the functional run's); a shape-only `slot_of` reads row `t·K + j` for
+/// choice `j` of token `t`.
 #[kernel(
     grid = (cdiv(out.rows(), BR), cdiv(out.cols(), BH)),
     tunable(
@@ -226,8 +263,8 @@ pub fn combine_choice<const BR: usize, const KB: usize, const BH: usize>(
 }
 
 /// Tiles for a row-gather launch over `rows × cols`: the widest column tile (fewer index reads per
-/// row), and the largest row tile that still gives every core about four programs. Each row starts
-/// with a blocking index read, so a program's rows are serial: small batches want more programs.
+/// row), and the largest row tile that still gives every core about four programs. A program's
+/// rows wait on its index tile and go four at a time: small batches want more programs.
 fn gather_config(launcher: &Launcher, rows: usize, cols: usize) -> Config {
     let col_tiles = cols.div_ceil(1024).max(1);
     let want = 4 * launcher.preset.cores as usize;
@@ -271,7 +308,10 @@ pub fn run_moe_dispatch<T: Float>(
         ));
     }
     let config = gather_config(launcher, xe.rows(), xe.cols());
-    Ok(moe_dispatch::launch(launcher, &config, x, rows, xe)?.report)
+    let rows = rows
+        .reshaped(&[rows.len(), 1])
+        .map_err(|e| launch_error(name, e))?;
+    Ok(moe_dispatch::launch(launcher, &config, x, &rows, xe)?.report)
 }
 
 /// Runs [`moe_combine()`] after checking shapes: `ye [N, H]`, `slot_of`/`weights [T, K]` with

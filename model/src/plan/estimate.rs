@@ -296,6 +296,14 @@ pub fn group_of(cluster: &ClusterPreset, size: usize) -> Group {
 /// without replacement, `P(miss) = Π_{i<k} (1 − σ·E/(E − i))`, which is exact for uniform
 /// routing (a set of `e` experts, σ = e/E: `C(E − e, k) / C(E, k)`).
 pub fn hit_probability(sigma: f64, k: usize, experts: usize) -> f64 {
+    // A set with no weight is never picked (a NaN share counts as none); once `k` reaches the
+    // expert count every expert is picked.
+    if sigma.is_nan() || sigma <= 0.0 {
+        return 0.0;
+    }
+    if k >= experts {
+        return 1.0;
+    }
     let e = experts as f64;
     let miss: f64 = (0..k.min(experts))
         .map(|i| (1.0 - sigma * e / (e - i as f64)).max(0.0))
