@@ -325,6 +325,31 @@ fn prefill_all_to_alls_match_their_closed_form(
     assert!(got < per_expert / 2.0, "{got} vs {per_expert}");
 }
 
+/// The router scores every routed expert on the card's own tokens, whatever the expert
+/// parallelism: its cost in the step does not shrink as `ep` spreads the experts (the routed
+/// experts' own share does).
+#[test]
+fn the_router_scores_every_expert_whatever_ep() {
+    let cfg = load_model("deepseek-v3").unwrap();
+    let cluster = ClusterPreset::load("h800").unwrap();
+    let est = Estimator::new(cfg, cluster, Routing::Uniform).unwrap();
+    let step = |spec: &str| {
+        let plan = Plan::parse(spec, Some(32), "--plan").unwrap();
+        est.estimate(&plan, Phase::Decode, 8, 2048).unwrap()
+    };
+    let (wide, narrow) = (step("tp=1,dp=32,ep=32"), step("tp=1,dp=32,ep=8"));
+    let op = |e: &model::plan::estimate::StepEstimate, name: &str| e.ops["mla+moe"][name];
+    let (r_wide, r_narrow) = (
+        op(&wide, "moe.router_logits"),
+        op(&narrow, "moe.router_logits"),
+    );
+    assert_eq!(r_wide.cycles, r_narrow.cycles);
+    assert_eq!(r_wide.launches, r_narrow.launches);
+    // The routed experts' GEMM reads 4× fewer experts' weights per card at ep=32.
+    let g = |e| op(e, "moe.experts.gate_up_proj").cycles;
+    assert!(g(&wide) < g(&narrow), "{} vs {}", g(&wide), g(&narrow));
+}
+
 /// One cost-only decode step on an h800 of `tokens` tokens at context `ctx`: one sequence's
 /// `tokens`-token chunk, or with `batched` a batch of `tokens` sequences
 /// (`Runner::batch_decode`). Its operator statistics.

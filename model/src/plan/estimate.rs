@@ -496,7 +496,18 @@ impl Estimator {
         if let Some(r) = slot.as_ref() {
             return Ok(r.clone());
         }
-        let shard = plan.shard(&self.cfg);
+        let mut shard = plan.shard(&self.cfg);
+        if !blocks.routed_experts {
+            // The router scores every expert (on the card's own tokens, before the dispatch,
+            // with the config's group limits): only the routed-experts run holds the card's
+            // share of the experts.
+            if let (Some(m), Some(full)) = (&mut shard.moe, &self.cfg.moe) {
+                m.experts = full.experts;
+                m.experts_per_token = full.experts_per_token;
+                m.n_group = full.n_group;
+                m.topk_group = full.topk_group;
+            }
+        }
         let mut runner = Runner::cost_only_at(
             shard,
             self.launcher.clone(),
