@@ -89,23 +89,15 @@ fn load_window<const R: usize, const C: usize, T: Elem>(
     let vc = cols.saturating_sub(col).min(C);
     // (A window wholly outside the tensor, vc == 0 or vr == 0, copies nothing.)
     let (vr_data, stride) = (if vc == 0 { 0 } else { vr }, t.row_stride());
-    if !ctx.functional {
-        // A cost-only run still reads the indices an index tensor holds (a routing plan, a block
-        // table), as `load_index` does: which rows the kernel reads next, and so its L2 hits,
-        // depend on them. Index tiles are small; every other tile is shape-only (and a reused
-        // tile drops what it held).
+    // A cost-only run still reads the indices an index tensor holds (a routing plan, a block
+    // table), as `load_index` does: which rows the kernel reads next, and so its L2 hits, depend
+    // on them. Index tiles are small; every other tile is shape-only (and a reused tile drops
+    // what it held).
+    let index_data = !ctx.functional && T::DTYPE == DType::I32 && t.has_data();
+    if !ctx.functional && !index_data {
         tile.data = None;
-        if T::DTYPE == DType::I32 && t.has_data() {
-            let mut fv = [fill];
-            T::round(&mut fv);
-            let mut v = crate::tile_buffers::take(R * C);
-            v.clear();
-            v.resize(R * C, fv[0]);
-            t.window_read(row * stride + col, vr_data, vc, &mut v, C);
-            tile.data = Some(v);
-        }
     }
-    if ctx.functional {
+    if ctx.functional || index_data {
         let mut fv = [fill];
         T::round(&mut fv);
         // Every element is written below (the window's data, then the fill around it), so the

@@ -201,6 +201,10 @@ pub fn short_conv_decode<T: Float>(
     store(&st.rows_clipped(hist.saturating_sub(1), hist), 0, c0, &xt);
 }
 
+/// Tap counts [`launch_short_conv_decode`] takes: one tap has no state, and the history tile
+/// (`BH`) holds at most 16 rows.
+pub const DECODE_TAPS: std::ops::RangeInclusive<usize> = 2..=17;
+
 /// Runs [`short_conv_decode()`]: one token per sequence, `x [S, channels]`, sequence `s` with
 /// the state at slot `slots[s]` of `states [slots, K − 1, channels]` (none: slot `s`, for a
 /// cost-only batch). Errors name what does not fit: taps, widths, a slot outside the states, two
@@ -220,10 +224,12 @@ pub fn launch_short_conv_decode<T: Float>(
     };
     let (taps, ch, seqs) = (w.rows(), x.cols(), x.rows());
     let sh = states.shape();
-    if !(2..=17).contains(&taps) || w.cols() != ch {
+    if !DECODE_TAPS.contains(&taps) || w.cols() != ch {
         return Err(bad(format!(
-            "conv weights {w:?} must be [2 ≤ taps ≤ 17, {ch}] for x {x:?} (one tap has no \
-             state; the history tile holds at most 16 rows)"
+            "conv weights {w:?} must be [{} ≤ taps ≤ {}, {ch}] for x {x:?} (one tap has no \
+             state; the history tile holds at most 16 rows)",
+            DECODE_TAPS.start(),
+            DECODE_TAPS.end()
         )));
     }
     if sh.len() != 3 || sh[1] != taps - 1 || sh[2] != ch {
@@ -454,11 +460,14 @@ fn conv_typed<T: Float>(
     {
         // The reference takes the checkpoint's [channels, taps] weight.
         let wt = crate::reference::transpose(&wv, taps, ch);
-        let (want_y, want_s) = short_conv(&widen(&xv), &widen(&wt), &widen(&sv[..hist * ch]), ch)
-            .map_err(|e| dsl_core::SimError::Launch {
-            kernel: name.into(),
-            message: e.to_string(),
-        })?;
+        let state_in = widen(&sv[..hist * ch]);
+        let (want_y, want_s) =
+            short_conv(&widen(&xv), &widen(&wt), &state_in, ch).map_err(|e| {
+                dsl_core::SimError::Launch {
+                    kernel: name.into(),
+                    message: e.to_string(),
+                }
+            })?;
         let err = crate::reference::rel_error(out, &want_y)
             .max(crate::reference::rel_error(&st[..hist * ch], &want_s));
         launch.report.max_rel_error = Some(err);

@@ -1,8 +1,8 @@
 //! Qwen3-Next's Gated DeltaNet layer: the fused input projections (held part-major, so q, k, v,
 //! z and b, a are column ranges of their outputs), the short causal convolution over
-//! `[q | k | v]` with its rolling state,
-//! the gates, the delta rule (chunked for prompts, recurrent for single tokens) carrying the
-//! per-head `dk × dv` state, the gated RMSNorm and the output projection.
+//! `[q | k | v]` with its rolling state, the gates, the delta rule (chunked for prompts,
+//! recurrent for single tokens) carrying the per-head `dk × dv` state, the gated RMSNorm and the
+//! output projection.
 
 use super::ops::{first_fitting_in_place, view, Ops};
 use super::params::LinearAttnWeights;
@@ -46,7 +46,10 @@ impl LinearState {
     ) -> Result<Tensor<f32>, ForwardError> {
         let y = ops.mem.act(mixed.rows(), mixed.cols());
         // (Tap counts the batched form does not cover run as one chunk, booked per sequence.)
-        if ops.batched_decode && mixed.rows() > 1 && (2..=17).contains(&taps.rows()) {
+        if ops.batched_decode
+            && mixed.rows() > 1
+            && kernels::linear_attention::conv::DECODE_TAPS.contains(&taps.rows())
+        {
             let states = ops
                 .mem
                 .poisoned::<f32>(&[mixed.rows(), taps.rows() - 1, mixed.cols()]);

@@ -726,12 +726,11 @@ impl Runner {
 
     /// Cost-only runners: each later step of `t` tokens is `t` sequences decoding one token each
     /// at the runner's position (a decode batch of equal contexts), not a `t`-token chunk of one
-    /// sequence. MLA and GQA attention, the linear-attention recurrences (GDN, KDA) and their short
-    /// convolutions then run
-    /// the whole batch in one launch (each sequence's cache pages and state in its own block, as
-    /// a batched kernel lays them out); the other per-sequence operators still run as one chunk and are
-    /// booked per-sequence ([`OpStats::per_sequence`]), for the planner to price once per
-    /// sequence.
+    /// sequence. MLA and GQA attention, the linear-attention recurrences (GDN, KDA) and their
+    /// short convolutions then run the whole batch in one launch (each sequence's cache pages and
+    /// state in its own block, as a batched kernel lays them out); the other per-sequence
+    /// operators still run as one chunk and are booked per-sequence ([`OpStats::per_sequence`]),
+    /// for the planner to price once per sequence.
     pub fn batch_decode(&mut self, on: bool) -> Result<(), ForwardError> {
         if on && !self.ops.mem.shape_only {
             return Err(ForwardError::Unsupported {

@@ -305,7 +305,7 @@ pub fn hit_probability(sigma: f64, k: usize, experts: usize) -> f64 {
         return 1.0;
     }
     let e = experts as f64;
-    let miss: f64 = (0..k.min(experts))
+    let miss: f64 = (0..k)
         .map(|i| (1.0 - sigma * e / (e - i as f64)).max(0.0))
         .product();
     1.0 - miss
