@@ -34,6 +34,7 @@ use kernels::moe::router::{
 use kernels::norm::{run_layernorm, run_rmsnorm, run_rmsnorm_residual, RmsNormCase};
 use kernels::rope::run_rope;
 use kernels::softmax::{run_softmax, SoftmaxCase};
+use kernels::split_k::split_k_reduce;
 use kernels::testdata::Rng;
 use kernels::tile_choice::{cover, divides};
 use kernels::weight::{Format, Weight};
@@ -69,6 +70,7 @@ fn shape<T: dsl_core::Elem>(s: &[usize]) -> Tensor<T> {
 /// registry so a new operator cannot skip these checks silently, and
 /// `every_checked_operator_has_a_runner` with the runners below.
 const CHECKED: &[&str] = &[
+    "split_k_reduce",
     "gemm",
     "gemm_fp8",
     "softmax",
@@ -254,6 +256,15 @@ fn run_op(device: &str, op: &str, m: usize, n: usize, k: usize) -> Result<Report
             &shape(&[m, n]),
         )
         .map(|r| r.report),
+        "split_k_reduce" => {
+            // A split-K product's partials, 2 to 16 splits per output row.
+            let splits = 2 + k % 15;
+            let sb = kernels::tile_choice::at_least(&split_k_reduce::META, "SB", splits)
+                .expect("declared");
+            let cfg = Config::new().with("SB", sb).with("BR", 8).with("BC", 128);
+            split_k_reduce::launch(&l, &cfg, &shape(&[m * splits, n]), &shape(&[m, n]))
+                .map(|r| r.report)
+        }
         "add" => {
             kernels::elementwise::run_add(&l, &shape(&[m, n]), &shape(&[m, n]), &shape(&[m, n]))
                 .map(|r| r.report)
@@ -345,6 +356,7 @@ fn run_op(device: &str, op: &str, m: usize, n: usize, k: usize) -> Result<Report
 }
 
 const RUNNERS: &[&str] = &[
+    "split_k_reduce",
     "gemm",
     "gemm_naive",
     "gemm_db",
@@ -1184,7 +1196,12 @@ const MODEL_RUNNERS: &[(&str, &[&str])] = &[
     ("moe_grouped_bias", &["moe_grouped_bias"]),
     (
         "linear_stored",
-        &["linear_bf16", "act_quant_fp8", "linear_fp8"],
+        &[
+            "linear_bf16",
+            "act_quant_fp8",
+            "linear_fp8",
+            "split_k_reduce",
+        ],
     ),
     (
         "grouped_linear_stored",

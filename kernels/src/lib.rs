@@ -19,6 +19,7 @@ pub mod reference;
 pub mod registry;
 pub mod rope;
 pub mod softmax;
+pub mod split_k;
 pub mod testdata;
 pub mod tile_choice;
 pub mod tile_order;

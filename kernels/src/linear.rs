@@ -12,6 +12,10 @@
 
 use crate::gemm_fp8::fp8_matmul_bt_tile;
 use crate::moe::expert_gemm::matmul_bt_tile;
+use crate::split_k::{
+    fastest_split, linear_cast_split_k, linear_fp8_split_k, linear_fp8w_split_k, linear_split_k,
+    run_split, split_width,
+};
 use crate::tile_order::{grouped_grid, grouped_tile};
 use dsl_core::prelude::*;
 use dsl_core::SimError;
@@ -469,11 +473,33 @@ pub fn run_linear_weight(
     }
     // The native formats' tiles are the tuning table's where it holds this launch.
     let key = crate::tunable::linear_key(m, n, k);
+    // A decode shape whose output tiles leave cores idle may split K ([`crate::split_k`]).
+    let split =
+        |cfg: &Config, s: usize| split_width(k, cfg.get("BK").unwrap_or(1).max(1) as usize, s);
     match w {
-        Weight::F32(wt) => Ok(vec![(name, run_linear(launcher, x, wt, y)?)]),
+        Weight::F32(wt) => {
+            let cfg = tiles_for(m, n, k);
+            let run = |l: &Launcher, s: usize| match s {
+                1 => Ok(vec![(name, linear::launch(l, &cfg, x, wt, y)?)]),
+                _ => run_split(l, y, s, |part| {
+                    let span = split(&cfg, s);
+                    let r = linear_split_k::launch(l, &cfg, x, wt, part, span)?;
+                    Ok((linear_split_k::META.name, r))
+                }),
+            };
+            run(launcher, fastest_split(launcher, (m, n, k), &cfg, run)?)
+        }
         Weight::Bf16(wt) => {
             let cfg = launcher.tiles(&linear_cast::META, &key, tiles_for(m, n, k));
-            Ok(vec![(name, linear_cast::launch(launcher, &cfg, x, wt, y)?)])
+            let run = |l: &Launcher, s: usize| match s {
+                1 => Ok(vec![(name, linear_cast::launch(l, &cfg, x, wt, y)?)]),
+                _ => run_split(l, y, s, |part| {
+                    let span = split(&cfg, s);
+                    let r = linear_cast_split_k::launch(l, &cfg, x, wt, part, span)?;
+                    Ok((linear_cast_split_k::META.name, r))
+                }),
+            };
+            run(launcher, fastest_split(launcher, (m, n, k), &cfg, run)?)
         }
         Weight::Fp8Block { weight, scale_inv } => {
             let bn = if n <= 64 { 64 } else { 128 };
@@ -483,14 +509,42 @@ pub fn run_linear_weight(
                 .with("BK", 128);
             if !has_fp8_matrix(launcher) {
                 let cfg = launcher.tiles(&linear_fp8w::META, &key, cfg);
-                let l = linear_fp8w::launch::<bf16>(launcher, &cfg, x, weight, scale_inv, y)?;
-                return Ok(vec![(linear_fp8w::META.name, l)]);
+                let run = |l: &Launcher, s: usize| match s {
+                    1 => {
+                        let r = linear_fp8w::launch::<bf16>(l, &cfg, x, weight, scale_inv, y)?;
+                        Ok(vec![(linear_fp8w::META.name, r)])
+                    }
+                    _ => run_split(l, y, s, |part| {
+                        let span = split(&cfg, s);
+                        let r = linear_fp8w_split_k::launch::<bf16>(
+                            l, &cfg, x, weight, scale_inv, part, span,
+                        )?;
+                        Ok((linear_fp8w_split_k::META.name, r))
+                    }),
+                };
+                return run(launcher, fastest_split(launcher, (m, n, k), &cfg, run)?);
             }
             let cfg = launcher.tiles(&linear_fp8::META, &key, cfg);
             let (q, quant) = run_act_quant_fp8(launcher, x)?;
-            let gemm =
-                linear_fp8::launch(launcher, &cfg, &q.codes, &q.scales, weight, scale_inv, y)?;
-            Ok(vec![(act_quant_fp8::META.name, quant), (name, gemm)])
+            let (a, sa) = (&q.codes, &q.scales);
+            let run = |l: &Launcher, s: usize| match s {
+                1 => Ok(vec![(
+                    name,
+                    linear_fp8::launch(l, &cfg, a, sa, weight, scale_inv, y)?,
+                )]),
+                _ => run_split(l, y, s, |part| {
+                    let span = split(&cfg, s);
+                    let r =
+                        linear_fp8_split_k::launch(l, &cfg, a, sa, weight, scale_inv, part, span)?;
+                    Ok((linear_fp8_split_k::META.name, r))
+                }),
+            };
+            let mut launches = vec![(act_quant_fp8::META.name, quant)];
+            launches.extend(run(
+                launcher,
+                fastest_split(launcher, (m, n, k), &cfg, run)?,
+            )?);
+            Ok(launches)
         }
         Weight::Mxfp4 { .. } => Err(crate::weight::bad(
             name,

@@ -473,6 +473,36 @@ pub fn all() -> Vec<Implementation> {
             summary: "W8A16 linear layer over a block-FP8 weight for matrix units without FP8",
         },
         Implementation {
+            op: "linear",
+            kind: ImplKind::DslTuned,
+            meta: &crate::split_k::linear_split_k::META,
+            summary: "split-K linear layer for decode shapes: K shared over the cores the output tiles leave idle, partials summed by split_k_reduce",
+        },
+        Implementation {
+            op: "linear_bf16",
+            kind: ImplKind::DslTuned,
+            meta: &crate::split_k::linear_cast_split_k::META,
+            summary: "split-K linear layer over a bf16 weight (decode shapes)",
+        },
+        Implementation {
+            op: "linear_fp8",
+            kind: ImplKind::DslTuned,
+            meta: &crate::split_k::linear_fp8_split_k::META,
+            summary: "split-K W8A8 linear layer over a block-FP8 weight (decode shapes)",
+        },
+        Implementation {
+            op: "linear_fp8",
+            kind: ImplKind::DslTuned,
+            meta: &crate::split_k::linear_fp8w_split_k::META,
+            summary: "split-K W8A16 linear layer over a block-FP8 weight (decode shapes, no FP8 matrix mode)",
+        },
+        Implementation {
+            op: "split_k_reduce",
+            kind: ImplKind::Dsl,
+            meta: &crate::split_k::split_k_reduce::META,
+            summary: "sums a split-K product's partial rows (one tile per output row)",
+        },
+        Implementation {
             op: "moe_grouped_linear_bf16",
             kind: ImplKind::DslTuned,
             meta: &crate::moe::grouped::grouped_linear_cast::META,

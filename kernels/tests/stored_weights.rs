@@ -58,13 +58,25 @@ fn formats() -> impl Strategy<Value = Format> {
 
 /// Runs the dense linear layer and returns the max relative error.
 fn dense(device: &str, format: Format, m: usize, n: usize, k: usize, seed: u64) -> f64 {
+    dense_run(device, format, m, n, k, seed).0
+}
+
+/// Runs the dense linear layer: its max relative error and the kernels it launched.
+fn dense_run(
+    device: &str,
+    format: Format,
+    m: usize,
+    n: usize,
+    k: usize,
+    seed: u64,
+) -> (f64, Vec<&'static str>) {
     let l = launcher(device);
     let (w, wv) = weight(&l, format, [1, n, k], seed);
     let w = w.without_expert_axis().unwrap();
     let xv = Rng::new(seed ^ 7).vec(m * k, 1.0);
     let x = Tensor::<f32>::from_f32(&[m, k], &xv).unwrap();
     let y = Tensor::<f32>::poisoned(&[m, n]);
-    run_linear_weight(&l, &x, &w, &y).unwrap();
+    let launches = run_linear_weight(&l, &x, &w, &y).unwrap();
     let want = linear_ref(
         &activations_as_multiplied(&l, &xv, m, k, format),
         &wv,
@@ -72,7 +84,24 @@ fn dense(device: &str, format: Format, m: usize, n: usize, k: usize, seed: u64) 
         n,
         k,
     );
-    rel_error(&y.to_vec().unwrap(), &want)
+    let kernels = launches.iter().map(|(name, _)| *name).collect();
+    (rel_error(&y.to_vec().unwrap(), &want), kernels)
+}
+
+/// A decode shape (a few rows, a narrow output, a deep K) splits K over more cores on every
+/// device and format, and the split product and its reduction still match the reference.
+#[test]
+fn decode_shapes_split_k_and_still_match_the_reference() {
+    for device in ["h800", "npu-910b"] {
+        for format in [Format::F32, Format::Bf16, Format::Fp8Block] {
+            let (err, kernels) = dense_run(device, format, 8, 96, 4096 + 37, 5);
+            assert!(err <= TOL, "{device} {format:?}: max rel error {err}");
+            assert!(
+                kernels.contains(&"split_k_reduce"),
+                "{device} {format:?}: a 12-program grid on a many-core device should split K; ran {kernels:?}"
+            );
+        }
+    }
 }
 
 proptest! {
@@ -82,6 +111,17 @@ proptest! {
     fn dense_linear_matches_reference_in_every_stored_format(
         format in formats().prop_filter("MXFP4 is an expert format", |f| *f != Format::Mxfp4),
         device in devices(), m in 1usize..80, n in 1usize..300, k in 1usize..300,
+        seed in any::<u64>(),
+    ) {
+        let err = dense(device, format, m, n, k, seed);
+        prop_assert!(err <= TOL, "{format:?} {m}x{n}x{k}: max rel error {err}");
+    }
+
+    /// Deep-K decode shapes, where the launch may split K (ragged K, so the last split is short).
+    #[test]
+    fn split_k_linear_matches_reference_in_every_stored_format(
+        format in formats().prop_filter("MXFP4 is an expert format", |f| *f != Format::Mxfp4),
+        device in devices(), m in 1usize..20, n in 1usize..200, k in 900usize..3000,
         seed in any::<u64>(),
     ) {
         let err = dense(device, format, m, n, k, seed);

@@ -45,6 +45,10 @@ const VOCABULARY: &[(&str, &str)] = &[
         "head-dim tile covering the key head dim of a linear-attention state",
     ),
     ("BW", "row-width tile of a cache append"),
+    (
+        "SB",
+        "partial rows of a split-K reduction (covers the splits)",
+    ),
     ("GS", "experts per step when reading a router group"),
     ("GB", "group-score slots (covers n_group)"),
     ("KB", "top-k slots (covers the experts per token)"),
