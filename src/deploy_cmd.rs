@@ -75,6 +75,15 @@ pub struct RunArgs {
     /// cluster grows to hold them).
     #[arg(long)]
     pub cards: Option<usize>,
+    /// Cards of the prefill deployment when it differs from the decode one (disaggregated, as
+    /// DeepSeek serves: prefill on 4 nodes, decode on 18). Default: `--cards`, else the
+    /// `--prefill-plan`'s own count when it names `dp`, else the whole cluster.
+    #[arg(long)]
+    pub prefill_cards: Option<usize>,
+    /// Cards of the decode deployment (see `--prefill-cards`). Default: `--cards`, else the
+    /// `--decode-plan`'s own count when it names `dp`, else the whole cluster.
+    #[arg(long)]
+    pub decode_cards: Option<usize>,
     /// One plan for both phases, e.g. `tp=1,ep=32,dp=32` (skips the search).
     #[arg(long)]
     pub plan: Option<String>,
@@ -202,7 +211,6 @@ struct Setup {
     est: Estimator,
     /// The tuning file the cards' launches take their tiles from, if any.
     tuning: Option<std::path::PathBuf>,
-    cards: usize,
     workload: Workload,
     mem: MemoryOptions,
 }
@@ -210,19 +218,16 @@ struct Setup {
 fn setup(a: &DeployArgs, cards: Option<usize>) -> Result<Setup, String> {
     let cfg = load_model(&a.model).map_err(|e| format!("--model: {e}"))?;
     let mut cluster = ClusterPreset::load(&a.cluster).map_err(|e| format!("--cluster: {e}"))?;
-    let cards = match cards {
+    // The cluster grows to hold the cards asked for.
+    match cards {
         Some(0) => return Err("--cards: must be at least 1".into()),
-        Some(n) => {
-            let nodes = n.div_ceil(cluster.cards_per_node);
-            if nodes > cluster.nodes {
-                cluster = cluster
-                    .with_nodes(nodes)
-                    .map_err(|e| format!("--cards: {e}"))?;
-            }
-            n
+        Some(n) if n.div_ceil(cluster.cards_per_node) > cluster.nodes => {
+            cluster = cluster
+                .with_nodes(n.div_ceil(cluster.cards_per_node))
+                .map_err(|e| format!("--cards: {e}"))?;
         }
-        None => cluster.cards(),
-    };
+        _ => {}
+    }
     let routing = Routing::parse(&a.routing).map_err(|e| e.to_string())?;
     let kv_bytes = match a.kv_dtype.as_str() {
         "bf16" => 2.0,
@@ -279,7 +284,6 @@ fn setup(a: &DeployArgs, cards: Option<usize>) -> Result<Setup, String> {
     Ok(Setup {
         est,
         tuning: tuning_path,
-        cards,
         workload,
         mem: MemoryOptions {
             kv_bytes,
@@ -392,6 +396,25 @@ fn breakdown_parts(e: &StepEstimate) -> Vec<(String, f64)> {
     .collect()
 }
 
+/// The cards one phase deploys on, when something names them: its own flag (`own`, named
+/// `flag`), else `--cards`, else its plan's own count (`tp·dp·pp`) when the plan names `dp`.
+/// `None` leaves the phase the whole cluster.
+fn phase_cards(
+    own: Option<usize>,
+    flag: &str,
+    cards: Option<usize>,
+    plan: Option<&String>,
+) -> Result<Option<usize>, String> {
+    if own == Some(0) {
+        return Err(format!("{flag}: must be at least 1"));
+    }
+    Ok(own.or(cards).or_else(|| {
+        plan.filter(|spec| spec.split(',').any(|p| p.trim().starts_with("dp")))
+            .and_then(|spec| Plan::parse(spec, None, flag).ok())
+            .map(|p| p.cards())
+    }))
+}
+
 fn fixed_plan(spec: Option<&String>, cards: usize, flag: &str) -> Result<Option<Plan>, String> {
     spec.map(|s| Plan::parse(s, Some(cards), flag).map_err(|e| e.to_string()))
         .transpose()
@@ -400,7 +423,18 @@ fn fixed_plan(spec: Option<&String>, cards: usize, flag: &str) -> Result<Option<
 /// `day0 run`: coverage, numeric checks, planning, simulated prefill and decode, report.
 pub fn run(a: RunArgs) -> Result<(), String> {
     let t0 = Instant::now();
-    let s = setup(&a.deploy, a.cards)?;
+    let prefill_spec = a.prefill_plan.as_ref().or(a.plan.as_ref());
+    let decode_spec = a.decode_plan.as_ref().or(a.plan.as_ref());
+    let prefill_cards = phase_cards(a.prefill_cards, "--prefill-cards", a.cards, prefill_spec)?;
+    let decode_cards = phase_cards(a.decode_cards, "--decode-cards", a.cards, decode_spec)?;
+    // The cluster grows to hold the larger deployment.
+    let most = prefill_cards.max(decode_cards).or(a.cards);
+    let s = setup(&a.deploy, most)?;
+    let whole = s.est.cluster().cards();
+    let (prefill_cards, decode_cards) = (
+        prefill_cards.unwrap_or(whole),
+        decode_cards.unwrap_or(whole),
+    );
     let cfg = s.est.config().clone();
     let say = |msg: String| {
         if !a.json {
@@ -408,13 +442,17 @@ pub fn run(a: RunArgs) -> Result<(), String> {
         }
     };
     let c = count(&cfg);
+    let on_cards = if prefill_cards == decode_cards {
+        format!("{decode_cards} cards")
+    } else {
+        format!("{prefill_cards} prefill and {decode_cards} decode cards")
+    };
     say(format!(
-        "day0 run — {} ({:.1}B parameters, {:.1}B active, {} layers) on {} cards of {} ({})",
+        "day0 run — {} ({:.1}B parameters, {:.1}B active, {} layers) on {on_cards} of {} ({})",
         a.deploy.model,
         c.total() as f64 / 1e9,
         c.active() as f64 / 1e9,
         cfg.num_layers(),
-        s.cards,
         s.est.cluster().name,
         s.est.device().name
     ));
@@ -442,9 +480,14 @@ pub fn run(a: RunArgs) -> Result<(), String> {
     // 2-4. Numeric checks of the operators on the card, and the plans and simulated phases:
     // independent, so the checks and the two phases run on threads of their own (the numbers do
     // not depend on it: every estimate is a pure function of its plan).
-    let shared = fixed_plan(a.plan.as_ref(), s.cards, "--plan")?;
-    let prefill_fixed = fixed_plan(a.prefill_plan.as_ref(), s.cards, "--prefill-plan")?.or(shared);
-    let decode_fixed = fixed_plan(a.decode_plan.as_ref(), s.cards, "--decode-plan")?.or(shared);
+    let prefill_fixed = match &a.prefill_plan {
+        Some(p) => fixed_plan(Some(p), prefill_cards, "--prefill-plan")?,
+        None => fixed_plan(a.plan.as_ref(), prefill_cards, "--plan")?,
+    };
+    let decode_fixed = match &a.decode_plan {
+        Some(p) => fixed_plan(Some(p), decode_cards, "--decode-plan")?,
+        None => fixed_plan(a.plan.as_ref(), decode_cards, "--plan")?,
+    };
     let progress = |msg: &str| {
         if !a.json {
             eprintln!("      … {msg} ({:.1} s)", t0.elapsed().as_secs_f64());
@@ -455,7 +498,10 @@ pub fn run(a: RunArgs) -> Result<(), String> {
         plan_phase(
             &s.est,
             phase,
-            s.cards,
+            match phase {
+                Phase::Prefill => prefill_cards,
+                Phase::Decode => decode_cards,
+            },
             &s.workload,
             &s.mem,
             fixed,
@@ -538,9 +584,8 @@ pub fn run(a: RunArgs) -> Result<(), String> {
             ),
         ];
         let title = format!(
-            "{} on {} x {}: where a step goes",
+            "{} on {on_cards} x {}: where a step goes",
             a.deploy.model,
-            s.cards,
             s.est.device().name
         );
         let path = write_chart(
@@ -556,7 +601,9 @@ pub fn run(a: RunArgs) -> Result<(), String> {
             "model": a.deploy.model,
             "cluster": s.est.cluster().name,
             "device": s.est.device().name,
-            "cards": s.cards,
+            "cards": prefill_cards.max(decode_cards),
+            "prefill_cards": prefill_cards,
+            "decode_cards": decode_cards,
             "total_params": c.total(),
             "active_params": c.active(),
             "coverage": {"operators": cov.rows.len(), "missing": cov.missing()},

@@ -555,6 +555,44 @@ fn run_with_a_plan_reports_prefill_decode_and_memory() {
     assert!(util > 0.0 && util <= 1.0, "{util}");
 }
 
+/// Prefill and decode deployed disaggregated on different card counts (DeepSeek serves prefill
+/// on 4 nodes and decode on 18): each phase's plan brings its own cards, the cluster grows to the
+/// larger, and a phase's card flag that contradicts its plan is an error naming the plan.
+#[test]
+fn prefill_and_decode_deploy_on_their_own_card_counts() {
+    #[rustfmt::skip]
+    let v = day0_json(&[
+        "run", "--model", "deepseek-v3", "--cluster", "h800",
+        "--prefill-plan", "tp=1,dp=32,pp=1,ep=32", "--decode-plan", "tp=1,dp=64,pp=1,ep=64",
+        "--prompt-len", "256", "--output-len", "32", "--batch", "128", "--no-check", "--json",
+    ]);
+    assert_eq!(v["prefill"]["cards"], 32);
+    assert_eq!(v["decode"]["cards"], 64);
+    assert_eq!(
+        (v["prefill_cards"].clone(), v["decode_cards"].clone()),
+        (32.into(), 64.into())
+    );
+    assert_eq!(v["decode"]["batch_per_card"], 2.0);
+    #[rustfmt::skip]
+    let cases: [(&[&str], &str); 2] = [
+        (&["run", "--model", "deepseek-v3", "--prefill-cards", "0", "--no-check"], "--prefill-cards"),
+        (
+            &["run", "--model", "deepseek-v3", "--decode-cards", "16",
+              "--decode-plan", "tp=1,dp=32,ep=32", "--no-check"],
+            "--decode-plan",
+        ),
+    ];
+    for (args, flag) in cases {
+        let out = day0(args);
+        let err = stderr(&out);
+        assert!(!out.status.success(), "{args:?} should fail");
+        assert!(
+            err.contains(flag) && !err.contains("panicked"),
+            "{args:?}: {err}"
+        );
+    }
+}
+
 /// `--kv-dtype fp8` sizes the memory plan at one byte per cached value, which the simulated
 /// forward does not read yet: the report says so instead of passing the decode time off as FP8's.
 #[test]
