@@ -559,3 +559,37 @@ fn tensor_parallelism_keeps_the_dsa_indexer_whole() {
     // The totals are unchanged by the split of the count.
     assert!(within(p.total() as f64, 671e9, 0.01));
 }
+
+/// With a TPOT target and the batch left open, the planner halves from the batch memory holds and
+/// then bisects back up: it picks a batch size (a multiple of 8) that meets the target, and the
+/// next size, 8 more sequences, misses it.
+#[test]
+fn a_tpot_target_gets_the_largest_batch_that_meets_it() {
+    use model::plan::search::{plan_phase, Workload, FINALISTS};
+    let cfg = load_model("deepseek-v3").unwrap();
+    let est = Estimator::new(cfg, ClusterPreset::load("h800").unwrap(), Routing::Uniform).unwrap();
+    let plan = Plan::parse("tp=1,dp=32,pp=1,ep=32", Some(32), "--plan").unwrap();
+    let ctx = 4096;
+    // A target between the steps of 40 and 48 sequences per card.
+    let target = est.estimate(&plan, Phase::Decode, 44, ctx).unwrap().step_s;
+    let w = Workload {
+        prompt_len: 2048,
+        output_len: 64,
+        batch: None,
+        context: Some(ctx),
+        tpot_target_s: Some(target),
+        ttft_target_s: None,
+    };
+    let mem = MemoryOptions::default();
+    let got = plan_phase(&est, Phase::Decode, 32, &w, &mem, Some(plan), FINALISTS).unwrap();
+    let e = &got.best.estimate;
+    let b = e.batch_per_replica;
+    assert!(e.step_s <= target, "{b}: {} s against {target} s", e.step_s);
+    assert!(b % 8 == 0 && b >= 8, "{b}");
+    let next = est.estimate(&plan, Phase::Decode, b + 8, ctx).unwrap();
+    assert!(
+        next.step_s > target,
+        "{} sequences also meet the target",
+        b + 8
+    );
+}

@@ -440,8 +440,9 @@ fn fit(
                     if fit == 0 {
                         probe.check(1, ctx, plan, total_weights)?;
                     }
-                    // The largest power of two that fits.
-                    1usize << (usize::BITS - 1 - fit.max(1).leading_zeros())
+                    // The largest multiple of 8 that fits (a serving engine's batch sizes, as
+                    // vLLM captures its CUDA graphs at), or what fits below 8.
+                    round_batch(fit.max(1))
                 }
             };
             let memory = plan_memory(est.config(), plan, capacity, batch, ctx, mem);
@@ -451,8 +452,22 @@ fn fit(
     }
 }
 
+/// Bisection steps between a decode batch that meets the TPOT target and twice it, which does not.
+const BISECTIONS: usize = 3;
+
+/// A decode batch size: a multiple of 8 from 8 up (a serving engine's captured batch sizes), any
+/// size below.
+fn round_batch(b: usize) -> usize {
+    if b >= 8 {
+        b / 8 * 8
+    } else {
+        b
+    }
+}
+
 /// Simulates one plan for one phase at `batch` sequences per replica (decode), halving the batch
-/// until the TPOT target holds when the workload leaves the batch open. `memory` is the plan's
+/// until the TPOT target holds when the workload leaves the batch open, then bisecting up to the
+/// largest batch (of [`round_batch`]'s sizes, within [`BISECTIONS`] steps) that still meets it. `memory` is the plan's
 /// memory at `batch` ([`fit`]); a smaller batch gets its own.
 #[allow(clippy::too_many_arguments)]
 fn evaluate(
@@ -472,20 +487,36 @@ fn evaluate(
         }
         Phase::Decode => {
             let ctx = w.decode_context();
-            let mut b = batch;
-            loop {
-                let estimate = est.estimate(plan, phase, b, ctx)?;
-                let meets = w.tpot_target_s.is_none_or(|t| estimate.step_s <= t);
-                if meets || b == 1 || w.batch.is_some() {
-                    let memory = if b == batch {
-                        memory
-                    } else {
-                        plan_memory(est.config(), plan, capacity, b, ctx, mem)
-                    };
-                    return Ok(Candidate { estimate, memory });
-                }
+            let meets = |e: &StepEstimate| w.tpot_target_s.is_none_or(|t| e.step_s <= t);
+            let (mut b, mut missed) = (batch, None);
+            let mut estimate = est.estimate(plan, phase, b, ctx)?;
+            // Halve until the target holds, then bisect between the batch that meets it and the
+            // one that missed, on the batch sizes of `round_batch`.
+            while !meets(&estimate) && b > 1 && w.batch.is_none() {
+                missed = Some(b);
                 b /= 2;
+                estimate = est.estimate(plan, phase, b, ctx)?;
             }
+            if let Some(mut hi) = missed.filter(|_| meets(&estimate)) {
+                for _ in 0..BISECTIONS {
+                    let mid = round_batch((b + hi) / 2);
+                    if mid <= b || mid >= hi {
+                        break;
+                    }
+                    let e = est.estimate(plan, phase, mid, ctx)?;
+                    if meets(&e) {
+                        (b, estimate) = (mid, e);
+                    } else {
+                        hi = mid;
+                    }
+                }
+            }
+            let memory = if b == batch {
+                memory
+            } else {
+                plan_memory(est.config(), plan, capacity, b, ctx, mem)
+            };
+            Ok(Candidate { estimate, memory })
         }
     }
 }
