@@ -585,7 +585,7 @@ fn a_tpot_target_gets_the_largest_batch_that_meets_it() {
     let e = &got.best.estimate;
     let b = e.batch_per_replica;
     assert!(e.step_s <= target, "{b}: {} s against {target} s", e.step_s);
-    assert!(b % 8 == 0 && b >= 8, "{b}");
+    assert!(b.is_multiple_of(8) && b >= 8, "{b}");
     let next = est.estimate(&plan, Phase::Decode, b + 8, ctx).unwrap();
     assert!(
         next.step_s > target,
