@@ -76,12 +76,12 @@ pub struct RunArgs {
     #[arg(long)]
     pub cards: Option<usize>,
     /// Cards of the prefill deployment when it differs from the decode one (disaggregated, as
-    /// DeepSeek serves: prefill on 4 nodes, decode on 18). Default: `--cards`, else the
-    /// `--prefill-plan`'s own count when it names `dp`, else the whole cluster.
+    /// DeepSeek serves: prefill on 4 nodes, decode on 18). Default: `--cards`, else the count of
+    /// `--prefill-plan` (or `--plan`) when it names `dp`, else the whole cluster.
     #[arg(long)]
     pub prefill_cards: Option<usize>,
-    /// Cards of the decode deployment (see `--prefill-cards`). Default: `--cards`, else the
-    /// `--decode-plan`'s own count when it names `dp`, else the whole cluster.
+    /// Cards of the decode deployment (see `--prefill-cards`). Default: `--cards`, else the count
+    /// of `--decode-plan` (or `--plan`) when it names `dp`, else the whole cluster.
     #[arg(long)]
     pub decode_cards: Option<usize>,
     /// One plan for both phases, e.g. `tp=1,ep=32,dp=32` (skips the search).
@@ -407,6 +407,9 @@ fn phase_cards(
 ) -> Result<Option<usize>, String> {
     if own == Some(0) {
         return Err(format!("{flag}: must be at least 1"));
+    }
+    if cards == Some(0) {
+        return Err("--cards: must be at least 1".into());
     }
     Ok(own.or(cards).or_else(|| {
         plan.filter(|spec| spec.split(',').any(|p| p.trim().starts_with("dp")))

@@ -446,7 +446,9 @@ pub fn run_act_quant_fp8(
 /// activations `x [M, K]` and output `y [M, N]`. Returns each launch with the kernel's name:
 /// f32 → [`linear()`]; bf16 → [`linear_cast()`]; FP8 → [`act_quant_fp8()`] then [`linear_fp8()`]
 /// (W8A8) where the matrix unit has an FP8 mode, [`linear_fp8w()`] (W8A16) where it has not.
-/// MXFP4 is an expert format ([`crate::moe::grouped::run_grouped_linear_weight`]) and is refused.
+/// A decode shape whose output tiles leave cores idle runs the format's split-K kernel and
+/// [`crate::split_k::split_k_reduce()`] instead of the unsplit kernel when the simulator finds
+/// that faster ([`crate::split_k::fastest_split`]). MXFP4 is an expert format ([`crate::moe::grouped::run_grouped_linear_weight`]) and is refused.
 pub fn run_linear_weight(
     launcher: &Launcher,
     x: &Tensor<f32>,

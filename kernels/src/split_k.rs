@@ -33,7 +33,7 @@ pub const MAX_SPLITS: usize = 16;
 /// split's end) and stores the f32 partial tile into columns `s·N ..` of the `[M, S·N]` workspace `part`
 /// (each output row's `S` partials side by side, so [`split_k_reduce()`] reads them in one go).
 #[kernel(
-    grid = (cdiv(x.rows(), BM), cdiv(w.rows(), BN), cdiv(x.cols(), span)),
+    grid = (cdiv(x.rows(), BM), cdiv(w.rows(), BN), cdiv(x.cols(), usize::max(span, 1))),
     tunable(BM = [64, 8, 16, 32, 128], BN = [128, 16, 32, 64], BK = [64, 16, 32, 128]),
     helpers(matmul_bt_tile)
 )]
@@ -52,7 +52,7 @@ pub fn linear_split_k<T: Float>(x: &Tensor<T>, w: &Tensor<T>, part: &Tensor<f32>
 /// Split-K linear layer over a bf16 (or any `T`) weight with f32 activations rounded to `T` on
 /// chip ([`crate::linear::linear_cast()`]'s product, split as [`linear_split_k()`]).
 #[kernel(
-    grid = (cdiv(x.rows(), BM), cdiv(w.rows(), BN), cdiv(x.cols(), span)),
+    grid = (cdiv(x.rows(), BM), cdiv(w.rows(), BN), cdiv(x.cols(), usize::max(span, 1))),
     tunable(BM = [64, 8, 16, 32, 128], BN = [128, 16, 32, 64], BK = [64, 16, 32, 128]),
     helpers(cast_matmul_bt_tile)
 )]
@@ -77,7 +77,7 @@ pub fn linear_cast_split_k<T: Float>(
 /// split as [`linear_split_k()`]). `span` is a whole number of 128-wide scale blocks, so each
 /// split's scales are the column window `k0/128 ..` of both scale tensors.
 #[kernel(
-    grid = (cdiv(a.rows(), BM), cdiv(w.rows(), BN), cdiv(a.cols(), span)),
+    grid = (cdiv(a.rows(), BM), cdiv(w.rows(), BN), cdiv(a.cols(), usize::max(span, 1))),
     tunable(BM = [64, 16, 32, 128], BN = [128, 64, 32], BK = [128]),
     helpers(fp8_matmul_bt_tile)
 )]
@@ -106,7 +106,7 @@ pub fn linear_fp8_split_k(
 /// [`crate::linear::linear_fp8w()`]'s product, split as [`linear_split_k()`]). `span` is a whole
 /// number of 128-wide scale blocks.
 #[kernel(
-    grid = (cdiv(x.rows(), BM), cdiv(w.rows(), BN), cdiv(x.cols(), span)),
+    grid = (cdiv(x.rows(), BM), cdiv(w.rows(), BN), cdiv(x.cols(), usize::max(span, 1))),
     tunable(BM = [64, 16, 32, 128], BN = [128, 64, 32], BK = [128]),
     helpers(fp8w_matmul_bt_tile)
 )]
@@ -130,7 +130,7 @@ pub fn linear_fp8w_split_k<T: Float>(
 }
 
 /// Sums the `S` partial rows of a split-K product: `y[r] = Σ_s part[r·S + s]` (`part [M·S, N]`, the
-/// `[M, S·N]` workspace of the split kernels read split-major, `y [M, N]`, f32). A program sums
+/// `[M, S·N]` workspace of the split kernels, each row's splits side by side, read as rows, `y [M, N]`, f32). A program sums
 /// `BR` output rows of `BC` columns: each row's `S` partials are one `SB`-row tile (`SB ≥ S`; rows
 /// past `S` lie outside the row's view and read as 0), and the next two rows' tiles load while
 /// this one is summed, so a program waits on the memory latency once, not once per row.
@@ -165,7 +165,7 @@ pub fn split_k_reduce(part: &Tensor<f32>, y: &Tensor<f32>) {
 }
 
 /// Most ways to split the K of an `m×n×k` product tiled `bm×bn` with `bk`-deep steps on `cores`
-/// cores: 1 (no split) when the output tiles already fill half the cores or K is too short to
+/// cores: 1 (no split) when the output tiles fill more than half the cores or K is too short to
 /// share; otherwise as many splits as fill the cores, each at least [`MIN_STEPS_PER_SPLIT`] steps
 /// deep, and at most [`MAX_SPLITS`].
 pub fn max_splits(

@@ -112,7 +112,7 @@ impl Plan {
                 return Err(err(
                     flag,
                     format!(
-                        "tp·dp·pp = {}·{}·{} = {} cards, but {c} were asked for (--cards)",
+                        "tp·dp·pp = {}·{}·{} = {} cards, but {c} are deployed (--cards, --prefill-cards or --decode-cards)",
                         plan.tp,
                         plan.dp,
                         plan.pp,

@@ -452,8 +452,9 @@ fn fit(
     }
 }
 
-/// Bisection steps between a decode batch that meets the TPOT target and twice it, which does not.
-const BISECTIONS: usize = 3;
+/// Most bisection steps between a decode batch that meets the TPOT target and twice it, which does
+/// not: enough to narrow 256 sequences to [`round_batch`]'s step of 8.
+const BISECTIONS: usize = 6;
 
 /// A decode batch size: a multiple of 8 from 8 up (a serving engine's captured batch sizes), any
 /// size below.
@@ -467,7 +468,7 @@ fn round_batch(b: usize) -> usize {
 
 /// Simulates one plan for one phase at `batch` sequences per replica (decode), halving the batch
 /// until the TPOT target holds when the workload leaves the batch open, then bisecting up to the
-/// largest batch (of [`round_batch`]'s sizes, within [`BISECTIONS`] steps) that still meets it. `memory` is the plan's
+/// largest of [`round_batch`]'s sizes that still meets it. `memory` is the plan's
 /// memory at `batch` ([`fit`]); a smaller batch gets its own.
 #[allow(clippy::too_many_arguments)]
 fn evaluate(
@@ -494,7 +495,7 @@ fn evaluate(
             // one that missed, on the batch sizes of `round_batch`.
             while !meets(&estimate) && b > 1 && w.batch.is_none() {
                 missed = Some(b);
-                b /= 2;
+                b = round_batch(b / 2);
                 estimate = est.estimate(plan, phase, b, ctx)?;
             }
             if let Some(mut hi) = missed.filter(|_| meets(&estimate)) {
