@@ -468,6 +468,17 @@ fn stderr(o: &std::process::Output) -> String {
     String::from_utf8_lossy(&o.stderr).to_string()
 }
 
+/// `day0 args` exits non-zero with an error naming `flag`, not a panic.
+fn fails_naming(args: &[&str], flag: &str) {
+    let out = day0(args);
+    let err = stderr(&out);
+    assert!(!out.status.success(), "{args:?} should fail");
+    assert!(
+        err.contains(flag) && !err.contains("panicked"),
+        "{args:?}: {err}"
+    );
+}
+
 #[test]
 fn models_and_clusters_list_the_presets() {
     let out = day0(&["models", "--json"]);
@@ -583,13 +594,7 @@ fn prefill_and_decode_deploy_on_their_own_card_counts() {
         ),
     ];
     for (args, flag) in cases {
-        let out = day0(args);
-        let err = stderr(&out);
-        assert!(!out.status.success(), "{args:?} should fail");
-        assert!(
-            err.contains(flag) && !err.contains("panicked"),
-            "{args:?}: {err}"
-        );
+        fails_naming(args, flag);
     }
 }
 
@@ -691,13 +696,7 @@ fn impossible_deployments_and_bad_plans_name_the_problem() {
         ),
     ];
     for (args, flag) in cases {
-        let out = day0(args);
-        let err = stderr(&out);
-        assert!(!out.status.success(), "{args:?} should fail");
-        assert!(
-            err.contains(flag) && !err.contains("panicked"),
-            "{args:?}: {err}"
-        );
+        fails_naming(args, flag);
     }
 }
 
