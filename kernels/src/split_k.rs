@@ -30,8 +30,9 @@ pub const MAX_SPLITS: usize = 16;
 /// Split-K linear layer over float weights (f32 activations and weights): program `(i, j, s)`
 /// multiplies row tile `i` by column tile `j` over the `span` columns of K from `s·span`
 /// ([`matmul_bt_tile`] on column views of both operands, so the tile's loads stop at the
-/// split's end) and stores the f32 partial tile into columns `s·N ..` of the `[M, S·N]` workspace `part`
-/// (each output row's `S` partials side by side, so [`split_k_reduce()`] reads them in one go).
+/// split's end) and stores the f32 partial tile into columns `s·N ..` of the `[M, S·N]`
+/// workspace `part` (each output row's `S` partials side by side, so [`split_k_reduce()`] reads
+/// them in one go).
 #[kernel(
     grid = (cdiv(x.rows(), BM), cdiv(w.rows(), BN), cdiv(x.cols(), usize::max(span, 1))),
     tunable(BM = [64, 8, 16, 32, 128], BN = [128, 16, 32, 64], BK = [64, 16, 32, 128]),
@@ -129,11 +130,12 @@ pub fn linear_fp8w_split_k<T: Float>(
     store(&part.cols_clipped(s * w.rows(), w.rows()), row, col, &acc);
 }
 
-/// Sums the `S` partial rows of a split-K product: `y[r] = Σ_s part[r·S + s]` (`part [M·S, N]`, the
-/// `[M, S·N]` workspace of the split kernels, each row's splits side by side, read as rows, `y [M, N]`, f32). A program sums
-/// `BR` output rows of `BC` columns: each row's `S` partials are one `SB`-row tile (`SB ≥ S`; rows
-/// past `S` lie outside the row's view and read as 0), and the next two rows' tiles load while
-/// this one is summed, so a program waits on the memory latency once, not once per row.
+/// Sums the `S` partial rows of a split-K product: `y[r] = Σ_s part[r·S + s]` (`part [M·S, N]`:
+/// the split kernels' `[M, S·N]` workspace, each row's splits side by side, read as rows; `y [M,
+/// N]`; f32). A program sums `BR` output rows of `BC` columns: each row's `S` partials are one
+/// `SB`-row tile (`SB ≥ S`; rows past `S` lie outside the row's view and read as 0), and the next
+/// two rows' tiles load while this one is summed, so a program waits on the memory latency once,
+/// not once per row.
 #[kernel(
     grid = (cdiv(y.rows(), BR), cdiv(y.cols(), BC)),
     tunable(SB = [16, 2, 4, 8], BR = [8, 1, 2, 4, 16, 32], BC = [128, 64, 256])
