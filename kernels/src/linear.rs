@@ -13,8 +13,8 @@
 use crate::gemm_fp8::fp8_matmul_bt_tile;
 use crate::moe::expert_gemm::matmul_bt_tile;
 use crate::split_k::{
-    fastest_split, linear_cast_split_k, linear_fp8_split_k, linear_fp8w_split_k, linear_split_k,
-    run_split, split_width,
+    linear_cast_split_k, linear_fp8_split_k, linear_fp8w_split_k, linear_split_k,
+    run_fastest_split, run_split, split_width,
 };
 use crate::tile_order::{grouped_grid, grouped_tile};
 use dsl_core::prelude::*;
@@ -448,7 +448,8 @@ pub fn run_act_quant_fp8(
 /// (W8A8) where the matrix unit has an FP8 mode, [`linear_fp8w()`] (W8A16) where it has not.
 /// A decode shape whose output tiles leave cores idle runs the format's split-K kernel and
 /// [`crate::split_k::split_k_reduce()`] instead of the unsplit kernel when the simulator finds
-/// that faster ([`crate::split_k::fastest_split`]). MXFP4 is an expert format ([`crate::moe::grouped::run_grouped_linear_weight`]) and is refused.
+/// that faster ([`crate::split_k::fastest_split`]). MXFP4 is an expert format
+/// ([`crate::moe::grouped::run_grouped_linear_weight`]) and is refused.
 pub fn run_linear_weight(
     launcher: &Launcher,
     x: &Tensor<f32>,
@@ -489,7 +490,7 @@ pub fn run_linear_weight(
                     Ok((linear_split_k::META.name, r))
                 }),
             };
-            run(launcher, fastest_split(launcher, (m, n, k), &cfg, run)?)
+            run_fastest_split(launcher, (m, n, k), &cfg, run)
         }
         Weight::Bf16(wt) => {
             let cfg = launcher.tiles(&linear_cast::META, &key, tiles_for(m, n, k));
@@ -501,7 +502,7 @@ pub fn run_linear_weight(
                     Ok((linear_cast_split_k::META.name, r))
                 }),
             };
-            run(launcher, fastest_split(launcher, (m, n, k), &cfg, run)?)
+            run_fastest_split(launcher, (m, n, k), &cfg, run)
         }
         Weight::Fp8Block { weight, scale_inv } => {
             let bn = if n <= 64 { 64 } else { 128 };
@@ -524,7 +525,7 @@ pub fn run_linear_weight(
                         Ok((linear_fp8w_split_k::META.name, r))
                     }),
                 };
-                return run(launcher, fastest_split(launcher, (m, n, k), &cfg, run)?);
+                return run_fastest_split(launcher, (m, n, k), &cfg, run);
             }
             let cfg = launcher.tiles(&linear_fp8::META, &key, cfg);
             let (q, quant) = run_act_quant_fp8(launcher, x)?;
@@ -542,10 +543,7 @@ pub fn run_linear_weight(
                 }),
             };
             let mut launches = vec![(act_quant_fp8::META.name, quant)];
-            launches.extend(run(
-                launcher,
-                fastest_split(launcher, (m, n, k), &cfg, run)?,
-            )?);
+            launches.extend(run_fastest_split(launcher, (m, n, k), &cfg, run)?);
             Ok(launches)
         }
         Weight::Mxfp4 { .. } => Err(crate::weight::bad(

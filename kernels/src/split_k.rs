@@ -245,6 +245,20 @@ where
     Ok(best.map_or(1, |(_, s)| s))
 }
 
+/// Launches an `m×n×k` product split the [`fastest_split`] way: `run(l, s)` as there, timed on
+/// the candidates, then run on `launcher` at the winner.
+pub fn run_fastest_split<F>(
+    launcher: &Launcher,
+    dims: (usize, usize, usize),
+    cfg: &Config,
+    run: F,
+) -> Result<Vec<(&'static str, Launch)>, SimError>
+where
+    F: Fn(&Launcher, usize) -> Result<Vec<(&'static str, Launch)>, SimError>,
+{
+    run(launcher, fastest_split(launcher, dims, cfg, &run)?)
+}
+
 /// Runs a split-K product into `y [M, N]`: `partials` launches the split kernel into the
 /// `[M, S·N]` workspace it is given, then [`split_k_reduce()`] sums each row's `S` partials into
 /// `y`. Returns both launches with their kernels' names.
