@@ -13,7 +13,7 @@ use kernels::attention::decode::{
     run_decode_gqa_batch_with, run_decode_latent, DecodeCase,
 };
 use kernels::attention::fp8_kv::paged_decode_split_fp8;
-use kernels::attention::fp8_kv::{run_kv_cache_append_fp8, Fp8Tensors};
+use kernels::attention::fp8_kv::{run_gather_dequant_fp8, run_kv_cache_append_fp8, Fp8Tensors};
 use kernels::attention::kv_append::run_kv_cache_append;
 use kernels::attention::prefill::{run_prefill_with, PrefillCase, PrefillKernel};
 use kernels::attention::sparse::{run_dsa_decode, run_dsa_decode_batch, run_dsa_prefill, DsaCase};
@@ -102,6 +102,8 @@ const CHECKED: &[&str] = &[
     "attention_decode_combine",
     "attention_decode_fp8",
     "attention_decode_latent",
+    "attention_decode_latent_fp8",
+    "kv_cache_gather_fp8",
     "attention_decode_batch",
     "dsa_indexer_decode",
     "dsa_indexer_decode_batch",
@@ -790,7 +792,7 @@ fn run_model_op(device: &str, op: &str, x: &[usize; 8]) -> Labelled {
                 decode(&l, kv, group, hd, vhd, mla, ctx, page, splits, fp8, seed),
             )
         }
-        "attention_decode_latent" => {
+        "attention_decode_latent" | "attention_decode_latent_fp8" => {
             let hd = dim(x[2], 1, 576);
             let case = DecodeCase {
                 heads: dim(x[5], 1, 128),
@@ -802,12 +804,32 @@ fn run_model_op(device: &str, op: &str, x: &[usize; 8]) -> Labelled {
                 page_size: dim(x[4], 1, 300),
                 splits: dim(x[6], 1, 16),
                 dtype: GemmDtype::Bf16,
-                fp8_kv: false,
+                fp8_kv: op.ends_with("fp8"),
                 seed,
             };
             one(
                 format!("{op} {case:?}"),
                 run_decode_latent(&l, &case).map(|r| r.report),
+            )
+        }
+        "kv_cache_gather_fp8" => {
+            let (n, heads, d, page) = (
+                dim(x[0], 1, 4096),
+                dim(x[2], 1, 16),
+                dim(x[3], 1, 1024),
+                dim(x[4], 1, 300),
+            );
+            let pool_pages = n.div_ceil(page) + pick(x[5], 0, 8);
+            let rows: Vec<usize> = scrambled_pages(seed, pool_pages * page, n);
+            one(
+                format!("{op} rows {n} heads {heads}×{d} page {page} pool {pool_pages}"),
+                run_gather_dequant_fp8(
+                    &l,
+                    &Fp8Tensors::empty(pool_pages, page, heads, d, true),
+                    &rows,
+                    &shape::<f32>(&[n, heads * d]),
+                )
+                .map(|r| r.report),
             )
         }
         "attention_decode_batch" => {
@@ -1122,6 +1144,7 @@ const MODEL_RUNNERS: &[(&str, &[&str])] = &[
     ("rope", &["rope"]),
     ("kv_cache_append", &["kv_cache_append"]),
     ("kv_cache_append_fp8", &["kv_cache_append_fp8"]),
+    ("kv_cache_gather_fp8", &["kv_cache_gather_fp8"]),
     (
         "moe_router_sigmoid_group_topk",
         &["moe_router_sigmoid_group_topk"],
@@ -1152,6 +1175,11 @@ const MODEL_RUNNERS: &[(&str, &[&str])] = &[
     (
         "attention_decode_latent",
         &["attention_decode_latent", "attention_decode_combine"],
+    ),
+    // The same over an FP8 latent cache.
+    (
+        "attention_decode_latent_fp8",
+        &["attention_decode_latent_fp8", "attention_decode_combine"],
     ),
     // GQA decodes of a batch of sequences in one launch over the shared pools.
     (

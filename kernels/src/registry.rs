@@ -287,6 +287,18 @@ pub fn all() -> Vec<Implementation> {
             summary: "split-KV paged decode over an FP8 E4M3 cache with per-token scales",
         },
         Implementation {
+            op: "attention_decode_latent_fp8",
+            kind: ImplKind::Dsl,
+            meta: &crate::attention::fp8_kv::paged_decode_latent_fp8::META,
+            summary: "MLA latent split-KV decode over an FP8 E4M3 latent cache (one scale per token): codes converted on chip, scales on the score and probability columns; pipelined as attention_decode_latent",
+        },
+        Implementation {
+            op: "kv_cache_gather_fp8",
+            kind: ImplKind::Dsl,
+            meta: &crate::attention::fp8_kv::gather_dequant_fp8::META,
+            summary: "gathers rows of an FP8 paged pool, dequantised to f32 (a prefill chunk's cached context)",
+        },
+        Implementation {
             op: "dsa_indexer_decode",
             kind: ImplKind::Dsl,
             meta: &crate::attention::sparse::indexer_decode::META,

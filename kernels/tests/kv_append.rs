@@ -9,8 +9,8 @@ use accel_sim::formats::fp8::decode_e4m3;
 use dsl_core::prelude::*;
 use dsl_core::SimError;
 use kernels::attention::fp8_kv::{
-    quantize_per_token, run_kv_cache_append_fp8, Fp8Tensors, E4M3_SUBNORMAL_HALF_STEP,
-    E4M3_UNIT_ROUNDOFF,
+    quantize_per_token, run_gather_dequant_fp8, run_kv_cache_append_fp8,
+    run_kv_cache_append_fp8_slots, Fp8Tensors, E4M3_SUBNORMAL_HALF_STEP, E4M3_UNIT_ROUNDOFF,
 };
 use kernels::attention::kv_append::{
     append_slots, kv_cache_append, run_kv_cache_append, run_kv_cache_append_slots,
@@ -152,7 +152,7 @@ fn slot_refusals_name_what_does_not_fit() {
     let pool = Tensor::<f32>::poisoned(&[4, 8, 10]);
     let new = Tensor::<f32>::poisoned(&[3, 10]);
     for (slots, words) in [
-        (vec![0, 1], "2 slots for the 3"),
+        (vec![0, 1], "2 slots for 3 new rows"),
         (vec![0, 1, 32], "slot 32 of new row 2 is outside"),
         (vec![5, 1, 5], "two new rows go to pool row 5"),
     ] {
@@ -328,4 +328,70 @@ fn fp8_append_misuse_is_an_error() {
     assert!(err.to_string().contains("block table"), "{err}");
     let err = run_kv_cache_append_fp8(&launcher(), &rows, &[0, 5], &pool, 2).unwrap_err();
     assert!(err.to_string().contains("outside the pool"), "{err}");
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(16))]
+
+    /// A batch's rows appended to an FP8 pool through their slots (the pool viewed `[pages·P,
+    /// W]`, as the model keeps it), then gathered back in another order with
+    /// `gather_dequant_fp8`: each gathered row is exactly the host's dequantisation of its
+    /// slot (codes × scale in f32), every output element written, and the gather costs the
+    /// same cycles cost-only.
+    #[test]
+    fn fp8_slot_append_then_gather_dequantises_each_row(
+        page_size in prop::sample::select(vec![1usize, 4, 16]),
+        heads in 1usize..3,
+        dim in prop::sample::select(vec![7usize, 64, 576]),
+        pages in 1usize..6,
+        seed in any::<u64>(),
+    ) {
+        let mut rng = Rng::new(seed);
+        let width = heads * dim;
+        let total = pages * page_size;
+        // A scrambled set of slots: some of the pool's rows, in random order.
+        let mut slots: Vec<usize> = (0..total).collect();
+        for i in (1..slots.len()).rev() {
+            slots.swap(i, (rng.next_u64() % (i as u64 + 1)) as usize);
+        }
+        slots.truncate(1 + (rng.next_u64() % total as u64) as usize);
+        let vals: Vec<f32> = (0..slots.len() * width).map(|_| 3.0 * rng.uniform()).collect();
+        let new = Tensor::<f32>::from_f32(&[slots.len(), width], &vals).unwrap();
+        let pool = Fp8Tensors::empty(pages, page_size, heads, dim, false)
+            .reshaped(&[total, width])
+            .unwrap();
+        run_kv_cache_append_fp8_slots(&launcher(), &new, &slots, &pool).unwrap();
+        let deq = pool.dequantized();
+        let mut back = slots.clone();
+        back.reverse();
+        let out = Tensor::<f32>::poisoned(&[back.len(), width]);
+        let run = run_gather_dequant_fp8(&launcher(), &pool, &back, &out).unwrap();
+        let got = out.to_vec().unwrap();
+        prop_assert!(got.iter().all(|v| v.is_finite()), "an output element was not written");
+        for (i, slot) in back.iter().enumerate() {
+            for c in 0..width {
+                let (g, w) = (got[i * width + c], deq[slot * width + c]);
+                prop_assert!(g.to_bits() == w.to_bits(), "row {i} (slot {slot}) col {c}: {g} != {w}");
+            }
+        }
+        let cost_out = Tensor::<f32>::shape_only(&[back.len(), width]);
+        let cost_pool = Fp8Tensors::empty(pages, page_size, heads, dim, true);
+        let cost = run_gather_dequant_fp8(
+            &launcher().with_backend(Backend::CostOnly), &cost_pool, &back, &cost_out,
+        ).unwrap();
+        prop_assert_eq!(cost.report.cycles, run.report.cycles);
+    }
+}
+
+#[test]
+fn fp8_gather_misuse_is_an_error() {
+    let pool = Fp8Tensors::empty(2, 4, 1, 8, false);
+    let out = Tensor::<f32>::poisoned(&[2, 8]);
+    let err = run_gather_dequant_fp8(&launcher(), &pool, &[0, 8], &out).unwrap_err();
+    assert!(err.to_string().contains("outside the pool"), "{err}");
+    let err = run_gather_dequant_fp8(&launcher(), &pool, &[0], &out).unwrap_err();
+    assert!(err.to_string().contains("must be [1 rows"), "{err}");
+    let rows = Tensor::<f32>::from_f32(&[1, 8], &[1.0; 8]).unwrap();
+    let err = run_kv_cache_append_fp8_slots(&launcher(), &rows, &[3, 3], &pool).unwrap_err();
+    assert!(err.to_string().contains("2 slots for 1 new rows"), "{err}");
 }

@@ -15,7 +15,7 @@
 //! `block_tables [S, T]`, `ctx_lens [S]` (i32), partials `[splits, S·Hkv, G, DV]`, output
 //! `[S·Hkv·G, DV]`.
 
-use super::fp8_kv::{paged_decode_split_fp8, Fp8Tensors};
+use super::fp8_kv::{paged_decode_latent_fp8, paged_decode_split_fp8, Fp8Tensors};
 use super::prefill::softmax_start;
 use super::reference::{
     attention_decode_paged, attention_decode_paged_sinks, mqa_dense, AttnShape, MqaShape,
@@ -44,11 +44,41 @@ pub fn online_softmax_step<const BH: usize, const BK: usize, const DV: usize>(
     pr
 }
 
-/// Requests key block `b` of a latent decode split (its page through the 64-entry block-table
-/// tile `idx`, reloaded when `b` starts a new 64-page window); past the split's last block, a
-/// window past the last page's rows, which moves nothing.
+/// Where key block `b` of a latent decode split lies: `(pool page, first row in the page, valid
+/// rows of the page)`, the page through the 64-entry block-table tile `idx` (reloaded when `b`
+/// starts a new 64-page window); past the split's last block, a row past the last page's rows,
+/// so a load there moves nothing.
 #[kernel(helper)]
 #[allow(clippy::too_many_arguments, clippy::manual_is_multiple_of)]
+pub fn latent_block_at<const BK: usize>(
+    table: &Tensor<i32>,
+    idx: &mut Tile<i32, 1, 64>,
+    b: usize,
+    blocks: usize,
+    p0: usize,
+    p1: usize,
+    per_page: usize,
+    first_page: usize,
+    ctx_len: usize,
+    page_size: usize,
+) -> (usize, usize, usize) {
+    let pn = usize::min(p0 + b / per_page, p1 - 1);
+    if b < blocks && b % per_page == 0 && (pn - p0) % 64 == 0 && pn > p0 {
+        *idx = load::<1, 64>(table, 0, pn);
+    }
+    let page_n = index_at(idx, (pn - p0) % 64, first_page + pn);
+    let kbn = if b < blocks {
+        (b % per_page) * BK
+    } else {
+        page_size
+    };
+    let valid_n = usize::min(ctx_len, (pn + 1) * page_size) - pn * page_size;
+    (page_n, kbn, valid_n)
+}
+
+/// Requests key block `b` of a latent decode split ([`latent_block_at()`] says where it lies).
+#[kernel(helper, helpers(latent_block_at))]
+#[allow(clippy::too_many_arguments)]
 pub fn next_latent_block<T: Float, const BK: usize, const BD: usize>(
     kh: &Tensor<T>,
     table: &Tensor<i32>,
@@ -62,17 +92,9 @@ pub fn next_latent_block<T: Float, const BK: usize, const BD: usize>(
     ctx_len: usize,
     page_size: usize,
 ) -> Tile<T, BK, BD> {
-    let pn = usize::min(p0 + b / per_page, p1 - 1);
-    if b < blocks && b % per_page == 0 && (pn - p0) % 64 == 0 && pn > p0 {
-        *idx = load::<1, 64>(table, 0, pn);
-    }
-    let page_n = index_at(idx, (pn - p0) % 64, first_page + pn);
-    let kbn = if b < blocks {
-        (b % per_page) * BK
-    } else {
-        page_size
-    };
-    let valid_n = usize::min(ctx_len, (pn + 1) * page_size) - pn * page_size;
+    let (page_n, kbn, valid_n) = latent_block_at::<BK>(
+        table, idx, b, blocks, p0, p1, per_page, first_page, ctx_len, page_size,
+    );
     load_async::<BK, BD>(&kh.at(page_n).rows_clipped(0, valid_n), kbn, 0)
 }
 
@@ -592,15 +614,14 @@ pub fn run_decode(launcher: &Launcher, case: &DecodeCase) -> Result<DecodeRun, S
     run_decode_with(launcher, case, false)
 }
 
-/// [`run_decode`] for MLA's latent cache with [`paged_decode_latent()`], which reads each
-/// latent row once: the case must have a shared pool (`shared_kv`, one kv head) and a bf16/f32
-/// cache (the latent kernel has no FP8 form yet). Same inputs, reference and report.
+/// [`run_decode`] for MLA's latent cache with [`paged_decode_latent()`] (with `fp8_kv`,
+/// [`paged_decode_latent_fp8()`]), which reads each latent row once: the case must have a shared
+/// pool (`shared_kv`, one kv head). Same inputs, reference and report.
 pub fn run_decode_latent(launcher: &Launcher, case: &DecodeCase) -> Result<DecodeRun, SimError> {
-    if !case.shared_kv || case.fp8_kv {
+    if !case.shared_kv {
         return Err(SimError::Launch {
             kernel: paged_decode_latent::META.name.into(),
-            message: "the latent decode needs a shared (latent) pool and a bf16 or f32 cache"
-                .into(),
+            message: "the latent decode needs a shared (latent) pool".into(),
         });
     }
     run_decode_with(launcher, case, true)
@@ -626,11 +647,9 @@ pub fn run_decode_latent_batch(
                 .into(),
         ));
     }
-    if case.kv_heads != 1 || !case.shared_kv || case.fp8_kv || case.v_head_dim > case.head_dim {
+    if case.kv_heads != 1 || !case.shared_kv || case.v_head_dim > case.head_dim {
         return Err(fail(
-            "the latent decode needs one shared latent head (v_head_dim ≤ head_dim) and a bf16 \
-             or f32 cache"
-                .into(),
+            "the latent decode needs one shared latent head (v_head_dim ≤ head_dim)".into(),
         ));
     }
     latent_fitting(case, case.heads, |cfg| match case.dtype {
@@ -722,27 +741,47 @@ fn run_latent_batch<T: Float>(
     let lse_part = t.output::<f32>(&[splits, b, g, 1]);
     let o = t.output::<T>(&[b * g, dv]);
     let sm_scale = 1.0 / (d as f32).sqrt();
-    let split = paged_decode_latent::launch(
-        launcher,
-        cfg,
-        &q,
-        &pool,
-        &block_tables,
-        &ctx_lens,
-        &o_part,
-        &lse_part,
-        max_ctx,
-        sm_scale,
-    )?;
+    let pool8 = if case.fp8_kv {
+        Some(Fp8Tensors::quantize(&pool, 1, d).map_err(fail)?)
+    } else {
+        None
+    };
+    let split = match &pool8 {
+        Some(p8) => paged_decode_latent_fp8::launch::<T, T>(
+            launcher,
+            cfg,
+            &q,
+            &p8.codes,
+            &p8.scales,
+            &block_tables,
+            &ctx_lens,
+            &o_part,
+            &lse_part,
+            max_ctx,
+            sm_scale,
+        )?,
+        None => paged_decode_latent::launch(
+            launcher,
+            cfg,
+            &q,
+            &pool,
+            &block_tables,
+            &ctx_lens,
+            &o_part,
+            &lse_part,
+            max_ctx,
+            sm_scale,
+        )?,
+    };
     let combine = decode_combine::launch(launcher, &combine_config(dv)?, &o_part, &lse_part, &o)?;
     let mut report =
         dsl_core::Report::chain("paged_decode_latent", &[split.report, combine.report])
             .expect("two launches");
     let output = o.to_vec();
-    if let (Some(out), Some(qv), Some(kv)) = (&output, q.to_vec(), pool.to_vec()) {
-        let mut want = Vec::with_capacity(out.len());
+    let reference = |kv: &[f32], qv: &[f32]| -> Result<Vec<f64>, SimError> {
+        let mut want = Vec::new();
         for (s, ctx) in contexts.iter().enumerate() {
-            let rows = super::reference::gather_pages(&kv, d, page, &tables[s], *ctx)
+            let rows = super::reference::gather_pages(kv, d, page, &tables[s], *ctx)
                 .map_err(|e| fail(e.to_string()))?;
             let ms = MqaShape {
                 sq: 1,
@@ -756,14 +795,28 @@ fn run_latent_batch<T: Float>(
                 mqa_dense(qs, &rows, ms, sm_scale as f64).map_err(|e| fail(e.to_string()))?,
             );
         }
-        report.max_rel_error = Some(crate::reference::rel_error(out, &want));
+        Ok(want)
+    };
+    let mut dequantized_error = None;
+    if let (Some(out), Some(qv), Some(kv)) = (&output, q.to_vec(), pool.to_vec()) {
+        report.max_rel_error = Some(crate::reference::rel_error(out, &reference(&kv, &qv)?));
+        if let Some(p8) = &pool8 {
+            let want = reference(&p8.dequantized(), &qv)?;
+            dequantized_error = Some(crate::reference::rel_error(out, &want));
+        }
     }
     let tokens: usize = contexts.iter().sum();
+    // FP8: one byte per value and one f32 scale per token.
+    let per_token = if case.fp8_kv {
+        d as u64 + 4
+    } else {
+        d as u64 * T::DTYPE.bytes_for(1)
+    };
     Ok(DecodeRun {
         report,
         output,
-        dequantized_error: None,
-        kv_cache_bytes: (d * tokens) as u64 * T::DTYPE.bytes_for(1),
+        dequantized_error,
+        kv_cache_bytes: per_token * tokens as u64,
         kv_cache_bytes_bf16: (2 * d * tokens) as u64,
     })
 }
@@ -1110,7 +1163,21 @@ fn run_typed<T: Float>(
     } else {
         None
     };
-    let split = if let Some((k8, v8)) = &fp8_pools {
+    // One sequence of the batched latent kernels: a one-row table and its length (read by the
+    // kernel, as in a batch).
+    let latent_table = || -> Result<_, SimError> {
+        Ok((
+            block_table.reshaped(&[1, n_pages]).map_err(fail)?,
+            Tensor::<i32>::from_indices(&[1], &[case.ctx as i32]).map_err(fail)?,
+        ))
+    };
+    let split = if let (true, Some((k8, _))) = (latent, &fp8_pools) {
+        let (tables, ctx_lens) = latent_table()?;
+        paged_decode_latent_fp8::launch::<T, T>(
+            launcher, cfg, &q, &k8.codes, &k8.scales, &tables, &ctx_lens, &o_part, &lse_part,
+            case.ctx, sm_scale,
+        )?
+    } else if let Some((k8, v8)) = &fp8_pools {
         paged_decode_split_fp8::launch(
             launcher,
             cfg,
@@ -1126,9 +1193,7 @@ fn run_typed<T: Float>(
             sm_scale,
         )?
     } else if latent {
-        // One sequence: a one-row table and its length (read by the kernel, as in a batch).
-        let tables = block_table.reshaped(&[1, n_pages]).map_err(fail)?;
-        let ctx_lens = Tensor::<i32>::from_indices(&[1], &[case.ctx as i32]).map_err(fail)?;
+        let (tables, ctx_lens) = latent_table()?;
         paged_decode_latent::launch(
             launcher, cfg, &q, &k_pool, &tables, &ctx_lens, &o_part, &lse_part, case.ctx, sm_scale,
         )?

@@ -13,8 +13,11 @@
 //! multiply the score columns and value scales the probability columns before the value product
 //! (`Σ_s p_s·(σ_s c_s) = Σ_s (p_s σ_s)·c_s`), as DeepSeek's FP8 GEMMs scale partial products.
 
-use super::decode::{online_softmax_step, split_program, store_split_partials};
-use super::kv_append::append_table;
+use super::decode::{
+    latent_block_at, online_softmax_step, split_pages, split_program, split_rows,
+    store_split_partials,
+};
+use super::kv_append::{append_slots, append_table, device_slots};
 use accel_sim::formats::fp8::{decode_e4m3, encode_e4m3};
 use accel_sim::formats::Overflow;
 use dsl_core::prelude::*;
@@ -110,6 +113,45 @@ pub struct Fp8Tensors {
 }
 
 impl Fp8Tensors {
+    /// Key/value heads per token (each with its own scale).
+    pub fn heads(&self) -> usize {
+        self.heads
+    }
+
+    /// Values per head.
+    pub fn dim(&self) -> usize {
+        self.dim
+    }
+
+    /// The same pool with its codes under another shape of the same rows (`[pages, P, W]` or
+    /// `[pages·P, W]`); the scales keep theirs.
+    pub fn reshaped(&self, shape: &[usize]) -> Result<Fp8Tensors, String> {
+        Ok(Fp8Tensors {
+            codes: self.codes.reshaped(shape)?,
+            scales: self.scales.clone(),
+            heads: self.heads,
+            dim: self.dim,
+        })
+    }
+
+    /// Checks that the codes are `[pages, P, heads·dim]` (or `[pages·P, heads·dim]`) and the scales
+    /// `[pages, heads, P]`; the error says what is what.
+    pub fn check(&self) -> Result<(), String> {
+        let (cs, ss) = (self.codes.shape(), self.scales.shape());
+        let width = self.heads * self.dim;
+        if ss.len() != 3
+            || ss[1] != self.heads
+            || self.codes.rows() != ss[0] * ss[2]
+            || self.codes.cols() != width
+        {
+            return Err(format!(
+                "codes {cs:?} and scales {ss:?} are not [pages, P, {width}] and [pages, {}, P]",
+                self.heads
+            ));
+        }
+        Ok(())
+    }
+
     /// Quantises `pool [pages, P, heads·dim]`; errors name what does not fit.
     pub fn quantize<T: Elem>(pool: &Tensor<T>, heads: usize, dim: usize) -> Result<Self, String> {
         let shape = pool.shape().to_vec();
@@ -166,7 +208,8 @@ impl Fp8Tensors {
     pub fn dequantized(&self) -> Vec<f32> {
         match (self.codes.to_vec(), self.scales.to_vec()) {
             (Some(c), Some(s)) => {
-                let page_size = self.codes.shape()[1];
+                // Pages from the scales: the codes may be viewed `[pages·P, W]`.
+                let page_size = self.scales.shape()[2];
                 dequantize(&c, &s, page_size, self.heads, self.dim)
             }
             _ => Vec::new(),
@@ -269,23 +312,133 @@ pub fn paged_decode_split_fp8<T: Float>(
     store_split_partials(o_part, lse_part, kvh, r0, &m, &l, &acc);
 }
 
-/// Quantising paged append (the writer of the FP8 pools [`paged_decode_split_fp8()`] reads): row
-/// `i` of `new [n, heads·dim]` is token position `start + i` of the sequence whose pages are
-/// `block_table` (as in [`super::kv_append`]); each head's `dim` values are stored as E4M3 codes
-/// on the token's row of `codes [pages, P, heads·dim]`, and their scale `max(amax, AMAX_FLOOR) /
-/// 448` at `scales [page, head, slot]`, as [`quantize_per_token`] does. One program per `BR` new
-/// rows of one head; the row amax is a vector-unit reduction, the codes a saturating cast.
+/// MLA's absorbed decode over an FP8 latent cache: [`super::decode::paged_decode_latent()`]
+/// (batched, one latent head, each latent row read once, pipelined the same way) with the pool as
+/// E4M3 codes `kv_codes [pages, P, D]` and one f32 scale per token, `kv_scales [pages, 1, P]`
+/// (as [`kv_cache_append_fp8()`] writes them, heads = 1). Each key block's codes convert to the
+/// compute dtype `T` on chip (exact: every E4M3 value is a bf16), as FlashMLA's FP8 decode
+/// dequantises in registers; the token scales multiply the score columns before the softmax and
+/// the probability columns before the value product, so no dequantised value is ever rounded.
+/// Half the bytes of a bf16 cache per step, for one vector-unit conversion per key block.
+#[kernel(
+    grid = (q.shape()[0] * cdiv(q.shape()[1], BH), o_part.shape()[0]),
+    tunable(BH = [16, 64, 32], BK = [64, 16, 32], BD = [576, 128, 256, 512]),
+    helpers(online_softmax_step, split_rows, split_pages, store_split_partials, latent_block_at)
+)]
+// `is_multiple_of` is not in the DSL's method subset; `% 64 == 0` is.
+#[allow(clippy::too_many_arguments, clippy::manual_is_multiple_of)]
+pub fn paged_decode_latent_fp8<Q: Float, T: Float>(
+    q: &Tensor<Q>,
+    kv_codes: &Tensor<fp8e4m3>,
+    kv_scales: &Tensor<f32>,
+    block_tables: &Tensor<i32>,
+    ctx_lens: &Tensor<i32>,
+    o_part: &Tensor<f32>,
+    lse_part: &Tensor<f32>,
+    max_ctx: usize,
+    sm_scale: f32,
+) {
+    let (d, dv, page_size) = (q.shape()[2], o_part.shape()[3], kv_codes.shape()[1]);
+    require(
+        d <= BD && dv <= d,
+        "a BD tile covering the latent dim, values no wider than keys \
+         (decode_latent_config picks a covering tile)",
+    );
+    let (seq, r0) = split_rows::<BH>(q.shape()[1]);
+    let tq = cast::<T>(&load_async::<BH, BD>(&q.at(seq), r0, 0));
+    let ctx_len = load_index(ctx_lens, seq, max_ctx);
+    let (p0, p1) = split_pages(0, ctx_len, page_size);
+    let table = block_tables.at(seq);
+    let first_page = seq * block_tables.cols();
+    let kh = kv_codes.cols_clipped(0, d);
+    let per_page = cdiv(page_size, BK);
+    let blocks = (p1 - p0) * per_page;
+    let mut m = full::<f32, BH, 1>(f32::NEG_INFINITY);
+    let mut l = zeros::<f32, BH, 1>();
+    let mut acc = zeros::<f32, BH, BD>();
+    if blocks == 0 {
+        // No pages in this split: a zero partial that the combine weighs by e^−∞ = 0.
+        let split = program_id(1);
+        store(&o_part.at(split).at(seq), r0, 0, &acc);
+        store(&lse_part.at(split).at(seq), r0, 0, &m);
+    } else {
+        // Block-table entries 64 pages at a time, as in `paged_decode_latent`.
+        let mut idx = load::<1, 64>(&table, 0, p0);
+        let (page0, kb0, valid0) = latent_block_at::<BK>(
+            &table, &mut idx, 0, blocks, p0, p1, per_page, first_page, ctx_len, page_size,
+        );
+        let tk = load_async::<BK, BD>(&kh.at(page0).rows_clipped(0, valid0), kb0, 0);
+        let mut ks = load_async::<1, BK>(&kv_scales.at(page0).cols_clipped(0, valid0), 0, kb0);
+        let (page1, kb1, valid1) = latent_block_at::<BK>(
+            &table, &mut idx, 1, blocks, p0, p1, per_page, first_page, ctx_len, page_size,
+        );
+        let mut tk1 = load_async::<BK, BD>(&kh.at(page1).rows_clipped(0, valid1), kb1, 0);
+        let mut ks1 = load_async::<1, BK>(&kv_scales.at(page1).cols_clipped(0, valid1), 0, kb1);
+        // Codes convert when their block's scores are due, not as they are requested: a
+        // conversion waits for its tile, and the block two ahead must stay in flight.
+        let mut tkc = cast::<T>(&tk);
+        let mut s = zeros::<f32, BH, BK>();
+        mma_bt(&mut s, &tq, &tkc);
+        for b in 0..blocks {
+            let p = p0 + b / per_page;
+            let kb = (b % per_page) * BK;
+            // Block b + 1's scores first: the matrix unit runs them during this block's softmax.
+            let tk1c = cast::<T>(&tk1);
+            let mut s_next = zeros::<f32, BH, BK>();
+            if b + 1 < blocks {
+                mma_bt(&mut s_next, &tq, &tk1c);
+            }
+            let (page2, kb2, valid2) = latent_block_at::<BK>(
+                &table,
+                &mut idx,
+                b + 2,
+                blocks,
+                p0,
+                p1,
+                per_page,
+                first_page,
+                ctx_len,
+                page_size,
+            );
+            let tk2 = load_async::<BK, BD>(&kh.at(page2).rows_clipped(0, valid2), kb2, 0);
+            let ks2 = load_async::<1, BK>(&kv_scales.at(page2).cols_clipped(0, valid2), 0, kb2);
+            let limit = usize::min(ctx_len, (p + 1) * page_size);
+            let sc = mask_keys(
+                &scale(&mul_row(&s, &ks), sm_scale),
+                0,
+                p * page_size + kb,
+                limit,
+                false,
+            );
+            let pr = online_softmax_step(&sc, &mut m, &mut l, &mut acc);
+            // Σ_t p_t·(σ_t c_t) = Σ_t (p_t σ_t)·c_t: the codes' tile is the value tile.
+            mma(&mut acc, &cast::<T>(&mul_row(&pr, &ks)), &tkc);
+            s = s_next;
+            tkc = tk1c;
+            tk1 = tk2;
+            ks = ks1;
+            ks1 = ks2;
+        }
+        store_split_partials(o_part, lse_part, seq, r0, &m, &l, &acc);
+    }
+}
+
+/// Quantising paged append (the writer of the FP8 pools [`paged_decode_split_fp8()`] and
+/// [`paged_decode_latent_fp8()`] read): row `i` of `new [n, heads·dim]` goes to pool row
+/// `slots[i]` (page `slot / P`, slot `slot % P`, as [`super::kv_append`]); each head's `dim`
+/// values are stored as E4M3 codes on that row of `codes [pages, P, heads·dim]`, and their scale
+/// `max(amax, AMAX_FLOOR) / 448` at `scales [page, head, slot]`, as [`quantize_per_token`] does.
+/// One program per `BR` new rows of one head; the row amax is a vector-unit reduction, the codes
+/// a saturating cast.
 #[kernel(
     grid = (cdiv(new.rows(), BR), scales.shape()[1]),
     tunable(BR = [16, 1, 4, 64], BD = [128, 64, 256, 512, 576, 1024])
 )]
 pub fn kv_cache_append_fp8<S: Float>(
     new: &Tensor<S>,
-    block_table: &Tensor<i32>,
+    slots: &Tensor<i32>,
     codes: &Tensor<fp8e4m3>,
     scales: &Tensor<f32>,
-    start: usize,
-    page_size: usize,
 ) {
     let (r0, h) = (program_id(0) * BR, program_id(1));
     let dim = new.cols() / scales.shape()[1];
@@ -293,32 +446,27 @@ pub fn kv_cache_append_fp8<S: Float>(
         dim <= BD,
         "the BD tile must cover a head's values (the runner picks a covering tile)",
     );
-    let p = usize::max(page_size, 1);
+    // Pages of `P` tokens, from the scales (the codes may be viewed `[pages·P, W]`).
+    let p = usize::max(scales.shape()[2], 1);
     let src = new.cols_clipped(h * dim, dim);
     let dst = codes.cols_clipped(h * dim, dim);
     for i in r0..usize::min(r0 + BR, new.rows()) {
-        let pos = start + i;
-        // Cost-only runs have no table: the identity page mapping costs the same.
-        let page = load_index(block_table, pos / p, pos / p);
+        // Cost-only runs have no slot table: the identity mapping costs the same.
+        let slot = load_index(slots, i, i);
         // Columns past the head read as 0 and change no maximum.
         let x = cast::<f32>(&load::<1, BD>(&src, i, 0));
         let amax = maximum(&row_max(&abs(&x)), &full::<f32, 1, 1>(AMAX_FLOOR));
         let sc = div(&amax, &full::<f32, 1, 1>(E4M3_MAX));
-        store(
-            &dst,
-            page * p + pos % p,
-            0,
-            &cast::<fp8e4m3>(&div_col(&x, &sc)),
-        );
-        store(&scales.at(page), h, pos % p, &sc);
+        store(&dst, slot, 0, &cast::<fp8e4m3>(&div_col(&x, &sc)));
+        store(&scales.at(slot / p), h, slot % p, &sc);
     }
 }
 
-/// Runs [`kv_cache_append_fp8()`]: quantises `new [n, heads·dim]` into token positions
-/// `start..start + n` of the sequence whose pages are `block_table`, in `codes [pages, P,
-/// heads·dim]` and `scales [pages, heads, P]`. Errors (`SimError::Launch`) name what does not fit:
-/// widths or page counts that disagree between `new`, `codes` and `scales`, and every check of
-/// [`super::kv_append::run_kv_cache_append`].
+/// Runs [`kv_cache_append_fp8()`] for one sequence: quantises `new [n, heads·dim]` into token
+/// positions `start..start + n` of the sequence whose pages are `block_table`, in `codes [pages,
+/// P, heads·dim]` and `scales [pages, heads, P]`. Errors (`SimError::Launch`) name what does not
+/// fit: every check of [`run_kv_cache_append_fp8_slots`], and of
+/// [`super::kv_append::run_kv_cache_append`] (a table too short, a page outside the pool).
 pub fn run_kv_cache_append_fp8<S: Float>(
     launcher: &Launcher,
     new: &Tensor<S>,
@@ -327,33 +475,123 @@ pub fn run_kv_cache_append_fp8<S: Float>(
     start: usize,
 ) -> Result<Launch, SimError> {
     let meta = &kv_cache_append_fp8::META;
+    let page_size = pool.codes.shape().get(1).copied().unwrap_or(0);
+    append_table(meta, new.rows(), &pool.codes, block_table, start, page_size)?;
+    let slots = append_slots(block_table, start, new.rows(), page_size);
+    run_kv_cache_append_fp8_slots(launcher, new, &slots, pool)
+}
+
+/// Runs [`kv_cache_append_fp8()`] with row `i` of `new [n, heads·dim]` quantised into pool row
+/// `slots[i]`: the new rows of any number of sequences in one launch. Errors (`SimError::Launch`)
+/// name what does not fit: codes and scales that are not `[pages, P, heads·dim]` and
+/// `[pages, heads, P]`, a width that differs from the pool's, a slot count that differs from the
+/// rows, a slot outside the pool, or two rows sent to one slot.
+pub fn run_kv_cache_append_fp8_slots<S: Float>(
+    launcher: &Launcher,
+    new: &Tensor<S>,
+    slots: &[usize],
+    pool: &Fp8Tensors,
+) -> Result<Launch, SimError> {
+    let meta = &kv_cache_append_fp8::META;
     let bad = |message: String| SimError::Launch {
         kernel: meta.name.to_string(),
         message,
     };
-    let (codes, scales) = (&pool.codes, &pool.scales);
-    let (cs, ss) = (codes.shape(), scales.shape());
-    if cs.len() != 3 || ss.len() != 3 || cs[0] != ss[0] || cs[1] != ss[2] || ss[1] != pool.heads {
+    pool.check().map_err(bad)?;
+    if new.cols() != pool.heads * pool.dim {
         return Err(bad(format!(
-            "codes {cs:?} and scales {ss:?} are not [pages, P, heads·dim] and [pages, heads, P] \
-             with {} heads",
-            pool.heads
-        )));
-    }
-    if new.cols() != pool.heads * pool.dim || cs[2] != new.cols() {
-        return Err(bad(format!(
-            "new rows {new:?} are {} wide but the pool stores {} heads × {} = {} per token",
+            "new rows {new:?} are {} wide but the pool stores {} heads × {} per token",
             new.cols(),
             pool.heads,
-            pool.dim,
-            cs[2]
+            pool.dim
         )));
     }
-    let table = append_table(meta, new.rows(), codes, block_table, start, cs[1])?;
+    let (codes, scales) = (&pool.codes, &pool.scales);
+    let slots = device_slots(meta, new.rows(), slots, codes.rows())?;
     let config = crate::tile_choice::covering_config(
         meta,
         Config::new(),
         &[("BR", new.rows(), 64), ("BD", pool.dim, 1024)],
     );
-    kv_cache_append_fp8::launch(launcher, &config, new, &table, codes, scales, start, cs[1])
+    kv_cache_append_fp8::launch(launcher, &config, new, &slots, codes, scales)
+}
+
+/// Pool rows `rows[i]` of an FP8 pool (`codes [pages, P, heads·dim]`, `scales [pages, heads, P]`)
+/// dequantised into row `i` of `out [n, heads·dim]` (f32): a sequence's context gathered for a
+/// kernel that reads it contiguously (a prefill chunk's attention over the cached tokens). One
+/// program per `BR` rows of one head; each row is its codes converted and times its scale.
+#[kernel(
+    grid = (cdiv(out.rows(), BR), scales.shape()[1]),
+    tunable(BR = [16, 1, 4, 64], BD = [128, 64, 256, 512, 576, 1024])
+)]
+pub fn gather_dequant_fp8(
+    rows: &Tensor<i32>,
+    codes: &Tensor<fp8e4m3>,
+    scales: &Tensor<f32>,
+    out: &Tensor<f32>,
+) {
+    let (r0, h) = (program_id(0) * BR, program_id(1));
+    let dim = out.cols() / scales.shape()[1];
+    require(
+        dim <= BD,
+        "the BD tile must cover a head's values (the runner picks a covering tile)",
+    );
+    let p = usize::max(scales.shape()[2], 1);
+    let src = codes.cols_clipped(h * dim, dim);
+    let dst = out.cols_clipped(h * dim, dim);
+    for i in r0..usize::min(r0 + BR, out.rows()) {
+        // Cost-only runs have no row table: the identity mapping costs the same.
+        let slot = load_index(rows, i, i);
+        let x = load_async::<1, BD>(&src, slot, 0);
+        let sc = load_async::<1, 1>(&scales.at(slot / p), h, slot % p);
+        store(&dst, i, 0, &mul_col(&cast::<f32>(&x), &sc));
+    }
+}
+
+/// Runs [`gather_dequant_fp8()`]: pool rows `rows` of `pool` into a fresh-written `out [n,
+/// heads·dim]`. Errors (`SimError::Launch`) name a width that differs from the pool's, a row count
+/// that differs from `out`'s, or a row outside the pool.
+pub fn run_gather_dequant_fp8(
+    launcher: &Launcher,
+    pool: &Fp8Tensors,
+    rows: &[usize],
+    out: &Tensor<f32>,
+) -> Result<Launch, SimError> {
+    let meta = &gather_dequant_fp8::META;
+    let bad = |message: String| SimError::Launch {
+        kernel: meta.name.to_string(),
+        message,
+    };
+    pool.check().map_err(bad)?;
+    let width = pool.heads * pool.dim;
+    if out.cols() != width || out.rows() != rows.len() {
+        return Err(bad(format!(
+            "out {out:?} must be [{} rows, {width}] for the pool's {} heads × {}",
+            rows.len(),
+            pool.heads,
+            pool.dim
+        )));
+    }
+    let pool_rows = pool.codes.rows();
+    if let Some((i, r)) = rows.iter().enumerate().find(|(_, r)| **r >= pool_rows) {
+        return Err(bad(format!(
+            "row {i} asks for pool row {r}, outside the pool's {pool_rows} rows"
+        )));
+    }
+    let idx: Vec<i32> = rows
+        .iter()
+        .map(|r| i32::try_from(*r))
+        .collect::<Result<_, _>>()
+        .map_err(|_| {
+            bad(format!(
+                "the pool's {pool_rows} rows are past an i32 row index"
+            ))
+        })?;
+    let rows = Tensor::<i32>::from_indices(&[idx.len()], &idx).map_err(bad)?;
+    let config = crate::tile_choice::covering_config(
+        meta,
+        Config::new(),
+        &[("BR", out.rows(), 64), ("BD", pool.dim, 1024)],
+    );
+    gather_dequant_fp8::launch(launcher, &config, &rows, &pool.codes, &pool.scales, out)
 }

@@ -94,17 +94,37 @@ pub fn run_kv_cache_append_slots<S: Float, T: Float>(
             pool.cols()
         )));
     }
-    if slots.len() != new.rows() {
+    let slots = device_slots(&kv_cache_append::META, new.rows(), slots, pool.rows())?;
+    let config = crate::tile_choice::covering_config(
+        &kv_cache_append::META,
+        Config::new(),
+        &[("BR", new.rows(), 64), ("BW", new.cols(), 1024)],
+    );
+    kv_cache_append::launch(launcher, &config, new, &slots, pool)
+}
+
+/// The device slot table of an append of `new_rows` rows into a pool of `pool_rows` rows, after
+/// checking on the host what the kernel cannot: one slot per row, every slot inside the pool, no
+/// two rows in one slot. Errors (`SimError::Launch`) name `kernel` and the offending slot.
+pub(crate) fn device_slots(
+    kernel: &KernelMeta,
+    new_rows: usize,
+    slots: &[usize],
+    pool_rows: usize,
+) -> Result<Tensor<i32>, SimError> {
+    let bad = |message: String| SimError::Launch {
+        kernel: kernel.name.to_string(),
+        message,
+    };
+    if slots.len() != new_rows {
         return Err(bad(format!(
-            "{} slots for the {} new rows of {new:?}: give one pool row per new row",
-            slots.len(),
-            new.rows()
+            "{} slots for {new_rows} new rows: give one pool row per new row",
+            slots.len()
         )));
     }
-    let rows = pool.rows();
-    if let Some((i, s)) = slots.iter().enumerate().find(|(_, s)| **s >= rows) {
+    if let Some((i, s)) = slots.iter().enumerate().find(|(_, s)| **s >= pool_rows) {
         return Err(bad(format!(
-            "slot {s} of new row {i} is outside the pool's {rows} rows ({pool:?})"
+            "slot {s} of new row {i} is outside the pool's {pool_rows} rows"
         )));
     }
     let mut sorted = slots.to_vec();
@@ -120,14 +140,12 @@ pub fn run_kv_cache_append_slots<S: Float, T: Float>(
         .iter()
         .map(|s| i32::try_from(*s))
         .collect::<Result<_, _>>()
-        .map_err(|_| bad(format!("the pool's {rows} rows are past an i32 slot index")))?;
-    let slots = Tensor::<i32>::from_indices(&[idx.len()], &idx).map_err(bad)?;
-    let config = crate::tile_choice::covering_config(
-        &kv_cache_append::META,
-        Config::new(),
-        &[("BR", new.rows(), 64), ("BW", new.cols(), 1024)],
-    );
-    kv_cache_append::launch(launcher, &config, new, &slots, pool)
+        .map_err(|_| {
+            bad(format!(
+                "the pool's {pool_rows} rows are past an i32 slot index"
+            ))
+        })?;
+    Tensor::<i32>::from_indices(&[idx.len()], &idx).map_err(bad)
 }
 
 /// The device block table of an append of `new_rows` rows at `start` into a pool of `pool` rows
