@@ -43,9 +43,10 @@ pub struct DeployArgs {
     /// MoE routing in the cost-only runs: `uniform` or `zipf:S`.
     #[arg(long, default_value = "uniform")]
     pub routing: String,
-    /// KV cache element type of the memory plan: bf16, or fp8 (1 byte per value plus an f32
-    /// scale per token). The simulated steps read a bf16 cache either way (the model's forward
-    /// has no FP8 cache yet), so at fp8 the decode attention time is an upper bound.
+    /// KV cache element type: bf16, or fp8 (1 byte per value plus an f32 scale per token). At
+    /// fp8 the simulated steps read dense MLA's latent as FP8 (DeepSeek-V3, Kimi-K2); pools
+    /// whose kernels have no FP8 form (GQA, DeepSeek-V3.2's sparse MLA) are read as bf16, which
+    /// the report says (their decode attention time is then an upper bound).
     #[arg(long, default_value = "bf16")]
     pub kv_dtype: String,
     /// Weight precision of the simulated cards: `native` (the checkpoint's formats: block FP8,
@@ -270,7 +271,8 @@ fn setup(a: &DeployArgs, cards: Option<usize>) -> Result<Setup, String> {
     }
     let mut est = Estimator::new(cfg, cluster, routing)
         .map_err(|e| e.to_string())?
-        .with_precision(a.precision);
+        .with_precision(a.precision)
+        .with_kv_cache((a.kv_dtype == "fp8").then_some(model::forward::CacheFormat::Fp8));
     let device = est.device().name.clone();
     let tuning = day0::tune_model::resolve_tuning(a.tuning.as_deref(), est.config(), &device)?;
     let tuning_path = tuning.as_ref().map(|t| t.path.clone());
@@ -614,7 +616,7 @@ pub fn run(a: RunArgs) -> Result<(), String> {
             "prefill": phase_json(&prefill, Phase::Prefill, s.workload.ttft_target_s),
             "decode": phase_json(&decode, Phase::Decode, s.workload.tpot_target_s),
             "memory": memory_json(&decode.best.memory),
-            "kv_cache": kv_cache_json(&a.deploy.kv_dtype),
+            "kv_cache": kv_cache_json(&a.deploy.kv_dtype, s.est.config()),
             "tuning": s.tuning.as_ref().map(|p| p.display().to_string()),
             "wall_s": wall,
         });
@@ -633,8 +635,8 @@ pub fn run(a: RunArgs) -> Result<(), String> {
     );
     print_phase("decode", &decode, Phase::Decode, s.workload.tpot_target_s);
     print_memory(&decode.best);
-    if a.deploy.kv_dtype != SIMULATED_KV_DTYPE {
-        println!("  note: {}", KV_DTYPE_CAVEAT);
+    if let Some(note) = kv_cache_caveat(&a.deploy.kv_dtype, s.est.config()) {
+        println!("  note: {note}");
     }
     println!("  ({wall:.1} s wall)");
     Ok(())
@@ -689,19 +691,32 @@ fn print_phase(name: &str, c: &PhaseChoice, phase: Phase, target_s: Option<f64>)
     }
 }
 
-/// The KV cache element type the simulated forward reads, whatever `--kv-dtype` plans.
-const SIMULATED_KV_DTYPE: &str = "bf16";
+/// What a report says when `--kv-dtype fp8` plans pools that the simulated steps read as bf16
+/// (layers whose kernels have no FP8 form); `None` when the simulation reads what was planned.
+fn kv_cache_caveat(planned: &str, cfg: &model::config::ModelConfig) -> Option<String> {
+    let bf16 = model::forward::cache_format::unquantised_kinds(cfg);
+    (planned == "fp8" && !bf16.is_empty()).then(|| {
+        format!(
+            "the memory plan sizes every KV pool at fp8, but the simulated steps read the {} pools as bf16 (no FP8 kernel yet): their decode attention time is an upper bound",
+            bf16.join(" and ")
+        )
+    })
+}
 
-/// What a report says when `--kv-dtype` plans another cache than the simulation reads.
-const KV_DTYPE_CAVEAT: &str = "the memory plan sizes the KV cache at --kv-dtype, but the simulated steps read a bf16 cache (the model's forward has no FP8 cache yet): decode attention time is an upper bound";
-
-/// The `kv_cache` field of a `day0 run --json` report: the cache the memory plan sized, the one
-/// the simulated steps read, and the caveat when they differ.
-fn kv_cache_json(planned: &str) -> serde_json::Value {
+/// The `kv_cache` field of a `day0 run --json` report: the cache the memory plan sized, the
+/// format the simulated steps read (`fp8` only where every cached layer is dense MLA, else
+/// `mixed`), and the caveat when they differ.
+fn kv_cache_json(planned: &str, cfg: &model::config::ModelConfig) -> serde_json::Value {
+    let note = kv_cache_caveat(planned, cfg);
+    let simulated = match (planned, &note) {
+        ("fp8", None) => "fp8",
+        ("fp8", Some(_)) => "mixed",
+        _ => "bf16",
+    };
     json!({
         "planned_dtype": planned,
-        "simulated_dtype": SIMULATED_KV_DTYPE,
-        "note": (planned != SIMULATED_KV_DTYPE).then_some(KV_DTYPE_CAVEAT),
+        "simulated_dtype": simulated,
+        "note": note,
     })
 }
 

@@ -77,6 +77,11 @@ pub struct ForwardArgs {
     /// runs, f32 for numeric runs.
     #[arg(long)]
     precision: Option<Precision>,
+    /// KV cache type: `bf16`, `fp8` (dense MLA's latent as E4M3 codes plus an f32 scale per
+    /// token; other pools stay bf16) or `f32`. Default: the precision's own (f32 on the
+    /// reference path, bf16 at native precision).
+    #[arg(long)]
+    kv_dtype: Option<model::forward::CacheFormat>,
     /// Device preset the kernels run on.
     #[arg(long, default_value = "npu-910b")]
     device: String,
@@ -288,7 +293,8 @@ fn decode_step(args: &ForwardArgs, config: &Path) -> Result<(), String> {
     let routing = Routing::parse(&args.routing).map_err(|e| e.to_string())?;
     let mut est = Estimator::new(cfg, cluster, routing)
         .map_err(|e| e.to_string())?
-        .with_precision(args.precision.unwrap_or(Precision::Native));
+        .with_precision(args.precision.unwrap_or(Precision::Native))
+        .with_kv_cache(args.kv_dtype);
     let tuning =
         day0::tune_model::resolve_tuning(args.tuning.as_deref(), est.config(), &est.device().name)?;
     let tuning_path = tuning.as_ref().map(|t| t.path.display().to_string());
@@ -489,6 +495,9 @@ fn forward_cost_only(args: &ForwardArgs, config: &Path) -> Result<(), String> {
     let precision = args.precision.unwrap_or(Precision::Native);
     let mut r =
         Runner::cost_only_at(cfg, launcher, context, precision).map_err(|e| e.to_string())?;
+    if let Some(kv) = args.kv_dtype {
+        r.set_kv_cache(kv).map_err(|e| e.to_string())?;
+    }
     apply_impls(&mut r, &impls)?;
     r.set_routing(routing).map_err(|e| e.to_string())?;
     let mut run = r
@@ -767,6 +776,9 @@ pub fn forward(args: ForwardArgs) -> Result<(), String> {
         args.check_finite,
         tuning,
     )?;
+    if let Some(kv) = args.kv_dtype {
+        r.set_kv_cache(kv).map_err(|e| e.to_string())?;
+    }
     apply_impls(&mut r, &[pins, args.impls.clone()].concat())?;
     let clock_ghz = r.device().clock_ghz;
     if args.record_routing.is_some() {

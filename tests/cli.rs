@@ -598,25 +598,26 @@ fn prefill_and_decode_deploy_on_their_own_card_counts() {
     }
 }
 
-/// `--kv-dtype fp8` sizes the memory plan at one byte per cached value, which the simulated
-/// forward does not read yet: the report says so instead of passing the decode time off as FP8's.
+/// `--kv-dtype fp8` sizes the memory plan at one byte per cached value (plus a scale per token),
+/// and the simulated steps read dense MLA's latent in FP8 (DeepSeek-V3): the report says so and
+/// the decode step changes. DeepSeek-V3.2's sparse MLA has no FP8 kernel: its pools are read as
+/// bf16 and the report says which, instead of passing the decode time off as FP8's.
 #[test]
-fn an_fp8_kv_plan_says_the_simulation_reads_bf16() {
-    let run = |kv: &str| {
+fn an_fp8_kv_plan_is_simulated_where_the_kernels_read_fp8() {
+    let run = |model: &str, kv: &str| {
         let mut args = SMALL_PLANNED_RUN.to_vec();
+        args[2] = model;
         args.extend(["--kv-dtype", kv, "--json"]);
         let out = day0(&args);
         assert!(out.status.success(), "{}", stderr(&out));
         serde_json::from_slice::<serde_json::Value>(&out.stdout).expect("JSON")
     };
-    let (bf16, fp8) = (run("bf16"), run("fp8"));
+    let (bf16, fp8) = (run("deepseek-v3", "bf16"), run("deepseek-v3", "fp8"));
+    assert_eq!(bf16["kv_cache"]["simulated_dtype"], "bf16");
     assert_eq!(fp8["kv_cache"]["planned_dtype"], "fp8");
-    assert_eq!(fp8["kv_cache"]["simulated_dtype"], "bf16");
-    assert!(fp8["kv_cache"]["note"]
-        .as_str()
-        .unwrap()
-        .contains("upper bound"));
-    // The plan holds about twice the tokens; the simulated step at the same batch is the same.
+    assert_eq!(fp8["kv_cache"]["simulated_dtype"], "fp8");
+    assert!(fp8["kv_cache"]["note"].is_null(), "{}", fp8["kv_cache"]);
+    // The plan holds about twice the tokens, and the simulated step reads the FP8 cache.
     let tokens = |v: &serde_json::Value| v["memory"]["kv_tokens_capacity"].as_f64().unwrap();
     assert!(
         tokens(&fp8) > 1.9 * tokens(&bf16),
@@ -624,7 +625,14 @@ fn an_fp8_kv_plan_says_the_simulation_reads_bf16() {
         tokens(&fp8),
         tokens(&bf16)
     );
-    assert_eq!(fp8["decode"]["tpot_ms"], bf16["decode"]["tpot_ms"]);
+    assert_ne!(fp8["decode"]["tpot_ms"], bf16["decode"]["tpot_ms"]);
+    let v32 = run("deepseek-v3.2", "fp8");
+    assert_eq!(v32["kv_cache"]["simulated_dtype"], "mixed");
+    let note = v32["kv_cache"]["note"].as_str().unwrap();
+    assert!(
+        note.contains("sparse MLA") && note.contains("upper bound"),
+        "{note}"
+    );
 }
 
 #[test]

@@ -37,6 +37,19 @@ pub fn covering_config(meta: &KernelMeta, base: Config, dims: &[(&str, usize, i6
     })
 }
 
+/// The largest declared value of `name` that still splits `size` into at least `programs` tiles
+/// (rows handed out so every core gets one), or the smallest declared value when none does:
+/// for kernels whose programs walk their tile's rows one after another, where a wide tile would
+/// leave cores idle while a few programs work through their rows in series.
+pub fn filling(meta: &KernelMeta, name: &str, size: usize, programs: usize) -> Option<i64> {
+    let vals = declared(meta, name);
+    vals.iter()
+        .rev()
+        .find(|v| size.div_ceil(**v as usize) >= programs)
+        .or(vals.first())
+        .copied()
+}
+
 /// The smallest declared value of `name` that is ≥ `size`, or `None` when every one is smaller
 /// (for kernels that must hold the whole dimension in one tile).
 pub fn at_least(meta: &KernelMeta, name: &str, size: usize) -> Option<i64> {

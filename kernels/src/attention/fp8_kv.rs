@@ -17,7 +17,7 @@ use super::decode::{
     latent_block_at, online_softmax_step, split_pages, split_program, split_rows,
     store_split_partials,
 };
-use super::kv_append::{append_slots, append_table, device_slots};
+use super::kv_append::{append_rows_config, append_slots, append_table, device_slots};
 use accel_sim::formats::fp8::{decode_e4m3, encode_e4m3};
 use accel_sim::formats::Overflow;
 use dsl_core::prelude::*;
@@ -510,8 +510,8 @@ pub fn run_kv_cache_append_fp8_slots<S: Float>(
     let slots = device_slots(meta, new.rows(), slots, codes.rows())?;
     let config = crate::tile_choice::covering_config(
         meta,
-        Config::new(),
-        &[("BR", new.rows(), 64), ("BD", pool.dim, 1024)],
+        append_rows_config(launcher, meta, new.rows(), pool.heads),
+        &[("BD", pool.dim, 1024)],
     );
     kv_cache_append_fp8::launch(launcher, &config, new, &slots, codes, scales)
 }

@@ -97,10 +97,28 @@ pub fn run_kv_cache_append_slots<S: Float, T: Float>(
     let slots = device_slots(&kv_cache_append::META, new.rows(), slots, pool.rows())?;
     let config = crate::tile_choice::covering_config(
         &kv_cache_append::META,
-        Config::new(),
-        &[("BR", new.rows(), 64), ("BW", new.cols(), 1024)],
+        append_rows_config(launcher, &kv_cache_append::META, new.rows(), 1),
+        &[("BW", new.cols(), 1024)],
     );
     kv_cache_append::launch(launcher, &config, new, &slots, pool)
+}
+
+/// The rows per program (`BR`) of an append of `rows` rows over `column_blocks` programs per row
+/// block: as many rows as still give every core of the device a program. A program writes its
+/// rows one after another (each waits for its slot), so a decode step's few rows spread one per
+/// core rather than queue up in two programs.
+pub(crate) fn append_rows_config(
+    launcher: &Launcher,
+    meta: &KernelMeta,
+    rows: usize,
+    column_blocks: usize,
+) -> Config {
+    let cores = launcher.preset.cores as usize;
+    let wanted = cores.div_ceil(column_blocks.max(1));
+    match crate::tile_choice::filling(meta, "BR", rows, wanted) {
+        Some(br) => Config::new().with("BR", br),
+        None => Config::new(),
+    }
 }
 
 /// The device slot table of an append of `new_rows` rows into a pool of `pool_rows` rows, after

@@ -6,9 +6,16 @@
 //! step reads half the bytes of an f32 cache. Rows are rounded to bf16 as the append kernel
 //! writes them, and the attention kernels round their queries to the pool's format on chip, as
 //! transformers in bf16 does. Activations stay f32.
+//!
+//! [`CacheFormat::Fp8`] (`--kv-dtype fp8`) stores the MLA latent of dense-MLA layers (DeepSeek-V3,
+//! Kimi-K2) as E4M3 codes with one f32 scale per token ([`kernels::attention::fp8_kv`]): the
+//! append quantises, the absorbed decode converts the codes on chip, a prefill chunk's cached
+//! context is gathered dequantised. The other pools (GQA keys and values, DeepSeek-V3.2's latent
+//! and indexer keys, whose sparse kernels have no FP8 form yet) stay bf16.
 
 use super::ops::Mem;
 use dsl_core::{bf16, Float, Tensor};
+use kernels::attention::fp8_kv::Fp8Tensors;
 
 /// What a KV pool's elements are.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
@@ -18,16 +25,69 @@ pub enum CacheFormat {
     F32,
     /// bf16 rows (native precision).
     Bf16,
+    /// MLA latents as FP8 E4M3 codes plus one f32 scale per token; other pools bf16.
+    Fp8,
 }
 
 impl CacheFormat {
-    /// Bytes per cached value.
+    /// Bytes per cached value (FP8: the codes; each token adds a 4-byte scale).
     pub fn bytes(self) -> usize {
         match self {
             CacheFormat::F32 => 4,
             CacheFormat::Bf16 => 2,
+            CacheFormat::Fp8 => 1,
         }
     }
+
+    /// The format of the pools that have no FP8 form (all but dense MLA's latent): bf16 for FP8.
+    pub fn unquantised(self) -> CacheFormat {
+        match self {
+            CacheFormat::Fp8 => CacheFormat::Bf16,
+            other => other,
+        }
+    }
+
+    /// Short name for reports (`f32`, `bf16`, `fp8`).
+    pub fn name(self) -> &'static str {
+        match self {
+            CacheFormat::F32 => "f32",
+            CacheFormat::Bf16 => "bf16",
+            CacheFormat::Fp8 => "fp8",
+        }
+    }
+}
+
+impl std::str::FromStr for CacheFormat {
+    type Err = String;
+    fn from_str(s: &str) -> Result<CacheFormat, String> {
+        match s {
+            "f32" => Ok(CacheFormat::F32),
+            "bf16" => Ok(CacheFormat::Bf16),
+            "fp8" => Ok(CacheFormat::Fp8),
+            other => Err(format!(
+                "unknown KV cache type `{other}`: expected `bf16`, `fp8` or `f32`"
+            )),
+        }
+    }
+}
+
+/// The attention kinds of `cfg` whose pools stay bf16 when the cache is [`CacheFormat::Fp8`]
+/// (their kernels have no FP8 form yet), by name, once each: empty when every cached layer is
+/// dense MLA and so reads FP8.
+pub fn unquantised_kinds(cfg: &crate::config::ModelConfig) -> Vec<&'static str> {
+    use crate::config::AttentionKind;
+    let mut kinds = Vec::new();
+    for spec in &cfg.layers {
+        let kind = match spec.attention {
+            AttentionKind::SparseMla => "sparse MLA (latent and indexer keys)",
+            AttentionKind::Gqa | AttentionKind::SlidingGqa => "GQA (keys and values)",
+            _ => continue,
+        };
+        if !kinds.contains(&kind) {
+            kinds.push(kind);
+        }
+    }
+    kinds
 }
 
 /// A pool tensor in its [`CacheFormat`]. Kernels are generic over the element type; [`on_cache!`]
@@ -38,18 +98,35 @@ pub(crate) enum CacheTensor {
     F32(Tensor<f32>),
     /// bf16 rows.
     Bf16(Tensor<bf16>),
+    /// E4M3 codes and per-token scales (MLA latents).
+    Fp8(Fp8Tensors),
 }
 
-/// Runs `$body` with `$t` bound to the typed tensor inside a [`CacheTensor`].
+/// Runs `$body` (a launch result) with `$t` bound to the typed tensor inside a [`CacheTensor`]
+/// of floats; an FP8 pool, which only the kernels written for it read, is a launch error.
 macro_rules! on_cache {
     ($cache:expr, $t:ident => $body:expr) => {
         match $cache {
             $crate::forward::cache_format::CacheTensor::F32($t) => $body,
             $crate::forward::cache_format::CacheTensor::Bf16($t) => $body,
+            $crate::forward::cache_format::CacheTensor::Fp8(_) => {
+                Err($crate::forward::cache_format::fp8_unsupported())
+            }
         }
     };
 }
 pub(crate) use on_cache;
+
+/// The error of a kernel without an FP8 form handed an FP8 pool (the forward never does: only
+/// dense MLA's latent pools are FP8).
+pub(crate) fn fp8_unsupported() -> dsl_core::SimError {
+    dsl_core::SimError::Launch {
+        kernel: "kv cache".into(),
+        message: "this kernel reads f32 or bf16 pools; an FP8 pool is read by the MLA latent \
+                  decode, append and gather only"
+            .into(),
+    }
+}
 
 /// Runs `$body` (a launch result) with `$k` and `$v` bound to the typed tensors of a layer's key
 /// and value pools; pools of two formats are a launch error of `$kernel` (both pools of a layer
@@ -65,6 +142,14 @@ macro_rules! on_cache_pair {
                 $crate::forward::cache_format::CacheTensor::Bf16($k),
                 $crate::forward::cache_format::CacheTensor::Bf16($v),
             ) => $body,
+            (
+                $crate::forward::cache_format::CacheTensor::Fp8(_),
+                _,
+            )
+            | (
+                _,
+                $crate::forward::cache_format::CacheTensor::Fp8(_),
+            ) => Err($crate::forward::cache_format::fp8_unsupported()),
             (k, v) => Err(dsl_core::SimError::Launch {
                 kernel: $kernel.to_string(),
                 message: format!(
@@ -79,11 +164,35 @@ macro_rules! on_cache_pair {
 pub(crate) use on_cache_pair;
 
 impl CacheTensor {
-    /// A fresh (poisoned, or shape-only) pool tensor of `shape` in `format`.
+    /// A fresh (poisoned, or shape-only) pool tensor of `shape` in `format` (FP8: bf16, see
+    /// [`CacheTensor::latent`]).
     pub fn new(format: CacheFormat, mem: Mem, shape: &[usize]) -> CacheTensor {
-        match format {
+        match format.unquantised() {
             CacheFormat::F32 => CacheTensor::F32(mem.poisoned(shape)),
-            CacheFormat::Bf16 => CacheTensor::Bf16(mem.poisoned(shape)),
+            _ => CacheTensor::Bf16(mem.poisoned(shape)),
+        }
+    }
+
+    /// A fresh latent pool `[pages·page, d]` (or `[pages, page, d]` with `paged`) in `format`:
+    /// FP8 codes with one scale per token for [`CacheFormat::Fp8`], else as [`CacheTensor::new`].
+    pub fn latent(
+        format: CacheFormat,
+        mem: Mem,
+        pages: usize,
+        page: usize,
+        d: usize,
+        paged: bool,
+    ) -> Result<CacheTensor, String> {
+        let shape = if paged {
+            vec![pages, page, d]
+        } else {
+            vec![pages * page, d]
+        };
+        match format {
+            CacheFormat::Fp8 => Fp8Tensors::empty(pages, page, 1, d, mem.shape_only)
+                .reshaped(&shape)
+                .map(CacheTensor::Fp8),
+            other => Ok(CacheTensor::new(other, mem, &shape)),
         }
     }
 
@@ -95,24 +204,35 @@ impl CacheTensor {
         t.into_cache()
     }
 
-    /// Its shape.
+    /// Its shape (FP8: the codes').
     pub fn shape(&self) -> &[usize] {
-        on_cache!(self, t => t.shape())
+        match self {
+            CacheTensor::F32(t) => t.shape(),
+            CacheTensor::Bf16(t) => t.shape(),
+            CacheTensor::Fp8(p) => p.codes.shape(),
+        }
     }
 
     /// Rows of its 2-D view.
     pub fn rows(&self) -> usize {
-        on_cache!(self, t => t.rows())
+        self.shape()[..self.shape().len().saturating_sub(1)]
+            .iter()
+            .product()
     }
 
     /// Columns (the last dimension).
     pub fn cols(&self) -> usize {
-        on_cache!(self, t => t.cols())
+        self.shape().last().copied().unwrap_or(1)
     }
 
-    /// The same elements under another shape (see [`Tensor::reshaped`]).
+    /// The same elements under another shape (see [`Tensor::reshaped`]; FP8: the codes, the
+    /// scales keep theirs).
     pub fn reshaped(&self, shape: &[usize]) -> Result<CacheTensor, String> {
-        on_cache!(self, t => t.reshaped(shape).map(CacheTensor::wrap))
+        match self {
+            CacheTensor::F32(t) => t.reshaped(shape).map(CacheTensor::wrap),
+            CacheTensor::Bf16(t) => t.reshaped(shape).map(CacheTensor::wrap),
+            CacheTensor::Fp8(p) => p.reshaped(shape).map(CacheTensor::Fp8),
+        }
     }
 
     /// Its format.
@@ -120,6 +240,7 @@ impl CacheTensor {
         match self {
             CacheTensor::F32(_) => CacheFormat::F32,
             CacheTensor::Bf16(_) => CacheFormat::Bf16,
+            CacheTensor::Fp8(_) => CacheFormat::Fp8,
         }
     }
 }

@@ -38,8 +38,17 @@ impl LatentPool {
         mem: Mem,
     ) -> Result<LatentPool, ForwardError> {
         let rows = pages * PAGE;
+        let d = m.kv_lora_rank + m.qk_rope_head_dim;
+        // DeepSeek-V3.2's sparse kernels read a bf16 latent: only dense MLA's is ever FP8.
+        let latent = match index_head_dim {
+            None => view(
+                CacheTensor::latent(mem.cache, mem, pages, PAGE, d, false),
+                "latent pool",
+            )?,
+            Some(_) => mem.cache(&[rows, d]),
+        };
         Ok(LatentPool {
-            latent: mem.cache(&[rows, m.kv_lora_rank + m.qk_rope_head_dim]),
+            latent,
             index_keys: index_head_dim.map(|d| mem.cache(&[rows, d])),
         })
     }
@@ -171,9 +180,13 @@ pub(crate) fn forward(
         let q_abs = absorb_queries(ops, m, w, &q)?;
         let q3 = view(q_abs.reshaped(&[b, heads, d]), "absorbed query")?;
         let pages = (pos0 + 1).div_ceil(PAGE);
+        let pool = view(
+            CacheTensor::latent(ops.mem.cache, ops.mem, b * pages, PAGE, d, true),
+            "latent pool",
+        )?;
         let o_lat = ops.latent_decode(
             &q3,
-            &ops.mem.cache(&[b * pages, PAGE, d]),
+            &pool,
             &Tensor::shape_only(&[b, pages]),
             &Tensor::shape_only(&[b]),
             pos0 + 1,

@@ -510,9 +510,42 @@ impl Runner {
         &self.cfg
     }
 
-    /// The element format of its KV pools: f32 on the reference path, bf16 at native precision.
+    /// The element format of its KV pools: f32 on the reference path, bf16 at native precision,
+    /// or what [`Runner::set_kv_cache`] chose.
     pub fn cache_format(&self) -> CacheFormat {
         self.ops.mem.cache
+    }
+
+    /// Holds the KV pools in `format` from now on (`--kv-dtype`): [`CacheFormat::Fp8`] stores
+    /// dense MLA's latent as E4M3 codes with a scale per token (see [`cache_format`]). The pools
+    /// are made afresh at their current sizes, so no sequence may hold a token yet.
+    pub fn set_kv_cache(&mut self, format: CacheFormat) -> Result<(), ForwardError> {
+        if format == self.ops.mem.cache {
+            return Ok(());
+        }
+        self.require_empty_pools(
+            "--kv-dtype",
+            "choose the cache format before any token is run",
+        )?;
+        self.ops.mem.cache = format;
+        let (sequences, tokens) = self.store.sizes();
+        self.serve(sequences, tokens)
+    }
+
+    /// An error naming `flag` (with `fix`) when any sequence holds a token: the pools can only be
+    /// remade empty.
+    fn require_empty_pools(&self, flag: &str, fix: &str) -> Result<(), ForwardError> {
+        let usage = self.store.usage();
+        if usage.tokens > 0 {
+            return Err(ForwardError::Workload {
+                flag: flag.into(),
+                message: format!(
+                    "the pools hold {} tokens of {} sequences; {fix}",
+                    usage.tokens, usage.sequences
+                ),
+            });
+        }
+        Ok(())
     }
 
     /// The device the kernels run on.
@@ -535,16 +568,10 @@ impl Runner {
     /// capacity). Allowed while no sequence holds a token; sequence 0 is admitted again, empty,
     /// and later ids continue from 1.
     pub fn serve(&mut self, max_sequences: usize, pool_tokens: usize) -> Result<(), ForwardError> {
-        let usage = self.store.usage();
-        if usage.tokens > 0 {
-            return Err(ForwardError::Workload {
-                flag: "serve".into(),
-                message: format!(
-                    "the pools hold {} tokens of {} sequences; resize them before any token is run, or release every sequence first",
-                    usage.tokens, usage.sequences
-                ),
-            });
-        }
+        self.require_empty_pools(
+            "serve",
+            "resize them before any token is run, or release every sequence first",
+        )?;
         if max_sequences == 0 {
             return Err(ForwardError::Workload {
                 flag: "serve".into(),

@@ -809,6 +809,7 @@ impl Ops {
         scale: f64,
     ) -> Result<Tensor<f32>, ForwardError> {
         use kernels::attention::decode::{decode_latent_config, paged_decode_latent};
+        use kernels::attention::fp8_kv::paged_decode_latent_fp8;
         let (seqs, heads, d, page) = (q.shape()[0], q.shape()[1], q.shape()[2], pool.shape()[1]);
         let splits = self.decode_splits(seqs * heads.div_ceil(64), max_ctx.div_ceil(page));
         let o_part = self.mem.poisoned::<f32>(&[splits, seqs, heads, v_dim]);
@@ -836,8 +837,22 @@ impl Ops {
             if let Some(bh) = bh {
                 base = base.with("BH", bh);
             }
-            decode_latent_config(&base, d, page, heads).and_then(|cfg| {
-                on_cache!(pool, pool => paged_decode_latent::launch(
+            decode_latent_config(&base, d, page, heads).and_then(|cfg| match pool {
+                // Codes convert to bf16 on chip (exact), the compute type of a bf16 cache.
+                CacheTensor::Fp8(p8) => paged_decode_latent_fp8::launch::<f32, bf16>(
+                    &self.launcher,
+                    &cfg,
+                    q,
+                    &p8.codes,
+                    &p8.scales,
+                    block_tables,
+                    ctx_lens,
+                    &o_part,
+                    &lse_part,
+                    max_ctx,
+                    scale as f32,
+                ),
+                _ => on_cache!(pool, pool => paged_decode_latent::launch(
                     &self.launcher,
                     &cfg,
                     q,
@@ -848,7 +863,7 @@ impl Ops {
                     &lse_part,
                     max_ctx,
                     scale as f32,
-                ))
+                )),
             })
         });
         self.book_decode("mla.decode", seqs, r, &o_part, &lse_part, &o)?;
@@ -965,12 +980,21 @@ impl Ops {
         pool: &CacheTensor,
         per_sequence: bool,
     ) -> Result<(), ForwardError> {
-        let r = on_cache!(pool, pool => kernels::attention::kv_append::run_kv_cache_append_slots(
-            &self.launcher,
-            new,
-            slots,
-            pool,
-        ));
+        let r = match pool {
+            // Quantised per token as it is written.
+            CacheTensor::Fp8(p8) => kernels::attention::fp8_kv::run_kv_cache_append_fp8_slots(
+                &self.launcher,
+                new,
+                slots,
+                p8,
+            ),
+            _ => on_cache!(pool, pool => kernels::attention::kv_append::run_kv_cache_append_slots(
+                &self.launcher,
+                new,
+                slots,
+                pool,
+            )),
+        };
         if per_sequence {
             self.book_sequence(op, r)
         } else {
@@ -1009,14 +1033,33 @@ impl Ops {
     }
 
     /// [`Self::gather_rows`] out of a paged pool (a sequence's context, for a kernel that reads
-    /// it contiguously): the rows convert to f32 as they are gathered.
+    /// it contiguously): the rows convert to f32 as they are gathered (FP8: codes × scale).
     pub fn gather_cache_rows(
         &mut self,
         op: &str,
         pool: &CacheTensor,
         rows: &[i32],
     ) -> Result<Tensor<f32>, ForwardError> {
-        on_cache!(pool, pool => self.gather_rows(op, pool, rows))
+        match pool {
+            CacheTensor::F32(t) => self.gather_rows(op, t, rows),
+            CacheTensor::Bf16(t) => self.gather_rows(op, t, rows),
+            CacheTensor::Fp8(p8) => {
+                let out = self.mem.act(rows.len(), pool.cols());
+                // A negative row maps past the pool, which the runner refuses by name.
+                let idx: Vec<usize> = rows
+                    .iter()
+                    .map(|r| usize::try_from(*r).unwrap_or(usize::MAX))
+                    .collect();
+                let r = kernels::attention::fp8_kv::run_gather_dequant_fp8(
+                    &self.launcher,
+                    p8,
+                    &idx,
+                    &out,
+                );
+                self.book_sequence(op, r)?;
+                Ok(out)
+            }
+        }
     }
 
     /// One decode token of each of `S` sequences, grouped-query attention over their pages of

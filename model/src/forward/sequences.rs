@@ -137,6 +137,8 @@ pub(crate) struct SequenceStore {
     pub slots: StateSlots,
     /// The next sequence id to hand out (ids are never reused).
     next_id: usize,
+    /// The sizes it was made for: live sequences, pool tokens.
+    sizes: (usize, usize),
 }
 
 fn unsupported(what: &str) -> ForwardError {
@@ -201,7 +203,13 @@ impl SequenceStore {
             layers,
             slots,
             next_id: 0,
+            sizes: (max_sequences, pool_tokens),
         })
+    }
+
+    /// The live sequences and pool tokens it was made for.
+    pub fn sizes(&self) -> (usize, usize) {
+        self.sizes
     }
 
     /// Admits a new sequence with no tokens: a state slot (zeroed on the device: the memset

@@ -26,7 +26,7 @@
 
 use super::parallel::{Plan, PlanError};
 use crate::config::{ModelConfig, MoeDims};
-use crate::forward::{Blocks, ForwardError, LayerCost, OpStats, Precision, Runner};
+use crate::forward::{Blocks, CacheFormat, ForwardError, LayerCost, OpStats, Precision, Runner};
 use accel_sim::cluster::ClusterPreset;
 use accel_sim::collective::{self, Algorithm, Group};
 use accel_sim::{DevicePreset, SimError};
@@ -392,6 +392,8 @@ pub struct Estimator {
     launcher: Launcher,
     routing: Routing,
     precision: Precision,
+    /// The KV pools' format when not the precision's own (`--kv-dtype fp8`).
+    kv_cache: Option<CacheFormat>,
     /// Implementation swaps every card role's forward runs with (`Runner::set_implementation`).
     impls: Vec<(String, &'static str)>,
     cache: Mutex<HashMap<RunKey, RunSlot>>,
@@ -417,6 +419,7 @@ impl Estimator {
             launcher,
             routing,
             precision: Precision::Native,
+            kv_cache: None,
             impls: Vec::new(),
             cache: Mutex::new(HashMap::new()),
         })
@@ -436,6 +439,19 @@ impl Estimator {
         self.precision = precision;
         lock(&self.cache).clear();
         self
+    }
+
+    /// The estimator with every card's KV pools in `format` (`day0 run --kv-dtype`; `None`: the
+    /// precision's own, bf16 at native precision). See [`Runner::set_kv_cache`].
+    pub fn with_kv_cache(mut self, format: Option<CacheFormat>) -> Estimator {
+        self.kv_cache = format;
+        lock(&self.cache).clear();
+        self
+    }
+
+    /// The format the cards' KV pools are simulated in.
+    pub fn kv_cache(&self) -> CacheFormat {
+        self.kv_cache.unwrap_or(self.precision.cache_format())
     }
 
     /// The estimator with operator `op` run by `implementation` in every card role's forward
@@ -514,6 +530,9 @@ impl Estimator {
             position + tokens,
             self.precision,
         )?;
+        if let Some(format) = self.kv_cache {
+            runner.set_kv_cache(format)?;
+        }
         for (op, name) in &self.impls {
             runner.set_implementation(op, name)?;
         }

@@ -1,0 +1,146 @@
+//! Issue #13 item 1, the KV cache in FP8 E4M3 with per-token scales (`--kv-dtype fp8`): dense
+//! MLA's latent pool holds one byte per value plus one f32 scale per token, written by the
+//! quantising append, read by the FP8 latent decode and, for a later prefill chunk, gathered
+//! dequantised. Pools whose kernels have no FP8 form (GQA, DeepSeek-V3.2's sparse MLA) stay bf16.
+//!
+//! Tolerance of FP8 against the bf16 cache: each cached value carries a relative error of at most
+//! u = 2^-4 (E4M3's unit roundoff); attention outputs move by a weighted mean of such errors
+//! (see `kernels/tests/attention_decode.rs`), and the tiny checkpoints' logits by at most a few u
+//! after their layers. The bound is 2u = 0.125 relative L2 per logit row (measured: see the
+//! printed distances), and the distance must be visibly above rounding noise (> 1e-4), or the
+//! cache was not quantised.
+
+use dsl_core::{Backend, Launcher};
+use model::forward::{CacheFormat, Precision, Runner};
+use std::path::PathBuf;
+
+fn tiny(name: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("testdata/tiny")
+        .join(name)
+}
+
+fn runner(name: &str, cache: CacheFormat) -> Runner {
+    let mut r = Runner::load_at(
+        &tiny(name),
+        Launcher::for_device("npu-910b").unwrap(),
+        32,
+        Precision::Native,
+    )
+    .unwrap();
+    r.set_kv_cache(cache).unwrap();
+    r
+}
+
+/// Two sequences in one runner: sequence 0's prompt in two chunks (the second gathers the first
+/// chunk's cached context), sequence 1's prompt, then three steps where both decode. Every
+/// position's logits, per sequence.
+fn serve(name: &str, cache: CacheFormat) -> Vec<Vec<Vec<f32>>> {
+    let mut r = runner(name, cache);
+    r.serve(2, 2 * 64).unwrap();
+    assert_eq!(r.add_sequence().unwrap(), 1);
+    let toks = |n: usize, seed: i64| -> Vec<i64> {
+        (0..n as i64)
+            .map(|i| (i * 37 + seed * 11) % 150 + 1)
+            .collect()
+    };
+    let (p0, p1) = (toks(9, 1), toks(6, 2));
+    let steps: Vec<Vec<(usize, Vec<i64>)>> = vec![
+        vec![(0, p0[..5].to_vec()), (1, p1.clone())],
+        vec![(0, p0[5..].to_vec()), (1, toks(1, 3))],
+        vec![(0, toks(1, 4)), (1, toks(1, 5))],
+        vec![(1, toks(1, 6)), (0, toks(1, 7))],
+    ];
+    let mut got = vec![Vec::new(), Vec::new()];
+    for step in &steps {
+        let batch: Vec<(usize, &[i64])> = step.iter().map(|(s, t)| (*s, &t[..])).collect();
+        for ((seq, _), out) in step.iter().zip(r.forward_batch(&batch).unwrap()) {
+            for t in 0..out.tokens {
+                let row = out.row(t).to_vec();
+                assert!(
+                    row.iter().all(|v| v.is_finite()),
+                    "{name}: a logit of sequence {seq} is not finite"
+                );
+                got[*seq].push(row);
+            }
+        }
+    }
+    got
+}
+
+fn rel_l2(a: &[f32], b: &[f32]) -> f64 {
+    let num: f64 = a.iter().zip(b).map(|(x, y)| ((x - y) as f64).powi(2)).sum();
+    let den: f64 = b.iter().map(|y| (*y as f64).powi(2)).sum();
+    (num / den.max(1e-30)).sqrt()
+}
+
+/// The largest distance of `a`'s logit rows from `b`'s.
+fn max_distance(a: &[Vec<Vec<f32>>], b: &[Vec<Vec<f32>>]) -> f64 {
+    a.iter()
+        .flatten()
+        .zip(b.iter().flatten())
+        .map(|(x, y)| rel_l2(x, y))
+        .fold(0.0, f64::max)
+}
+
+#[test]
+fn an_fp8_latent_cache_stays_within_the_e4m3_bound_of_bf16() {
+    // Dense MLA with rope (V3, V2) and without (Kimi Linear, whose KDA layers keep no KV cache).
+    for name in ["deepseek_v3", "deepseek_v2", "kimi_linear"] {
+        let bf16 = serve(name, CacheFormat::Bf16);
+        let fp8 = serve(name, CacheFormat::Fp8);
+        let d = max_distance(&fp8, &bf16);
+        println!("{name}: FP8 latent cache vs bf16, largest logit-row distance {d:.3e}");
+        assert!(d <= 0.125, "{name}: {d}");
+        assert!(d > 1e-4, "{name}: {d} — was the cache quantised?");
+    }
+}
+
+#[test]
+fn pools_without_an_fp8_kernel_stay_bf16() {
+    // DeepSeek-V3.2's sparse MLA and Qwen3-Next's GQA layers read bf16 pools whatever is asked:
+    // the logits are the bf16 cache's, bit for bit.
+    for name in ["deepseek_v32", "qwen3_next"] {
+        let bf16 = serve(name, CacheFormat::Bf16);
+        let fp8 = serve(name, CacheFormat::Fp8);
+        assert_eq!(max_distance(&fp8, &bf16), 0.0, "{name}");
+    }
+}
+
+#[test]
+fn the_cache_format_is_chosen_before_any_token() {
+    let mut r = runner("deepseek_v3", CacheFormat::Bf16);
+    r.forward(&[1, 2, 3]).unwrap();
+    let e = r.set_kv_cache(CacheFormat::Fp8).unwrap_err().to_string();
+    assert!(e.contains("--kv-dtype") && e.contains("3 tokens"), "{e}");
+}
+
+/// A cost-only decode step over an FP8 latent cache moves about half the HBM bytes of a bf16 one
+/// in the latent decode (codes plus a 4-byte scale per token; queries and partials unchanged), in
+/// the same launches.
+#[test]
+fn a_cost_only_fp8_decode_reads_half_the_latent_bytes() {
+    let cfg = model::config::load_config(&tiny("deepseek_v3").join("config.json")).unwrap();
+    let decode_bytes = |cache: CacheFormat| {
+        let l = Launcher::for_device("h800")
+            .unwrap()
+            .with_backend(Backend::CostOnly);
+        let mut r = Runner::cost_only(cfg.clone(), l, 4096).unwrap();
+        r.set_kv_cache(cache).unwrap();
+        r.seek(4000).unwrap();
+        r.forward(&[1]).unwrap();
+        let s = r.stats();
+        (
+            s.traffic["mla.decode_split"].hbm_bytes,
+            s.per_op["mla.decode_split"].0,
+        )
+    };
+    let (bf16, n16) = decode_bytes(CacheFormat::Bf16);
+    let (fp8, n8) = decode_bytes(CacheFormat::Fp8);
+    assert_eq!(n16, n8);
+    let ratio = fp8 as f64 / bf16 as f64;
+    assert!(
+        (0.45..0.6).contains(&ratio),
+        "fp8 {fp8} / bf16 {bf16} = {ratio}"
+    );
+}
