@@ -230,9 +230,9 @@ fn setup(a: &DeployArgs, cards: Option<usize>) -> Result<Setup, String> {
         _ => {}
     }
     let routing = Routing::parse(&a.routing).map_err(|e| e.to_string())?;
-    let kv_bytes = match a.kv_dtype.as_str() {
-        "bf16" => 2.0,
-        "fp8" => 1.0,
+    let (kv_bytes, kv_format) = match a.kv_dtype.as_str() {
+        "bf16" => (2.0, model::forward::CacheFormat::Bf16),
+        "fp8" => (1.0, model::forward::CacheFormat::Fp8),
         other => return Err(format!("--kv-dtype: `{other}` is not bf16 or fp8")),
     };
     if !(0.0..0.9).contains(&a.reserve) {
@@ -272,7 +272,7 @@ fn setup(a: &DeployArgs, cards: Option<usize>) -> Result<Setup, String> {
     let mut est = Estimator::new(cfg, cluster, routing)
         .map_err(|e| e.to_string())?
         .with_precision(a.precision)
-        .with_kv_cache((a.kv_dtype == "fp8").then_some(model::forward::CacheFormat::Fp8));
+        .with_kv_cache(Some(kv_format));
     let device = est.device().name.clone();
     let tuning = day0::tune_model::resolve_tuning(a.tuning.as_deref(), est.config(), &device)?;
     let tuning_path = tuning.as_ref().map(|t| t.path.clone());
@@ -704,13 +704,17 @@ fn kv_cache_caveat(planned: &str, cfg: &model::config::ModelConfig) -> Option<St
 }
 
 /// The `kv_cache` field of a `day0 run --json` report: the cache the memory plan sized, the
-/// format the simulated steps read (`fp8` only where every cached layer is dense MLA, else
-/// `mixed`), and the caveat when they differ.
+/// format the simulated steps read (`fp8` where every cached layer is dense MLA, `mixed` where
+/// only some are, `bf16` where none is), and the caveat when they differ.
 fn kv_cache_json(planned: &str, cfg: &model::config::ModelConfig) -> serde_json::Value {
     let note = kv_cache_caveat(planned, cfg);
-    let simulated = match (planned, &note) {
-        ("fp8", None) => "fp8",
-        ("fp8", Some(_)) => "mixed",
+    let simulated = match (
+        planned,
+        model::forward::cache_format::has_fp8_layers(cfg),
+        note.is_some(),
+    ) {
+        ("fp8", true, false) => "fp8",
+        ("fp8", true, true) => "mixed",
         _ => "bf16",
     };
     json!({

@@ -627,7 +627,7 @@ fn an_fp8_kv_plan_is_simulated_where_the_kernels_read_fp8() {
     );
     assert_ne!(fp8["decode"]["tpot_ms"], bf16["decode"]["tpot_ms"]);
     let v32 = run("deepseek-v3.2", "fp8");
-    assert_eq!(v32["kv_cache"]["simulated_dtype"], "mixed");
+    assert_eq!(v32["kv_cache"]["simulated_dtype"], "bf16");
     let note = v32["kv_cache"]["note"].as_str().unwrap();
     assert!(
         note.contains("sparse MLA") && note.contains("upper bound"),

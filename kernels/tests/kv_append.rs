@@ -334,9 +334,9 @@ proptest! {
     #![proptest_config(ProptestConfig::with_cases(16))]
 
     /// A batch's rows appended to an FP8 pool through their slots (the pool viewed `[pages·P,
-    /// W]`, as the model keeps it), then gathered back in another order with
-    /// `gather_dequant_fp8`: each gathered row is exactly the host's dequantisation of its
-    /// slot (codes × scale in f32), every output element written, and the gather costs the
+    /// W]`, as the model keeps it): each slot holds its row quantised as the host quantiser does;
+    /// then gathered back in another order with `gather_dequant_fp8`: each gathered row is
+    /// exactly the host's dequantisation of its slot (codes × scale in f32), every output element written, and the gather costs the
     /// same cycles cost-only.
     #[test]
     fn fp8_slot_append_then_gather_dequantises_each_row(
@@ -362,6 +362,15 @@ proptest! {
             .unwrap();
         run_kv_cache_append_fp8_slots(&launcher(), &new, &slots, &pool).unwrap();
         let deq = pool.dequantized();
+        // Each slot holds its own row, quantised as the host quantiser does.
+        for (i, slot) in slots.iter().enumerate() {
+            let q = quantize_per_token(&vals[i * width..(i + 1) * width], 1, heads, dim).unwrap();
+            for c in 0..width {
+                let want = decode_e4m3(q.codes[c]) * q.scales[c / dim];
+                let got = deq[slot * width + c];
+                prop_assert!(got.to_bits() == want.to_bits(), "slot {slot} col {c}: {got} != {want}");
+            }
+        }
         let mut back = slots.clone();
         back.reverse();
         let out = Tensor::<f32>::poisoned(&[back.len(), width]);

@@ -126,12 +126,19 @@ impl Fp8Tensors {
     /// The same pool with its codes under another shape of the same rows (`[pages, P, W]` or
     /// `[pages·P, W]`); the scales keep theirs.
     pub fn reshaped(&self, shape: &[usize]) -> Result<Fp8Tensors, String> {
-        Ok(Fp8Tensors {
+        let pool = Fp8Tensors {
             codes: self.codes.reshaped(shape)?,
             scales: self.scales.clone(),
             heads: self.heads,
             dim: self.dim,
-        })
+        };
+        pool.check()?;
+        Ok(pool)
+    }
+
+    /// Tokens per page (from the scales: the codes may be viewed `[pages·P, W]`).
+    pub fn page_size(&self) -> usize {
+        self.scales.shape().get(2).copied().unwrap_or(0)
     }
 
     /// Checks that the codes are `[pages, P, heads·dim]` (or `[pages·P, heads·dim]`) and the scales
@@ -139,10 +146,13 @@ impl Fp8Tensors {
     pub fn check(&self) -> Result<(), String> {
         let (cs, ss) = (self.codes.shape(), self.scales.shape());
         let width = self.heads * self.dim;
+        // A paged view must page as the scales do (the decode kernels take P from the codes).
+        let paged_ok = cs.len() != 3 || (ss.len() == 3 && cs[0] == ss[0] && cs[1] == ss[2]);
         if ss.len() != 3
             || ss[1] != self.heads
             || self.codes.rows() != ss[0] * ss[2]
             || self.codes.cols() != width
+            || !paged_ok
         {
             return Err(format!(
                 "codes {cs:?} and scales {ss:?} are not [pages, P, {width}] and [pages, {}, P]",
@@ -383,6 +393,8 @@ pub fn paged_decode_latent_fp8<Q: Float, T: Float>(
             let p = p0 + b / per_page;
             let kb = (b % per_page) * BK;
             // Block b + 1's scores first: the matrix unit runs them during this block's softmax.
+            // (The last block converts the empty tile past the split too: one conversion more
+            // per program, as a kernel without a conditional tile would pay.)
             let tk1c = cast::<T>(&tk1);
             let mut s_next = zeros::<f32, BH, BK>();
             if b + 1 < blocks {
@@ -475,7 +487,11 @@ pub fn run_kv_cache_append_fp8<S: Float>(
     start: usize,
 ) -> Result<Launch, SimError> {
     let meta = &kv_cache_append_fp8::META;
-    let page_size = pool.codes.shape().get(1).copied().unwrap_or(0);
+    pool.check().map_err(|message| SimError::Launch {
+        kernel: meta.name.to_string(),
+        message,
+    })?;
+    let page_size = pool.page_size();
     append_table(meta, new.rows(), &pool.codes, block_table, start, page_size)?;
     let slots = append_slots(block_table, start, new.rows(), page_size);
     run_kv_cache_append_fp8_slots(launcher, new, &slots, pool)
@@ -588,10 +604,11 @@ pub fn run_gather_dequant_fp8(
             ))
         })?;
     let rows = Tensor::<i32>::from_indices(&[idx.len()], &idx).map_err(bad)?;
+    // Rows spread over the cores, as the appends' (each program walks its rows in series).
     let config = crate::tile_choice::covering_config(
         meta,
-        Config::new(),
-        &[("BR", out.rows(), 64), ("BD", pool.dim, 1024)],
+        append_rows_config(launcher, meta, out.rows(), pool.heads),
+        &[("BD", pool.dim, 1024)],
     );
     gather_dequant_fp8::launch(launcher, &config, &rows, &pool.codes, &pool.scales, out)
 }

@@ -90,6 +90,13 @@ pub fn unquantised_kinds(cfg: &crate::config::ModelConfig) -> Vec<&'static str> 
     kinds
 }
 
+/// Whether `cfg` has a layer whose pool [`CacheFormat::Fp8`] stores in FP8 (dense MLA).
+pub fn has_fp8_layers(cfg: &crate::config::ModelConfig) -> bool {
+    cfg.layers
+        .iter()
+        .any(|spec| spec.attention == crate::config::AttentionKind::Mla)
+}
+
 /// A pool tensor in its [`CacheFormat`]. Kernels are generic over the element type; [`on_cache!`]
 /// hands the typed tensor to code written once for both.
 #[derive(Debug, Clone)]

@@ -1045,11 +1045,15 @@ impl Ops {
             CacheTensor::Bf16(t) => self.gather_rows(op, t, rows),
             CacheTensor::Fp8(p8) => {
                 let out = self.mem.act(rows.len(), pool.cols());
-                // A negative row maps past the pool, which the runner refuses by name.
                 let idx: Vec<usize> = rows
                     .iter()
-                    .map(|r| usize::try_from(*r).unwrap_or(usize::MAX))
-                    .collect();
+                    .map(|r| {
+                        usize::try_from(*r).map_err(|_| ForwardError::Internal {
+                            what: op.into(),
+                            message: format!("negative pool row {r} in a context gather"),
+                        })
+                    })
+                    .collect::<Result<_, _>>()?;
                 let r = kernels::attention::fp8_kv::run_gather_dequant_fp8(
                     &self.launcher,
                     p8,
