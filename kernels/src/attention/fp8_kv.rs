@@ -17,7 +17,7 @@ use super::decode::{
     latent_block_at, online_softmax_step, split_pages, split_program, split_rows,
     store_split_partials,
 };
-use super::kv_append::{append_rows_config, append_slots, append_table, device_slots};
+use super::kv_append::{append_rows_config, append_slots, append_table, device_rows, device_slots};
 use accel_sim::formats::fp8::{decode_e4m3, encode_e4m3};
 use accel_sim::formats::Overflow;
 use dsl_core::prelude::*;
@@ -589,21 +589,9 @@ pub fn run_gather_dequant_fp8(
         )));
     }
     let pool_rows = pool.codes.rows();
-    if let Some((i, r)) = rows.iter().enumerate().find(|(_, r)| **r >= pool_rows) {
-        return Err(bad(format!(
-            "row {i} asks for pool row {r}, outside the pool's {pool_rows} rows"
-        )));
-    }
-    let idx: Vec<i32> = rows
-        .iter()
-        .map(|r| i32::try_from(*r))
-        .collect::<Result<_, _>>()
-        .map_err(|_| {
-            bad(format!(
-                "the pool's {pool_rows} rows are past an i32 row index"
-            ))
-        })?;
-    let rows = Tensor::<i32>::from_indices(&[idx.len()], &idx).map_err(bad)?;
+    let rows = device_rows(meta, rows, pool_rows, "row", |i, r| {
+        format!("row {i} asks for pool row {r}, outside the pool's {pool_rows} rows")
+    })?;
     // Rows spread over the cores, as the appends' (each program walks its rows in series).
     let config = crate::tile_choice::covering_config(
         meta,

@@ -140,11 +140,9 @@ pub(crate) fn device_slots(
             slots.len()
         )));
     }
-    if let Some((i, s)) = slots.iter().enumerate().find(|(_, s)| **s >= pool_rows) {
-        return Err(bad(format!(
-            "slot {s} of new row {i} is outside the pool's {pool_rows} rows"
-        )));
-    }
+    let table = device_rows(kernel, slots, pool_rows, "slot", |i, s| {
+        format!("slot {s} of new row {i} is outside the pool's {pool_rows} rows")
+    })?;
     let mut sorted = slots.to_vec();
     sorted.sort_unstable();
     if let Some(w) = sorted.windows(2).find(|w| w[0] == w[1]) {
@@ -153,14 +151,33 @@ pub(crate) fn device_slots(
             w[0]
         )));
     }
-    // Slots are i32 on the device (as `load_index` reads them).
-    let idx: Vec<i32> = slots
+    Ok(table)
+}
+
+/// Pool row numbers as the device's i32 table (as `load_index` reads them), after checking each
+/// is inside the pool's `pool_rows` rows: `outside(i, row)` words the error for entry `i`, `what`
+/// names the index in the error of a pool past i32. Errors (`SimError::Launch`) name `kernel`.
+pub(crate) fn device_rows(
+    kernel: &KernelMeta,
+    rows: &[usize],
+    pool_rows: usize,
+    what: &str,
+    outside: impl Fn(usize, usize) -> String,
+) -> Result<Tensor<i32>, SimError> {
+    let bad = |message: String| SimError::Launch {
+        kernel: kernel.name.to_string(),
+        message,
+    };
+    if let Some((i, r)) = rows.iter().enumerate().find(|(_, r)| **r >= pool_rows) {
+        return Err(bad(outside(i, *r)));
+    }
+    let idx: Vec<i32> = rows
         .iter()
-        .map(|s| i32::try_from(*s))
+        .map(|r| i32::try_from(*r))
         .collect::<Result<_, _>>()
         .map_err(|_| {
             bad(format!(
-                "the pool's {pool_rows} rows are past an i32 slot index"
+                "the pool's {pool_rows} rows are past an i32 {what} index"
             ))
         })?;
     Tensor::<i32>::from_indices(&[idx.len()], &idx).map_err(bad)
