@@ -44,9 +44,10 @@ pub struct DeployArgs {
     #[arg(long, default_value = "uniform")]
     pub routing: String,
     /// KV cache element type: bf16, or fp8 (1 byte per value plus an f32 scale per token). At
-    /// fp8 the simulated steps read dense MLA's latent as FP8 (DeepSeek-V3, Kimi-K2); pools
-    /// whose kernels have no FP8 form (GQA, DeepSeek-V3.2's sparse MLA) are read as bf16, which
-    /// the report says (their decode attention time is then an upper bound).
+    /// fp8 the simulated steps read the MLA latent as FP8 (DeepSeek-V3, Kimi-K2, and the sparse
+    /// MLA of DeepSeek-V3.2 and hybrid-3t, with their DSA indexer keys); pools whose kernels
+    /// have no FP8 form (GQA keys and values) are read as bf16, which the report says (their
+    /// part of the decode time is then an upper bound).
     #[arg(long, default_value = "bf16")]
     pub kv_dtype: String,
     /// Weight precision of the simulated cards: `native` (the checkpoint's formats: block FP8,
@@ -704,8 +705,9 @@ fn kv_cache_caveat(planned: &str, cfg: &model::config::ModelConfig) -> Option<St
 }
 
 /// The `kv_cache` field of a `day0 run --json` report: the cache the memory plan sized, the
-/// format the simulated steps read (`fp8` where every cached layer is dense MLA, `mixed` where
-/// only some are, `bf16` where none is), and the caveat when they differ.
+/// format the simulated steps read (`fp8` where every pool is an MLA latent or DSA indexer keys,
+/// `mixed` where GQA pools are beside them, `bf16` where there are none), and the caveat when
+/// they differ.
 fn kv_cache_json(planned: &str, cfg: &model::config::ModelConfig) -> serde_json::Value {
     let note = kv_cache_caveat(planned, cfg);
     let simulated = match (

@@ -599,9 +599,10 @@ fn prefill_and_decode_deploy_on_their_own_card_counts() {
 }
 
 /// `--kv-dtype fp8` sizes the memory plan at one byte per cached value (plus a scale per token),
-/// and the simulated steps read dense MLA's latent in FP8 (DeepSeek-V3): the report says so and
-/// the decode step changes. DeepSeek-V3.2's sparse MLA has no FP8 kernel: its pools are read as
-/// bf16 and the report says which, instead of passing the decode time off as FP8's.
+/// and the simulated steps read the MLA latent in FP8 (DeepSeek-V3): the report says so and the
+/// decode step changes. DeepSeek-V3.2 reads its sparse latent and its indexer keys in FP8 too.
+/// Qwen3-Next's GQA pools have no FP8 kernel: they are read as bf16 and the report says which,
+/// instead of passing the decode time off as FP8's.
 #[test]
 fn an_fp8_kv_plan_is_simulated_where_the_kernels_read_fp8() {
     let run = |model: &str, kv: &str| {
@@ -627,10 +628,15 @@ fn an_fp8_kv_plan_is_simulated_where_the_kernels_read_fp8() {
     );
     assert_ne!(fp8["decode"]["tpot_ms"], bf16["decode"]["tpot_ms"]);
     let v32 = run("deepseek-v3.2", "fp8");
-    assert_eq!(v32["kv_cache"]["simulated_dtype"], "bf16");
-    let note = v32["kv_cache"]["note"].as_str().unwrap();
+    assert_eq!(v32["kv_cache"]["simulated_dtype"], "fp8");
+    assert!(v32["kv_cache"]["note"].is_null(), "{}", v32["kv_cache"]);
+    let v32_bf16 = run("deepseek-v3.2", "bf16");
+    assert_ne!(v32["decode"]["tpot_ms"], v32_bf16["decode"]["tpot_ms"]);
+    let qwen = run("qwen3-next-80b", "fp8");
+    assert_eq!(qwen["kv_cache"]["simulated_dtype"], "bf16");
+    let note = qwen["kv_cache"]["note"].as_str().unwrap();
     assert!(
-        note.contains("sparse MLA") && note.contains("upper bound"),
+        note.contains("GQA") && note.contains("upper bound"),
         "{note}"
     );
 }

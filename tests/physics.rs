@@ -16,7 +16,10 @@ use kernels::attention::fp8_kv::paged_decode_split_fp8;
 use kernels::attention::fp8_kv::{run_gather_dequant_fp8, run_kv_cache_append_fp8, Fp8Tensors};
 use kernels::attention::kv_append::run_kv_cache_append;
 use kernels::attention::prefill::{run_prefill_with, PrefillCase, PrefillKernel};
-use kernels::attention::sparse::{run_dsa_decode, run_dsa_decode_batch, run_dsa_prefill, DsaCase};
+use kernels::attention::sparse::{
+    run_dsa_decode, run_dsa_decode_batch, run_dsa_decode_batch_fp8, run_dsa_prefill,
+    run_dsa_prefill_fp8, DsaCase,
+};
 use kernels::embedding::run_embedding;
 use kernels::gemm::{run_gemm, GemmCase, GemmDtype, GemmVariant};
 use kernels::layout::run_copy;
@@ -112,6 +115,10 @@ const CHECKED: &[&str] = &[
     "dsa_topk_batch",
     "sparse_mla",
     "sparse_mla_batch",
+    "sparse_mla_fp8",
+    "sparse_mla_batch_fp8",
+    "dsa_indexer_prefill_fp8",
+    "dsa_indexer_decode_batch_fp8",
     "gdn_gates",
     "gated_rmsnorm_silu",
     "kda_gates",
@@ -858,8 +865,8 @@ fn run_model_op(device: &str, op: &str, x: &[usize; 8]) -> Labelled {
                 run_decode_gqa_batch_with(&l, &case, &contexts, 0, seed % 2 == 1).map(|r| r.report),
             )
         }
-        "dsa_decode" | "dsa_prefill" => {
-            let prefill = op == "dsa_prefill";
+        "dsa_decode" | "dsa_prefill" | "dsa_prefill_fp8" => {
+            let prefill = op != "dsa_decode";
             let ctx = dim(x[0], 1, if prefill { 1024 } else { 8192 });
             // Half the draws up to DeepSeek's 576-wide latent rows, half up to 256.
             let hd = dim(x[2], 1, if divides(3, x[2]) { 576 } else { 256 });
@@ -879,17 +886,17 @@ fn run_model_op(device: &str, op: &str, x: &[usize; 8]) -> Labelled {
                 page_size: dim(x[4], 1, 128),
                 seed,
             };
-            let r = if prefill {
-                run_dsa_prefill(&l, &case)
-            } else {
-                run_dsa_decode(&l, &case)
+            let r = match op {
+                "dsa_prefill" => run_dsa_prefill(&l, &case),
+                "dsa_prefill_fp8" => run_dsa_prefill_fp8(&l, &case),
+                _ => run_dsa_decode(&l, &case),
             };
             parts(
                 format!("{op} {case:?}"),
                 r.map(|r| vec![r.indexer, r.topk, r.attention]),
             )
         }
-        "dsa_decode_batch" => {
+        "dsa_decode_batch" | "dsa_decode_batch_fp8" => {
             // Up to 4 sequences with their own contexts (drawn from the seed) in one launch each.
             let (seqs, longest) = (dim(x[6] / 7, 1, 4), dim(x[0], 1, 8192));
             let mut rng = Rng::new(seed);
@@ -911,8 +918,12 @@ fn run_model_op(device: &str, op: &str, x: &[usize; 8]) -> Labelled {
             };
             parts(
                 format!("{op} contexts {contexts:?} {case:?}"),
-                run_dsa_decode_batch(&l, &case, &contexts)
-                    .map(|r| vec![r.indexer, r.topk, r.attention]),
+                if op == "dsa_decode_batch" {
+                    run_dsa_decode_batch(&l, &case, &contexts)
+                } else {
+                    run_dsa_decode_batch_fp8(&l, &case, &contexts)
+                }
+                .map(|r| vec![r.indexer, r.topk, r.attention]),
             )
         }
         "gdn_gates" => {
@@ -1201,6 +1212,19 @@ const MODEL_RUNNERS: &[(&str, &[&str])] = &[
             "dsa_indexer_decode_batch",
             "dsa_topk_batch",
             "sparse_mla_batch",
+        ],
+    ),
+    // The same two over an FP8 latent cache.
+    (
+        "dsa_prefill_fp8",
+        &["dsa_indexer_prefill_fp8", "dsa_topk", "sparse_mla_fp8"],
+    ),
+    (
+        "dsa_decode_batch_fp8",
+        &[
+            "dsa_indexer_decode_batch_fp8",
+            "dsa_topk_batch",
+            "sparse_mla_batch_fp8",
         ],
     ),
     ("gdn_gates", &["gdn_gates"]),

@@ -341,6 +341,30 @@ pub fn all() -> Vec<Implementation> {
             summary: "batched DSA decode attention: one token of each of S sequences over its own selection, table and length",
         },
         Implementation {
+            op: "dsa_indexer_decode_batch_fp8",
+            kind: ImplKind::Dsl,
+            meta: &crate::attention::fp8_kv::indexer_decode_batch_fp8::META,
+            summary: "dsa_indexer_decode_batch over FP8 E4M3 keys (one scale per token): codes converted on chip, each key's scale on its finished score",
+        },
+        Implementation {
+            op: "dsa_indexer_prefill_fp8",
+            kind: ImplKind::Dsl,
+            meta: &crate::attention::fp8_kv::indexer_prefill_fp8::META,
+            summary: "dsa_indexer_prefill over FP8 E4M3 keys: a key tile converted once for every index head, the scales on the summed scores' columns",
+        },
+        Implementation {
+            op: "sparse_mla_fp8",
+            kind: ImplKind::Dsl,
+            meta: &crate::attention::fp8_kv::sparse_mla_fp8::META,
+            summary: "sparse_mla over an FP8 E4M3 latent cache (one scale per token): codes and scales gathered together, codes converted on chip, scales on the score and probability columns",
+        },
+        Implementation {
+            op: "sparse_mla_batch_fp8",
+            kind: ImplKind::Dsl,
+            meta: &crate::attention::fp8_kv::sparse_mla_batch_fp8::META,
+            summary: "sparse_mla_batch over an FP8 E4M3 latent cache, read as sparse_mla_fp8",
+        },
+        Implementation {
             op: "gdn_gates",
             kind: ImplKind::Dsl,
             meta: &crate::linear_attention::gates::gdn_gates::META,

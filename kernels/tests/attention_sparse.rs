@@ -6,11 +6,13 @@
 
 use dsl_core::prelude::*;
 use kernels::attention::decode::{decode_combine, paged_decode_split};
+use kernels::attention::fp8_kv::E4M3_UNIT_ROUNDOFF;
 use kernels::attention::prefill::flash_prefill;
 use kernels::attention::reference::gather_pages;
 use kernels::attention::sinks_tensor;
 use kernels::attention::sparse::{
-    run_dsa_decode, run_dsa_decode_batch, run_dsa_prefill, DsaBatchRun, DsaCase, DsaRun,
+    run_dsa_decode, run_dsa_decode_batch, run_dsa_decode_batch_fp8, run_dsa_prefill,
+    run_dsa_prefill_fp8, DsaBatchRun, DsaCase, DsaRun,
 };
 use kernels::reference::rel_error;
 use proptest::prelude::*;
@@ -107,6 +109,100 @@ proptest! {
         let c = DsaCase { index_heads, heads, head_dim, v_head_dim, ..case(seq, seq + past, topk, seed) };
         assert_matches(&run_dsa_prefill(&launcher(), &c).unwrap())?;
     }
+
+    /// DSA over an FP8 cache (E4M3 codes, one f32 scale per token, for the indexer's keys and
+    /// the latent rows: `indexer_prefill_fp8`, `sparse_mla_fp8`): prompt chunks and one-token
+    /// decodes are exact on the dequantised pools (f32 ≤ 1e-5, as the unquantised kernels; the
+    /// top-k exact on the kernel's own scores), and the attention within the E4M3 bound of the
+    /// unquantised latent (4u: each value off by ≤ u, see the GQA FP8 decode test).
+    #[test]
+    fn fp8_dsa_prefill_matches_the_dequantised_cache(
+        seq in 1usize..100, past in prop::sample::select(vec![0usize, 37, 200]),
+        topk in prop::sample::select(vec![16usize, 64]),
+        (heads, (head_dim, v_head_dim)) in shapes(),
+        seed in any::<u64>(),
+    ) {
+        let c = DsaCase { heads, head_dim, v_head_dim, ..case(seq, seq + past, topk, seed) };
+        let run = run_dsa_prefill_fp8(&launcher(), &c).unwrap();
+        assert_matches(&run)?;
+        let err = run.quantized_error.unwrap();
+        prop_assert!(err <= 4.0 * E4M3_UNIT_ROUNDOFF, "{c:?}: {err}");
+    }
+
+    /// The batched DSA decode over an FP8 cache (`indexer_decode_batch_fp8`,
+    /// `sparse_mla_batch_fp8`): ragged sequences in one launch, each exact on the dequantised
+    /// pools and within the E4M3 bound of the unquantised latent.
+    #[test]
+    fn fp8_dsa_decode_batch_matches_the_dequantised_cache(
+        contexts in prop::collection::vec(1usize..400, 1..5),
+        topk in prop::sample::select(vec![16usize, 64]),
+        (heads, (head_dim, v_head_dim)) in shapes(),
+        seed in any::<u64>(),
+    ) {
+        let c = DsaCase { heads, head_dim, v_head_dim, ..case(1, 1, topk, seed) };
+        let run = run_dsa_decode_batch_fp8(&launcher(), &c, &contexts).unwrap();
+        assert_batch_matches(&run)?;
+        let err = run.quantized_error.unwrap();
+        prop_assert!(err <= 4.0 * E4M3_UNIT_ROUNDOFF, "{contexts:?} {c:?}: {err}");
+    }
+}
+
+/// The FP8 DSA kernels at DeepSeek-V3.2's sizes: cost-only cycles equal functional ones, the
+/// gathered latent rows cost under 0.6× the bytes of a bf16 cache's (576 codes + a 4-byte scale
+/// per row against 1152 bytes), and the indexer's scan of the context the same (128 codes + 4
+/// against 256 bytes per key).
+#[test]
+fn fp8_dsa_attention_reads_half_the_bytes() {
+    let l = launcher();
+    let cost = launcher().with_backend(Backend::CostOnly);
+    let c = case(1, 1, 64, 11);
+    let functional = run_dsa_decode_batch_fp8(&l, &c, &[300, 300]).unwrap();
+    let cost_only = run_dsa_decode_batch_fp8(&cost, &c, &[300, 300]).unwrap();
+    assert_eq!(functional.total.cycles, cost_only.total.cycles);
+    let prefill = |fp8: bool| {
+        let c = DsaCase {
+            seed: 3,
+            ..case(40, 240, 64, 3)
+        };
+        let run = if fp8 {
+            run_dsa_prefill_fp8(&l, &c)
+        } else {
+            run_dsa_prefill(&l, &c)
+        };
+        let cost_run = if fp8 {
+            run_dsa_prefill_fp8(&cost, &c)
+        } else {
+            run_dsa_prefill(&cost, &c)
+        };
+        let (run, cost_run) = (run.unwrap(), cost_run.unwrap());
+        assert_eq!(run.attention.cycles, cost_run.attention.cycles);
+        assert_eq!(run.indexer.cycles, cost_run.indexer.cycles);
+    };
+    prefill(true);
+    prefill(false);
+    // Production sizes (cost-only): the f32 runner's unquantised pool is 4 bytes a value, so a
+    // bf16 pool reads half its bytes besides the (f32) queries, which both read alike.
+    let prod = production(1, 1, 2048);
+    let fp8 = run_dsa_decode_batch_fp8(&cost, &prod, &[8192; 4]).unwrap();
+    let plain = run_dsa_decode_batch(&cost, &prod, &[8192; 4]).unwrap();
+    let halved = |plain: &dsl_core::Report, fp8: &dsl_core::Report, queries: usize| {
+        let queries = queries as f64 * 4.0;
+        let bf16_bytes = (plain.hbm_read_bytes as f64 - queries) / 2.0 + queries;
+        assert!(
+            (fp8.hbm_read_bytes as f64) < 0.6 * bf16_bytes,
+            "{}: fp8 {} vs bf16 {bf16_bytes} bytes read",
+            fp8.kernel,
+            fp8.hbm_read_bytes
+        );
+    };
+    halved(
+        &plain.attention,
+        &fp8.attention,
+        4 * prod.heads * prod.head_dim,
+    );
+    // The indexer's queries and head weights.
+    let index_queries = 4 * prod.index_heads * (prod.index_dim + 1);
+    halved(&plain.indexer, &fp8.indexer, index_queries);
 }
 
 #[test]

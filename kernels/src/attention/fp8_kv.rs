@@ -213,6 +213,20 @@ impl Fp8Tensors {
         }
     }
 
+    /// The scales of a one-head pool viewed `[pages, P, 1]` (the same memory as `[pages, 1, P]`):
+    /// one row per token, which the sparse kernels gather with the codes' rows
+    /// ([`sparse_mla_fp8()`]). Errors for a pool of several heads.
+    pub fn token_scales(&self) -> Result<Tensor<f32>, String> {
+        let ss = self.scales.shape();
+        if self.heads != 1 || ss.len() != 3 {
+            return Err(format!(
+                "per-token scale rows need a one-head pool, not scales {ss:?} of {} heads",
+                self.heads
+            ));
+        }
+        self.scales.reshaped(&[ss[0], ss[2], 1])
+    }
+
     /// The values the cache stands for (`decode(code) · scale`, `[pages, P, heads·dim]`); empty
     /// for shape-only tensors.
     pub fn dequantized(&self) -> Vec<f32> {
@@ -432,6 +446,259 @@ pub fn paged_decode_latent_fp8<Q: Float, T: Float>(
             ks1 = ks2;
         }
         store_split_partials(o_part, lse_part, seq, r0, &m, &l, &acc);
+    }
+}
+
+/// Attention of one query tile `tq` (`BH` heads, already in `T`) over the first `count` latent
+/// rows of its selection `sel`, gathered `BK` at a time through `block_table` from an FP8 pool:
+/// the codes (`codes [pages, P, d]`, converted to `T` on chip; the key tile is the value tile) and
+/// their tokens' scales (`scales [pages, P, 1]`, one per token, gathered alongside and turned into
+/// a row), which multiply the score columns and the probability columns as in
+/// [`paged_decode_latent_fp8()`]. Returns the normalised f32 output over all `BD` columns.
+#[kernel(helper, helpers(online_softmax_step))]
+#[allow(clippy::too_many_arguments)]
+pub fn attend_selection_fp8<T: Float, const BH: usize, const BK: usize, const BD: usize>(
+    tq: &Tile<T, BH, BD>,
+    codes: &Tensor<fp8e4m3>,
+    scales: &Tensor<f32>,
+    block_table: &Tensor<i32>,
+    sel: &Tensor<i32>,
+    count: usize,
+    sm_scale: f32,
+) -> Tile<f32, BH, BD> {
+    let mut m = full::<f32, BH, 1>(f32::NEG_INFINITY);
+    let mut l = zeros::<f32, BH, 1>();
+    let mut acc = zeros::<f32, BH, BD>();
+    for i0 in (0..count).step_by(BK) {
+        let tk = cast::<T>(&gather_rows::<BK, BD>(
+            codes,
+            block_table,
+            sel,
+            i0,
+            count,
+            0,
+        ));
+        // Rows past `count` gather scale 0 and their scores are masked below.
+        let ks = transpose(&gather_rows::<BK, 1>(
+            scales,
+            block_table,
+            sel,
+            i0,
+            count,
+            0,
+        ));
+        let mut s = zeros::<f32, BH, BK>();
+        mma_bt(&mut s, tq, &tk);
+        let s = mask_keys(&scale(&mul_row(&s, &ks), sm_scale), 0, i0, count, false);
+        let pr = online_softmax_step(&s, &mut m, &mut l, &mut acc);
+        // Σ_t p_t·(σ_t c_t) = Σ_t (p_t σ_t)·c_t: the codes' tile is the value tile.
+        mma(&mut acc, &cast::<T>(&mul_row(&pr, &ks)), &tk);
+    }
+    div_col(&acc, &l)
+}
+
+/// DeepSeek-V3.2 sparse MLA over an FP8 latent cache (a prompt chunk's queries, or one decode
+/// token): [`super::sparse::sparse_mla()`] with the pool as E4M3 codes `[pages, P, d]` and one
+/// f32 scale per token (`scales [pages, P, 1]`, [`Fp8Tensors::token_scales`]), read by
+/// [`attend_selection_fp8()`]. Half the gathered bytes of a bf16 pool, for one conversion per
+/// gathered tile.
+#[kernel(
+    grid = (cdiv(q.shape()[1], BH), q.shape()[0]),
+    tunable(BH = [64, 16, 128], BK = [64, 32], BD = [576, 16, 32, 64, 128, 256], BDV = [512, 16, 32, 64, 128, 256]),
+    constraint(BDV <= BD && BD <= 2 * BDV),
+    helpers(attend_selection_fp8)
+)]
+#[allow(clippy::too_many_arguments)]
+pub fn sparse_mla_fp8<Q: Float, T: Float>(
+    q: &Tensor<Q>,
+    codes: &Tensor<fp8e4m3>,
+    scales: &Tensor<f32>,
+    block_table: &Tensor<i32>,
+    selected: &Tensor<i32>,
+    o: &Tensor<Q>,
+    ctx_len: usize,
+    topk: usize,
+    sm_scale: f32,
+) {
+    require(
+        q.shape()[2] <= BD && o.shape()[2] <= BDV,
+        "the BD/BDV tiles must cover the latent dims (dsa_tiles)",
+    );
+    let t = program_id(1);
+    let r = program_id(0) * BH;
+    let count = usize::min(topk, (ctx_len + t + 1).saturating_sub(q.shape()[0]));
+    let tq = cast::<T>(&load::<BH, BD>(&q.at(t), r, 0));
+    let out = attend_selection_fp8::<T, BH, BK, BD>(
+        &tq,
+        codes,
+        scales,
+        block_table,
+        &selected.at(t),
+        count,
+        sm_scale,
+    );
+    store(&o.at(t), r, 0, &cast::<Q>(&out));
+}
+
+/// Batched DSA decode over an FP8 latent cache: [`super::sparse::sparse_mla_batch()`] (one token
+/// of each of `S` sequences, each through its own block table, length and selection) reading
+/// codes and per-token scales as [`sparse_mla_fp8()`] does.
+#[kernel(
+    grid = (cdiv(q.shape()[1], BH), q.shape()[0]),
+    tunable(BH = [64, 16, 128], BK = [64, 32], BD = [576, 16, 32, 64, 128, 256], BDV = [512, 16, 32, 64, 128, 256]),
+    constraint(BDV <= BD && BD <= 2 * BDV),
+    helpers(attend_selection_fp8)
+)]
+#[allow(clippy::too_many_arguments)]
+pub fn sparse_mla_batch_fp8<Q: Float, T: Float>(
+    q: &Tensor<Q>,
+    codes: &Tensor<fp8e4m3>,
+    scales: &Tensor<f32>,
+    block_tables: &Tensor<i32>,
+    ctx_lens: &Tensor<i32>,
+    selected: &Tensor<i32>,
+    o: &Tensor<Q>,
+    max_ctx: usize,
+    topk: usize,
+    sm_scale: f32,
+) {
+    require(
+        q.shape()[2] <= BD && o.shape()[2] <= BDV,
+        "the BD/BDV tiles must cover the latent dims (dsa_tiles)",
+    );
+    let s = program_id(1);
+    let r = program_id(0) * BH;
+    let count = usize::min(topk, load_index(ctx_lens, s, max_ctx));
+    let tq = cast::<T>(&load::<BH, BD>(&q.at(s), r, 0));
+    let out = attend_selection_fp8::<T, BH, BK, BD>(
+        &tq,
+        codes,
+        scales,
+        &block_tables.at(s),
+        &selected.at(s),
+        count,
+        sm_scale,
+    );
+    store(&o.at(s), r, 0, &cast::<Q>(&out));
+}
+
+/// DSA lightning indexer for one query token of each of `S` sequences over FP8 keys:
+/// [`super::sparse::indexer_decode_batch()`] with the key pool as E4M3 codes
+/// `[pages, P, DI']` and one f32 scale per token (`scales [pages, 1, P]`, a page's scales one
+/// row). The codes convert to `T` on chip; a key's positive scale commutes with the ReLU, so it
+/// multiplies the key's finished score (`Σ_j w_j·ReLU(σ q_j·c) = σ·Σ_j w_j·ReLU(q_j·c)`), as
+/// DeepSeek-V3.2's FP8 indexer applies its key scales.
+#[kernel(grid = (ctx_lens.len(), cdiv(max_ctx, codes.shape()[1])), tunable(HI = [64, 16, 32, 128], DI = [128, 32, 64, 256], BK = [64, 16, 128]))]
+#[allow(clippy::too_many_arguments)]
+pub fn indexer_decode_batch_fp8<Q: Float, T: Float>(
+    q_idx: &Tensor<Q>,
+    w: &Tensor<f32>,
+    codes: &Tensor<fp8e4m3>,
+    scales: &Tensor<f32>,
+    block_tables: &Tensor<i32>,
+    ctx_lens: &Tensor<i32>,
+    scores: &Tensor<f32>,
+    max_ctx: usize,
+    idx_scale: f32,
+) {
+    require(
+        q_idx.shape()[1] <= HI && q_idx.shape()[2] <= DI,
+        "the HI/DI tiles must cover the index heads and index head dim (dsa_tiles)",
+    );
+    let s = program_id(0);
+    let p = program_id(1);
+    let page_size = codes.shape()[1];
+    let ctx_len = load_index(ctx_lens, s, max_ctx);
+    let out = scores
+        .rows_clipped(s, s + 1)
+        .cols_clipped(p * page_size, page_size);
+    if p * page_size >= ctx_len {
+        for kb in (0..page_size).step_by(BK) {
+            store(&out, 0, kb, &full::<f32, 1, BK>(f32::NEG_INFINITY));
+        }
+    } else {
+        let page = load_index(&block_tables.at(s), p, s * block_tables.cols() + p);
+        let tq = cast::<T>(&load_async::<HI, DI>(&q_idx.at(s), 0, 0));
+        let tw = load_async::<HI, 1>(&w.at(s), 0, 0);
+        let keys = codes.at(page);
+        for kb in (0..page_size).step_by(BK) {
+            let tk = load_async::<BK, DI>(&keys, kb, 0);
+            let ks = load_async::<1, BK>(&scales.at(page), 0, kb);
+            let mut sc = zeros::<f32, HI, BK>();
+            mma_bt(&mut sc, &tq, &cast::<T>(&tk));
+            let act = relu(&scale(&sc, idx_scale));
+            let mut score = zeros::<f32, 1, BK>();
+            mma_at(&mut score, &tw, &act);
+            store(
+                &out,
+                0,
+                kb,
+                &mask_keys(&mul(&score, &ks), 0, p * page_size + kb, ctx_len, false),
+            );
+        }
+    }
+}
+
+/// DSA lightning indexer for a block of query tokens (prefill) over FP8 keys:
+/// [`super::sparse::indexer_prefill()`] with the key pool as E4M3 codes `[pages, P, DI']` and
+/// one f32 scale per token (`scales [pages, 1, P]`); each key tile's codes convert to `T` once
+/// and serve every index head, and the keys' scales multiply the summed scores' columns, as in
+/// [`indexer_decode_batch_fp8()`].
+#[kernel(grid = (cdiv(q_idx.rows(), BQ), cdiv(ctx_len, codes.shape()[1])), tunable(BQ = [64, 16, 32, 128], DI = [128, 32, 64, 256], BK = [64, 16, 128]))]
+#[allow(clippy::too_many_arguments)]
+pub fn indexer_prefill_fp8<Q: Float, T: Float>(
+    q_idx: &Tensor<Q>,
+    w: &Tensor<f32>,
+    codes: &Tensor<fp8e4m3>,
+    scales: &Tensor<f32>,
+    block_table: &Tensor<i32>,
+    scores: &Tensor<f32>,
+    ctx_len: usize,
+    idx_scale: f32,
+) {
+    let t0 = program_id(0) * BQ;
+    let p = program_id(1);
+    let page_size = codes.shape()[1];
+    let di = q_idx.cols() / w.cols();
+    require(
+        di <= DI,
+        "the DI tile must cover the index head dim (dsa_tiles)",
+    );
+    let q_pos = ctx_len - q_idx.rows() + t0;
+    let out = scores.cols_clipped(p * page_size, page_size);
+    let future = p * page_size >= q_pos + BQ;
+    let page = if future {
+        0
+    } else {
+        load_index(block_table, p, p)
+    };
+    for kb in (0..page_size).step_by(BK) {
+        let mut score = full::<f32, BQ, BK>(f32::NEG_INFINITY);
+        if !future {
+            let tk = cast::<T>(&load_async::<BK, DI>(&codes.at(page), kb, 0));
+            let ks = load_async::<1, BK>(&scales.at(page), 0, kb);
+            let mut acc = zeros::<f32, BQ, BK>();
+            for j in 0..w.cols() {
+                let tq = cast::<T>(&load_async::<BQ, DI>(
+                    &q_idx.cols_clipped(j * di, di),
+                    t0,
+                    0,
+                ));
+                // The positive scale commutes with ReLU: fold it into the per-token head weights.
+                let wj = scale(&load_async::<BQ, 1>(w, t0, j), idx_scale);
+                let mut s = zeros::<f32, BQ, BK>();
+                mma_bt(&mut s, &tq, &tk);
+                acc = add(&acc, &mul_col(&relu(&s), &wj));
+            }
+            score = mask_keys(
+                &mul_row(&acc, &ks),
+                q_pos,
+                p * page_size + kb,
+                ctx_len,
+                true,
+            );
+        }
+        store(&out, t0, kb, &score);
     }
 }
 

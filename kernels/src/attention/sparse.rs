@@ -36,6 +36,9 @@
 //!   then lower index (see [`super::reference::topk`]).
 
 use super::decode::online_softmax_step;
+use super::fp8_kv::{
+    indexer_decode_batch_fp8, indexer_prefill_fp8, sparse_mla_batch_fp8, sparse_mla_fp8, Fp8Tensors,
+};
 use super::reference::{indexer_scores, mqa_sparse, select_topk, IndexerShape, MqaShape};
 use dsl_core::prelude::*;
 use dsl_core::SimError;
@@ -539,7 +542,10 @@ pub struct DsaRun {
     pub selection_matches: Option<bool>,
     /// Sparse attention vs the f64 reference over the kernel's selection.
     pub attention_error: Option<f64>,
-    /// The inputs.
+    /// FP8 runs ([`run_dsa_prefill_fp8`]): the attention error against the unquantised cache
+    /// (`attention_error` is then against the dequantised one).
+    pub quantized_error: Option<f64>,
+    /// The inputs (FP8 runs: `kv_pool` holds the dequantised cache after the check).
     pub inputs: DsaInputs,
     /// Attention output `[seq, heads, v_head_dim]` (functional runs).
     pub output: Option<Vec<f32>>,
@@ -566,7 +572,7 @@ pub fn run_dsa_decode(launcher: &Launcher, case: &DsaCase) -> Result<DsaRun, Sim
             ),
         });
     }
-    run_dsa(launcher, case, "dsa_decode")
+    run_dsa(launcher, case, "dsa_decode", false)
 }
 
 /// A batched DSA decode step ([`run_dsa_decode_batch`]): the three launches' reports and, in
@@ -586,8 +592,10 @@ pub struct DsaBatchRun {
     pub indexer_error: Option<f64>,
     /// Whether every sequence's selection equals the reference top-k of its own scores.
     pub selection_matches: Option<bool>,
-    /// Largest attention error over the sequences.
+    /// Largest attention error over the sequences (FP8 runs: against the dequantised cache).
     pub attention_error: Option<f64>,
+    /// FP8 runs: the largest attention error against the unquantised cache.
+    pub quantized_error: Option<f64>,
     /// Attention output `[S, heads, v_head_dim]` (functional runs).
     pub output: Option<Vec<f32>>,
 }
@@ -601,6 +609,29 @@ pub fn run_dsa_decode_batch(
     launcher: &Launcher,
     case: &DsaCase,
     contexts: &[usize],
+) -> Result<DsaBatchRun, SimError> {
+    dsa_decode_batch(launcher, case, contexts, false)
+}
+
+/// [`run_dsa_decode_batch`] over an FP8 cache: the random indexer keys and latent rows are
+/// quantised per token ([`Fp8Tensors::quantize`]), the indexer is
+/// [`indexer_decode_batch_fp8`](super::fp8_kv::indexer_decode_batch_fp8) and the attention
+/// [`sparse_mla_batch_fp8`](super::fp8_kv::sparse_mla_batch_fp8); the indexer and
+/// `attention_error` are checked against the f64 references over the dequantised pools,
+/// `quantized_error` is the attention against the unquantised latent.
+pub fn run_dsa_decode_batch_fp8(
+    launcher: &Launcher,
+    case: &DsaCase,
+    contexts: &[usize],
+) -> Result<DsaBatchRun, SimError> {
+    dsa_decode_batch(launcher, case, contexts, true)
+}
+
+fn dsa_decode_batch(
+    launcher: &Launcher,
+    case: &DsaCase,
+    contexts: &[usize],
+    fp8: bool,
 ) -> Result<DsaBatchRun, SimError> {
     let fail = |message: String| SimError::Launch {
         kernel: "dsa_decode_batch".into(),
@@ -675,34 +706,75 @@ pub fn run_dsa_decode_batch(
     let o = t.output::<f32>(&[n, case.heads, case.v_head_dim]);
     let idx_scale = 1.0 / (di as f32).sqrt();
     let sm_scale = 1.0 / (case.head_dim as f32).sqrt();
-    let indexer = indexer_decode_batch::launch(
-        launcher,
-        &icfg,
-        &q_idx,
-        &w,
-        &k_idx_pool,
-        &block_tables,
-        &ctx_lens,
-        &scores,
-        max_ctx,
-        idx_scale,
-    )?
+    let keys8 = if fp8 {
+        Some(Fp8Tensors::quantize(&k_idx_pool, 1, di).map_err(fail)?)
+    } else {
+        None
+    };
+    let indexer = match &keys8 {
+        Some(k8) => indexer_decode_batch_fp8::launch::<f32, f32>(
+            launcher,
+            &icfg,
+            &q_idx,
+            &w,
+            &k8.codes,
+            &k8.scales,
+            &block_tables,
+            &ctx_lens,
+            &scores,
+            max_ctx,
+            idx_scale,
+        )?,
+        None => indexer_decode_batch::launch(
+            launcher,
+            &icfg,
+            &q_idx,
+            &w,
+            &k_idx_pool,
+            &block_tables,
+            &ctx_lens,
+            &scores,
+            max_ctx,
+            idx_scale,
+        )?,
+    }
     .report;
     let topk =
         topk_select_batch::launch(launcher, &kcfg, &scores, &selected, &ctx_lens, max_ctx)?.report;
-    let attention = sparse_mla_batch::launch(
-        launcher,
-        &acfg,
-        &q,
-        &kv_pool,
-        &block_tables,
-        &ctx_lens,
-        &selected,
-        &o,
-        max_ctx,
-        case.topk,
-        sm_scale,
-    )?
+    let pool8 = if fp8 {
+        Some(Fp8Tensors::quantize(&kv_pool, 1, case.head_dim).map_err(fail)?)
+    } else {
+        None
+    };
+    let attention = match &pool8 {
+        Some(p8) => sparse_mla_batch_fp8::launch::<f32, f32>(
+            launcher,
+            &acfg,
+            &q,
+            &p8.codes,
+            &p8.token_scales().map_err(fail)?,
+            &block_tables,
+            &ctx_lens,
+            &selected,
+            &o,
+            max_ctx,
+            case.topk,
+            sm_scale,
+        )?,
+        None => sparse_mla_batch::launch(
+            launcher,
+            &acfg,
+            &q,
+            &kv_pool,
+            &block_tables,
+            &ctx_lens,
+            &selected,
+            &o,
+            max_ctx,
+            case.topk,
+            sm_scale,
+        )?,
+    }
     .report;
     let total = dsl_core::Report::chain(
         "dsa_decode_batch",
@@ -717,6 +789,7 @@ pub fn run_dsa_decode_batch(
         indexer_error: None,
         selection_matches: None,
         attention_error: None,
+        quantized_error: None,
         output: o.to_vec(),
     };
     let host = (
@@ -730,33 +803,46 @@ pub fn run_dsa_decode_batch(
     );
     if let (Some(qi), Some(wv), Some(kp), Some(qv), Some(kvp), Some(sc), Some(sel)) = host {
         let out = run.output.as_deref().unwrap_or(&[]);
-        let (mut ie, mut ae, mut same) = (0.0f64, 0.0f64, true);
         let sw = width_pages * ps;
         let (qw, ow) = (case.heads * case.head_dim, case.heads * case.v_head_dim);
-        for (s, (table, ctx)) in tables.iter().zip(contexts).enumerate() {
-            let one = DsaCase {
-                seq: 1,
-                ctx: *ctx,
-                ..case.clone()
-            };
-            let data = SequenceData {
-                q_idx: &qi[s * hi * di..][..hi * di],
-                w: &wv[s * hi..][..hi],
-                k_idx_pool: &kp,
-                q: &qv[s * qw..][..qw],
-                kv_pool: &kvp,
-                table,
-                out: &out[s * ow..][..ow],
-                scores: &sc[s * sw..][..sw],
-                selected: &sel[s * k_sel..][..k_sel],
-                k_sel,
-            };
-            let c = check_sequence(&one, &data, (idx_scale, sm_scale))
-                .map_err(|e| fail(e.to_string()))?;
-            ie = ie.max(c.indexer_error);
-            ae = ae.max(c.attention_error);
-            same &= c.selection_matches;
-        }
+        // Each sequence checked alone against the latent rows `kv` (f64 references).
+        let check = |kv: &[f32], keys: &[f32]| -> Result<(f64, f64, bool), SimError> {
+            let (mut ie, mut ae, mut same) = (0.0f64, 0.0f64, true);
+            for (s, (table, ctx)) in tables.iter().zip(contexts).enumerate() {
+                let one = DsaCase {
+                    seq: 1,
+                    ctx: *ctx,
+                    ..case.clone()
+                };
+                let data = SequenceData {
+                    q_idx: &qi[s * hi * di..][..hi * di],
+                    w: &wv[s * hi..][..hi],
+                    k_idx_pool: keys,
+                    q: &qv[s * qw..][..qw],
+                    kv_pool: kv,
+                    table,
+                    out: &out[s * ow..][..ow],
+                    scores: &sc[s * sw..][..sw],
+                    selected: &sel[s * k_sel..][..k_sel],
+                    k_sel,
+                };
+                let c = check_sequence(&one, &data, (idx_scale, sm_scale))
+                    .map_err(|e| fail(e.to_string()))?;
+                ie = ie.max(c.indexer_error);
+                ae = ae.max(c.attention_error);
+                same &= c.selection_matches;
+            }
+            Ok((ie, ae, same))
+        };
+        let (ie, ae, same) = match (&pool8, &keys8) {
+            (Some(p8), Some(k8)) => {
+                // The attention against the unquantised latent (over the kernel's selection).
+                let (_, quantized, _) = check(&kvp, &k8.dequantized())?;
+                run.quantized_error = Some(quantized);
+                check(&p8.dequantized(), &k8.dequantized())?
+            }
+            _ => check(&kvp, &kp)?,
+        };
         run.indexer_error = Some(ie);
         run.attention_error = Some(ae);
         run.selection_matches = Some(same);
@@ -770,10 +856,27 @@ pub fn run_dsa_decode_batch(
 /// [`indexer_prefill`] (seq × context, causal), [`topk_select`] per query row, [`sparse_mla`]
 /// per query token (seq × topk).
 pub fn run_dsa_prefill(launcher: &Launcher, case: &DsaCase) -> Result<DsaRun, SimError> {
-    run_dsa(launcher, case, "dsa_prefill")
+    run_dsa(launcher, case, "dsa_prefill", false)
 }
 
-fn run_dsa(launcher: &Launcher, case: &DsaCase, name: &'static str) -> Result<DsaRun, SimError> {
+/// [`run_dsa_prefill`] over an FP8 cache (also a one-token decode, `case.seq = 1`): the random
+/// indexer keys and latent rows are quantised per token, the indexer is
+/// [`indexer_prefill_fp8`](super::fp8_kv::indexer_prefill_fp8) and the attention
+/// [`sparse_mla_fp8`](super::fp8_kv::sparse_mla_fp8); the indexer and `attention_error` are
+/// checked against the f64 references over the dequantised pools (which `inputs` then holds),
+/// `quantized_error` is the attention against the unquantised latent.
+pub fn run_dsa_prefill_fp8(launcher: &Launcher, case: &DsaCase) -> Result<DsaRun, SimError> {
+    run_dsa(launcher, case, "dsa_prefill", true)
+}
+
+/// A DSA step of `case` (`name`: `dsa_decode` runs [`indexer_decode`], else the prefill
+/// indexer); `fp8` quantises both pools and runs the FP8 prefill kernels (prefill only).
+fn run_dsa(
+    launcher: &Launcher,
+    case: &DsaCase,
+    name: &'static str,
+    fp8: bool,
+) -> Result<DsaRun, SimError> {
     let fail = |message: String| SimError::Launch {
         kernel: name.into(),
         message,
@@ -790,7 +893,8 @@ fn run_dsa(launcher: &Launcher, case: &DsaCase, name: &'static str) -> Result<Ds
     if case.index_heads == 0 {
         return Err(fail("index_heads must be ≥ 1".into()));
     }
-    let decode = name == "dsa_decode";
+    // The FP8 kernels serve the prefill indexer only (the model's decodes are batched).
+    let decode = name == "dsa_decode" && !fp8;
     let DsaTiles {
         indexer: icfg,
         topk: kcfg,
@@ -816,6 +920,15 @@ fn run_dsa(launcher: &Launcher, case: &DsaCase, name: &'static str) -> Result<Ds
     let idx_scale = 1.0 / (case.index_dim as f32).sqrt();
     let sm_scale = 1.0 / (case.head_dim as f32).sqrt();
     let i = &inputs;
+    // FP8 runs quantise both pools: the indexer's keys and the latent rows.
+    let (keys8, pool8) = if fp8 {
+        (
+            Some(Fp8Tensors::quantize(&i.k_idx_pool, 1, case.index_dim).map_err(fail)?),
+            Some(Fp8Tensors::quantize(&i.kv_pool, 1, case.head_dim).map_err(fail)?),
+        )
+    } else {
+        (None, None)
+    };
     let indexer = if decode {
         let view = |x: &Tensor<f32>, shape: &[usize]| x.reshaped(shape).map_err(fail);
         indexer_decode::launch(
@@ -824,6 +937,19 @@ fn run_dsa(launcher: &Launcher, case: &DsaCase, name: &'static str) -> Result<Ds
             &view(&i.q_idx, &[case.index_heads, case.index_dim])?,
             &view(&i.w, &[case.index_heads, 1])?,
             &i.k_idx_pool,
+            &i.block_table,
+            &scores,
+            case.ctx,
+            idx_scale,
+        )?
+    } else if let Some(k8) = &keys8 {
+        indexer_prefill_fp8::launch::<f32, f32>(
+            launcher,
+            &icfg,
+            &i.q_idx,
+            &i.w,
+            &k8.codes,
+            &k8.scales,
             &i.block_table,
             &scores,
             case.ctx,
@@ -844,18 +970,33 @@ fn run_dsa(launcher: &Launcher, case: &DsaCase, name: &'static str) -> Result<Ds
     }
     .report;
     let topk = topk_select::launch(launcher, &kcfg, &scores, &selected, case.ctx)?.report;
-    let attention = sparse_mla::launch(
-        launcher,
-        &acfg,
-        &i.q,
-        &i.kv_pool,
-        &i.block_table,
-        &selected,
-        &o,
-        case.ctx,
-        case.topk,
-        sm_scale,
-    )?
+    let attention = match &pool8 {
+        Some(p8) => sparse_mla_fp8::launch::<f32, f32>(
+            launcher,
+            &acfg,
+            &i.q,
+            &p8.codes,
+            &p8.token_scales().map_err(fail)?,
+            &i.block_table,
+            &selected,
+            &o,
+            case.ctx,
+            case.topk,
+            sm_scale,
+        )?,
+        None => sparse_mla::launch(
+            launcher,
+            &acfg,
+            &i.q,
+            &i.kv_pool,
+            &i.block_table,
+            &selected,
+            &o,
+            case.ctx,
+            case.topk,
+            sm_scale,
+        )?,
+    }
     .report;
     let total = dsl_core::Report::chain(name, &[indexer.clone(), topk.clone(), attention.clone()])
         .expect("three launches");
@@ -867,12 +1008,26 @@ fn run_dsa(launcher: &Launcher, case: &DsaCase, name: &'static str) -> Result<Ds
         indexer_error: None,
         selection_matches: None,
         attention_error: None,
+        quantized_error: None,
         output: o.to_vec(),
         inputs,
     };
     if let (Some(sc), Some(sel)) = (scores.to_vec(), selected.to_vec()) {
-        check_against_references(&mut run, case, &sc, &sel, k_sel, (idx_scale, sm_scale))
-            .map_err(|e| fail(e.to_string()))?;
+        let check = |run: &mut DsaRun| {
+            check_against_references(run, case, &sc, &sel, k_sel, (idx_scale, sm_scale))
+                .map_err(|e| fail(e.to_string()))
+        };
+        if let (Some(p8), Some(k8)) = (&pool8, &keys8) {
+            // The indexer against the values its key codes stand for; the attention first against
+            // the unquantised latent (over the kernel's selection), then against the dequantised.
+            run.inputs.k_idx_pool =
+                Tensor::from_f32(run.inputs.k_idx_pool.shape(), &k8.dequantized()).map_err(fail)?;
+            check(&mut run)?;
+            run.quantized_error = run.attention_error;
+            run.inputs.kv_pool =
+                Tensor::from_f32(run.inputs.kv_pool.shape(), &p8.dequantized()).map_err(fail)?;
+        }
+        check(&mut run)?;
     }
     Ok(run)
 }

@@ -7,11 +7,14 @@
 //! writes them, and the attention kernels round their queries to the pool's format on chip, as
 //! transformers in bf16 does. Activations stay f32.
 //!
-//! [`CacheFormat::Fp8`] (`--kv-dtype fp8`) stores the MLA latent of dense-MLA layers (DeepSeek-V3,
-//! Kimi-K2) as E4M3 codes with one f32 scale per token ([`kernels::attention::fp8_kv`]): the
-//! append quantises, the absorbed decode converts the codes on chip, a prefill chunk's cached
-//! context is gathered dequantised. The other pools (GQA keys and values, DeepSeek-V3.2's latent
-//! and indexer keys, whose sparse kernels have no FP8 form yet) stay bf16.
+//! [`CacheFormat::Fp8`] (`--kv-dtype fp8`) stores the MLA latent (DeepSeek-V3, Kimi-K2, and the
+//! sparse MLA of DeepSeek-V3.2) and the DSA indexer's keys as E4M3 codes with one f32 scale per
+//! token ([`kernels::attention::fp8_kv`]), the layout of V3.2's own FP8 cache but with one scale
+//! per token where FlashMLA keeps four: the append quantises, the absorbed decode, the sparse
+//! attention and the indexer convert the codes on chip (the sparse kernels gather each row's
+//! scale with it; the indexer scales each key's finished score), a dense prefill chunk's cached
+//! context is gathered dequantised. GQA's keys and values, whose kernels have no FP8 form yet,
+//! stay bf16.
 
 use super::ops::Mem;
 use dsl_core::{bf16, Float, Tensor};
@@ -25,7 +28,8 @@ pub enum CacheFormat {
     F32,
     /// bf16 rows (native precision).
     Bf16,
-    /// MLA latents as FP8 E4M3 codes plus one f32 scale per token; other pools bf16.
+    /// MLA latents (dense and sparse) and DSA indexer keys as FP8 E4M3 codes plus one f32 scale
+    /// per token; GQA pools bf16.
     Fp8,
 }
 
@@ -39,7 +43,7 @@ impl CacheFormat {
         }
     }
 
-    /// The format of the pools that have no FP8 form (all but dense MLA's latent): bf16 for FP8.
+    /// The format of the pools that have no FP8 form (GQA keys and values): bf16 for FP8.
     pub fn unquantised(self) -> CacheFormat {
         match self {
             CacheFormat::Fp8 => CacheFormat::Bf16,
@@ -71,30 +75,34 @@ impl std::str::FromStr for CacheFormat {
     }
 }
 
-/// The attention kinds of `cfg` whose pools stay bf16 when the cache is [`CacheFormat::Fp8`]
-/// (their kernels have no FP8 form yet), by name, once each: empty when every cached layer is
-/// dense MLA and so reads FP8.
+/// The pools of `cfg` that stay bf16 when the cache is [`CacheFormat::Fp8`] (their kernels have
+/// no FP8 form yet), by name, once each: empty when every cached layer is MLA (dense or sparse)
+/// and so reads FP8 only.
 pub fn unquantised_kinds(cfg: &crate::config::ModelConfig) -> Vec<&'static str> {
     use crate::config::AttentionKind;
-    let mut kinds = Vec::new();
-    for spec in &cfg.layers {
-        let kind = match spec.attention {
-            AttentionKind::SparseMla => "sparse MLA (latent and indexer keys)",
-            AttentionKind::Gqa | AttentionKind::SlidingGqa => "GQA (keys and values)",
-            _ => continue,
-        };
-        if !kinds.contains(&kind) {
-            kinds.push(kind);
-        }
+    let gqa = cfg.layers.iter().any(|spec| {
+        matches!(
+            spec.attention,
+            AttentionKind::Gqa | AttentionKind::SlidingGqa
+        )
+    });
+    if gqa {
+        vec!["GQA (keys and values)"]
+    } else {
+        Vec::new()
     }
-    kinds
 }
 
-/// Whether `cfg` has a layer whose pool [`CacheFormat::Fp8`] stores in FP8 (dense MLA).
+/// Whether `cfg` has a layer whose pool [`CacheFormat::Fp8`] stores in FP8 (an MLA latent,
+/// dense or sparse).
 pub fn has_fp8_layers(cfg: &crate::config::ModelConfig) -> bool {
-    cfg.layers
-        .iter()
-        .any(|spec| spec.attention == crate::config::AttentionKind::Mla)
+    use crate::config::AttentionKind;
+    cfg.layers.iter().any(|spec| {
+        matches!(
+            spec.attention,
+            AttentionKind::Mla | AttentionKind::SparseMla
+        )
+    })
 }
 
 /// A pool tensor in its [`CacheFormat`]. Kernels are generic over the element type; [`on_cache!`]
@@ -125,12 +133,12 @@ macro_rules! on_cache {
 pub(crate) use on_cache;
 
 /// The error of a kernel without an FP8 form handed an FP8 pool (the forward never does: only
-/// dense MLA's latent pools are FP8).
+/// the MLA latent and DSA indexer key pools are FP8, and their readers match them first).
 pub(crate) fn fp8_unsupported() -> dsl_core::SimError {
     dsl_core::SimError::Launch {
         kernel: "kv cache".into(),
         message: "this kernel reads f32 or bf16 pools; an FP8 pool is read by the MLA latent \
-                  decode, append and gather only"
+                  decode, the DSA indexer and sparse attention, the append and the gather only"
             .into(),
     }
 }

@@ -37,20 +37,22 @@ impl LatentPool {
         pages: usize,
         mem: Mem,
     ) -> Result<LatentPool, ForwardError> {
-        let rows = pages * PAGE;
         let d = m.kv_lora_rank + m.qk_rope_head_dim;
-        // DeepSeek-V3.2's sparse kernels read a bf16 latent: only dense MLA's is ever FP8.
-        let latent = match index_head_dim {
-            None => view(
-                CacheTensor::latent(mem.cache, mem, pages, PAGE, d, false),
-                "latent pool",
-            )?,
-            Some(_) => mem.cache(&[rows, d]),
-        };
-        Ok(LatentPool {
-            latent,
-            index_keys: index_head_dim.map(|d| mem.cache(&[rows, d])),
-        })
+        // Dense and sparse MLA alike read an FP8 latent when the cache is FP8, and the DSA
+        // indexer FP8 keys (one scale per token each).
+        let latent = view(
+            CacheTensor::latent(mem.cache, mem, pages, PAGE, d, false),
+            "latent pool",
+        )?;
+        let index_keys = index_head_dim
+            .map(|di| {
+                view(
+                    CacheTensor::latent(mem.cache, mem, pages, PAGE, di, false),
+                    "indexer key pool",
+                )
+            })
+            .transpose()?;
+        Ok(LatentPool { latent, index_keys })
     }
 
     fn pages(&self) -> usize {
@@ -430,8 +432,14 @@ pub(crate) fn forward_sparse_decodes(
             Tensor::shape_only(&[n, pages]),
             Tensor::shape_only(&[n]),
             max_ctx,
-            ops.mem.cache(&[n * pages, PAGE, ix.head_dim]),
-            ops.mem.cache(&[n * pages, PAGE, d]),
+            view(
+                CacheTensor::latent(ops.mem.cache, ops.mem, n * pages, PAGE, ix.head_dim, true),
+                "indexer key pool",
+            )?,
+            view(
+                CacheTensor::latent(ops.mem.cache, ops.mem, n * pages, PAGE, d, true),
+                "latent pool",
+            )?,
         )
     } else {
         let (tables, lens, max_ctx) = SeqRows::decode_tables(seqs)?;

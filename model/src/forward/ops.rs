@@ -10,6 +10,7 @@ use super::ForwardError;
 use crate::config::{IndexerDims, MoeDims};
 use dsl_core::prelude::*;
 use dsl_core::{Report, SimError};
+use kernels::attention::fp8_kv::{self, Fp8Tensors};
 use kernels::attention::prefill::flash_prefill;
 use kernels::attention::sparse;
 use kernels::weight::Weight;
@@ -1463,8 +1464,20 @@ impl Ops {
                 ),
             &[("DI", ix.head_dim, "index_head_dim")],
         )
-        .and_then(|cfg| {
-            on_cache!(key_pool, key_pool => sparse::indexer_prefill::launch(
+        .and_then(|cfg| match key_pool {
+            CacheTensor::Fp8(k8) => fp8_kv::indexer_prefill_fp8::launch::<f32, bf16>(
+                &self.launcher,
+                &cfg,
+                q_idx,
+                head_w,
+                &k8.codes,
+                &k8.scales,
+                block_table,
+                &scores,
+                ctx,
+                (ix.head_dim as f32).powf(-0.5),
+            ),
+            _ => on_cache!(key_pool, key_pool => sparse::indexer_prefill::launch(
                 &self.launcher,
                 &cfg,
                 q_idx,
@@ -1474,7 +1487,7 @@ impl Ops {
                 &scores,
                 ctx,
                 (ix.head_dim as f32).powf(-0.5),
-            ))
+            )),
         });
         self.book_sequence("indexer.scores", r)?;
         Ok(scores)
@@ -1555,18 +1568,33 @@ impl Ops {
         let meta = &sparse::sparse_mla::META;
         let r = first_fitting_in_place(&self.launcher, sparse_tiles(heads), |launcher, tiles| {
             let cfg = sparse_attention_config(meta, tiles, d, latent_dim)?;
-            on_cache!(pool, pool => sparse::sparse_mla::launch(
-                launcher,
-                &cfg,
-                q,
-                pool,
-                block_table,
-                selected,
-                &o,
-                ctx,
-                topk,
-                scale as f32,
-            ))
+            match pool {
+                CacheTensor::Fp8(p8) => fp8_kv::sparse_mla_fp8::launch::<f32, bf16>(
+                    launcher,
+                    &cfg,
+                    q,
+                    &p8.codes,
+                    &token_scales(p8)?,
+                    block_table,
+                    selected,
+                    &o,
+                    ctx,
+                    topk,
+                    scale as f32,
+                ),
+                _ => on_cache!(pool, pool => sparse::sparse_mla::launch(
+                    launcher,
+                    &cfg,
+                    q,
+                    pool,
+                    block_table,
+                    selected,
+                    &o,
+                    ctx,
+                    topk,
+                    scale as f32,
+                )),
+            }
         });
         self.book_sequence("mla.sparse_attention", r)?;
         Ok(o)
@@ -1600,8 +1628,21 @@ impl Ops {
                 ("DI", ix.head_dim, "index_head_dim"),
             ],
         )
-        .and_then(|cfg| {
-            on_cache!(key_pool, key_pool => sparse::indexer_decode_batch::launch(
+        .and_then(|cfg| match key_pool {
+            CacheTensor::Fp8(k8) => fp8_kv::indexer_decode_batch_fp8::launch::<f32, bf16>(
+                &self.launcher,
+                &cfg,
+                q_idx,
+                head_w,
+                &k8.codes,
+                &k8.scales,
+                block_tables,
+                ctx_lens,
+                &scores,
+                max_ctx,
+                (ix.head_dim as f32).powf(-0.5),
+            ),
+            _ => on_cache!(key_pool, key_pool => sparse::indexer_decode_batch::launch(
                 &self.launcher,
                 &cfg,
                 q_idx,
@@ -1612,7 +1653,7 @@ impl Ops {
                 &scores,
                 max_ctx,
                 (ix.head_dim as f32).powf(-0.5),
-            ))
+            )),
         });
         self.book("indexer.scores", r)?;
         Ok(scores)
@@ -1663,23 +1704,48 @@ impl Ops {
         // A small batch fills the cores only in 16-head blocks: the faster of those that fit.
         let r = fastest_fitting(&self.launcher, sparse_tiles(heads), |launcher, tiles| {
             let cfg = sparse_attention_config(meta, tiles, d, latent_dim)?;
-            on_cache!(pool, pool => sparse::sparse_mla_batch::launch(
-                launcher,
-                &cfg,
-                q,
-                pool,
-                block_tables,
-                ctx_lens,
-                selected,
-                &o,
-                max_ctx,
-                topk,
-                scale as f32,
-            ))
+            match pool {
+                CacheTensor::Fp8(p8) => fp8_kv::sparse_mla_batch_fp8::launch::<f32, bf16>(
+                    launcher,
+                    &cfg,
+                    q,
+                    &p8.codes,
+                    &token_scales(p8)?,
+                    block_tables,
+                    ctx_lens,
+                    selected,
+                    &o,
+                    max_ctx,
+                    topk,
+                    scale as f32,
+                ),
+                _ => on_cache!(pool, pool => sparse::sparse_mla_batch::launch(
+                    launcher,
+                    &cfg,
+                    q,
+                    pool,
+                    block_tables,
+                    ctx_lens,
+                    selected,
+                    &o,
+                    max_ctx,
+                    topk,
+                    scale as f32,
+                )),
+            }
         });
         self.book("mla.sparse_attention", r)?;
         Ok(o)
     }
+}
+
+/// An FP8 latent pool's scales as one row per token (`[pages, P, 1]`), as the sparse FP8 kernels
+/// gather them.
+fn token_scales(p8: &Fp8Tensors) -> Result<Tensor<f32>, SimError> {
+    p8.token_scales().map_err(|message| SimError::Launch {
+        kernel: "latent pool".into(),
+        message,
+    })
 }
 
 /// The sparse attention's (query heads `BH`, gathered rows `BK`) in the order the forward tries
