@@ -257,8 +257,10 @@ struct AttentionArgs {
     /// Context splits for flash-decoding (decode kinds).
     #[arg(long, default_value_t = 4)]
     splits: usize,
-    /// KV-cache dtype for decode and mla-decode (default: --dtype); fp8 reports the error against
-    /// the unquantised cache and the cache bytes saved.
+    /// KV-cache dtype for decode, mla-decode, dsa-decode and dsa-prefill (default: --dtype); fp8
+    /// reports the error against the unquantised cache (and, for decode and mla-decode, the cache
+    /// bytes saved). DSA at fp8 quantises the indexer keys and the latent rows; its decode runs
+    /// the batched kernels the model's decode steps run.
     #[arg(long, value_enum)]
     kv_dtype: Option<KvDtypeArg>,
     /// index_topk (dsa-decode, dsa-prefill).
@@ -876,7 +878,9 @@ fn kernel_expert_ffn(args: ExpertFfnArgs) -> Result<(), String> {
 fn kernel_attention(args: AttentionArgs) -> Result<(), String> {
     use kernels::attention::decode::{run_decode, DecodeCase};
     use kernels::attention::prefill::{run_prefill, PrefillCase};
-    use kernels::attention::sparse::{run_dsa_decode, run_dsa_prefill, DsaCase};
+    use kernels::attention::sparse::{
+        run_dsa_decode, run_dsa_decode_batch_fp8, run_dsa_prefill, run_dsa_prefill_fp8, DsaCase,
+    };
     let c = &args.common;
     let dtype = match args.dtype {
         DtypeArg::Bf16 => GemmDtype::Bf16,
@@ -1011,14 +1015,20 @@ fn kernel_attention(args: AttentionArgs) -> Result<(), String> {
                 page_size: args.page_size,
                 seed: c.seed,
             };
-            let run = if prefill {
-                run_dsa_prefill(&launcher, &case)
-            } else {
-                run_dsa_decode(&launcher, &case)
+            // FP8 pools (indexer keys and latent, one scale per token): the prefill kernels, or
+            // for a decode the batched kernels the model's decode steps run.
+            let fp8 = args.kv_dtype == Some(KvDtypeArg::Fp8);
+            let run = match (prefill, fp8) {
+                (true, false) => run_dsa_prefill(&launcher, &case).map(DsaSummary::of),
+                (false, false) => run_dsa_decode(&launcher, &case).map(DsaSummary::of),
+                (true, true) => run_dsa_prefill_fp8(&launcher, &case).map(DsaSummary::of),
+                (false, true) => {
+                    run_dsa_decode_batch_fp8(&launcher, &case, &[ctx]).map(DsaSummary::of_batch)
+                }
             }
             .map_err(|e| e.to_string())?;
             if c.json {
-                let v = serde_json::json!({"total": run.total, "indexer": run.indexer, "topk": run.topk, "attention": run.attention});
+                let v = serde_json::json!({"total": run.total, "indexer": run.indexer, "topk": run.topk, "attention": run.attention, "fp8_kv": fp8, "quantized_error": run.quantized_error});
                 println!(
                     "{}",
                     serde_json::to_string_pretty(&v).map_err(|e| e.to_string())?
@@ -1216,5 +1226,40 @@ fn check_reference(err: Option<f64>, tol: f64) -> Result<(), String> {
             "result does not match the f64 reference: max relative error {e:.3e} > {tol:.0e}"
         )),
         _ => Ok(()),
+    }
+}
+
+/// The parts of a DSA run (`day0 kernel attention --kind dsa-decode|dsa-prefill`) the command
+/// prints, from a one-sequence or a batched run.
+struct DsaSummary {
+    total: dsl_core::Report,
+    indexer: dsl_core::Report,
+    topk: dsl_core::Report,
+    attention: dsl_core::Report,
+    selection_matches: Option<bool>,
+    quantized_error: Option<f64>,
+}
+
+impl DsaSummary {
+    fn of(r: kernels::attention::sparse::DsaRun) -> DsaSummary {
+        DsaSummary {
+            total: r.total,
+            indexer: r.indexer,
+            topk: r.topk,
+            attention: r.attention,
+            selection_matches: r.selection_matches,
+            quantized_error: r.quantized_error,
+        }
+    }
+
+    fn of_batch(r: kernels::attention::sparse::DsaBatchRun) -> DsaSummary {
+        DsaSummary {
+            total: r.total,
+            indexer: r.indexer,
+            topk: r.topk,
+            attention: r.attention,
+            selection_matches: r.selection_matches,
+            quantized_error: r.quantized_error,
+        }
     }
 }

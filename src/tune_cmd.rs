@@ -69,8 +69,8 @@ pub struct TuneArgs {
     /// Restrict an operator to these implementations (repeatable), e.g. `--impl gemm_db`.
     #[arg(long = "impl", value_name = "NAME")]
     impls: Vec<String>,
-    /// Input dtype: bf16 or f32 (default: bf16; f32 for sparse_mla, whose cache the model keeps
-    /// in f32).
+    /// Input dtype: bf16 or f32 (default: bf16; f32 for sparse_mla, the dtype of its runner's
+    /// cache).
     #[arg(long)]
     dtype: Option<String>,
     /// Print the result as one JSON object (`configs`: every configuration, best first).

@@ -113,20 +113,25 @@ proptest! {
     /// DSA over an FP8 cache (E4M3 codes, one f32 scale per token, for the indexer's keys and
     /// the latent rows: `indexer_prefill_fp8`, `sparse_mla_fp8`): prompt chunks and one-token
     /// decodes are exact on the dequantised pools (f32 ≤ 1e-5, as the unquantised kernels; the
-    /// top-k exact on the kernel's own scores), and the attention within the E4M3 bound of the
-    /// unquantised latent (4u: each value off by ≤ u, see the GQA FP8 decode test).
+    /// top-k exact on the kernel's own scores), and the attention within 8u of the unquantised
+    /// latent. The error is the largest element's over the output RMS: a prompt's first queries
+    /// attend one or a few keys and carry their values' whole E4M3 error (u of values up to
+    /// ~4.5σ), against an RMS that averaging over many keys shrinks (measured up to 0.27 over
+    /// 150 random cases; the batched decode, whose queries see their whole context, up to 0.14).
     #[test]
     fn fp8_dsa_prefill_matches_the_dequantised_cache(
         seq in 1usize..100, past in prop::sample::select(vec![0usize, 37, 200]),
-        topk in prop::sample::select(vec![16usize, 64]),
+        topk in prop::sample::select(vec![16usize, 64]), index_heads in 1usize..7,
         (heads, (head_dim, v_head_dim)) in shapes(),
         seed in any::<u64>(),
     ) {
-        let c = DsaCase { heads, head_dim, v_head_dim, ..case(seq, seq + past, topk, seed) };
+        let c = DsaCase {
+            index_heads, heads, head_dim, v_head_dim, ..case(seq, seq + past, topk, seed)
+        };
         let run = run_dsa_prefill_fp8(&launcher(), &c).unwrap();
         assert_matches(&run)?;
         let err = run.quantized_error.unwrap();
-        prop_assert!(err <= 4.0 * E4M3_UNIT_ROUNDOFF, "{c:?}: {err}");
+        prop_assert!(err <= 8.0 * E4M3_UNIT_ROUNDOFF, "{c:?}: {err}");
     }
 
     /// The batched DSA decode over an FP8 cache (`indexer_decode_batch_fp8`,
@@ -135,11 +140,11 @@ proptest! {
     #[test]
     fn fp8_dsa_decode_batch_matches_the_dequantised_cache(
         contexts in prop::collection::vec(1usize..400, 1..5),
-        topk in prop::sample::select(vec![16usize, 64]),
+        topk in prop::sample::select(vec![16usize, 64]), index_heads in 1usize..9,
         (heads, (head_dim, v_head_dim)) in shapes(),
         seed in any::<u64>(),
     ) {
-        let c = DsaCase { heads, head_dim, v_head_dim, ..case(1, 1, topk, seed) };
+        let c = DsaCase { index_heads, heads, head_dim, v_head_dim, ..case(1, 1, topk, seed) };
         let run = run_dsa_decode_batch_fp8(&launcher(), &c, &contexts).unwrap();
         assert_batch_matches(&run)?;
         let err = run.quantized_error.unwrap();

@@ -230,6 +230,9 @@ fn serve_recorded(cache: CacheFormat) -> (Vec<Vec<f32>>, Vec<String>) {
 /// the E4M3 bound above. A token whose choice flipped (FP8 moves the hidden state and the keys,
 /// and a near-tie of the tiny router or indexer can go the other way) moves by a different
 /// expert's output or key, not by quantisation error: it is not compared, and most tokens must be.
+/// (The filter is per token: a flipped choice also changes the cache rows that token writes in
+/// later layers, which later tokens read only through their attention weights, within the
+/// bound's margin.)
 #[test]
 fn an_fp8_sparse_latent_cache_stays_within_the_e4m3_bound_where_choices_agree() {
     let (bf16, c16) = serve_recorded(CacheFormat::Bf16);

@@ -1,5 +1,6 @@
-//! FP8 E4M3 KV cache for decode: the paged pools hold one byte per value plus one f32 scale per
-//! (token, key/value head), and the decode kernel dequantises on chip.
+//! FP8 E4M3 KV cache: the paged pools hold one byte per value plus one f32 scale per (token,
+//! key/value head), and the kernels that read them (GQA and MLA decode, DSA's indexer and sparse
+//! attention for prompt chunks and decodes) convert the codes on chip.
 //!
 //! **Scale granularity: per token** (per cached row of a key/value head), `scale = amax / 448`
 //! (448 = E4M3's largest finite value), codes rounded to nearest-even. This is the granularity of

@@ -28,7 +28,9 @@
 //! - **Scale.** transformers applies `softmax_scale` before the ReLU, DeepSeek after (inside
 //!   `weights`): equal for a positive scale; the kernel folds it into the head weights.
 //! - **FP8 / Hadamard.** DeepSeek quantises the indexer's q and k to FP8 after a Hadamard
-//!   rotation; transformers (and day0) score in f32 without either.
+//!   rotation; transformers scores in f32 without either. day0 keeps the queries unquantised and
+//!   unrotated; with an FP8 cache (`--kv-dtype fp8`) its keys are E4M3 codes with one scale per
+//!   token (`super::fp8_kv::indexer_prefill_fp8`, `indexer_decode_batch_fp8`).
 //! - **Attention form.** Both reference codes run prefill as naive MHA with a `0/−∞` index mask;
 //!   day0 runs the absorbed latent MQA over the gathered rows (FlashMLA's sparse prefill form),
 //!   which [`super::reference`] proves equal to the naive form.
@@ -545,7 +547,8 @@ pub struct DsaRun {
     /// FP8 runs ([`run_dsa_prefill_fp8`]): the attention error against the unquantised cache
     /// (`attention_error` is then against the dequantised one).
     pub quantized_error: Option<f64>,
-    /// The inputs (FP8 runs: `kv_pool` holds the dequantised cache after the check).
+    /// The inputs (FP8 runs: `k_idx_pool` and `kv_pool` hold the dequantised pools after the
+    /// check).
     pub inputs: DsaInputs,
     /// Attention output `[seq, heads, v_head_dim]` (functional runs).
     pub output: Option<Vec<f32>>,

@@ -1438,29 +1438,22 @@ impl Ops {
     ) -> Result<Tensor<f32>, ForwardError> {
         let page = key_pool.shape().get(1).copied().unwrap_or(1);
         let scores = self.mem.act(q_idx.rows(), ctx.div_ceil(page) * page);
+        // The tiles of the kernel that reads this pool's format.
+        let meta = match key_pool {
+            CacheTensor::Fp8(_) => &fp8_kv::indexer_prefill_fp8::META,
+            _ => &sparse::indexer_prefill::META,
+        };
         let r = kernels::tile_choice::cover(
-            &sparse::indexer_prefill::META,
+            meta,
             // Query blocks as tall as the step (up to 64): each key tile loaded serves them all.
             &Config::new()
                 .with(
                     "BQ",
-                    kernels::tile_choice::covering(
-                        &sparse::indexer_prefill::META,
-                        "BQ",
-                        q_idx.rows(),
-                        64,
-                    )
-                    .unwrap_or(16),
+                    kernels::tile_choice::covering(meta, "BQ", q_idx.rows(), 64).unwrap_or(16),
                 )
                 .with(
                     "BK",
-                    kernels::tile_choice::covering(
-                        &sparse::indexer_prefill::META,
-                        "BK",
-                        page,
-                        page as i64,
-                    )
-                    .unwrap_or(16),
+                    kernels::tile_choice::covering(meta, "BK", page, page as i64).unwrap_or(16),
                 ),
             &[("DI", ix.head_dim, "index_head_dim")],
         )
@@ -1565,7 +1558,10 @@ impl Ops {
     ) -> Result<Tensor<f32>, ForwardError> {
         let (t, heads, d) = (q.shape()[0], q.shape()[1], q.shape()[2]);
         let o = self.mem.poisoned::<f32>(&[t, heads, latent_dim]);
-        let meta = &sparse::sparse_mla::META;
+        let meta = match pool {
+            CacheTensor::Fp8(_) => &fp8_kv::sparse_mla_fp8::META,
+            _ => &sparse::sparse_mla::META,
+        };
         let r = first_fitting_in_place(&self.launcher, sparse_tiles(heads), |launcher, tiles| {
             let cfg = sparse_attention_config(meta, tiles, d, latent_dim)?;
             match pool {
@@ -1614,7 +1610,10 @@ impl Ops {
         max_ctx: usize,
         ix: &IndexerDims,
     ) -> Result<Tensor<f32>, ForwardError> {
-        let meta = &sparse::indexer_decode_batch::META;
+        let meta = match key_pool {
+            CacheTensor::Fp8(_) => &fp8_kv::indexer_decode_batch_fp8::META,
+            _ => &sparse::indexer_decode_batch::META,
+        };
         let page = key_pool.shape().get(1).copied().unwrap_or(1);
         let scores = self
             .mem
@@ -1700,7 +1699,10 @@ impl Ops {
     ) -> Result<Tensor<f32>, ForwardError> {
         let (s, heads, d) = (q.shape()[0], q.shape()[1], q.shape()[2]);
         let o = self.mem.poisoned::<f32>(&[s, heads, latent_dim]);
-        let meta = &sparse::sparse_mla_batch::META;
+        let meta = match pool {
+            CacheTensor::Fp8(_) => &fp8_kv::sparse_mla_batch_fp8::META,
+            _ => &sparse::sparse_mla_batch::META,
+        };
         // A small batch fills the cores only in 16-head blocks: the faster of those that fit.
         let r = fastest_fitting(&self.launcher, sparse_tiles(heads), |launcher, tiles| {
             let cfg = sparse_attention_config(meta, tiles, d, latent_dim)?;
