@@ -129,7 +129,7 @@ fn load_window<const R: usize, const C: usize, T: Elem>(
     }
     tile.valid = if vc == 0 { [0, 0] } else { [vr, vc] };
     tile.fill = false;
-    let bytes = T::DTYPE.bytes_for((vr * vc) as u64);
+    let bytes = t.storage().bytes_for((vr * vc) as u64);
     let region = Region {
         tensor: t.id(),
         offset: (t.offset() + row * t.row_stride() + col) as u64,
@@ -267,7 +267,7 @@ pub fn store<T: Elem, const R: usize, const C: usize>(
             );
         }
     }
-    let bytes = T::DTYPE.bytes_for((vr * vc) as u64);
+    let bytes = t.storage().bytes_for((vr * vc) as u64);
     ctx.issue(Instr::new(Op::Store { bytes }, ctx.line, &[tile.buf], None));
 }
 
@@ -1496,7 +1496,7 @@ pub fn gather_rows<const R: usize, const C: usize, T: Elem>(
         None
     };
     let tile = ctx.new_tile::<T, R, C>(data);
-    let bytes = isa::gather_bytes(T::DTYPE.bytes_for((rows * vc) as u64), rows as u64);
+    let bytes = isa::gather_bytes(pool.storage().bytes_for((rows * vc) as u64), rows as u64);
     // Keyed by the index window: programs gathering the same selection hit in L2.
     let region = Region {
         tensor: pool.id(),

@@ -70,6 +70,7 @@ impl<T: Elem> LaunchArg for Tensor<T> {
     fn describe(&self, key: &mut ArgKey) {
         key.words.push(16);
         key.words.push(T::DTYPE as u64);
+        key.words.push(self.storage() as u64);
         key.words.push(self.shape().len() as u64);
         key.words.extend(self.shape().iter().map(|d| *d as u64));
         key.words.push(self.row_stride() as u64);

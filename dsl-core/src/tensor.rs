@@ -1,6 +1,7 @@
 //! `Tensor<T>`: a tensor in device memory, as a kernel sees it.
 
 use crate::elem::Elem;
+use accel_sim::DType;
 use std::cell::UnsafeCell;
 use std::marker::PhantomData;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -64,6 +65,11 @@ impl DeviceMem {
         // In bounds (checked above); `UnsafeCell<f32>` has the layout of `f32`, and the pointer
         // derives from the whole slice, so it covers the `len` elements that follow.
         UnsafeCell::raw_get(self.cells[start..].as_ptr())
+    }
+
+    /// Elements in the memory.
+    fn len(&self) -> usize {
+        self.cells.len()
     }
 
     /// Element `i`.
@@ -147,6 +153,9 @@ pub struct Tensor<T: Elem> {
     /// [`Tensor::cols_clipped`]) or one derived from such a view: a window wholly outside it is by
     /// design (an expert with no rows), not an out-of-bounds access (see `crate::hazard`).
     clipped: bool,
+    /// The format the elements are held in device memory: `T`'s own, or a narrower float for an
+    /// f32 activation kept in bf16 (see [`Tensor::stored_as`]).
+    stored: DType,
     _t: PhantomData<T>,
 }
 
@@ -154,8 +163,13 @@ impl<T: Elem> std::fmt::Debug for Tensor<T> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(
             f,
-            "Tensor<{}>{:?}{}",
+            "Tensor<{}{}>{:?}{}",
             T::DTYPE,
+            if self.stored == T::DTYPE {
+                String::new()
+            } else {
+                format!(", stored {}", self.stored.name())
+            },
             self.shape,
             if self.mem.is_some() {
                 ""
@@ -175,6 +189,7 @@ impl<T: Elem> Tensor<T> {
             stride: shape.last().copied().unwrap_or(1),
             mem: mem.map(|v| Arc::new(DeviceMem::new(v))),
             clipped: false,
+            stored: T::DTYPE,
             _t: PhantomData,
         }
     }
@@ -202,6 +217,38 @@ impl<T: Elem> Tensor<T> {
     /// A tensor with a shape and no data, for cost-only launches.
     pub fn shape_only(shape: &[usize]) -> Tensor<T> {
         Self::with_mem(shape, None)
+    }
+
+    /// The same tensor held in device memory as `dtype`, a narrower float than `T` (an f32
+    /// activation kept in bf16, as a bf16 deployment holds it): every store rounds to `dtype`
+    /// (existing data is rounded now), loads move `dtype`'s bytes, and kernels still see `T`
+    /// values, as a kernel that loads bf16 and computes in f32 does. Views inherit it. Errors
+    /// unless `T` is f32 and `dtype` a 16-bit float (or `dtype` is `T`'s own).
+    pub fn stored_as(mut self, dtype: DType) -> Result<Tensor<T>, String> {
+        if dtype == T::DTYPE {
+            return Ok(self);
+        }
+        if T::DTYPE != DType::F32 || !matches!(dtype, DType::Bf16 | DType::F16) {
+            return Err(format!(
+                "{self:?} cannot be held as {}: only an f32 tensor can be stored as bf16 or f16",
+                dtype.name()
+            ));
+        }
+        self.stored = dtype;
+        if let Some(m) = &self.mem {
+            // Round what it already holds (a fresh poisoned tensor stays NaN).
+            let mut v = vec![0.0; m.len()];
+            m.read(0, &mut v);
+            accel_sim::functional::round_to(&mut v, dtype);
+            m.write(0, &v);
+        }
+        Ok(self)
+    }
+
+    /// The format the elements are held in device memory (`T`'s own unless [`Tensor::stored_as`]
+    /// narrowed it): what loads and stores move and round to.
+    pub fn storage(&self) -> DType {
+        self.stored
     }
 
     /// Launch-unique id (used by the cache model).
@@ -274,6 +321,7 @@ impl<T: Elem> Tensor<T> {
             stride: self.stride,
             mem: self.mem.clone(),
             clipped: true,
+            stored: self.stored,
             _t: PhantomData,
         };
         if index < first {
@@ -303,6 +351,7 @@ impl<T: Elem> Tensor<T> {
             stride: self.stride,
             mem: self.mem.clone(),
             clipped: true,
+            stored: self.stored,
             _t: PhantomData,
         }
     }
@@ -331,6 +380,7 @@ impl<T: Elem> Tensor<T> {
             stride: self.stride,
             mem: self.mem.clone(),
             clipped: true,
+            stored: self.stored,
             _t: PhantomData,
         }
     }
@@ -358,6 +408,7 @@ impl<T: Elem> Tensor<T> {
             stride: shape.last().copied().unwrap_or(1),
             mem: self.mem.clone(),
             clipped: self.clipped,
+            stored: self.stored,
             _t: PhantomData,
         })
     }
@@ -380,6 +431,7 @@ impl<T: Elem> Tensor<T> {
             stride: self.stride,
             mem: self.mem.clone(),
             clipped: self.clipped,
+            stored: self.stored,
             _t: PhantomData,
         })
     }
@@ -403,6 +455,7 @@ impl<T: Elem> Tensor<T> {
             stride: self.stride,
             mem: self.mem.clone(),
             clipped: self.clipped,
+            stored: self.stored,
             _t: PhantomData,
         })
     }
@@ -501,9 +554,19 @@ impl<T: Elem> Tensor<T> {
         }
         if let Some(m) = &self.mem {
             debug_assert!(row + rows <= self.rows() && col + cols <= self.cols());
+            // A tensor held narrower than `T` rounds what is stored into it.
+            let mut rounded = (self.stored != T::DTYPE).then(|| vec![0.0; cols]);
             for r in 0..rows {
                 let dst = self.offset + (row + r) * self.stride + col;
-                m.write(dst, &vals[r * src_stride..r * src_stride + cols]);
+                let src = &vals[r * src_stride..r * src_stride + cols];
+                match rounded.as_mut() {
+                    Some(buf) => {
+                        buf.copy_from_slice(src);
+                        accel_sim::functional::round_to(buf, self.stored);
+                        m.write(dst, buf);
+                    }
+                    None => m.write(dst, src),
+                }
             }
         }
     }
@@ -554,7 +617,7 @@ impl<T: Elem> accel_sim::manual::DeviceTensor for Tensor<T> {
         self.id
     }
     fn dtype(&self) -> accel_sim::DType {
-        T::DTYPE
+        self.stored
     }
     fn rows(&self) -> usize {
         Tensor::rows(self)

@@ -268,6 +268,11 @@ fn program(
         ]
     });
     let acc = place(p, "acc", t.bm, t.bn, DType::F32);
+    // An output held narrower than f32 (bf16 activations at native precision) leaves through a
+    // buffer of its format: DMA does not convert.
+    let out = (DeviceTensor::dtype(y) != DType::F32)
+        .then(|| place(p, "out", t.bm, t.bn, DeviceTensor::dtype(y)));
+    let mut out_stored: Option<Event> = None;
     // Step `j`'s loads (step `j` of tile `j / steps`): the packed weights wait on the
     // dequantization that read their stage, the activations on what read theirs (the cast, or
     // the multiply), in that order on the DMA-in queue.
@@ -324,7 +329,17 @@ fn program(
         }
         if (j + 1) % steps == 0 {
             let (row, col) = tiles[j / steps];
-            stored = Some(p.at(line!()).dma_out(acc, y, row, col, &[mm]));
+            // `stored` frees the accumulator for the next tile: its store, or its cast.
+            stored = Some(match out {
+                Some(out) => {
+                    let mut wait = vec![mm];
+                    wait.extend(out_stored.take());
+                    let c = p.at(line!()).cast(acc, out, &wait);
+                    out_stored = Some(p.at(line!()).dma_out(out, y, row, col, &[c]));
+                    c
+                }
+                None => p.at(line!()).dma_out(acc, y, row, col, &[mm]),
+            });
         }
     }
 }

@@ -20,7 +20,7 @@
 
 use super::Placer;
 use accel_sim::functional::{Binary, Reduce, Unary};
-use accel_sim::manual::{Accumulate, Buffer, Event, ManualProgram};
+use accel_sim::manual::{Accumulate, Buffer, DeviceTensor, Event, ManualProgram};
 use accel_sim::DType;
 use dsl_core::{Config, Float, KernelMeta, Launch, Launcher, SimError, Tensor};
 use std::collections::VecDeque;
@@ -258,8 +258,11 @@ fn program<Q: Float, T: Float>(p: &mut ManualProgram, t: &DecodeTensors<'_, Q, T
         })
         .collect();
     let tbl = place(p, "block_table", 1, p1 - p0, DType::I32);
-    let q_in = place(p, "q_in", w.bh, w.d, Q::DTYPE);
-    let q = if Q::DTYPE == dt {
+    // The queries arrive in the format device memory holds them in (bf16 activations at native
+    // precision): DMA does not convert.
+    let q_dt = DeviceTensor::dtype(t.q);
+    let q_in = place(p, "q_in", w.bh, w.d, q_dt);
+    let q = if q_dt == dt {
         q_in
     } else {
         place(p, "q", w.bh, w.d, dt)

@@ -48,7 +48,7 @@ pub(crate) fn moe(
                     None => Ok(y),
                 }
             }
-            _ => ops.mem.zeros(&[t, x.cols()], "zero base"),
+            _ => ops.mem.act_zeros(t, x.cols(), "zero base"),
         }
     };
     let idx = ops.mem.poisoned::<i32>(&[t, k]);
@@ -128,7 +128,7 @@ fn route(
     idx: &Tensor<i32>,
     weights: &Tensor<f32>,
 ) -> Result<(), ForwardError> {
-    let logits = ops.linear("moe.router_logits", x, &w.router)?;
+    let logits = ops.linear_f32("moe.router_logits", x, &w.router)?;
     if let Some(b) = &w.router_bias {
         ops.add_bias("moe.router_bias", &logits, b)?;
     }

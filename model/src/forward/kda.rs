@@ -63,7 +63,7 @@ pub(crate) fn forward(
     let f = ops.linear("kda.f_a_proj", x, &w.f_a)?;
     let f = ops.linear("kda.f_b_proj", &f, &w.f_b)?;
     let b = ops.linear("kda.b_proj", x, &w.b_proj)?;
-    let (g, beta) = (ops.mem.act(t, key), ops.mem.act(t, heads));
+    let (g, beta) = (ops.mem.act_f32(t, key), ops.mem.act_f32(t, heads));
     let launch = kernels::tile_choice::cover(
         &gates::kda_gates::META,
         &Config::new().with("BR", 16),

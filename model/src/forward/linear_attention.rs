@@ -124,7 +124,7 @@ pub(crate) fn forward(
 
     let y = st.short_conv(ops, "linear_attn.conv", &mixed, &w.conv_taps)?;
 
-    let (g, beta) = (ops.mem.act(t, nv), ops.mem.act(t, nv));
+    let (g, beta) = (ops.mem.act_f32(t, nv), ops.mem.act_f32(t, nv));
     let launch = gates::gdn_gates::launch(
         &ops.launcher,
         &Config::new().with("BR", 16).with("BH", 8),

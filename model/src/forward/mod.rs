@@ -224,6 +224,15 @@ pub enum Precision {
 }
 
 impl Precision {
+    /// The format activations are held in between kernels: f32 on the reference path, bf16 at
+    /// native precision (as a bf16 deployment holds them; kernels load them and compute in f32).
+    pub fn activations(self) -> dsl_core::accel_sim::DType {
+        match self {
+            Precision::F32 => dsl_core::accel_sim::DType::F32,
+            Precision::Native => dsl_core::accel_sim::DType::Bf16,
+        }
+    }
+
     /// The format its KV pools hold: f32 on the reference path, bf16 at native precision
     /// ([`cache_format`]).
     pub fn cache_format(self) -> CacheFormat {
@@ -464,7 +473,7 @@ impl Runner {
         capacity: usize,
         precision: Precision,
     ) -> Result<Runner, ForwardError> {
-        let mem = ops::Mem::new(&launcher, precision.cache_format());
+        let mem = ops::Mem::new(&launcher, precision.cache_format(), precision.activations());
         // One sequence (sequence 0) of `capacity` tokens until `serve` sizes the pools for more.
         let mut store = SequenceStore::new(&cfg, mem, &launcher, 1, capacity)?;
         store.admit(&launcher)?;

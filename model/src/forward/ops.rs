@@ -8,6 +8,7 @@
 use super::cache_format::{on_cache, on_cache_pair, CacheFormat, CacheTensor};
 use super::ForwardError;
 use crate::config::{IndexerDims, MoeDims};
+use dsl_core::accel_sim::DType;
 use dsl_core::prelude::*;
 use dsl_core::{Report, SimError};
 use kernels::attention::fp8_kv::{self, Fp8Tensors};
@@ -218,14 +219,19 @@ pub(crate) struct Mem {
     pub shape_only: bool,
     /// The format of the KV pools.
     pub cache: CacheFormat,
+    /// The format activations are held in between kernels: bf16 at native precision (what a bf16
+    /// deployment stores and moves), f32 on the reference path. Kernels compute in f32 either way.
+    pub activations: DType,
 }
 
 impl Mem {
-    /// For a launcher: shape-only exactly when its launches are cost-only; KV pools in `cache`.
-    pub fn new(l: &Launcher, cache: CacheFormat) -> Mem {
+    /// For a launcher: shape-only exactly when its launches are cost-only; KV pools in `cache`,
+    /// activations in `activations`.
+    pub fn new(l: &Launcher, cache: CacheFormat, activations: DType) -> Mem {
         Mem {
             shape_only: l.backend == dsl_core::Backend::CostOnly,
             cache,
+            activations,
         }
     }
 
@@ -234,8 +240,17 @@ impl Mem {
         CacheTensor::new(self.cache, self, shape)
     }
 
-    /// A fresh `[rows, cols]` activation (NaN-poisoned, or shape only).
+    /// A fresh `[rows, cols]` activation (NaN-poisoned, or shape only), held in
+    /// [`Mem::activations`].
     pub fn act(self, rows: usize, cols: usize) -> Tensor<f32> {
+        self.poisoned(&[rows, cols])
+            .stored_as(self.activations)
+            .expect("an f32 tensor can be held in any float format of 16 bits or more")
+    }
+
+    /// A fresh `[rows, cols]` activation held in f32 whatever the precision: what a deployment
+    /// keeps in f32 too (router logits, top-k scores), since a selection read from bf16 ties.
+    pub fn act_f32(self, rows: usize, cols: usize) -> Tensor<f32> {
         self.poisoned(&[rows, cols])
     }
 
@@ -246,6 +261,20 @@ impl Mem {
         } else {
             Tensor::poisoned(shape)
         }
+    }
+
+    /// A zero `[rows, cols]` activation held in [`Mem::activations`] (an absent shared expert's
+    /// output), or its shape.
+    pub fn act_zeros(
+        self,
+        rows: usize,
+        cols: usize,
+        what: &str,
+    ) -> Result<Tensor<f32>, ForwardError> {
+        view(
+            self.zeros(&[rows, cols], what)?.stored_as(self.activations),
+            what,
+        )
     }
 
     /// A zero tensor (a new sequence's state, an absent bias), or its shape.
@@ -423,7 +452,7 @@ impl Ops {
         }
     }
 
-    /// `y = x · wᵀ` (Hugging Face `[out, in]` weight) into a new tensor.
+    /// `y = x · wᵀ` (Hugging Face `[out, in]` weight) into a new activation.
     pub fn linear(
         &mut self,
         op: &str,
@@ -431,6 +460,18 @@ impl Ops {
         w: &Weight,
     ) -> Result<Tensor<f32>, ForwardError> {
         let y = self.mem.act(x.rows(), w.out_features());
+        self.linear_into(op, x, w, &y)?;
+        Ok(y)
+    }
+
+    /// [`Ops::linear`] into a new f32 tensor at any precision ([`Mem::act_f32`]): router logits.
+    pub fn linear_f32(
+        &mut self,
+        op: &str,
+        x: &Tensor<f32>,
+        w: &Weight,
+    ) -> Result<Tensor<f32>, ForwardError> {
+        let y = self.mem.act_f32(x.rows(), w.out_features());
         self.linear_into(op, x, w, &y)?;
         Ok(y)
     }
@@ -1437,7 +1478,7 @@ impl Ops {
         ix: &IndexerDims,
     ) -> Result<Tensor<f32>, ForwardError> {
         let page = key_pool.shape().get(1).copied().unwrap_or(1);
-        let scores = self.mem.act(q_idx.rows(), ctx.div_ceil(page) * page);
+        let scores = self.mem.act_f32(q_idx.rows(), ctx.div_ceil(page) * page);
         // The tiles of the kernel that reads this pool's format.
         let meta = match key_pool {
             CacheTensor::Fp8(_) => &fp8_kv::indexer_prefill_fp8::META,

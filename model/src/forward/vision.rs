@@ -231,7 +231,11 @@ fn encode_on<T: Float>(
     capture_blocks: bool,
 ) -> Result<(VisionOutput, OpStats), ForwardError> {
     // The encoder keeps no cache; the format only sizes pools it never allocates.
-    let mem = Mem::new(&launcher, super::cache_format::CacheFormat::F32);
+    let mem = Mem::new(
+        &launcher,
+        super::cache_format::CacheFormat::F32,
+        dsl_core::accel_sim::DType::F32,
+    );
     let mut ops = Ops::new(launcher, mem);
     let out = encode(&mut ops, cfg, weights, pixels, grids, capture_blocks)?;
     Ok((out, ops.stats))
