@@ -76,7 +76,8 @@ pub fn run_linear<T: Float>(
 
 /// One `BM×BN` output tile of `x · wᵀ` over the whole K for f32 activations and a weight stored
 /// as `T`: each activation tile is rounded to `T` on chip, so the matrix unit runs at `T`'s rate
-/// while the activations stay f32 in device memory (the forward keeps them f32 between kernels).
+/// whatever format device memory holds the activations in (f32 on the reference path, bf16 at
+/// native precision: `Tensor::stored_as`).
 /// Double-buffered like [`linear()`].
 #[kernel(helper)]
 pub fn cast_matmul_bt_tile<T: Float, const BM: usize, const BN: usize, const BK: usize>(

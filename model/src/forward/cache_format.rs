@@ -5,7 +5,8 @@
 //! `kv_cache_dtype="auto"`) and what the memory plan (`plan::memory`) counts per token: a decode
 //! step reads half the bytes of an f32 cache. Rows are rounded to bf16 as the append kernel
 //! writes them, and the attention kernels round their queries to the pool's format on chip, as
-//! transformers in bf16 does. Activations stay f32.
+//! transformers in bf16 does (the activations themselves are held in bf16 at native precision,
+//! [`super::Precision::activations`]).
 //!
 //! [`CacheFormat::Fp8`] (`--kv-dtype fp8`) stores the MLA latent (DeepSeek-V3, Kimi-K2, and the
 //! sparse MLA of DeepSeek-V3.2) and the DSA indexer's keys as E4M3 codes with one f32 scale per

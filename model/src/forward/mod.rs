@@ -218,8 +218,9 @@ pub enum Precision {
     F32,
     /// The checkpoint's own formats: block-FP8 or bf16 projections and FP8/MXFP4/bf16 routed
     /// experts, each read by the kernel for its format (W8A8 FP8 GEMMs where the matrix unit
-    /// has an FP8 mode). Activations stay f32 in device memory and are rounded to the weight's
-    /// compute type on chip. Functional runs of float checkpoints hold the weights in bf16.
+    /// has an FP8 mode). Activations are held in bf16 between kernels ([`Precision::activations`])
+    /// and computed on in f32, rounded to the weight's compute type on chip. Functional runs of
+    /// float checkpoints hold the weights in bf16.
     Native,
 }
 
