@@ -223,7 +223,8 @@ impl<T: Elem> Tensor<T> {
     /// activation kept in bf16, as a bf16 deployment holds it): every store rounds to `dtype`
     /// (existing data is rounded now), loads move `dtype`'s bytes, and kernels still see `T`
     /// values, as a kernel that loads bf16 and computes in f32 does. Views inherit it. Errors
-    /// unless `T` is f32 and `dtype` a 16-bit float (or `dtype` is `T`'s own).
+    /// unless `T` is f32 and `dtype` a 16-bit float (or `dtype` is `T`'s own), and for a view of
+    /// part of a memory (the format belongs to the whole tensor).
     pub fn stored_as(mut self, dtype: DType) -> Result<Tensor<T>, String> {
         if dtype == T::DTYPE {
             return Ok(self);
@@ -233,6 +234,14 @@ impl<T: Elem> Tensor<T> {
                 "{self:?} cannot be held as {}: only an f32 tensor can be stored as bf16 or f16",
                 dtype.name()
             ));
+        }
+        if let Some(m) = &self.mem {
+            if self.offset != 0 || self.span() != m.len() {
+                return Err(format!(
+                    "{self:?} is a view of a larger memory: hold the whole tensor as {}, not a view",
+                    dtype.name()
+                ));
+            }
         }
         self.stored = dtype;
         if let Some(m) = &self.mem {

@@ -125,6 +125,9 @@ fn storage_formats_are_checked() {
     // Views keep the storage format.
     assert_eq!(held.rows_clipped(1, 3).storage(), DType::Bf16);
     assert!(format!("{held:?}").contains("stored bf16"));
+    // The format belongs to the whole tensor: a view of part of a memory cannot narrow it.
+    let whole = Tensor::<f32>::from_f32(&[4, 4], &[0.5; 16]).unwrap();
+    assert!(whole.rows_clipped(1, 3).stored_as(DType::Bf16).is_err());
     // Existing data is rounded when the format narrows.
     let x = Tensor::<f32>::from_f32(&[1, 2], &[1.0 + 1.0 / 512.0, 3.0])
         .unwrap()

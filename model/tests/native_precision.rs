@@ -9,7 +9,10 @@
 //! [`NEAR_TIE`] (the generator accepted it in f32) picks its experts by a coin toss in any bf16
 //! run, since bf16 noise in the hidden state (≈1e-2 relative) exceeds the margin. There day0 and
 //! transformers may flip different selections; the bound is waived and the logits' cosine must
-//! stay above 0.95 (one token routed to another expert moves its logits a lot in a two-layer model).
+//! stay above 0.9: one token routed to another expert, or attending another top-k set, moves its
+//! logits a lot in a model of two or three layers (tiny DeepSeek-V3.2, margin below 1e-3, flips
+//! its DSA selection of token 11 in layer 0 with the indexer's head weights in f32, cosine 0.948,
+//! and token 12's in layer 1 with them in bf16, 0.991; a broken forward gives cosines near 0).
 
 /// Selection margins below this are ties at bf16 resolution.
 const NEAR_TIE: f64 = 1e-3;
@@ -68,7 +71,7 @@ fn native_forward_is_within_twice_transformers_bf16_distance() {
         if smallest_margin(&dir.join("golden.safetensors")) < NEAR_TIE {
             let logits = v.diffs.iter().find(|d| d.name == "logits").unwrap();
             assert!(
-                logits.cosine > 0.95,
+                logits.cosine > 0.9,
                 "{name}: logits cosine {}",
                 logits.cosine
             );

@@ -13,9 +13,11 @@
 //! - **no zero fill**: the first K-step multiplies in overwrite mode.
 //!
 //! [`launch_grouped`] is the same kernel over the model's layout, the swap target of
-//! [`crate::moe::grouped::grouped_linear_mxfp4`]: f32 rows of all experts in one tensor, expert
-//! `e`'s rows `offsets[e]..offsets[e + 1]` (read on chip at run time), each K-step's activations
-//! rounded to bf16 on the vector unit into two placed buffers as the weights are.
+//! [`crate::moe::grouped::grouped_linear_mxfp4`]: rows of all experts in one tensor, expert
+//! `e`'s rows `offsets[e]..offsets[e + 1]` (read on chip at run time); rows held in f32 (the
+//! reference path) have each K-step's activations rounded to bf16 on the vector unit into two
+//! placed buffers as the weights are, rows held in bf16 (native precision) are loaded as they are,
+//! and an output held in bf16 leaves through a bf16 buffer the accumulator is cast into.
 
 use super::{Placer, Ring};
 use accel_sim::manual::{Accumulate, Buffer, DeviceTensor, Event, ManualProgram};
@@ -41,7 +43,7 @@ pub static META: KernelMeta = super::meta(
 );
 
 /// Registry and tuning metadata of [`launch_grouped`] (the tunables of [`META`]; a shallower ring
-/// first, since f32 activation stages are twice as wide).
+/// first, since f32 activation stages are twice as wide as bf16 ones).
 pub static GROUPED_META: KernelMeta = super::meta(
     "grouped_linear_mxfp4_hand",
     &["x", "blocks", "scales", "offsets", "y"],
@@ -55,9 +57,9 @@ pub static GROUPED_META: KernelMeta = super::meta(
     SOURCE,
 );
 
-/// Runs the hand-tuned MXFP4 expert GEMM over run-time expert row ranges: `x [R, K]` (f32),
-/// `blocks [E, N, K/2]`, `scales [E, N, K/32]` (u8), `offsets [E + 1]` (expert `e` owns rows
-/// `offsets[e]..offsets[e + 1]`), `y [R, N]` (f32). The grid is the DSL prototype's
+/// Runs the hand-tuned MXFP4 expert GEMM over run-time expert row ranges: `x [R, K]` (f32,
+/// held in f32 or bf16), `blocks [E, N, K/2]`, `scales [E, N, K/32]` (u8), `offsets [E + 1]`
+/// (expert `e` owns rows `offsets[e]..offsets[e + 1]`), `y [R, N]` (f32, held in f32 or bf16). The grid is the DSL prototype's
 /// ([`crate::tile_order::grouped_grid`]: an even share's row tiles in groups of
 /// [`crate::tile_order::TILE_GROUP`], `N / BN`, groups × `E`), each program striding over its
 /// expert's row tiles, so the swap walks the tiles in the same order. Cost-only launches (no
@@ -225,9 +227,9 @@ fn bad(message: String) -> SimError {
 }
 
 /// Output tiles (`row`, `col`) of one expert, one after another: each a K loop through the load
-/// ring and the two dequantization buffers. Activations that are not bf16 (the model's f32 rows)
-/// are rounded to bf16 on the vector unit, into two more placed buffers, as the weights are
-/// dequantized. `sram` places the buffers after whatever the caller placed.
+/// ring and the two dequantization buffers. Activations that are not held in bf16 (the reference
+/// path's f32 rows) are rounded to bf16 on the vector unit, into two more placed buffers, as the
+/// weights are dequantized; an output held in bf16 is cast into one more. `sram` places the buffers after whatever the caller placed.
 #[allow(clippy::too_many_arguments)]
 fn program(
     p: &mut ManualProgram,

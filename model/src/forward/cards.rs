@@ -58,7 +58,8 @@ pub(crate) struct CardLink {
     pub ep_rank: usize,
 }
 
-/// Bytes per activation value on the wire: activations are f32 in device memory.
+/// Bytes per activation value on the wire: the multi-card numeric path runs at the reference
+/// precision (`Precision::F32`), whose activations are f32 in device memory.
 const WIRE_BYTES: f64 = 4.0;
 
 impl CardLink {

@@ -80,14 +80,17 @@ pub(crate) fn forward(
         // one launch over t·H heads, each sequence with its own state (shape only), as the Gated
         // DeltaNet layer runs it.
         let mem = ops.mem;
-        let row = |c: usize| mem.poisoned::<f32>(&[1, t * c]);
+        // Queries, keys, values and outputs in the activations' format, gates f32, as the
+        // per-sequence path holds them.
+        let row = |c: usize| mem.act(1, t * c);
+        let gate = |c: usize| mem.act_f32(1, t * c);
         let state = || mem.poisoned::<f32>(&[t * st.state.rows(), st.state.cols()]);
         let tensors = DeltaTensors {
             q: row(key),
             k: row(key),
             v: row(value),
-            g: row(key),
-            beta: row(heads),
+            g: gate(key),
+            beta: gate(heads),
             state_in: state(),
             state_out: state(),
             o: row(value),

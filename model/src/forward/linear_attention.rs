@@ -141,13 +141,16 @@ pub(crate) fn forward(
     if ops.batched_decode && t > 1 {
         // A batched cost-only decode: the t sequences' recurrences in one launch over t·Nv
         // heads, each sequence with its own state (shape only: nothing is stored).
-        let row = |c: usize| ops.mem.poisoned::<f32>(&[1, t * c]);
+        // Queries, keys, values and outputs in the activations' format, gates f32, as the
+        // per-sequence path holds them.
+        let row = |c: usize| ops.mem.act(1, t * c);
+        let gate = |c: usize| ops.mem.act_f32(1, t * c);
         let tensors = DeltaTensors {
             q: row(qk_w),
             k: row(qk_w),
             v: row(v_w),
-            g: row(nv),
-            beta: row(nv),
+            g: gate(nv),
+            beta: gate(nv),
             state_in: ops.mem.poisoned(&[t * nv * dk, dv]),
             state_out: ops.mem.poisoned(&[t * nv * dk, dv]),
             o: row(v_w),

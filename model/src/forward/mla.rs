@@ -325,7 +325,8 @@ fn prepare_sparse<'a>(
     let k_new = ops.mem.act(x.rows(), ix.head_dim);
     ops.rope_into("rope", &k_normed, rope_half, ix.head_dim, 0, &k_new)?;
     append_rows(ops, "indexer.cache_append", &k_new, seqs, keys)?;
-    let head_w = ops.linear("indexer.weights_proj", x, &iw.weights_proj)?;
+    // The per-head weights scale the scores top-k reads: f32, as the selector weight itself.
+    let head_w = ops.linear_f32("indexer.weights_proj", x, &iw.weights_proj)?;
     Ok(Indexed {
         q,
         q_idx,

@@ -243,9 +243,14 @@ impl Mem {
     /// A fresh `[rows, cols]` activation (NaN-poisoned, or shape only), held in
     /// [`Mem::activations`].
     pub fn act(self, rows: usize, cols: usize) -> Tensor<f32> {
-        self.poisoned(&[rows, cols])
+        self.act_shaped(&[rows, cols])
+    }
+
+    /// [`Mem::act`] of any shape (a per-head `[T, H, D]` attention output).
+    pub fn act_shaped(self, shape: &[usize]) -> Tensor<f32> {
+        self.poisoned(shape)
             .stored_as(self.activations)
-            .expect("an f32 tensor can be held in any float format of 16 bits or more")
+            .expect("a fresh f32 tensor can be held in any float format of 16 bits or more")
     }
 
     /// A fresh `[rows, cols]` activation held in f32 whatever the precision: what a deployment
@@ -464,7 +469,8 @@ impl Ops {
         Ok(y)
     }
 
-    /// [`Ops::linear`] into a new f32 tensor at any precision ([`Mem::act_f32`]): router logits.
+    /// [`Ops::linear`] into a new f32 tensor at any precision ([`Mem::act_f32`]): router logits
+    /// and the DSA indexer's head weights, which decide selections.
     pub fn linear_f32(
         &mut self,
         op: &str,
@@ -1598,7 +1604,7 @@ impl Ops {
         scale: f64,
     ) -> Result<Tensor<f32>, ForwardError> {
         let (t, heads, d) = (q.shape()[0], q.shape()[1], q.shape()[2]);
-        let o = self.mem.poisoned::<f32>(&[t, heads, latent_dim]);
+        let o = self.mem.act_shaped(&[t, heads, latent_dim]);
         let meta = match pool {
             CacheTensor::Fp8(_) => &fp8_kv::sparse_mla_fp8::META,
             _ => &sparse::sparse_mla::META,
@@ -1739,7 +1745,7 @@ impl Ops {
         scale: f64,
     ) -> Result<Tensor<f32>, ForwardError> {
         let (s, heads, d) = (q.shape()[0], q.shape()[1], q.shape()[2]);
-        let o = self.mem.poisoned::<f32>(&[s, heads, latent_dim]);
+        let o = self.mem.act_shaped(&[s, heads, latent_dim]);
         let meta = match pool {
             CacheTensor::Fp8(_) => &fp8_kv::sparse_mla_batch_fp8::META,
             _ => &sparse::sparse_mla_batch::META,
