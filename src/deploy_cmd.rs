@@ -43,11 +43,10 @@ pub struct DeployArgs {
     /// MoE routing in the cost-only runs: `uniform` or `zipf:S`.
     #[arg(long, default_value = "uniform")]
     pub routing: String,
-    /// KV cache element type: bf16, or fp8 (1 byte per value plus an f32 scale per token). At
-    /// fp8 the simulated steps read the MLA latent as FP8 (DeepSeek-V3, Kimi-K2, and the sparse
-    /// MLA of DeepSeek-V3.2 and hybrid-3t, with their DSA indexer keys); pools whose kernels
-    /// have no FP8 form (GQA keys and values) are read as bf16, which the report says (their
-    /// part of the decode time is then an upper bound).
+    /// KV cache element type: bf16, or fp8 (1 byte per value plus an f32 scale per token and
+    /// cached row). At fp8 the simulated steps read every pool as FP8: the MLA latent
+    /// (DeepSeek-V3, Kimi-K2, the sparse MLA of DeepSeek-V3.2 and hybrid-3t, with their DSA
+    /// indexer keys) and GQA keys and values (Qwen3-Next's full-attention layers).
     #[arg(long, default_value = "bf16")]
     pub kv_dtype: String,
     /// Weight precision of the simulated cards: `native` (the checkpoint's formats: block FP8,
@@ -617,7 +616,7 @@ pub fn run(a: RunArgs) -> Result<(), String> {
             "prefill": phase_json(&prefill, Phase::Prefill, s.workload.ttft_target_s),
             "decode": phase_json(&decode, Phase::Decode, s.workload.tpot_target_s),
             "memory": memory_json(&decode.best.memory),
-            "kv_cache": kv_cache_json(&a.deploy.kv_dtype, s.est.config()),
+            "kv_cache": kv_cache_json(&a.deploy.kv_dtype),
             "tuning": s.tuning.as_ref().map(|p| p.display().to_string()),
             "wall_s": wall,
         });
@@ -636,9 +635,6 @@ pub fn run(a: RunArgs) -> Result<(), String> {
     );
     print_phase("decode", &decode, Phase::Decode, s.workload.tpot_target_s);
     print_memory(&decode.best);
-    if let Some(note) = kv_cache_caveat(&a.deploy.kv_dtype, s.est.config()) {
-        println!("  note: {note}");
-    }
     println!("  ({wall:.1} s wall)");
     Ok(())
 }
@@ -692,37 +688,13 @@ fn print_phase(name: &str, c: &PhaseChoice, phase: Phase, target_s: Option<f64>)
     }
 }
 
-/// What a report says when `--kv-dtype fp8` plans pools that the simulated steps read as bf16
-/// (layers whose kernels have no FP8 form); `None` when the simulation reads what was planned.
-fn kv_cache_caveat(planned: &str, cfg: &model::config::ModelConfig) -> Option<String> {
-    let bf16 = model::forward::cache_format::unquantised_kinds(cfg);
-    (planned == "fp8" && !bf16.is_empty()).then(|| {
-        format!(
-            "the memory plan sizes every KV pool at fp8, but the simulated steps read the {} pools as bf16 (no FP8 kernel yet): their decode attention time is an upper bound",
-            bf16.join(" and ")
-        )
-    })
-}
-
-/// The `kv_cache` field of a `day0 run --json` report: the cache the memory plan sized, the
-/// format the simulated steps read (`fp8` where every pool is an MLA latent or DSA indexer keys,
-/// `mixed` where GQA pools are beside them, `bf16` where there are none), and the caveat when
-/// they differ.
-fn kv_cache_json(planned: &str, cfg: &model::config::ModelConfig) -> serde_json::Value {
-    let note = kv_cache_caveat(planned, cfg);
-    let simulated = match (
-        planned,
-        model::forward::cache_format::has_fp8_layers(cfg),
-        note.is_some(),
-    ) {
-        ("fp8", true, false) => "fp8",
-        ("fp8", true, true) => "mixed",
-        _ => "bf16",
-    };
+/// The `kv_cache` field of a `day0 run --json` report: the cache format the memory plan sized
+/// and the one the simulated steps read, the same since every pool kind (MLA latents, DSA
+/// indexer keys, GQA keys and values) has FP8 kernels.
+fn kv_cache_json(planned: &str) -> serde_json::Value {
     json!({
         "planned_dtype": planned,
-        "simulated_dtype": simulated,
-        "note": note,
+        "simulated_dtype": planned,
     })
 }
 

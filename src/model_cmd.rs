@@ -77,9 +77,9 @@ pub struct ForwardArgs {
     /// runs, f32 for numeric runs.
     #[arg(long)]
     precision: Option<Precision>,
-    /// KV cache type: `bf16`, `fp8` (the MLA latent, dense or sparse, and DSA indexer keys as
-    /// E4M3 codes plus an f32 scale per token; GQA pools stay bf16) or `f32`. Default: the precision's own (f32 on the
-    /// reference path, bf16 at native precision).
+    /// KV cache type: `bf16`, `fp8` (every pool, the MLA latent, dense or sparse, DSA indexer keys
+    /// and GQA keys and values, as E4M3 codes plus an f32 scale per token and cached row) or
+    /// `f32`. Default: the precision's own (f32 on the reference path, bf16 at native precision).
     #[arg(long)]
     kv_dtype: Option<model::forward::CacheFormat>,
     /// Device preset the kernels run on.

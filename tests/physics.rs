@@ -108,6 +108,7 @@ const CHECKED: &[&str] = &[
     "attention_decode_latent_fp8",
     "kv_cache_gather_fp8",
     "attention_decode_batch",
+    "attention_decode_batch_fp8",
     "dsa_indexer_decode",
     "dsa_indexer_decode_batch",
     "dsa_indexer_prefill",
@@ -839,8 +840,9 @@ fn run_model_op(device: &str, op: &str, x: &[usize; 8]) -> Labelled {
                 .map(|r| r.report),
             )
         }
-        "attention_decode_batch" => {
-            // Up to 4 sequences with their own contexts (drawn from the seed) in one launch.
+        "attention_decode_batch" | "attention_decode_batch_fp8" => {
+            // Up to 4 sequences with their own contexts (drawn from the seed) in one launch, over
+            // bf16 or FP8 pools.
             let (kv, group, hd) = (dim(x[1], 1, 8), dim(x[5], 1, 16), dim(x[2], 1, 300));
             let (seqs, longest) = (dim(x[6] / 7, 1, 4), dim(x[0], 1, 4096));
             let mut rng = Rng::new(seed);
@@ -857,12 +859,19 @@ fn run_model_op(device: &str, op: &str, x: &[usize; 8]) -> Labelled {
                 page_size: dim(x[4], 1, 300),
                 splits: dim(x[6], 1, 16),
                 dtype: GemmDtype::Bf16,
-                fp8_kv: false,
+                fp8_kv: op.ends_with("fp8"),
                 seed,
             };
+            // A sliding window in a third of the draws.
+            let window = if divides(3, x[7]) {
+                dim(x[0] / 3, 1, 1024)
+            } else {
+                0
+            };
             one(
-                format!("{op} contexts {contexts:?} {case:?}"),
-                run_decode_gqa_batch_with(&l, &case, &contexts, 0, seed % 2 == 1).map(|r| r.report),
+                format!("{op} contexts {contexts:?} window {window} {case:?}"),
+                run_decode_gqa_batch_with(&l, &case, &contexts, window, seed % 2 == 1)
+                    .map(|r| r.report),
             )
         }
         "dsa_decode" | "dsa_prefill" | "dsa_prefill_fp8" => {
@@ -1196,6 +1205,10 @@ const MODEL_RUNNERS: &[(&str, &[&str])] = &[
     (
         "attention_decode_batch",
         &["attention_decode_batch", "attention_decode_combine"],
+    ),
+    (
+        "attention_decode_batch_fp8",
+        &["attention_decode_batch_fp8", "attention_decode_combine"],
     ),
     (
         "dsa_decode",

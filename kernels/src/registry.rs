@@ -287,6 +287,12 @@ pub fn all() -> Vec<Implementation> {
             summary: "split-KV paged decode over an FP8 E4M3 cache with per-token scales",
         },
         Implementation {
+            op: "attention_decode_batch_fp8",
+            kind: ImplKind::Dsl,
+            meta: &crate::attention::fp8_kv::paged_decode_gqa_batch_fp8::META,
+            summary: "batched GQA split-KV paged decode over FP8 E4M3 key and value pools (one scale per token and key/value head): S sequences, their own block tables and lengths, windows and sinks, one launch",
+        },
+        Implementation {
             op: "attention_decode_latent_fp8",
             kind: ImplKind::Dsl,
             meta: &crate::attention::fp8_kv::paged_decode_latent_fp8::META,

@@ -181,6 +181,61 @@ proptest! {
     }
 }
 
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(12))]
+
+    /// The batched GQA decode over FP8 pools (`paged_decode_gqa_batch_fp8`, one f32 scale per
+    /// token and key/value head in each pool): ragged contexts, windows and sinks in one launch
+    /// are exact on the dequantised pools (f32 ≤ 1e-5; bf16 ≤ 2e-2, as the bf16 batch), within
+    /// the E4M3 bound of the unquantised pools (4u, see
+    /// `fp8_kv_decode_error_is_within_the_e4m3_bound_and_the_cache_is_one_byte_per_value`), store
+    /// one byte per value plus the scales, read under 0.6× the HBM bytes of the unquantised pools
+    /// where the cache outweighs the queries, and cost the same cycles cost-only as functionally.
+    #[test]
+    fn fp8_batched_gqa_decode_matches_the_dequantised_cache(
+        contexts in prop::collection::vec(1usize..300, 1..4),
+        kv_heads in prop::sample::select(vec![1usize, 2, 4]),
+        group in prop::sample::select(vec![1usize, 4, 8]),
+        head_dim in prop::sample::select(vec![64usize, 128, 256]),
+        page_size in prop::sample::select(vec![16usize, 64]),
+        splits in 1usize..5, bf16 in any::<bool>(), seed in any::<u64>(),
+        window in prop::sample::select(vec![0usize, 0, 7, 100]), sinks in any::<bool>(),
+    ) {
+        let case = DecodeCase {
+            heads: kv_heads * group, kv_heads, head_dim, v_head_dim: head_dim, shared_kv: false,
+            ctx: 0, page_size, splits,
+            dtype: if bf16 { GemmDtype::Bf16 } else { GemmDtype::F32 }, fp8_kv: true, seed,
+        };
+        let l = launcher();
+        let run = run_decode_gqa_batch_with(&l, &case, &contexts, window, sinks).unwrap();
+        let out = run.output.as_ref().unwrap();
+        prop_assert!(out.iter().all(|v| v.is_finite()), "an output element was not written");
+        let kernel = run.dequantized_error.unwrap();
+        prop_assert!(kernel <= if bf16 { 2e-2 } else { 1e-5 }, "{contexts:?} {case:?}: {kernel}");
+        let err = run.report.max_rel_error.unwrap();
+        prop_assert!(err <= 4.0 * E4M3_UNIT_ROUNDOFF, "{contexts:?} {case:?}: {err}");
+        let tokens: usize = contexts.iter().sum();
+        prop_assert_eq!(
+            run.kv_cache_bytes,
+            (tokens * kv_heads * (2 * head_dim + 2 * 4)) as u64
+        );
+        let cost = run_decode_gqa_batch_with(
+            &l.clone().with_backend(Backend::CostOnly), &case, &contexts, window, sinks,
+        ).unwrap();
+        prop_assert_eq!(cost.report.cycles, run.report.cycles);
+        if window == 0 && tokens >= 64 * group * contexts.len() {
+            let plain = run_decode_gqa_batch_with(
+                &l, &DecodeCase { fp8_kv: false, ..case.clone() }, &contexts, window, sinks,
+            ).unwrap();
+            prop_assert!(
+                (run.report.hbm_read_bytes as f64) < 0.6 * plain.report.hbm_read_bytes as f64,
+                "fp8 {} vs unquantised {} bytes read", run.report.hbm_read_bytes,
+                plain.report.hbm_read_bytes
+            );
+        }
+    }
+}
+
 /// The batched GQA decode in a cost-only run with shape-only tensors (no table or length data:
 /// every context is `max_ctx`, sequence `s`'s pages `s·T..`): it reads every key and value row of
 /// every sequence once (none twice), and costs cycles.
@@ -231,8 +286,8 @@ fn batched_gqa_decode_cost_only_reads_every_kv_row() {
 }
 
 /// The batched GQA decode refuses, with an error, what it cannot run: an empty batch, an empty
-/// context, pages of 0 tokens, heads that are not a multiple of the kv heads, a shared (latent)
-/// pool and an FP8 cache.
+/// context, pages of 0 tokens, heads that are not a multiple of the kv heads and a shared
+/// (latent) pool.
 #[test]
 fn batched_gqa_decode_refuses_bad_batches() {
     let case = DecodeCase {
@@ -265,14 +320,15 @@ fn batched_gqa_decode_refuses_bad_batches() {
             shared_kv: true,
             ..case.clone()
         },
-        DecodeCase {
-            fp8_kv: true,
-            ..case.clone()
-        },
     ];
     for c in bad {
         assert!(run_decode_gqa_batch(&l, &c, &[10]).is_err(), "{c:?}");
     }
+    let fp8 = DecodeCase {
+        fp8_kv: true,
+        ..case.clone()
+    };
+    assert!(run_decode_gqa_batch(&l, &fp8, &[40, 7]).is_ok());
 }
 
 /// The latent decode refuses what it cannot run (separate pools) with an error.

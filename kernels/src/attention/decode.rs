@@ -15,7 +15,9 @@
 //! `block_tables [S, T]`, `ctx_lens [S]` (i32), partials `[splits, S·Hkv, G, DV]`, output
 //! `[S·Hkv·G, DV]`.
 
-use super::fp8_kv::{paged_decode_latent_fp8, paged_decode_split_fp8, Fp8Tensors};
+use super::fp8_kv::{
+    paged_decode_gqa_batch_fp8, paged_decode_latent_fp8, paged_decode_split_fp8, Fp8Tensors,
+};
 use super::prefill::softmax_start;
 use super::reference::{
     attention_decode_paged, attention_decode_paged_sinks, mqa_dense, AttnShape, MqaShape,
@@ -359,6 +361,103 @@ pub fn decode_latent_config(
     crate::tile_choice::cover(meta, &base, &[("BD", head_dim, "head_dim")])
 }
 
+/// The work of one batched GQA decode program ([`paged_decode_gqa_batch()`] and its FP8 form),
+/// from its row `row` of `q [S·Hkv, G, D]` (`kv_heads` = Hkv, `group` = G) and first query row
+/// `r0`: its sequence, key/value
+/// head, context length (one 4-byte read), window start `w0` (0 without a window), its share
+/// `p0..p1` of the window's pages, and the softmax's starting max and sum: the query heads'
+/// attention sinks (`sinks [Hq, 1]`, −∞ for none) in the first split, so the combine counts each
+/// sink once, an empty start in the others.
+#[kernel(helper, helpers(split_pages, softmax_start))]
+#[allow(clippy::too_many_arguments, clippy::type_complexity)]
+pub fn gqa_batch_program<const BH: usize>(
+    row: usize,
+    r0: usize,
+    kv_heads: usize,
+    group: usize,
+    ctx_lens: &Tensor<i32>,
+    max_ctx: usize,
+    window: usize,
+    page_size: usize,
+    sinks: &Tensor<f32>,
+) -> (
+    usize,
+    usize,
+    usize,
+    usize,
+    usize,
+    usize,
+    Tile<f32, BH, 1>,
+    Tile<f32, BH, 1>,
+) {
+    let (seq, kvh) = (row / kv_heads, row % kv_heads);
+    let ctx_len = load_index(ctx_lens, seq, max_ctx);
+    // A sliding window reads only its keys: from `w0`, split over the window's pages.
+    let w0 = if window > 0 {
+        ctx_len.saturating_sub(window)
+    } else {
+        0
+    };
+    let (p0, p1) = split_pages(w0 / page_size, ctx_len, page_size);
+    let (m, l) = if program_id(1) == 0 {
+        softmax_start(&load_async::<BH, 1>(
+            &sinks.rows_clipped(kvh * group, (kvh + 1) * group),
+            r0,
+            0,
+        ))
+    } else {
+        (full::<f32, BH, 1>(f32::NEG_INFINITY), zeros::<f32, BH, 1>())
+    };
+    (seq, kvh, ctx_len, w0, p0, p1, m, l)
+}
+
+/// Page `p` of a batched GQA decode split (`p0..`): `(pool page, limit, valid rows, first key
+/// block)`. The page comes through the 64-entry block-table tile `idx` (reloaded every 64 pages);
+/// `limit` is the page's end within the context (keys past it score −∞) and only the `valid`
+/// rows before it are read (a cache holds garbage past the context, and a value of NaN times a
+/// zero probability would still poison the output); a sliding window's first page starts at the
+/// block holding `w0`, so every block read has a key in the window and no row's running max
+/// stays −∞.
+#[kernel(helper)]
+#[allow(clippy::too_many_arguments, clippy::manual_is_multiple_of)]
+pub fn gqa_page_at<const BK: usize>(
+    table: &Tensor<i32>,
+    idx: &mut Tile<i32, 1, 64>,
+    p: usize,
+    p0: usize,
+    first_page: usize,
+    ctx_len: usize,
+    page_size: usize,
+    w0: usize,
+) -> (usize, usize, usize, usize) {
+    if p > p0 && (p - p0) % 64 == 0 {
+        *idx = load::<1, 64>(table, 0, p);
+    }
+    let page = index_at(idx, (p - p0) % 64, first_page + p);
+    let limit = usize::min(ctx_len, (p + 1) * page_size);
+    let valid = limit - p * page_size;
+    let kb0 = w0.saturating_sub(p * page_size) / BK * BK;
+    (page, limit, valid, kb0)
+}
+
+/// Scores `s` of the keys from position `k0` masked to −∞ at or past `limit` and, with a sliding
+/// `window` (> 0), before its start `w0`.
+#[kernel(helper)]
+pub fn mask_decode_keys<const BH: usize, const BK: usize>(
+    s: &Tile<f32, BH, BK>,
+    k0: usize,
+    limit: usize,
+    window: usize,
+    w0: usize,
+) -> Tile<f32, BH, BK> {
+    let s = mask_keys(s, 0, k0, limit, false);
+    if window > 0 {
+        mask_before(&s, k0, w0)
+    } else {
+        s
+    }
+}
+
 /// Split-KV decode of grouped-query attention for a batch of sequences in one launch: the GQA
 /// counterpart of [`paged_decode_latent()`], so a serving step's single-token decodes over one
 /// shared paged cache cost one launch instead of one per sequence. Sequence `s` has one decode
@@ -385,10 +484,16 @@ pub fn decode_latent_config(
         BDV = [128, 16, 32, 64, 256, 512]
     ),
     constraint(BDV <= BD && BD <= 2 * BDV),
-    helpers(online_softmax_step, split_rows, split_pages, store_split_partials, softmax_start)
+    helpers(
+        online_softmax_step,
+        split_rows,
+        gqa_batch_program,
+        gqa_page_at,
+        mask_decode_keys,
+        store_split_partials
+    )
 )]
-// `is_multiple_of` is not in the DSL's method subset; `% 64 == 0` is.
-#[allow(clippy::too_many_arguments, clippy::manual_is_multiple_of)]
+#[allow(clippy::too_many_arguments)]
 pub fn paged_decode_gqa_batch<Q: Float, T: Float>(
     q: &Tensor<Q>,
     k_pool: &Tensor<T>,
@@ -407,36 +512,26 @@ pub fn paged_decode_gqa_batch<Q: Float, T: Float>(
         d <= BD && dv <= BDV,
         "the BD/BDV tiles must cover the head dims (decode_config picks covering tiles)",
     );
-    // The key/value heads per sequence follow from the batch: q holds S·Hkv rows of heads.
-    let kv_heads = q.shape()[0] / ctx_lens.shape()[0];
     let (row, r0) = split_rows::<BH>(q.shape()[1]);
-    let (seq, kvh) = (row / kv_heads, row % kv_heads);
     // Queries convert to the pool's format on chip (see `paged_decode_latent`).
     let tq = cast::<T>(&load_async::<BH, BD>(&q.at(row), r0, 0));
-    let ctx_len = load_index(ctx_lens, seq, max_ctx);
-    // A sliding window reads only its keys: from `w0`, split over the window's pages.
-    let w0 = if window > 0 {
-        ctx_len.saturating_sub(window)
-    } else {
-        0
-    };
-    let (p0, p1) = split_pages(w0 / page_size, ctx_len, page_size);
+    // The key/value heads per sequence follow from the batch: q holds S·Hkv rows of heads.
+    let kv_heads = q.shape()[0] / ctx_lens.shape()[0];
+    let (seq, kvh, ctx_len, w0, p0, p1, mut m, mut l) = gqa_batch_program::<BH>(
+        row,
+        r0,
+        kv_heads,
+        q.shape()[1],
+        ctx_lens,
+        max_ctx,
+        window,
+        page_size,
+        sinks,
+    );
     let table = block_tables.at(seq);
     let first_page = seq * block_tables.cols();
     let kh = k_pool.cols_clipped(kvh * d, d);
     let vh = v_pool.cols_clipped(kvh * dv, dv);
-    // The first split starts from the query heads' attention sinks (`sinks [Hq, 1]`, −∞ for
-    // none), so the combine counts each sink once.
-    let (mut m, mut l) = if program_id(1) == 0 {
-        let group = q.shape()[1];
-        softmax_start(&load_async::<BH, 1>(
-            &sinks.rows_clipped(kvh * group, (kvh + 1) * group),
-            r0,
-            0,
-        ))
-    } else {
-        (full::<f32, BH, 1>(f32::NEG_INFINITY), zeros::<f32, BH, 1>())
-    };
     let mut acc = zeros::<f32, BH, BDV>();
     if p1 == p0 {
         // No pages in this split: a zero partial that the combine weighs by e^(m − lse) (acc / l
@@ -451,33 +546,19 @@ pub fn paged_decode_gqa_batch<Q: Float, T: Float>(
         // its latency between every two pages).
         let mut idx = load::<1, 64>(&table, 0, p0);
         for p in p0..p1 {
-            if p > p0 && (p - p0) % 64 == 0 {
-                idx = load::<1, 64>(&table, 0, p);
-            }
-            let page = index_at(&idx, (p - p0) % 64, first_page + p);
-            // Keys past the page (a tile wider than it) or past the context score −∞; rows of
-            // the last page past the context are never read (a cache holds garbage there, and a
-            // value of NaN times a zero probability would still poison the output).
-            let limit = usize::min(ctx_len, (p + 1) * page_size);
-            let valid = limit - p * page_size;
+            let (page, limit, valid, kb0) =
+                gqa_page_at::<BK>(&table, &mut idx, p, p0, first_page, ctx_len, page_size, w0);
             let (kp, vp) = (
                 kh.at(page).rows_clipped(0, valid),
                 vh.at(page).rows_clipped(0, valid),
             );
-            // The window's first page starts at the block holding `w0`: every block read has a
-            // key in the window, so no row's running max stays −∞.
-            let kb0 = w0.saturating_sub(p * page_size) / BK * BK;
             for kb in (kb0..valid).step_by(BK) {
                 let tk = load_async::<BK, BD>(&kp, kb, 0);
                 let tv = load_async::<BK, BDV>(&vp, kb, 0);
                 let mut s = zeros::<f32, BH, BK>();
                 mma_bt(&mut s, &tq, &tk);
-                let s = mask_keys(&scale(&s, sm_scale), 0, p * page_size + kb, limit, false);
-                let s = if window > 0 {
-                    mask_before(&s, p * page_size + kb, w0)
-                } else {
-                    s
-                };
+                let s =
+                    mask_decode_keys(&scale(&s, sm_scale), p * page_size + kb, limit, window, w0);
                 let pr = online_softmax_step(&s, &mut m, &mut l, &mut acc);
                 mma(&mut acc, &cast::<T>(&pr), &tv);
             }
@@ -826,8 +907,10 @@ fn run_latent_batch<T: Float>(
 /// spare pages, as an allocator leaves it; heads, kv heads, dims, page size, splits, dtype and
 /// seed come from `case` (its `ctx` is ignored). Checked against the f64 reference of each
 /// sequence alone ([`attention_decode_paged`], as [`run_decode`]); the output is
-/// `[S·heads, v_head_dim]`. Separate key and value pools and a bf16/f32 cache only: `shared_kv`
-/// (use [`run_decode_latent_batch`]) and `fp8_kv` are refused with an error.
+/// `[S·heads, v_head_dim]`. With `fp8_kv` the pools are quantised per (token, key/value head)
+/// and read by [`paged_decode_gqa_batch_fp8()`]; `max_rel_error` is then the error against the
+/// unquantised pools and `dequantized_error` the kernel's own. Separate key and value pools only:
+/// `shared_kv` (use [`run_decode_latent_batch`]) is refused with an error.
 pub fn run_decode_gqa_batch(
     launcher: &Launcher,
     case: &DecodeCase,
@@ -868,10 +951,10 @@ pub fn run_decode_gqa_batch_with(
                 .into(),
         ));
     }
-    if case.shared_kv || case.fp8_kv {
+    if case.shared_kv {
         return Err(fail(
-            "the batched GQA decode needs separate key and value pools and a bf16 or f32 cache \
-             (a shared latent pool: run_decode_latent_batch)"
+            "the batched GQA decode needs separate key and value pools (a shared latent pool: \
+             run_decode_latent_batch)"
                 .into(),
         ));
     }
@@ -887,8 +970,13 @@ pub fn run_decode_gqa_batch_with(
     .validate()
     .map_err(|e| fail(e.to_string()))?;
     let group = case.heads / case.kv_heads;
+    let meta = if case.fp8_kv {
+        &paged_decode_gqa_batch_fp8::META
+    } else {
+        &paged_decode_gqa_batch::META
+    };
     let cfg = decode_config(
-        &paged_decode_gqa_batch::META,
+        meta,
         &Config::new(),
         case.head_dim,
         case.v_head_dim,
@@ -951,36 +1039,62 @@ fn run_gqa_batch<T: Float>(
         )?
     };
     let sm_scale = 1.0 / (d as f32).sqrt();
-    let split = paged_decode_gqa_batch::launch(
-        launcher,
-        cfg,
-        &q,
-        &k_pool,
-        &v_pool,
-        &block_tables,
-        &ctx_lens,
-        &o_part,
-        &lse_part,
-        max_ctx,
-        sm_scale,
-        window,
-        &sinks,
-    )?;
+    let pools8 = if case.fp8_kv {
+        Some((
+            Fp8Tensors::quantize(&k_pool, hkv, d).map_err(fail)?,
+            Fp8Tensors::quantize(&v_pool, hkv, dv).map_err(fail)?,
+        ))
+    } else {
+        None
+    };
+    let split = match &pools8 {
+        Some((k8, v8)) => paged_decode_gqa_batch_fp8::launch::<T, T>(
+            launcher,
+            cfg,
+            &q,
+            &k8.codes,
+            &v8.codes,
+            &k8.scales,
+            &v8.scales,
+            &block_tables,
+            &ctx_lens,
+            &o_part,
+            &lse_part,
+            max_ctx,
+            sm_scale,
+            window,
+            &sinks,
+        )?,
+        None => paged_decode_gqa_batch::launch(
+            launcher,
+            cfg,
+            &q,
+            &k_pool,
+            &v_pool,
+            &block_tables,
+            &ctx_lens,
+            &o_part,
+            &lse_part,
+            max_ctx,
+            sm_scale,
+            window,
+            &sinks,
+        )?,
+    };
     let combine = decode_combine::launch(launcher, &combine_config(dv)?, &o_part, &lse_part, &o)?;
     let mut report =
         dsl_core::Report::chain("paged_decode_gqa_batch", &[split.report, combine.report])
             .expect("two launches");
     let output = o.to_vec();
-    if let (Some(out), Some(qv), Some(kv), Some(vv)) =
-        (&output, q.to_vec(), k_pool.to_vec(), v_pool.to_vec())
-    {
+    let sink_values = if with_sinks {
+        sinks.to_vec().unwrap_or_default()
+    } else {
+        Vec::new()
+    };
+    // Each sequence alone through its own pages, over the pools `kv`/`vv`.
+    let reference = |qv: &[f32], kv: &[f32], vv: &[f32]| -> Result<Vec<f64>, SimError> {
         let q_len = case.heads * d;
-        let sink_values = if with_sinks {
-            sinks.to_vec().unwrap_or_default()
-        } else {
-            Vec::new()
-        };
-        let mut want = Vec::with_capacity(out.len());
+        let mut want = Vec::new();
         for (s, ctx) in contexts.iter().enumerate() {
             let shape = AttnShape {
                 sq: 1,
@@ -994,8 +1108,8 @@ fn run_gqa_batch<T: Float>(
             want.extend(
                 attention_decode_paged_sinks(
                     qs,
-                    &kv,
-                    &vv,
+                    kv,
+                    vv,
                     &tables[s],
                     page,
                     shape,
@@ -1006,14 +1120,31 @@ fn run_gqa_batch<T: Float>(
                 .map_err(|e| fail(e.to_string()))?,
             );
         }
-        report.max_rel_error = Some(crate::reference::rel_error(out, &want));
+        Ok(want)
+    };
+    let mut dequantized_error = None;
+    if let (Some(out), Some(qv), Some(kv), Some(vv)) =
+        (&output, q.to_vec(), k_pool.to_vec(), v_pool.to_vec())
+    {
+        report.max_rel_error = Some(crate::reference::rel_error(out, &reference(&qv, &kv, &vv)?));
+        if let Some((k8, v8)) = &pools8 {
+            let want = reference(&qv, &k8.dequantized(), &v8.dequantized())?;
+            dequantized_error = Some(crate::reference::rel_error(out, &want));
+        }
     }
-    let values = (hkv * (d + dv) * contexts.iter().sum::<usize>()) as u64;
+    let tokens = contexts.iter().sum::<usize>() as u64;
+    let values = (hkv * (d + dv)) as u64 * tokens;
+    // FP8: one byte per value and one f32 scale per (token, key/value head) in each pool.
+    let kv_cache_bytes = if case.fp8_kv {
+        values + 2 * 4 * hkv as u64 * tokens
+    } else {
+        values * T::DTYPE.bytes_for(1)
+    };
     Ok(DecodeRun {
         report,
         output,
-        dequantized_error: None,
-        kv_cache_bytes: values * T::DTYPE.bytes_for(1),
+        dequantized_error,
+        kv_cache_bytes,
         kv_cache_bytes_bf16: 2 * values,
     })
 }

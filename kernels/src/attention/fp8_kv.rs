@@ -15,8 +15,8 @@
 //! (`Σ_s p_s·(σ_s c_s) = Σ_s (p_s σ_s)·c_s`), as DeepSeek's FP8 GEMMs scale partial products.
 
 use super::decode::{
-    latent_block_at, online_softmax_step, split_pages, split_program, split_rows,
-    store_split_partials,
+    gqa_batch_program, gqa_page_at, latent_block_at, mask_decode_keys, online_softmax_step,
+    split_pages, split_program, split_rows, store_split_partials,
 };
 use super::kv_append::{append_rows_config, append_slots, append_table, device_rows, device_slots};
 use accel_sim::formats::fp8::{decode_e4m3, encode_e4m3};
@@ -335,6 +335,112 @@ pub fn paged_decode_split_fp8<T: Float>(
         }
     }
     store_split_partials(o_part, lse_part, kvh, r0, &m, &l, &acc);
+}
+
+/// Batched GQA decode over FP8 pools: [`super::decode::paged_decode_gqa_batch()`] (one decode
+/// token of each of `S` sequences, each through its own block-table row and length, sliding
+/// windows and attention sinks in the kernel) with the key and value pools as E4M3 codes
+/// `k_pool [pages, P, Hkv·D]`, `v_pool [pages, P, Hkv·DV]` and one f32 scale per (token,
+/// key/value head), `k_scale`/`v_scale [pages, Hkv, P]` (as [`kv_cache_append_fp8()`] writes
+/// them). Each block's codes convert to the compute dtype `T` on chip; key scales multiply the
+/// score columns, value scales the probability columns, as in [`paged_decode_split_fp8()`]. Half
+/// the cache bytes of a bf16 pool per step, for one conversion per key and value block.
+#[kernel(
+    grid = (q.shape()[0] * cdiv(q.shape()[1], BH), o_part.shape()[0]),
+    tunable(
+        BH = [16, 64, 128],
+        BK = [64, 16, 128],
+        BD = [128, 16, 32, 64, 256, 576],
+        BDV = [128, 16, 32, 64, 256, 512]
+    ),
+    constraint(BDV <= BD && BD <= 2 * BDV),
+    helpers(
+        online_softmax_step,
+        split_rows,
+        gqa_batch_program,
+        gqa_page_at,
+        mask_decode_keys,
+        store_split_partials
+    )
+)]
+#[allow(clippy::too_many_arguments)]
+pub fn paged_decode_gqa_batch_fp8<Q: Float, T: Float>(
+    q: &Tensor<Q>,
+    k_pool: &Tensor<fp8e4m3>,
+    v_pool: &Tensor<fp8e4m3>,
+    k_scale: &Tensor<f32>,
+    v_scale: &Tensor<f32>,
+    block_tables: &Tensor<i32>,
+    ctx_lens: &Tensor<i32>,
+    o_part: &Tensor<f32>,
+    lse_part: &Tensor<f32>,
+    max_ctx: usize,
+    sm_scale: f32,
+    window: usize,
+    sinks: &Tensor<f32>,
+) {
+    let (d, dv, page_size) = (q.shape()[2], o_part.shape()[3], k_pool.shape()[1]);
+    require(
+        d <= BD && dv <= BDV,
+        "the BD/BDV tiles must cover the head dims (decode_config picks covering tiles)",
+    );
+    let (row, r0) = split_rows::<BH>(q.shape()[1]);
+    let tq = cast::<T>(&load_async::<BH, BD>(&q.at(row), r0, 0));
+    let kv_heads = q.shape()[0] / ctx_lens.shape()[0];
+    let (seq, kvh, ctx_len, w0, p0, p1, mut m, mut l) = gqa_batch_program::<BH>(
+        row,
+        r0,
+        kv_heads,
+        q.shape()[1],
+        ctx_lens,
+        max_ctx,
+        window,
+        page_size,
+        sinks,
+    );
+    let table = block_tables.at(seq);
+    let first_page = seq * block_tables.cols();
+    let kh = k_pool.cols_clipped(kvh * d, d);
+    let vh = v_pool.cols_clipped(kvh * dv, dv);
+    let mut acc = zeros::<f32, BH, BDV>();
+    if p1 == p0 {
+        // No pages in this split: see `paged_decode_gqa_batch`.
+        let split = program_id(1);
+        store(&o_part.at(split).at(row), r0, 0, &acc);
+        store(&lse_part.at(split).at(row), r0, 0, &m);
+    } else {
+        let mut idx = load::<1, 64>(&table, 0, p0);
+        for p in p0..p1 {
+            let (page, limit, valid, kb0) =
+                gqa_page_at::<BK>(&table, &mut idx, p, p0, first_page, ctx_len, page_size, w0);
+            let (kp, vp) = (
+                kh.at(page).rows_clipped(0, valid),
+                vh.at(page).rows_clipped(0, valid),
+            );
+            let (ksp, vsp) = (
+                k_scale.at(page).cols_clipped(0, valid),
+                v_scale.at(page).cols_clipped(0, valid),
+            );
+            for kb in (kb0..valid).step_by(BK) {
+                let tk = load_async::<BK, BD>(&kp, kb, 0);
+                let tv = load_async::<BK, BDV>(&vp, kb, 0);
+                let ks = load_async::<1, BK>(&ksp, kvh, kb);
+                let vs = load_async::<1, BK>(&vsp, kvh, kb);
+                let mut s = zeros::<f32, BH, BK>();
+                mma_bt(&mut s, &tq, &cast::<T>(&tk));
+                let s = mask_decode_keys(
+                    &scale(&mul_row(&s, &ks), sm_scale),
+                    p * page_size + kb,
+                    limit,
+                    window,
+                    w0,
+                );
+                let pr = online_softmax_step(&s, &mut m, &mut l, &mut acc);
+                mma(&mut acc, &cast::<T>(&mul_row(&pr, &vs)), &cast::<T>(&tv));
+            }
+        }
+        store_split_partials(o_part, lse_part, row, r0, &m, &l, &acc);
+    }
 }
 
 /// MLA's absorbed decode over an FP8 latent cache: [`super::decode::paged_decode_latent()`]

@@ -8,14 +8,14 @@
 //! transformers in bf16 does (the activations themselves are held in bf16 at native precision,
 //! [`super::Precision::activations`]).
 //!
-//! [`CacheFormat::Fp8`] (`--kv-dtype fp8`) stores the MLA latent (DeepSeek-V3, Kimi-K2, and the
-//! sparse MLA of DeepSeek-V3.2) and the DSA indexer's keys as E4M3 codes with one f32 scale per
-//! token ([`kernels::attention::fp8_kv`]), the layout of V3.2's own FP8 cache but with one scale
-//! per token where FlashMLA keeps four: the append quantises, the absorbed decode, the sparse
-//! attention and the indexer convert the codes on chip (the sparse kernels gather each row's
-//! scale with it; the indexer scales each key's finished score), a dense prefill chunk's cached
-//! context is gathered dequantised. GQA's keys and values, whose kernels have no FP8 form yet,
-//! stay bf16.
+//! [`CacheFormat::Fp8`] (`--kv-dtype fp8`) stores every pool as E4M3 codes with one f32 scale per
+//! token and key/value head ([`kernels::attention::fp8_kv`]): the MLA latent (DeepSeek-V3,
+//! Kimi-K2, and the sparse MLA of DeepSeek-V3.2), the DSA indexer's keys, and GQA's keys and
+//! values (Qwen3-Next's full-attention layers, sliding windows and sinks included). The layout is
+//! that of V3.2's own FP8 cache but with one scale per token where FlashMLA keeps four: the append
+//! quantises, the decodes (absorbed MLA, batched GQA), the sparse attention and the indexer
+//! convert the codes on chip (the sparse kernels gather each row's scale with it; the indexer
+//! scales each key's finished score), a prefill chunk's cached context is gathered dequantised.
 
 use super::ops::Mem;
 use dsl_core::{bf16, Float, Tensor};
@@ -29,8 +29,8 @@ pub enum CacheFormat {
     F32,
     /// bf16 rows (native precision).
     Bf16,
-    /// MLA latents (dense and sparse) and DSA indexer keys as FP8 E4M3 codes plus one f32 scale
-    /// per token; GQA pools bf16.
+    /// FP8 E4M3 codes plus one f32 scale per token and key/value head (every pool: MLA latents,
+    /// DSA indexer keys, GQA keys and values).
     Fp8,
 }
 
@@ -41,14 +41,6 @@ impl CacheFormat {
             CacheFormat::F32 => 4,
             CacheFormat::Bf16 => 2,
             CacheFormat::Fp8 => 1,
-        }
-    }
-
-    /// The format of the pools that have no FP8 form (GQA keys and values): bf16 for FP8.
-    pub fn unquantised(self) -> CacheFormat {
-        match self {
-            CacheFormat::Fp8 => CacheFormat::Bf16,
-            other => other,
         }
     }
 
@@ -76,36 +68,6 @@ impl std::str::FromStr for CacheFormat {
     }
 }
 
-/// The pools of `cfg` that stay bf16 when the cache is [`CacheFormat::Fp8`] (their kernels have
-/// no FP8 form yet), by name, once each: empty when every cached layer is MLA (dense or sparse)
-/// and so reads FP8 only.
-pub fn unquantised_kinds(cfg: &crate::config::ModelConfig) -> Vec<&'static str> {
-    use crate::config::AttentionKind;
-    let gqa = cfg.layers.iter().any(|spec| {
-        matches!(
-            spec.attention,
-            AttentionKind::Gqa | AttentionKind::SlidingGqa
-        )
-    });
-    if gqa {
-        vec!["GQA (keys and values)"]
-    } else {
-        Vec::new()
-    }
-}
-
-/// Whether `cfg` has a layer whose pool [`CacheFormat::Fp8`] stores in FP8 (an MLA latent,
-/// dense or sparse).
-pub fn has_fp8_layers(cfg: &crate::config::ModelConfig) -> bool {
-    use crate::config::AttentionKind;
-    cfg.layers.iter().any(|spec| {
-        matches!(
-            spec.attention,
-            AttentionKind::Mla | AttentionKind::SparseMla
-        )
-    })
-}
-
 /// A pool tensor in its [`CacheFormat`]. Kernels are generic over the element type; [`on_cache!`]
 /// hands the typed tensor to code written once for both.
 #[derive(Debug, Clone)]
@@ -114,7 +76,7 @@ pub(crate) enum CacheTensor {
     F32(Tensor<f32>),
     /// bf16 rows.
     Bf16(Tensor<bf16>),
-    /// E4M3 codes and per-token scales (MLA latents).
+    /// E4M3 codes and per-(token, head) scales.
     Fp8(Fp8Tensors),
 }
 
@@ -133,13 +95,13 @@ macro_rules! on_cache {
 }
 pub(crate) use on_cache;
 
-/// The error of a kernel without an FP8 form handed an FP8 pool (the forward never does: only
-/// the MLA latent and DSA indexer key pools are FP8, and their readers match them first).
+/// The error of a kernel without an FP8 form handed an FP8 pool, or of an FP8 kernel handed
+/// another (the forward never does: every reader matches FP8 pools to its FP8 form first).
 pub(crate) fn fp8_unsupported() -> dsl_core::SimError {
     dsl_core::SimError::Launch {
         kernel: "kv cache".into(),
-        message: "this kernel reads f32 or bf16 pools; an FP8 pool is read by the MLA latent \
-                  decode, the DSA indexer and sparse attention, the append and the gather only"
+        message: "this kernel reads f32 or bf16 pools, and its FP8 form FP8 pools only: a \
+                  layer's pools take the runner's cache format"
             .into(),
     }
 }
@@ -180,17 +142,35 @@ macro_rules! on_cache_pair {
 pub(crate) use on_cache_pair;
 
 impl CacheTensor {
-    /// A fresh (poisoned, or shape-only) pool tensor of `shape` in `format` (FP8: bf16, see
-    /// [`CacheTensor::latent`]).
-    pub fn new(format: CacheFormat, mem: Mem, shape: &[usize]) -> CacheTensor {
-        match format.unquantised() {
-            CacheFormat::F32 => CacheTensor::F32(mem.poisoned(shape)),
-            _ => CacheTensor::Bf16(mem.poisoned(shape)),
-        }
+    /// A fresh pool of `pages` pages of `page` tokens, each token `heads` rows of `dim` values,
+    /// shaped `[pages·page, heads·dim]` (or `[pages, page, heads·dim]` with `paged`), in `format`:
+    /// NaN-poisoned (shape only in cost-only runs); FP8 codes with one scale per token and head
+    /// for [`CacheFormat::Fp8`].
+    pub fn pool(
+        format: CacheFormat,
+        mem: Mem,
+        pages: usize,
+        page: usize,
+        heads: usize,
+        dim: usize,
+        paged: bool,
+    ) -> Result<CacheTensor, String> {
+        let shape = if paged {
+            vec![pages, page, heads * dim]
+        } else {
+            vec![pages * page, heads * dim]
+        };
+        Ok(match format {
+            CacheFormat::Fp8 => CacheTensor::Fp8(
+                Fp8Tensors::empty(pages, page, heads, dim, mem.shape_only).reshaped(&shape)?,
+            ),
+            CacheFormat::F32 => CacheTensor::F32(mem.poisoned(&shape)),
+            CacheFormat::Bf16 => CacheTensor::Bf16(mem.poisoned(&shape)),
+        })
     }
 
-    /// A fresh latent pool `[pages·page, d]` (or `[pages, page, d]` with `paged`) in `format`:
-    /// FP8 codes with one scale per token for [`CacheFormat::Fp8`], else as [`CacheTensor::new`].
+    /// A fresh one-head latent pool (MLA latents, DSA indexer keys): [`CacheTensor::pool`] with
+    /// one row of `d` values per token.
     pub fn latent(
         format: CacheFormat,
         mem: Mem,
@@ -199,17 +179,7 @@ impl CacheTensor {
         d: usize,
         paged: bool,
     ) -> Result<CacheTensor, String> {
-        let shape = if paged {
-            vec![pages, page, d]
-        } else {
-            vec![pages * page, d]
-        };
-        match format {
-            CacheFormat::Fp8 => Fp8Tensors::empty(pages, page, 1, d, mem.shape_only)
-                .reshaped(&shape)
-                .map(CacheTensor::Fp8),
-            other => Ok(CacheTensor::new(other, mem, &shape)),
-        }
+        CacheTensor::pool(format, mem, pages, page, 1, d, paged)
     }
 
     /// The same typed tensor, wrapped (for a view made by code generic over the element).

@@ -21,13 +21,18 @@ pub(crate) struct KvPool {
 }
 
 impl KvPool {
-    /// An empty (poisoned) pool of `pages` pages.
-    pub fn new(g: &GqaDims, pages: usize, mem: Mem) -> KvPool {
-        let rows = pages * PAGE;
-        KvPool {
-            k: mem.cache(&[rows, g.kv_heads * g.head_dim]),
-            v: mem.cache(&[rows, g.kv_heads * g.head_dim]),
-        }
+    /// An empty (poisoned) pool of `pages` pages in the runner's cache format.
+    pub fn new(g: &GqaDims, pages: usize, mem: Mem) -> Result<KvPool, ForwardError> {
+        let pool = || {
+            view(
+                CacheTensor::pool(mem.cache, mem, pages, PAGE, g.kv_heads, g.head_dim, false),
+                "key/value pool",
+            )
+        };
+        Ok(KvPool {
+            k: pool()?,
+            v: pool()?,
+        })
     }
 
     /// A pool as pages `[pages, PAGE, W]`, as the paged decode kernel reads it.
@@ -110,12 +115,17 @@ pub(crate) fn forward(
         let pos0 = seqs.first().map_or(0, |sq| sq.pos0);
         let pages = (pos0 + 1).div_ceil(PAGE);
         let mem = ops.mem;
-        let pool = || mem.cache(&[t * pages, PAGE, hkv * d]);
+        let pool = || {
+            view(
+                CacheTensor::pool(mem.cache, mem, t * pages, PAGE, hkv, d, true),
+                "key/value pool",
+            )
+        };
         ops.gqa_decode(
             "attn.decode",
             &q,
-            &pool(),
-            &pool(),
+            &pool()?,
+            &pool()?,
             &Tensor::shape_only(&[t, pages]),
             &Tensor::shape_only(&[t]),
             pos0 + 1,

@@ -235,11 +235,6 @@ impl Mem {
         }
     }
 
-    /// A fresh KV pool tensor of `shape` (NaN-poisoned, or shape only) in the pools' format.
-    pub fn cache(self, shape: &[usize]) -> CacheTensor {
-        CacheTensor::new(self.cache, self, shape)
-    }
-
     /// A fresh `[rows, cols]` activation (NaN-poisoned, or shape only), held in
     /// [`Mem::activations`].
     pub fn act(self, rows: usize, cols: usize) -> Tensor<f32> {
@@ -1139,6 +1134,7 @@ impl Ops {
         sinks: Option<&Tensor<f32>>,
     ) -> Result<Tensor<f32>, ForwardError> {
         use kernels::attention::decode::{decode_config, paged_decode_gqa_batch};
+        use kernels::attention::fp8_kv::paged_decode_gqa_batch_fp8;
         use kernels::hand_tuned::paged_decode as hand;
         let seqs = q.rows();
         let heads = q.cols() / head_dim.max(1);
@@ -1200,9 +1196,40 @@ impl Ops {
                 scale,
             )
         };
-        // The hand-tuned kernel reads whole contexts and has no sinks: a sliding window or sinks
-        // have the DSL kernel only.
-        let choices: &[Implementation<'_>] = if window > 0 || has_sinks {
+        // FP8 pools: codes converted on chip, scales on the score and probability columns.
+        let meta8 = &paged_decode_gqa_batch_fp8::META;
+        let dsl_fp8 = |launcher: &Launcher| match (k_pool, v_pool) {
+            (CacheTensor::Fp8(k8), CacheTensor::Fp8(v8)) => {
+                first_fitting(page_tiles(meta8, page), |bk| {
+                    let base = Config::new().with("BK", bk);
+                    decode_config(meta8, &base, head_dim, v_head_dim, page, group).and_then(|cfg| {
+                        paged_decode_gqa_batch_fp8::launch::<f32, bf16>(
+                            launcher,
+                            &cfg,
+                            &q3,
+                            &k8.codes,
+                            &v8.codes,
+                            &k8.scales,
+                            &v8.scales,
+                            block_tables,
+                            ctx_lens,
+                            &o_part,
+                            &lse_part,
+                            max_ctx,
+                            scale as f32,
+                            window,
+                            sinks,
+                        )
+                    })
+                })
+            }
+            _ => Err(super::cache_format::fp8_unsupported()),
+        };
+        // The hand-tuned kernel reads whole bf16 or f32 contexts and has no sinks: a sliding
+        // window or sinks have the DSL kernel only, FP8 pools its FP8 form only.
+        let choices: &[Implementation<'_>] = if k_pool.format() == CacheFormat::Fp8 {
+            &[(meta8.name, &dsl_fp8)]
+        } else if window > 0 || has_sinks {
             &[(meta.name, &dsl)]
         } else {
             &[(meta.name, &dsl), (hand::META.name, &hand_tuned)]

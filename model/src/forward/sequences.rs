@@ -184,7 +184,7 @@ impl SequenceStore {
                     let g = cfg.gqa.as_ref().ok_or_else(|| {
                         unsupported("attention layers without attention dimensions")
                     })?;
-                    LayerStore::Kv(gated_attention::KvPool::new(g, pool_pages, mem))
+                    LayerStore::Kv(gated_attention::KvPool::new(g, pool_pages, mem)?)
                 }
                 AttentionKind::LinearAttention => {
                     let l = cfg.linear_attention.as_ref().ok_or_else(|| {

@@ -215,7 +215,8 @@ fn cache_per_layer(
     tp: usize,
     kv_bytes: f64,
 ) -> (f64, f64) {
-    // FP8 caches keep one f32 scale per token and row kind.
+    // FP8 caches keep one f32 scale per token and cached row (a latent, an indexer key, a
+    // key/value head of a GQA pool).
     let scale = if kv_bytes < 2.0 { 4.0 } else { 0.0 };
     match kind {
         AttentionKind::Mla | AttentionKind::SparseMla => {
@@ -230,7 +231,7 @@ fn cache_per_layer(
         AttentionKind::Gqa | AttentionKind::SlidingGqa => {
             let Some(g) = &cfg.gqa else { return (0.0, 0.0) };
             let kv_heads = (g.kv_heads / tp).max(1);
-            let per_token = 2.0 * (kv_heads * g.head_dim) as f64 * kv_bytes + 2.0 * scale;
+            let per_token = 2.0 * kv_heads as f64 * (g.head_dim as f64 * kv_bytes + scale);
             match (kind, g.sliding_window) {
                 // A windowed layer keeps its last `window` tokens whatever the context.
                 (AttentionKind::SlidingGqa, Some(w)) => (0.0, w as f64 * per_token),
