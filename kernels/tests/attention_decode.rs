@@ -193,14 +193,18 @@ proptest! {
     /// where the cache outweighs the queries, and cost the same cycles cost-only as functionally.
     #[test]
     fn fp8_batched_gqa_decode_matches_the_dequantised_cache(
-        contexts in prop::collection::vec(1usize..300, 1..4),
+        others in prop::collection::vec(1usize..300, 0..3),
+        short in 1usize..17, short_at in 0usize..3,
         kv_heads in prop::sample::select(vec![1usize, 2, 4]),
         group in prop::sample::select(vec![1usize, 4, 8]),
         head_dim in prop::sample::select(vec![64usize, 128, 256]),
         page_size in prop::sample::select(vec![16usize, 64]),
         splits in 1usize..5, bf16 in any::<bool>(), seed in any::<u64>(),
-        window in prop::sample::select(vec![0usize, 0, 7, 100]), sinks in any::<bool>(),
+        window in prop::sample::select(vec![0usize, 0, 1, 7, 40, 100]), sinks in any::<bool>(),
     ) {
+        // One context of one page: with several splits its others are empty (see the bf16 test).
+        let mut contexts = others;
+        contexts.insert(short_at.min(contexts.len()), short);
         let case = DecodeCase {
             heads: kv_heads * group, kv_heads, head_dim, v_head_dim: head_dim, shared_kv: false,
             ctx: 0, page_size, splits,
@@ -209,6 +213,7 @@ proptest! {
         let l = launcher();
         let run = run_decode_gqa_batch_with(&l, &case, &contexts, window, sinks).unwrap();
         let out = run.output.as_ref().unwrap();
+        prop_assert_eq!(out.len(), contexts.len() * case.heads * head_dim);
         prop_assert!(out.iter().all(|v| v.is_finite()), "an output element was not written");
         let kernel = run.dequantized_error.unwrap();
         prop_assert!(kernel <= if bf16 { 2e-2 } else { 1e-5 }, "{contexts:?} {case:?}: {kernel}");

@@ -809,8 +809,8 @@ pub fn indexer_prefill_fp8<Q: Float, T: Float>(
     }
 }
 
-/// Quantising paged append (the writer of the FP8 pools [`paged_decode_split_fp8()`] and
-/// [`paged_decode_latent_fp8()`] read): row `i` of `new [n, heads·dim]` goes to pool row
+/// Quantising paged append (the writer of the FP8 pools [`paged_decode_split_fp8()`],
+/// [`paged_decode_gqa_batch_fp8()`], [`paged_decode_latent_fp8()`] and the DSA kernels read): row `i` of `new [n, heads·dim]` goes to pool row
 /// `slots[i]` (page `slot / P`, slot `slot % P`, as [`super::kv_append`]); each head's `dim`
 /// values are stored as E4M3 codes on that row of `codes [pages, P, heads·dim]`, and their scale
 /// `max(amax, AMAX_FLOOR) / 448` at `scales [page, head, slot]`, as [`quantize_per_token`] does.

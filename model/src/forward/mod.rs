@@ -527,8 +527,8 @@ impl Runner {
     }
 
     /// Holds the KV pools in `format` from now on (`--kv-dtype`): [`CacheFormat::Fp8`] stores
-    /// the MLA latent (dense or sparse) and DSA indexer keys as E4M3 codes with a scale per
-    /// token (see [`cache_format`]). The pools
+    /// every pool (the MLA latent, dense or sparse, DSA indexer keys, GQA keys and values) as
+    /// E4M3 codes with a scale per token and cached row (see [`cache_format`]). The pools
     /// are made afresh at their current sizes, so no sequence may hold a token yet.
     pub fn set_kv_cache(&mut self, format: CacheFormat) -> Result<(), ForwardError> {
         if format == self.ops.mem.cache {

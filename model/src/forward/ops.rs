@@ -1113,9 +1113,12 @@ impl Ops {
     /// one shared paged cache, in one launch: `q [S, H·D]` against `k_pool [pages, page, Hkv·D]`
     /// and `v_pool [pages, page, Hkv·DV]`, sequence `s` through row `s` of `block_tables [S, T]`
     /// for `ctx_lens[s]` tokens (at most `max_ctx`), split-KV over up to 8 page ranges, then the
-    /// combine ([`paged_decode_gqa_batch`]). Returns `[S, H·DV]`.
+    /// combine ([`paged_decode_gqa_batch`], or [`paged_decode_gqa_batch_fp8`] over FP8 pools). Returns
+    /// `[S, H·DV]`. A pinned implementation (`--impl attention_decode_batch=NAME`) runs where it
+    /// can: FP8 pools have their FP8 kernel only, and a sliding window or sinks the DSL kernel.
     ///
     /// [`paged_decode_gqa_batch`]: kernels::attention::decode::paged_decode_gqa_batch
+    /// [`paged_decode_gqa_batch_fp8`]: kernels::attention::fp8_kv::paged_decode_gqa_batch_fp8
     #[allow(clippy::too_many_arguments)]
     pub fn gqa_decode(
         &mut self,
@@ -1200,6 +1203,22 @@ impl Ops {
         let meta8 = &paged_decode_gqa_batch_fp8::META;
         let dsl_fp8 = |launcher: &Launcher| match (k_pool, v_pool) {
             (CacheTensor::Fp8(k8), CacheTensor::Fp8(v8)) => {
+                // The scale rows are read per key/value head: pools of other heads or widths
+                // would read clipped (zero) scales, not fail.
+                let fits = |p: &Fp8Tensors, dim: usize| p.heads() == kv_heads && p.dim() == dim;
+                if !fits(k8, head_dim) || !fits(v8, v_head_dim) {
+                    return Err(SimError::Launch {
+                        kernel: meta8.name.into(),
+                        message: format!(
+                            "FP8 pools of {}×{} keys and {}×{} values per token, but the layer \
+                             has {kv_heads} key/value heads of {head_dim} and {v_head_dim}",
+                            k8.heads(),
+                            k8.dim(),
+                            v8.heads(),
+                            v8.dim()
+                        ),
+                    });
+                }
                 first_fitting(page_tiles(meta8, page), |bk| {
                     let base = Config::new().with("BK", bk);
                     decode_config(meta8, &base, head_dim, v_head_dim, page, group).and_then(|cfg| {
