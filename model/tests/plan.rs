@@ -286,12 +286,15 @@ fn decode_step_agrees_with_the_memory_bound_closed_form() {
 }
 
 /// The prefill's expert all-to-alls (DeepEP's normal kernels) on `ep=32` over 4 h800 nodes,
-/// uniform routing of DeepSeek-V3 (256 experts, 8 per token, 8 per rank round-robin, 64 per
-/// node), `origin` tokens per rank (the replica's prompt over `tp`): a token crosses IB once per
-/// other node holding any of its experts (probability `1 − C(192, 8)/C(256, 8)`) and NVLink once
-/// per rank holding one (`1 − C(248, 8)/C(256, 8)`). Per rank, IB: 3 nodes' rows out, and as a proxy 3 twins' rows
-/// in; NVLink: 7 ranks of its node directly plus 3 × 7 forwarded for its remote twins, out and in.
-/// The larger level sets each exchange; FP8 rows out, bf16 back; 58 MoE layers.
+/// uniform routing of DeepSeek-V3 (256 experts, 8 per token, 8 per rank, 64 per node), `origin`
+/// tokens per rank (the replica's prompt over `tp`): a token crosses IB once per other node
+/// holding any of its experts and NVLink once per rank holding one (`1 − C(248, 8)/C(256, 8)`).
+/// Node-limited routing picks the experts from 4 of the 8 expert groups, packed 2 per node, so a
+/// node is reached with probability `1 − C(6, 4)/C(8, 4)` (free routing over 64 experts per node
+/// would give `1 − C(192, 8)/C(256, 8)`, 0.902 against 0.786). Per rank, IB: 3 nodes' rows out,
+/// and as a proxy 3 twins' rows in; NVLink: 7 ranks of its node directly plus 3 × 7 forwarded for
+/// its remote twins, out and in. The larger level sets each exchange; FP8 rows out, bf16 back; 58
+/// MoE layers.
 fn prefill_all_to_alls_match_their_closed_form(
     est: &Estimator,
     prefill: &model::plan::estimate::StepEstimate,
@@ -303,7 +306,8 @@ fn prefill_all_to_alls_match_their_closed_form(
             .map(|i| (256 - held - i) as f64 / (256 - i) as f64)
             .product()
     };
-    let (p_rank, p_node) = (1.0 - binom_ratio(8), 1.0 - binom_ratio(64));
+    // C(6, 4) / C(8, 4) = 15 / 70.
+    let (p_rank, p_node) = (1.0 - binom_ratio(8), 1.0 - 15.0 / 70.0);
     let c = est.cluster();
     let exchange = |bytes: f64| {
         let row = origin as f64 * 7168.0 * bytes;
@@ -317,12 +321,49 @@ fn prefill_all_to_alls_match_their_closed_form(
         within(got, want, 1e-9),
         "ep comm {got} s, closed form {want} s"
     );
-    // Each token once per node: under half the IB time of a row per (token, expert) (2.71
+    // Each token once per node: under half the IB time of a row per (token, expert) (2.36
     // against 6 rows per token: 24 of the 32 ranks are on other nodes; 1 + 2 bytes per value
     // out and back).
     let per_expert =
         58.0 * 3.0 * (origin as f64 * 7168.0 * 8.0 * 24.0 / 32.0) / c.inter_card_bytes_per_s();
     assert!(got < per_expert / 2.0, "{got} vs {per_expert}");
+}
+
+/// Node-limited routing's node count (DeepSeek-V3: 8 of 256 experts from 4 of 8 groups) against
+/// its closed forms: 2 groups per node on 4 nodes `4·(1 − C(6,4)/C(8,4))`; one group per node on 8
+/// nodes exactly the 4 chosen groups' nodes; a group over 2 of 16 nodes, its 2 experts (of 32)
+/// reaching each half with `1 − (16/32)(15/31)`; never more nodes than free routing reaches.
+/// Routing without group limits, and groups that do not pack evenly, have no cap.
+#[test]
+fn node_limited_routing_reaches_its_closed_form_node_count() {
+    use model::plan::estimate::{hit_probability, node_limited_nodes};
+    let mut m = load_model("deepseek-v3").unwrap().moe.unwrap();
+    assert_eq!(
+        (m.experts, m.experts_per_token, m.n_group, m.topk_group),
+        (256, 8, 8, 4)
+    );
+    let close = |a: f64, b: f64| (a - b).abs() < 1e-12;
+    let four = node_limited_nodes(&m, 4).unwrap();
+    assert!(close(four, 4.0 * (1.0 - 15.0 / 70.0)), "{four}");
+    assert!(close(node_limited_nodes(&m, 8).unwrap(), 4.0));
+    let sixteen = node_limited_nodes(&m, 16).unwrap();
+    assert!(
+        close(sixteen, 8.0 * (1.0 - 16.0 / 32.0 * 15.0 / 31.0)),
+        "{sixteen}"
+    );
+    for nodes in [2, 4, 8, 16, 32] {
+        let free = nodes as f64 * hit_probability(1.0 / nodes as f64, 8, 256);
+        let limited = node_limited_nodes(&m, nodes).unwrap();
+        assert!(
+            limited <= free + 1e-12,
+            "{nodes} nodes: {limited} vs {free}"
+        );
+    }
+    assert!(node_limited_nodes(&m, 3).is_none());
+    m.topk_group = 8;
+    assert!(node_limited_nodes(&m, 4).is_none());
+    let kimi = load_model("kimi-k2").unwrap().moe.unwrap();
+    assert!(node_limited_nodes(&kimi, 4).is_none());
 }
 
 /// The router scores every routed expert on the card's own tokens, whatever the expert
@@ -350,18 +391,20 @@ fn the_router_scores_every_expert_whatever_ep() {
     assert!(g(&wide) < g(&narrow), "{} vs {}", g(&wide), g(&narrow));
 }
 
-/// One cost-only decode step on an h800 of `tokens` tokens at context `ctx`: one sequence's
-/// `tokens`-token chunk, or with `batched` a batch of `tokens` sequences
+/// One cost-only decode step on an h800 of `tokens` tokens at context `ctx` over KV pools in
+/// `cache`: one sequence's `tokens`-token chunk, or with `batched` a batch of `tokens` sequences
 /// (`Runner::batch_decode`). Its operator statistics.
 fn h800_decode(
     cfg: &model::config::ModelConfig,
     tokens: usize,
     ctx: usize,
     batched: bool,
+    cache: model::forward::CacheFormat,
 ) -> model::forward::OpStats {
     let launcher = dsl_core::Launcher::new(accel_sim::DevicePreset::load("h800").unwrap())
         .with_backend(dsl_core::Backend::CostOnly);
     let mut r = model::forward::Runner::cost_only(cfg.clone(), launcher, ctx + tokens).unwrap();
+    r.set_kv_cache(cache).unwrap();
     r.batch_decode(batched).unwrap();
     r.seek(ctx).unwrap();
     r.forward(&vec![0; tokens]).unwrap();
@@ -370,7 +413,8 @@ fn h800_decode(
 
 /// A batched cost-only decode reads every sequence's own cache (b times one sequence's bytes) in
 /// one launch per attention layer, not one chunk over a single cache: MLA's latent cache
-/// (DeepSeek-V3) and GQA's keys and values (Qwen3-Next's full-attention layers).
+/// (DeepSeek-V3) and GQA's keys and values (Qwen3-Next's full-attention layers), in bf16 and in
+/// FP8.
 #[test]
 fn a_batched_decode_reads_each_sequences_cache_in_one_launch() {
     use dsl_core::{Backend, Launcher};
@@ -380,26 +424,46 @@ fn a_batched_decode_reads_each_sequences_cache_in_one_launch() {
         Launcher::new(accel_sim::DevicePreset::load("h800").unwrap())
             .with_backend(Backend::CostOnly)
     };
+    use model::forward::CacheFormat;
     let (b, ctx) = (8, 1000);
     for (name, split) in [
         ("deepseek-v3", "mla.decode_split"),
         ("qwen3-next-80b", "attn.decode_split"),
     ] {
         let cfg = load_model(name).unwrap();
-        let decode = |tokens: usize, batched: bool| h800_decode(&cfg, tokens, ctx, batched);
-        let one = decode(1, false);
-        let batch = decode(b, true);
+        let decode =
+            |tokens: usize, batched: bool, cache| h800_decode(&cfg, tokens, ctx, batched, cache);
+        let bytes = |s: &model::forward::OpStats| s.traffic[split].hbm_bytes as f64;
         let attention_layers = cfg
             .layers
             .iter()
             .filter(|l| !matches!(l.attention, AttentionKind::LinearAttention))
             .count();
+        // An FP8 batch reads each cached row's `d` codes and one 4-byte scale where bf16 reads
+        // `2d` bytes, in as many launches: it saves `d − 4` bytes per row of every sequence's
+        // `ctx + 1` tokens (one latent row per token; a key and a value row per key/value head).
+        // Queries and partials are unchanged (MLA's 128 heads' partials outweigh its cache here).
+        let fp8 = decode(b, true, CacheFormat::Fp8);
+        let bf16 = decode(b, true, CacheFormat::Bf16);
+        assert_eq!(fp8.per_op[split].0, bf16.per_op[split].0, "{name}");
+        let (rows, d) = match (&cfg.mla, &cfg.gqa) {
+            (Some(m), _) => (1, m.latent_dim()),
+            (None, Some(g)) => (2 * g.kv_heads, g.head_dim),
+            _ => unreachable!("{name} caches keys"),
+        };
+        let want = (attention_layers * b * (ctx + 1) * rows * (d - 4)) as f64;
+        let saved = bytes(&bf16) - bytes(&fp8);
+        assert!(
+            (saved / want - 1.0).abs() < 0.05,
+            "{name}: FP8 saves {saved} bytes, its rows {want}"
+        );
+        let one = decode(1, false, CacheFormat::Bf16);
+        let batch = bf16;
         assert_eq!(batch.per_op[split].0, attention_layers as u64, "{name}");
         assert!(
             !batch.per_sequence.contains(split) && one.per_sequence.contains(split),
             "{name}"
         );
-        let bytes = |s: &model::forward::OpStats| s.traffic[split].hbm_bytes as f64;
         assert!(
             bytes(&batch) >= 0.9 * b as f64 * bytes(&one),
             "{name}: {} vs {} × {}",
@@ -458,7 +522,15 @@ fn a_batched_decode_and_a_one_sequence_run_launch_the_same_per_sequence_operator
         .chain([kimi_linear.to_string_lossy().into_owned()]);
     for name in models {
         let cfg = load_model(&name).unwrap();
-        let decode = |tokens: usize, batched: bool| h800_decode(&cfg, tokens, ctx, batched);
+        let decode = |tokens: usize, batched: bool| {
+            h800_decode(
+                &cfg,
+                tokens,
+                ctx,
+                batched,
+                model::forward::CacheFormat::Bf16,
+            )
+        };
         let one = decode(1, false);
         let batch = decode(b, true);
         for op in &batch.per_sequence {

@@ -18,8 +18,10 @@
 //!   all-to-alls send a token over the network once per node holding any of its experts and
 //!   forward it inside the node (DeepEP's normal kernels,
 //!   [`collective::all_to_all_via_nodes`]); the decode's send one row per (token, expert) pair
-//!   straight to its rank (DeepEP's low-latency kernels). Node-limited routing (`topk_group`) is
-//!   not modelled: experts sit on ranks round-robin, so a group's experts span every node.
+//!   straight to its rank (DeepEP's low-latency kernels). Node-limited routing (`topk_group` of
+//!   `n_group` expert groups per token, DeepSeek-V3) caps the nodes a prefill token crosses to:
+//!   the groups are packed onto the nodes evenly, as DeepSeek's load balancer places them for
+//!   prefill ([`node_limited_nodes`]); the per-rank loads keep the routing model's shares.
 //!
 //! The forward runs are cached by (shard, tokens, position, blocks): plans that share a shard
 //! share its runs, so a plan search simulates each distinct launch shape once.
@@ -344,10 +346,18 @@ pub fn node_forwarded_volumes(
     let (k, e) = (moe.experts_per_token, moe.experts);
     let p = group.per_node.max(1);
     let rank_hit: Vec<f64> = shares.iter().map(|s| hit_probability(*s, k, e)).collect();
-    let node_hit: Vec<f64> = shares
+    let mut node_hit: Vec<f64> = shares
         .chunks(p)
         .map(|node| hit_probability(node.iter().sum(), k, e))
         .collect();
+    // Group-limited routing reaches fewer nodes than free routing would: scale every node's hit
+    // down to the expected count, keeping the routing model's skew between nodes.
+    let reached: f64 = node_hit.iter().sum();
+    if let Some(cap) = node_limited_nodes(moe, node_hit.len()) {
+        if reached > cap {
+            node_hit.iter_mut().for_each(|h| *h *= cap / reached);
+        }
+    }
     let to_rank = (0..shares.len())
         .map(|src| {
             (0..shares.len())
@@ -363,6 +373,38 @@ pub fn node_forwarded_volumes(
         })
         .collect();
     (to_rank, to_node)
+}
+
+/// Expected number of the `nodes` nodes of an EP group that hold at least one of a token's
+/// experts under node-limited routing (each token's experts come from `topk_group` of the
+/// `n_group` expert groups), with the groups packed onto the nodes evenly, as DeepSeek's expert
+/// load balancer places them for prefill ("hierarchical" balancing: whole groups per node when the
+/// node count divides the group count; here also each group spread over the same number of nodes
+/// when the group count divides the node count). Uniform over the groups: with `g` groups per
+/// node a node is reached with probability `1 − C(n_group − g, topk_group) / C(n_group,
+/// topk_group)`; with a group over `r` nodes, a chosen group's `⌈k / topk_group⌉` experts reach
+/// each of its nodes with [`hit_probability`] of a share `1 / r`. `None` where routing is not
+/// group-limited (`topk_group ≥ n_group`, one group) or the groups do not pack evenly.
+pub fn node_limited_nodes(moe: &MoeDims, nodes: usize) -> Option<f64> {
+    let (groups, chosen) = (moe.n_group, moe.topk_group);
+    if groups <= 1 || chosen == 0 || chosen >= groups || nodes == 0 {
+        return None;
+    }
+    if groups.is_multiple_of(nodes) {
+        let per_node = groups / nodes;
+        // C(G − g, t) / C(G, t); 0 once the other nodes hold fewer than `t` groups.
+        let miss: f64 = (0..chosen)
+            .map(|i| groups.saturating_sub(per_node + i) as f64 / (groups - i) as f64)
+            .product();
+        Some(nodes as f64 * (1.0 - miss))
+    } else if nodes.is_multiple_of(groups) {
+        let span = nodes / groups;
+        let per_group = moe.experts_per_token.div_ceil(chosen);
+        let hit = hit_probability(1.0 / span as f64, per_group, moe.experts / groups);
+        Some((chosen * span) as f64 * hit)
+    } else {
+        None
+    }
 }
 
 /// Whether an operator works on the rows expert parallelism routes (the expert GEMMs and the
