@@ -1159,28 +1159,33 @@ impl Ops {
         let sinks = &self.sinks_or_none(op, heads, sinks)?;
         // The largest key tile within a page that fits the core (wide heads overflow an
         // H100-class SM at 64 keys). The launch writes only the partials: a retry is safe.
-        let meta = &paged_decode_gqa_batch::META;
-        let dsl = |launcher: &Launcher| {
+        let tiled = |meta: &dsl_core::KernelMeta,
+                     launch: &dyn Fn(&Config) -> Result<Launch, SimError>| {
             first_fitting(page_tiles(meta, page), |bk| {
                 let base = Config::new().with("BK", bk);
-                decode_config(meta, &base, head_dim, v_head_dim, page, group).and_then(|cfg| {
-                    on_cache_pair!(k_pool, v_pool, meta.name, (k, v) => {
-                        paged_decode_gqa_batch::launch(
-                            launcher,
-                            &cfg,
-                            &q3,
-                            k,
-                            v,
-                            block_tables,
-                            ctx_lens,
-                            &o_part,
-                            &lse_part,
-                            max_ctx,
-                            scale as f32,
-                            window,
-                            sinks,
-                        )
-                    })
+                decode_config(meta, &base, head_dim, v_head_dim, page, group)
+                    .and_then(|cfg| launch(&cfg))
+            })
+        };
+        let meta = &paged_decode_gqa_batch::META;
+        let dsl = |launcher: &Launcher| {
+            tiled(meta, &|cfg| {
+                on_cache_pair!(k_pool, v_pool, meta.name, (k, v) => {
+                    paged_decode_gqa_batch::launch(
+                        launcher,
+                        cfg,
+                        &q3,
+                        k,
+                        v,
+                        block_tables,
+                        ctx_lens,
+                        &o_part,
+                        &lse_part,
+                        max_ctx,
+                        scale as f32,
+                        window,
+                        sinks,
+                    )
                 })
             })
         };
@@ -1219,27 +1224,24 @@ impl Ops {
                         ),
                     });
                 }
-                first_fitting(page_tiles(meta8, page), |bk| {
-                    let base = Config::new().with("BK", bk);
-                    decode_config(meta8, &base, head_dim, v_head_dim, page, group).and_then(|cfg| {
-                        paged_decode_gqa_batch_fp8::launch::<f32, bf16>(
-                            launcher,
-                            &cfg,
-                            &q3,
-                            &k8.codes,
-                            &v8.codes,
-                            &k8.scales,
-                            &v8.scales,
-                            block_tables,
-                            ctx_lens,
-                            &o_part,
-                            &lse_part,
-                            max_ctx,
-                            scale as f32,
-                            window,
-                            sinks,
-                        )
-                    })
+                tiled(meta8, &|cfg| {
+                    paged_decode_gqa_batch_fp8::launch::<f32, bf16>(
+                        launcher,
+                        cfg,
+                        &q3,
+                        &k8.codes,
+                        &v8.codes,
+                        &k8.scales,
+                        &v8.scales,
+                        block_tables,
+                        ctx_lens,
+                        &o_part,
+                        &lse_part,
+                        max_ctx,
+                        scale as f32,
+                        window,
+                        sinks,
+                    )
                 })
             }
             _ => Err(super::cache_format::fp8_unsupported()),
