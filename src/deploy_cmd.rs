@@ -464,6 +464,17 @@ pub fn run(a: RunArgs) -> Result<(), String> {
     if let Some(p) = &s.tuning {
         say(format!("      tiles: tuned, from {}", p.display()));
     }
+    // A model_type day0 does not know was read as the family its fields match: every number
+    // below stands on that guess, so it leads the report.
+    let inferred: Vec<String> = cfg
+        .warnings
+        .iter()
+        .filter(|w| matches!(w, model::config::ConfigWarning::InferredFamily { .. }))
+        .map(|w| w.to_string())
+        .collect();
+    for w in &inferred {
+        say(format!("      warning: {w}"));
+    }
     // 1. Coverage.
     let cov = model::coverage::Coverage::of_config(&cfg);
     say(format!(
@@ -612,6 +623,7 @@ pub fn run(a: RunArgs) -> Result<(), String> {
             "total_params": c.total(),
             "active_params": c.active(),
             "coverage": {"operators": cov.rows.len(), "missing": cov.missing()},
+            "config_warnings": inferred,
             "checks": checks,
             "prefill": phase_json(&prefill, Phase::Prefill, s.workload.ttft_target_s),
             "decode": phase_json(&decode, Phase::Decode, s.workload.tpot_target_s),

@@ -1375,3 +1375,36 @@ fn cost_only_forward_with_an_image_reports_the_vision_encoder_apart() {
     assert!(!out.status.success());
     assert!(stderr(&out).contains("vision_config"), "{}", stderr(&out));
 }
+
+/// A release that reuses an architecture under a new `model_type` runs on release day: `day0
+/// coverage` reads DeepSeek-V3.2's file renamed `glm_moe_dsa` as `deepseek_v32` (every operator
+/// covered, the guess first among the warnings), and the same file still refused when nothing
+/// in it names an architecture.
+#[test]
+fn an_unknown_model_type_is_read_as_its_architecture_and_said_so() {
+    let text = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/model/testdata/deepseek_v32_config.json"
+    ))
+    .expect("testdata");
+    let renamed = text.replacen("\"deepseek_v32\"", "\"glm_moe_dsa\"", 1);
+    assert_ne!(renamed, text);
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let path = dir.path().join("config.json");
+    std::fs::write(&path, renamed).unwrap();
+    let v = day0_json(&["coverage", "--config", path.to_str().unwrap(), "--json"]);
+    assert_eq!(v["missing"].as_array().map(Vec::len), Some(0), "{v}");
+    let first = v["warnings"][0].as_str().unwrap_or_default();
+    assert!(
+        first.contains("glm_moe_dsa") && first.contains("read as `deepseek_v32`"),
+        "{v}"
+    );
+    std::fs::write(&path, r#"{"model_type": "glm_moe_dsa", "hidden_size": 8}"#).unwrap();
+    let out = day0(&["coverage", "--config", path.to_str().unwrap()]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("glm_moe_dsa") && err.contains("no field names a known architecture"),
+        "{err}"
+    );
+}

@@ -117,9 +117,107 @@ const HF_IGNORED: &[&str] = &[
     "is_decoder",
 ];
 
-/// Dispatches on `model_type`.
+/// Dispatches on `model_type`. A `model_type` day0 does not know is read with the schema of the
+/// known family its fields match ([`infer_family`]), with a warning that says so; a file that
+/// matches none is refused.
 pub(crate) fn parse(o: &Obj, model_type: &str) -> Result<ModelConfig, ModelError> {
-    match model_type {
+    if let Some(known) = parse_known(o, model_type) {
+        return known;
+    }
+    let Some((parsed_as, because)) = infer_family(o) else {
+        return Err(ModelError::UnsupportedModelType {
+            file: o.file.to_string(),
+            model_type: model_type.to_string(),
+        });
+    };
+    let mut cfg = parse_known(o, parsed_as).expect("an inferred family is a known model_type")?;
+    cfg.model_type = model_type.to_string();
+    cfg.warnings.insert(
+        0,
+        ConfigWarning::InferredFamily {
+            model_type: model_type.to_string(),
+            parsed_as: parsed_as.to_string(),
+            because,
+        },
+    );
+    Ok(cfg)
+}
+
+/// The known `model_type` whose schema an unknown one's fields follow, and which fields say so;
+/// `None` when nothing identifies the architecture. New releases often reuse an architecture
+/// under a new name (GLM-5's `glm_moe_dsa` is DeepSeek-V3.2's MLA + DSA with other sizes): a
+/// latent KV rank means MLA (with a DSA indexer when `index_topk` is set, KDA linear attention
+/// with `linear_attn_config`), `linear_attention` layers mean Qwen3-Next's hybrid,
+/// `n_routed_experts` without MLA DeepSeek-V3's MoE under GQA (GLM-4.5), `num_experts` Qwen's MoE
+/// layout, `num_local_experts` Mixtral's, and a plain dense decoder Llama's.
+pub(crate) fn infer_family(o: &Obj) -> Option<(&'static str, String)> {
+    let has = |k: &str| o.peek(k);
+    let because = |fields: &[&str]| {
+        let names: Vec<String> = fields.iter().map(|f| format!("`{f}`")).collect();
+        format!("the file sets {}", names.join(" and "))
+    };
+    if has("kv_lora_rank") {
+        if has("linear_attn_config") {
+            return Some((
+                "kimi_linear",
+                because(&["kv_lora_rank", "linear_attn_config"]),
+            ));
+        }
+        if has("index_topk") {
+            return Some(("deepseek_v32", because(&["kv_lora_rank", "index_topk"])));
+        }
+        // DeepSeek-V2's router: softmax, greedy or group-limited; V3's: sigmoid, no-aux.
+        let v2_router = matches!(
+            o.peek_str("topk_method"),
+            Some("greedy" | "group_limited_greedy")
+        ) || o.peek_str("scoring_func") == Some("softmax");
+        return Some(match v2_router {
+            true => ("deepseek_v2", because(&["kv_lora_rank", "topk_method"])),
+            false => ("deepseek_v3", because(&["kv_lora_rank"])),
+        });
+    }
+    if o.peek_list_has("layer_types", "linear_attention") || has("linear_num_value_heads") {
+        return Some((
+            "qwen3_next",
+            "its layers include `linear_attention` (Gated DeltaNet)".into(),
+        ));
+    }
+    if !has("num_attention_heads") || !has("hidden_size") || !has("num_hidden_layers") {
+        return None;
+    }
+    if has("n_routed_experts") {
+        return Some((
+            "glm4_moe",
+            because(&["n_routed_experts", "num_attention_heads"]),
+        ));
+    }
+    if has("num_experts") && has("moe_intermediate_size") {
+        return Some(match has("shared_expert_intermediate_size") {
+            true => (
+                "qwen2_moe",
+                because(&["num_experts", "shared_expert_intermediate_size"]),
+            ),
+            false => (
+                "qwen3_moe",
+                because(&["num_experts", "moe_intermediate_size"]),
+            ),
+        });
+    }
+    if has("num_local_experts") {
+        return Some(("mixtral", because(&["num_local_experts"])));
+    }
+    if has("intermediate_size") {
+        return Some((
+            "llama",
+            "it is a dense decoder (no experts, no latent attention, no linear attention)".into(),
+        ));
+    }
+    None
+}
+
+/// The parser of a known `model_type`, or `None` for one day0 does not know.
+fn parse_known(o: &Obj, model_type: &str) -> Option<Result<ModelConfig, ModelError>> {
+    Some(match model_type {
         "deepseek_v2" => deepseek(o, model_type, Family::DeepseekV2),
         "deepseek_v3" => deepseek(o, model_type, Family::DeepseekV3),
         "kimi_k2" => deepseek(o, model_type, Family::KimiK2),
@@ -133,11 +231,8 @@ pub(crate) fn parse(o: &Obj, model_type: &str) -> Result<ModelConfig, ModelError
         "gpt_oss" => gpt_oss(o, model_type),
         "llama" | "mistral" | "mixtral" => llama(o, model_type),
         "day0_hybrid" => hybrid(o, model_type),
-        other => Err(ModelError::UnsupportedModelType {
-            file: o.file.to_string(),
-            model_type: other.to_string(),
-        }),
-    }
+        _ => return None,
+    })
 }
 
 /// Fields shared by the Hugging Face families: activation, biases, MTP layers.

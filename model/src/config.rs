@@ -28,6 +28,12 @@
 //!   is [`ModelError::MissingField`] naming the field and the file. Behavioural fields that the
 //!   reference configuration class defaults (e.g. `n_group`, `rms_norm_eps`) take the same default,
 //!   recorded as a [`ConfigWarning::Defaulted`] so nothing is silently assumed.
+//! - **An unknown `model_type`** (a release that reuses an architecture under a new name, as
+//!   GLM-5's `glm_moe_dsa` reuses DeepSeek-V3.2's) is read with the schema of the family its
+//!   fields match (`crate::arch::infer_family`: a latent KV rank is MLA, `index_topk` a DSA
+//!   indexer, `linear_attention` layers Qwen3-Next's hybrid, ...), keeping its name, with a
+//!   [`ConfigWarning::InferredFamily`] first among the warnings; a file whose fields name no
+//!   architecture is [`ModelError::UnsupportedModelType`].
 //! - **Unknown fields** are not fatal: each is reported as a [`ConfigWarning::UnknownField`].
 //!   Fields the reference knows but that do not change the forward pass (token ids, training-only
 //!   coefficients, `auto_map`, ...) are accepted silently.
@@ -101,7 +107,8 @@ pub enum ModelError {
     },
 }
 
-/// The `model_type`s [`parse_config`] accepts.
+/// The `model_type`s [`parse_config`] knows by name; any other is read with the schema of the
+/// family its fields match, with a [`ConfigWarning::InferredFamily`], or refused.
 pub const SUPPORTED_MODEL_TYPES: &[&str] = &[
     "deepseek_v2",
     "deepseek_v3",
@@ -180,7 +187,11 @@ impl fmt::Display for ModelError {
             } => write!(f, "{file}: field `{field}`: {message}"),
             ModelError::UnsupportedModelType { file, model_type } => write!(
                 f,
-                "{file}: model_type `{model_type}` is not supported (supported: {})",
+                "{file}: model_type `{model_type}` is not supported (supported: {}), and no field \
+                 names a known architecture (`kv_lora_rank`: MLA; `linear_attention` layers; \
+                 `n_routed_experts`, `num_experts` or `num_local_experts`: MoE; \
+                 `num_attention_heads`, `hidden_size`, `num_hidden_layers` and \
+                 `intermediate_size`: a dense decoder)",
                 SUPPORTED_MODEL_TYPES.join(", ")
             ),
         }
@@ -204,6 +215,16 @@ pub enum ConfigWarning {
         /// The value used.
         value: String,
     },
+    /// `model_type` is not one day0 knows: the file was read with the schema of the known
+    /// family its fields match (a release that reuses an architecture under a new name).
+    InferredFamily {
+        /// The `model_type` as written.
+        model_type: String,
+        /// The known `model_type` whose parser read the file.
+        parsed_as: String,
+        /// The fields that decided it.
+        because: String,
+    },
     /// A field was read but has no effect on day0's model (with why).
     Ignored {
         /// The field.
@@ -221,6 +242,16 @@ impl fmt::Display for ConfigWarning {
                 write!(f, "`{field}` not set: using the reference default {value}")
             }
             ConfigWarning::Ignored { field, reason } => write!(f, "`{field}` ignored: {reason}"),
+            ConfigWarning::InferredFamily {
+                model_type,
+                parsed_as,
+                because,
+            } => write!(
+                f,
+                "model_type `{model_type}` is not one day0 knows: read as `{parsed_as}` because \
+                 {because} (`day0 coverage --config FILE` lists the fields that schema does not \
+                 know: check that none of them changes the architecture)"
+            ),
         }
     }
 }
@@ -923,6 +954,25 @@ impl<'a> Obj<'a> {
     pub(crate) fn contains(&self, key: &str) -> bool {
         self.seen(key);
         self.map.contains_key(key)
+    }
+
+    /// Whether `key` is present and not `null`, without marking it known (to recognise a schema
+    /// before parsing it).
+    pub(crate) fn peek(&self, key: &str) -> bool {
+        !matches!(self.map.get(key), None | Some(Value::Null))
+    }
+
+    /// The string value of `key`, if it is one, without marking it known.
+    pub(crate) fn peek_str(&self, key: &str) -> Option<&'a str> {
+        self.map.get(key).and_then(Value::as_str)
+    }
+
+    /// Whether `key` is a list holding the string `item`, without marking it known.
+    pub(crate) fn peek_list_has(&self, key: &str, item: &str) -> bool {
+        self.map
+            .get(key)
+            .and_then(Value::as_array)
+            .is_some_and(|a| a.iter().any(|v| v.as_str() == Some(item)))
     }
 
     /// The value of `key`, `None` when absent or `null`; marks it known.

@@ -437,6 +437,93 @@ fn wrong_types_and_invalid_values_are_errors() {
     assert_eq!(e.field(), Some("num_hidden_layers"));
 }
 
+/// A release that reuses a known architecture under a new `model_type` (GLM-5's `glm_moe_dsa` is
+/// DeepSeek-V3.2's MLA + DSA at other sizes): day0 reads it with the schema its fields match,
+/// keeps its name, says so in the first warning, and builds exactly the model the known type
+/// builds.
+#[test]
+fn an_unknown_model_type_is_read_as_the_family_its_fields_match() {
+    for (file, known, renamed, deciding) in [
+        (
+            "deepseek_v32_config.json",
+            "deepseek_v32",
+            "glm_moe_dsa",
+            "index_topk",
+        ),
+        (
+            "deepseek_v3_config.json",
+            "deepseek_v3",
+            "deepseek_v3_1",
+            "kv_lora_rank",
+        ),
+        (
+            "qwen3_next_config.json",
+            "qwen3_next",
+            "qwen3_5_moe",
+            "linear_attention",
+        ),
+        (
+            "kimi_linear_config.json",
+            "kimi_linear",
+            "kimi_linear_2",
+            "linear_attn_config",
+        ),
+        (
+            "qwen3_235b_a22b_config.json",
+            "qwen3_moe",
+            "qwen3_coder",
+            "num_experts",
+        ),
+        (
+            "mixtral_8x22b_config.json",
+            "mixtral",
+            "mixtral_2",
+            "num_local_experts",
+        ),
+        (
+            "llama31_405b_config.json",
+            "llama",
+            "llama_next",
+            "dense decoder",
+        ),
+    ] {
+        let original = load_config(&testdata(file)).expect("parses");
+        assert_eq!(original.model_type, known, "{file}");
+        let text = edited(file, |m| {
+            m.insert("model_type".into(), Value::from(renamed));
+        });
+        let cfg = parse_config(&text, "renamed.json").expect("an inferred family parses");
+        assert_eq!(cfg.model_type, renamed);
+        match &cfg.warnings[0] {
+            ConfigWarning::InferredFamily {
+                model_type,
+                parsed_as,
+                because,
+            } => {
+                assert_eq!((model_type.as_str(), parsed_as.as_str()), (renamed, known));
+                assert!(because.contains(deciding), "{file}: {because}");
+            }
+            other => panic!("{file}: first warning {other:?}"),
+        }
+        let shown = cfg.warnings[0].to_string();
+        assert!(shown.contains(renamed) && shown.contains(known), "{shown}");
+        let mut same = cfg.clone();
+        same.model_type = original.model_type.clone();
+        same.source = original.source.clone();
+        same.warnings.remove(0);
+        assert_eq!(same, original, "{file} renamed {renamed}");
+    }
+    // Nothing that names an architecture: still refused, naming the type.
+    let e = parse_config(
+        r#"{"model_type": "mamba9", "hidden_size": 64, "state_size": 16}"#,
+        "m.json",
+    )
+    .unwrap_err();
+    assert!(
+        matches!(&e, ModelError::UnsupportedModelType { model_type, .. } if model_type == "mamba9")
+    );
+}
+
 #[test]
 fn unsupported_or_missing_model_type() {
     let e = parse_config(r#"{"model_type": "gemma3"}"#, "gpt.json").unwrap_err();
