@@ -118,19 +118,38 @@ const HF_IGNORED: &[&str] = &[
 ];
 
 /// Dispatches on `model_type`. A `model_type` day0 does not know is read with the schema of the
-/// known family its fields match ([`infer_family`]), with a warning that says so; a file that
-/// matches none is refused.
+/// known family its fields match ([`infer_family`]; for a multimodal file, the fields of its
+/// `text_config`), with a warning that says so; a file that matches none is refused.
 pub(crate) fn parse(o: &Obj, model_type: &str) -> Result<ModelConfig, ModelError> {
     if let Some(known) = parse_known(o, model_type) {
         return known;
     }
-    let Some((parsed_as, because)) = infer_family(o) else {
-        return Err(ModelError::UnsupportedModelType {
-            file: o.file.to_string(),
-            model_type: model_type.to_string(),
-        });
+    let unsupported = || ModelError::UnsupportedModelType {
+        file: o.file.to_string(),
+        model_type: model_type.to_string(),
     };
-    let mut cfg = parse_known(o, parsed_as).expect("an inferred family is a known model_type")?;
+    // A multimodal release nests its language model under `text_config`: that is what runs (its
+    // other parts are reported as unknown fields).
+    let text = match infer_family(o) {
+        Some(_) => None,
+        None => o.opt_obj("text_config")?,
+    };
+    let scope = text.as_ref().unwrap_or(o);
+    let (parsed_as, mut because) = infer_family(scope).ok_or_else(unsupported)?;
+    if text.is_some() {
+        because = format!("{because} in its language model (`text_config`)");
+    }
+    let mut cfg =
+        parse_known(scope, parsed_as).expect("an inferred family is a known model_type")?;
+    if let Some(t) = &text {
+        t.ignore(&["model_type"]);
+        o.ignore(HF_IGNORED);
+        // The top level's tie governs the wrapper's head (as transformers' multimodal models).
+        if let Some(tie) = o.opt_bool("tie_word_embeddings")? {
+            cfg.tie_word_embeddings = tie;
+        }
+        o.adopt(t);
+    }
     cfg.model_type = model_type.to_string();
     cfg.warnings.insert(
         0,
@@ -154,7 +173,7 @@ pub(crate) fn infer_family(o: &Obj) -> Option<(&'static str, String)> {
     let has = |k: &str| o.peek(k);
     let because = |fields: &[&str]| {
         let names: Vec<String> = fields.iter().map(|f| format!("`{f}`")).collect();
-        format!("the file sets {}", names.join(" and "))
+        format!("it sets {}", names.join(" and "))
     };
     if has("kv_lora_rank") {
         if has("linear_attn_config") {

@@ -31,7 +31,8 @@
 //! - **An unknown `model_type`** (a release that reuses an architecture under a new name, as
 //!   GLM-5's `glm_moe_dsa` reuses DeepSeek-V3.2's) is read with the schema of the family its
 //!   fields match (`crate::arch::infer_family`: a latent KV rank is MLA, `index_topk` a DSA
-//!   indexer, `linear_attention` layers Qwen3-Next's hybrid, ...), keeping its name, with a
+//!   indexer, `linear_attention` layers Qwen3-Next's hybrid, ...; a multimodal file's
+//!   `text_config`, its language model, when the top level names nothing), keeping its name, with a
 //!   [`ConfigWarning::InferredFamily`] first among the warnings; a file whose fields name no
 //!   architecture is [`ModelError::UnsupportedModelType`].
 //! - **Unknown fields** are not fatal: each is reported as a [`ConfigWarning::UnknownField`].

@@ -513,6 +513,43 @@ fn an_unknown_model_type_is_read_as_the_family_its_fields_match() {
         same.warnings.remove(0);
         assert_eq!(same, original, "{file} renamed {renamed}");
     }
+    // A multimodal release nests its language model under `text_config` (Qwen3.5): that model
+    // is read, the top level's tie wins, and the rest (the vision tower) is reported unknown.
+    let mut inner_text: Value = serde_json::from_str(&text("qwen3_next_config.json")).unwrap();
+    inner_text["tie_word_embeddings"] = Value::from(false);
+    let wrapped = serde_json::json!({
+        "model_type": "qwen3_5_moe",
+        "architectures": ["Qwen3_5MoeForConditionalGeneration"],
+        "tie_word_embeddings": true,
+        "vision_config": {"depth": 27},
+        "text_config": inner_text,
+    });
+    let cfg = parse_config(&wrapped.to_string(), "q35.json").expect("parses");
+    let original = load_config(&testdata("qwen3_next_config.json")).unwrap();
+    assert_eq!(
+        (cfg.family, cfg.model_type.as_str()),
+        (Family::Qwen3Next, "qwen3_5_moe")
+    );
+    assert_eq!(cfg.layers, original.layers);
+    assert_eq!(
+        (cfg.linear_attention.clone(), cfg.moe.clone()),
+        (original.linear_attention.clone(), original.moe.clone())
+    );
+    assert!(cfg.tie_word_embeddings, "the top level's tie wins");
+    assert!(
+        cfg.warnings[0].to_string().contains("`text_config`"),
+        "{}",
+        cfg.warnings[0]
+    );
+    let unknown: Vec<String> = cfg
+        .warnings
+        .iter()
+        .filter_map(|w| match w {
+            ConfigWarning::UnknownField { field } => Some(field.clone()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(unknown, ["vision_config"], "{:?}", cfg.warnings);
     // Nothing that names an architecture: still refused, naming the type.
     let e = parse_config(
         r#"{"model_type": "mamba9", "hidden_size": 64, "state_size": 16}"#,
