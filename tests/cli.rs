@@ -1404,7 +1404,7 @@ fn an_unknown_model_type_is_read_as_its_architecture_and_said_so() {
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(
-        err.contains("glm_moe_dsa") && err.contains("no field names a known architecture"),
+        err.contains("glm_moe_dsa") && err.contains("name no known architecture"),
         "{err}"
     );
 }

@@ -1,4 +1,4 @@
-//! # Architecture parsers: one per `model_type`, into a [`ModelConfig`]
+//! # Architecture parsers: one per known `model_type` (and the family inference for unknown ones), into a [`ModelConfig`]
 //!
 //! Field names and defaults follow transformers' configuration classes
 //! (`models/deepseek_v3/configuration_deepseek_v3.py`, `models/deepseek_v32/configuration_deepseek_v32.py`,
@@ -88,7 +88,7 @@
 use crate::config::{
     AttentionKind, ConfigWarning, Decay, DenseMlpDims, ExpertActivation, Family, FfnKind, GqaDims,
     IndexerDims, LayerSpec, LinearAttnDims, MlaDims, ModelConfig, ModelError, MoeDims, Obj,
-    RopeConfig, RopeScaling, RouterKind, WeightFormat,
+    RopeConfig, RopeScaling, RouterKind, WeightFormat, SUPPORTED_MODEL_TYPES,
 };
 
 /// Fields every Hugging Face config may carry that do not change the forward pass.
@@ -135,18 +135,47 @@ pub(crate) fn parse(o: &Obj, model_type: &str) -> Result<ModelConfig, ModelError
         None => o.opt_obj("text_config")?,
     };
     let scope = text.as_ref().unwrap_or(o);
-    let (parsed_as, mut because) = infer_family(scope).ok_or_else(unsupported)?;
-    if text.is_some() {
-        because = format!("{because} in its language model (`text_config`)");
-    }
-    let mut cfg =
-        parse_known(scope, parsed_as).expect("an inferred family is a known model_type")?;
+    // The language model's own `model_type`, when day0 knows it (Mistral-3's `mistral`), else
+    // the family its fields match.
+    let inner_known = text
+        .as_ref()
+        .and_then(|t| t.peek_str("model_type"))
+        .filter(|m| SUPPORTED_MODEL_TYPES.contains(m));
+    let (parsed_as, because) = match inner_known {
+        Some(m) => (m, format!("its language model (`text_config`) is `{m}`")),
+        None => {
+            let (p, b) = infer_family(scope).ok_or_else(unsupported)?;
+            match text {
+                Some(_) => (p, format!("{b} in its language model (`text_config`)")),
+                None => (p, b),
+            }
+        }
+    };
+    // A field the guessed schema needs names the guess, so the user sees why it is needed.
+    let with_guess = |e: ModelError| match e {
+        ModelError::MissingField {
+            file,
+            field,
+            needed_by,
+        } => ModelError::MissingField {
+            file,
+            field,
+            needed_by: format!("{needed_by}, read as `{parsed_as}` because {because}"),
+        },
+        other => other,
+    };
+    let mut cfg = parse_known(scope, parsed_as)
+        .expect("an inferred family is a known model_type")
+        .map_err(with_guess)?;
     if let Some(t) = &text {
         t.ignore(&["model_type"]);
         o.ignore(HF_IGNORED);
         // The top level's tie governs the wrapper's head (as transformers' multimodal models).
         if let Some(tie) = o.opt_bool("tie_word_embeddings")? {
             cfg.tie_word_embeddings = tie;
+            cfg.warnings.retain(|w| {
+                !matches!(w, ConfigWarning::Defaulted { field, .. } if field.ends_with("tie_word_embeddings"))
+            });
         }
         o.adopt(t);
     }
@@ -167,8 +196,11 @@ pub(crate) fn parse(o: &Obj, model_type: &str) -> Result<ModelConfig, ModelError
 /// under a new name (GLM-5's `glm_moe_dsa` is DeepSeek-V3.2's MLA + DSA with other sizes): a
 /// latent KV rank means MLA (with a DSA indexer when `index_topk` is set, KDA linear attention
 /// with `linear_attn_config`), `linear_attention` layers mean Qwen3-Next's hybrid,
-/// `n_routed_experts` without MLA DeepSeek-V3's MoE under GQA (GLM-4.5), `num_experts` Qwen's MoE
-/// layout, `num_local_experts` Mixtral's, and a plain dense decoder Llama's.
+/// `n_routed_experts` without MLA DeepSeek-V3's MoE under GQA (GLM-4.5), `experts_per_token`
+/// gpt-oss's MoE, an expert count with `moe_intermediate_size` Qwen's MoE layout,
+/// `num_local_experts` alone Mixtral's; a dense decoder with Qwen's window fields is Qwen3 (with
+/// `head_dim`) or Qwen2, with `sliding_window` Mistral, else Llama. Expert counts no rule explains
+/// are refused rather than read as a dense model.
 pub(crate) fn infer_family(o: &Obj) -> Option<(&'static str, String)> {
     let has = |k: &str| o.peek(k);
     let because = |fields: &[&str]| {
@@ -190,8 +222,12 @@ pub(crate) fn infer_family(o: &Obj) -> Option<(&'static str, String)> {
             o.peek_str("topk_method"),
             Some("greedy" | "group_limited_greedy")
         ) || o.peek_str("scoring_func") == Some("softmax");
+        let router = match o.peek_str("scoring_func") {
+            Some("softmax") => "scoring_func",
+            _ => "topk_method",
+        };
         return Some(match v2_router {
-            true => ("deepseek_v2", because(&["kv_lora_rank", "topk_method"])),
+            true => ("deepseek_v2", because(&["kv_lora_rank", router])),
             false => ("deepseek_v3", because(&["kv_lora_rank"])),
         });
     }
@@ -204,34 +240,52 @@ pub(crate) fn infer_family(o: &Obj) -> Option<(&'static str, String)> {
     if !has("num_attention_heads") || !has("hidden_size") || !has("num_hidden_layers") {
         return None;
     }
+    // MoE: DeepSeek's fields under GQA, gpt-oss's, Qwen's per-expert width, Mixtral's experts of
+    // `intermediate_size`. An expert count no schema explains is refused, not read as dense.
     if has("n_routed_experts") {
         return Some((
             "glm4_moe",
             because(&["n_routed_experts", "num_attention_heads"]),
         ));
     }
-    if has("num_experts") && has("moe_intermediate_size") {
-        return Some(match has("shared_expert_intermediate_size") {
-            true => (
-                "qwen2_moe",
-                because(&["num_experts", "shared_expert_intermediate_size"]),
-            ),
-            false => (
-                "qwen3_moe",
-                because(&["num_experts", "moe_intermediate_size"]),
-            ),
+    let experts = ["num_experts", "num_local_experts"]
+        .into_iter()
+        .find(|k| has(k));
+    if let Some(count) = experts {
+        if has("experts_per_token") || has("swiglu_limit") {
+            return Some(("gpt_oss", because(&[count, "experts_per_token"])));
+        }
+        if has("moe_intermediate_size") {
+            return Some(match has("shared_expert_intermediate_size") {
+                true => (
+                    "qwen2_moe",
+                    because(&[count, "shared_expert_intermediate_size"]),
+                ),
+                false => ("qwen3_moe", because(&[count, "moe_intermediate_size"])),
+            });
+        }
+        if count == "num_local_experts" {
+            return Some(("mixtral", because(&["num_local_experts"])));
+        }
+        return None;
+    }
+    if !has("intermediate_size") {
+        return None;
+    }
+    // Dense: Qwen's window fields (Qwen3 writes `head_dim`), Mistral's window, else Llama.
+    if has("use_sliding_window") || has("max_window_layers") {
+        return Some(match has("head_dim") {
+            true => ("qwen3", because(&["max_window_layers", "head_dim"])),
+            false => ("qwen2", because(&["max_window_layers"])),
         });
     }
-    if has("num_local_experts") {
-        return Some(("mixtral", because(&["num_local_experts"])));
+    if has("sliding_window") {
+        return Some(("mistral", because(&["sliding_window"])));
     }
-    if has("intermediate_size") {
-        return Some((
-            "llama",
-            "it is a dense decoder (no experts, no latent attention, no linear attention)".into(),
-        ));
-    }
-    None
+    Some((
+        "llama",
+        "it is a dense decoder (no experts, no latent attention, no linear attention)".into(),
+    ))
 }
 
 /// The parser of a known `model_type`, or `None` for one day0 does not know.

@@ -188,11 +188,11 @@ impl fmt::Display for ModelError {
             } => write!(f, "{file}: field `{field}`: {message}"),
             ModelError::UnsupportedModelType { file, model_type } => write!(
                 f,
-                "{file}: model_type `{model_type}` is not supported (supported: {}), and no field \
-                 names a known architecture (`kv_lora_rank`: MLA; `linear_attention` layers; \
-                 `n_routed_experts`, `num_experts` or `num_local_experts`: MoE; \
-                 `num_attention_heads`, `hidden_size`, `num_hidden_layers` and \
-                 `intermediate_size`: a dense decoder)",
+                "{file}: model_type `{model_type}` is not supported (supported: {}), and its \
+                 fields (or its `text_config`'s) name no known architecture: `kv_lora_rank` \
+                 (MLA), `linear_attention` layers, or `num_attention_heads`, `hidden_size` and \
+                 `num_hidden_layers` with `n_routed_experts`, `num_local_experts`, an expert count \
+                 with `moe_intermediate_size`, or a dense `intermediate_size`",
                 SUPPORTED_MODEL_TYPES.join(", ")
             ),
         }

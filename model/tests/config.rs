@@ -486,6 +486,42 @@ fn an_unknown_model_type_is_read_as_the_family_its_fields_match() {
             "llama_next",
             "dense decoder",
         ),
+        (
+            "tiny/deepseek_v2/config.json",
+            "deepseek_v2",
+            "deepseek_v2_5",
+            "kv_lora_rank",
+        ),
+        (
+            "tiny/glm4_moe/config.json",
+            "glm4_moe",
+            "glm4_6",
+            "n_routed_experts",
+        ),
+        (
+            "tiny/gpt_oss/config.json",
+            "gpt_oss",
+            "gpt_oss_2",
+            "experts_per_token",
+        ),
+        (
+            "tiny/qwen2/config.json",
+            "qwen2",
+            "qwen2_5",
+            "max_window_layers",
+        ),
+        (
+            "tiny/qwen2_moe/config.json",
+            "qwen2_moe",
+            "qwen2_5_moe",
+            "shared_expert",
+        ),
+        (
+            "tiny/mistral/config.json",
+            "mistral",
+            "ministral",
+            "sliding_window",
+        ),
     ] {
         let original = load_config(&testdata(file)).expect("parses");
         assert_eq!(original.model_type, known, "{file}");
