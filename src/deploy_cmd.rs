@@ -467,10 +467,9 @@ pub fn run(a: RunArgs) -> Result<(), String> {
     // A model_type day0 does not know was read as the family its fields match: every number
     // below stands on that guess, so it leads the report.
     let inferred: Vec<String> = cfg
-        .warnings
-        .iter()
-        .filter(|w| matches!(w, model::config::ConfigWarning::InferredFamily { .. }))
+        .inferred_family()
         .map(|w| w.to_string())
+        .into_iter()
         .collect();
     for w in &inferred {
         say(format!("      warning: {w}"));

@@ -279,7 +279,7 @@ fn decode_step(args: &ForwardArgs, config: &Path) -> Result<(), String> {
     if context == 0 {
         return Err("--context: must be at least 1".into());
     }
-    let cfg = model::config::load_config(config).map_err(|e| e.to_string())?;
+    let cfg = load_config_noting(config)?;
     if let Some(max) = cfg.max_position_embeddings {
         if context >= max {
             return Err(format!(
@@ -471,7 +471,7 @@ fn forward_cost_only(args: &ForwardArgs, config: &Path) -> Result<(), String> {
             "--output-len must be at least 1 (the first token comes from the prefill)".into(),
         );
     }
-    let cfg = model::config::load_config(config).map_err(|e| e.to_string())?;
+    let cfg = load_config_noting(config)?;
     let launcher = Launcher::for_device(&args.device).map_err(|e| e.to_string())?;
     let tuning =
         day0::tune_model::resolve_tuning(args.tuning.as_deref(), &cfg, &launcher.preset.name)?;
@@ -713,8 +713,7 @@ pub fn forward(args: ForwardArgs) -> Result<(), String> {
         return Err("--tokens: give the prompt's token ids (comma-separated)".into());
     }
     // Every weight is held as f32 values on the host in a functional run.
-    let cfg =
-        model::config::load_config(&model_dir.join("config.json")).map_err(|e| e.to_string())?;
+    let cfg = load_config_noting(&model_dir.join("config.json"))?;
     day0::host_memory::check(
         model::plan::params::count(&cfg).total().saturating_mul(4),
         &format!("a functional forward of {}", model_dir.display()),
@@ -1198,4 +1197,14 @@ pub fn cards_cmd(a: CardsArgs) -> Result<(), String> {
     } else {
         Err("the multi-card run differs from one card".into())
     }
+}
+
+/// Loads a config.json; when its `model_type` was read as another family's, says so on stderr
+/// (the JSON on stdout stays as it is), since every number below stands on that guess.
+fn load_config_noting(path: &std::path::Path) -> Result<model::config::ModelConfig, String> {
+    let cfg = model::config::load_config(path).map_err(|e| e.to_string())?;
+    if let Some(w) = cfg.inferred_family() {
+        eprintln!("warning: {w}");
+    }
+    Ok(cfg)
 }

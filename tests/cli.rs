@@ -412,22 +412,7 @@ fn forward_on_a_broken_checkpoint_is_an_error() {
 #[test]
 fn cost_only_forward_from_a_config() {
     let cfg = format!("{}/config.json", tiny("kimi_linear"));
-    let out = day0(&[
-        "forward",
-        "--config",
-        &cfg,
-        "--cost-only",
-        "--prompt-len",
-        "70",
-        "--output-len",
-        "3",
-        "--json",
-    ]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let out = forward_cost_only_json(&cfg, 70, 3);
     let j: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     for k in [
         "ttft_us",
@@ -1378,8 +1363,8 @@ fn cost_only_forward_with_an_image_reports_the_vision_encoder_apart() {
 
 /// A release that reuses an architecture under a new `model_type` runs on release day: `day0
 /// coverage` reads DeepSeek-V3.2's file renamed `glm_moe_dsa` as `deepseek_v32` (every operator
-/// covered, the guess first among the warnings), and the same file still refused when nothing
-/// in it names an architecture.
+/// covered, the guess first among the warnings), `forward` and `run` say it too, and a file is
+/// still refused when nothing in it names an architecture.
 #[test]
 fn an_unknown_model_type_is_read_as_its_architecture_and_said_so() {
     let text = std::fs::read_to_string(concat!(
@@ -1399,6 +1384,37 @@ fn an_unknown_model_type_is_read_as_its_architecture_and_said_so() {
         first.contains("glm_moe_dsa") && first.contains("read as `deepseek_v32`"),
         "{v}"
     );
+    // The forward says it on stderr (its JSON unchanged), the pipeline in its report.
+    let tiny = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/model/testdata/tiny/deepseek_v32/config.json"
+    ))
+    .expect("testdata");
+    let tiny_path = dir.path().join("tiny.json");
+    std::fs::write(
+        &tiny_path,
+        tiny.replacen("\"deepseek_v32\"", "\"glm_moe_dsa\"", 1),
+    )
+    .unwrap();
+    let tiny_path = tiny_path.to_str().unwrap();
+    let out = forward_cost_only_json(tiny_path, 16, 2);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("read as `deepseek_v32`"), "{err}");
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON on stdout");
+    assert!(v["ttft_us"].as_f64().is_some_and(|t| t > 0.0), "{v}");
+    let v = day0_json(&[
+        "run",
+        "--model",
+        tiny_path,
+        "--no-check",
+        "--json",
+        "--prompt-len",
+        "64",
+        "--output-len",
+        "4",
+    ]);
+    let shown = v["config_warnings"][0].as_str().unwrap_or_default();
+    assert!(shown.contains("read as `deepseek_v32`"), "{v}");
     std::fs::write(&path, r#"{"model_type": "glm_moe_dsa", "hidden_size": 8}"#).unwrap();
     let out = day0(&["coverage", "--config", path.to_str().unwrap()]);
     assert!(!out.status.success());
@@ -1407,4 +1423,27 @@ fn an_unknown_model_type_is_read_as_its_architecture_and_said_so() {
         err.contains("glm_moe_dsa") && err.contains("name no known architecture"),
         "{err}"
     );
+}
+
+/// `day0 forward --config CFG --cost-only --prompt-len P --output-len O --json`, which must
+/// succeed (its output, stderr included).
+fn forward_cost_only_json(cfg: &str, prompt: usize, output: usize) -> std::process::Output {
+    let (p, o) = (prompt.to_string(), output.to_string());
+    let out = day0(&[
+        "forward",
+        "--config",
+        cfg,
+        "--cost-only",
+        "--prompt-len",
+        &p,
+        "--output-len",
+        &o,
+        "--json",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
 }

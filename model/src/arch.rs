@@ -1,4 +1,7 @@
-//! # Architecture parsers: one per known `model_type` (and the family inference for unknown ones), into a [`ModelConfig`]
+//! # Architecture parsers: one per known `model_type`, into a [`ModelConfig`]
+//!
+//! A `model_type` day0 does not know is read by the parser of the family its fields match
+//! ([`infer_family`]).
 //!
 //! Field names and defaults follow transformers' configuration classes
 //! (`models/deepseek_v3/configuration_deepseek_v3.py`, `models/deepseek_v32/configuration_deepseek_v32.py`,
@@ -140,7 +143,10 @@ pub(crate) fn parse(o: &Obj, model_type: &str) -> Result<ModelConfig, ModelError
     let inner_known = text
         .as_ref()
         .and_then(|t| t.peek_str("model_type"))
-        .filter(|m| SUPPORTED_MODEL_TYPES.contains(m));
+        // (`qwen3_vl_moe` and `day0_hybrid` name whole files, not a language model.)
+        .filter(|m| {
+            SUPPORTED_MODEL_TYPES.contains(m) && !["qwen3_vl_moe", "day0_hybrid"].contains(m)
+        });
     let (parsed_as, because) = match inner_known {
         Some(m) => (m, format!("its language model (`text_config`) is `{m}`")),
         None => {
@@ -173,9 +179,11 @@ pub(crate) fn parse(o: &Obj, model_type: &str) -> Result<ModelConfig, ModelError
         // The top level's tie governs the wrapper's head (as transformers' multimodal models).
         if let Some(tie) = o.opt_bool("tie_word_embeddings")? {
             cfg.tie_word_embeddings = tie;
-            cfg.warnings.retain(|w| {
-                !matches!(w, ConfigWarning::Defaulted { field, .. } if field.ends_with("tie_word_embeddings"))
-            });
+            let inner_default = |w: &ConfigWarning| match w {
+                ConfigWarning::Defaulted { field, .. } => field.ends_with("tie_word_embeddings"),
+                _ => false,
+            };
+            cfg.warnings.retain(|w| !inner_default(w));
         }
         o.adopt(t);
     }
@@ -273,10 +281,13 @@ pub(crate) fn infer_family(o: &Obj) -> Option<(&'static str, String)> {
         return None;
     }
     // Dense: Qwen's window fields (Qwen3 writes `head_dim`), Mistral's window, else Llama.
-    if has("use_sliding_window") || has("max_window_layers") {
+    if let Some(window) = ["max_window_layers", "use_sliding_window"]
+        .into_iter()
+        .find(|k| has(k))
+    {
         return Some(match has("head_dim") {
-            true => ("qwen3", because(&["max_window_layers", "head_dim"])),
-            false => ("qwen2", because(&["max_window_layers"])),
+            true => ("qwen3", because(&[window, "head_dim"])),
+            false => ("qwen2", because(&[window])),
         });
     }
     if has("sliding_window") {

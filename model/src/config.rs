@@ -470,6 +470,14 @@ pub struct GqaDims {
 }
 
 impl ModelConfig {
+    /// The warning that `model_type` was not known and the file was read as another family's
+    /// (every number from this config stands on that guess), if it was.
+    pub fn inferred_family(&self) -> Option<&ConfigWarning> {
+        self.warnings
+            .iter()
+            .find(|w| matches!(w, ConfigWarning::InferredFamily { .. }))
+    }
+
     /// The sliding window of layer `l`'s attention: its keys per query, 0 for a layer that sees
     /// its whole context (or an index past the layers).
     pub fn window_of(&self, l: usize) -> usize {
