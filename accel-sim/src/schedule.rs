@@ -27,8 +27,10 @@
 //! [`STEADY_TOLERANCE`]; cycles as the cores' mean finishing cycle, which grows smoothly where the
 //! makespan of a copy stopped mid-wave jumps with whichever core ends last), the next windows of
 //! like programs are *skipped*: their loads still go through the L2 model in program order, and a
-//! window whose HBM and L2 bytes match the measured window costs what it cost; a window that does
-//! not, or a program with other events, is simulated. After [`SKIPS_PER_SAMPLE`] skipped windows
+//! window whose HBM and L2 bytes match the measured window (or whose extra traffic takes under the
+//! tolerance of the step's time at the device's bandwidths; its extra HBM bytes are charged at full
+//! bandwidth) costs what it cost; a window that does not, or a program with other events, is
+//! simulated. After [`SKIPS_PER_SAMPLE`] skipped windows
 //! the next window is simulated and the step measured again, since a launch drifts; each
 //! measurement that finds the step unchanged doubles the windows skipped on it (up to
 //! [`MAX_SKIPS_PER_SAMPLE`]). After an interruption (a row's start, a window the L2 serves
@@ -521,14 +523,27 @@ impl<'a> LaunchSim<'a> {
                 }
             }
         }
-        if close(hbm, st.step.totals.hbm_read) && close(hits, st.step.totals.l2_read) {
+        let p = self.preset;
+        let (step_hbm, step_hits) = (st.step.totals.hbm_read, st.step.totals.l2_read);
+        // The window's traffic differs from the step's by at most a tolerance of the step's
+        // time at the device's bandwidths: byte counts alone refused a GEMM window whose L2
+        // refilled 0.5 MB of weights beside 236 MB of hits (0.6% of its time), and each refusal
+        // re-measured the launch for thousands of programs.
+        let hbm_extra = hbm as f64 - step_hbm as f64;
+        let l2_extra = (hbm + hits) as f64 - (step_hbm + step_hits) as f64;
+        let slack = STEADY_TOLERANCE * st.step.cycles as f64;
+        let alike = (close(hbm, step_hbm) && close(hits, step_hits))
+            || (hbm_extra.abs() / p.hbm_bytes_per_cycle() <= slack
+                && l2_extra.abs() / p.l2_bytes_per_cycle() <= slack);
+        if alike {
             let mut cost = st.step.clone();
             cost.totals.hbm_read = hbm;
             cost.totals.l2_read = hits;
+            // Extra HBM bytes cost their time at full bandwidth (a bound where HBM binds).
+            cost.cycles += (hbm_extra.max(0.0) / p.hbm_bytes_per_cycle()).ceil() as u64;
             // One window's increments can show an engine busier, or more bytes moved, than its
             // cycle increment allows (work straddles the checkpoints): never charge a skipped
             // window less time than its work needs at the device's peak rates.
-            let p = self.preset;
             let t = &cost.totals;
             let floor = t
                 .busy
@@ -1258,6 +1273,60 @@ mod tests {
                 sampled.simulated_programs
             );
         }
+    }
+
+    /// A launch whose traffic is mostly L2 hits: each program reads a new 4 KiB window and eight
+    /// hot 32 KiB ones; every 500th program finds one of its hot windows evicted (a fresh region,
+    /// 32 KiB more from HBM: 17% more HBM bytes in its window, under 1% of its time). Such a
+    /// window is skipped at the step's cost plus its extra HBM bytes' time, not re-measured: the
+    /// launch is timed in under 3/10 of its programs (2400 of 9600; 4992 while byte counts alone
+    /// decided) and stays within 0.5% of timing every program.
+    #[test]
+    fn a_window_whose_extra_traffic_costs_under_the_tolerance_is_skipped() {
+        let p = DevicePreset::load("npu-910b").unwrap();
+        let n = p.cores * 400;
+        let (small, hot) = (4 * 1024, 32 * 1024);
+        let program = |i: u64| {
+            let mut r = Recorder::new();
+            let load = |r: &mut Recorder, tensor: u64, offset: u64, bytes: u64| {
+                let buf = r.alloc(bytes, 1);
+                let region = Region {
+                    tensor,
+                    offset,
+                    rows: 1,
+                    cols: bytes,
+                };
+                r.exec(&Instr::new(Op::Load { bytes, region }, 2, &[], Some(buf)));
+                r.exec(&Instr::new(Op::Store { bytes: small }, 3, &[buf], None));
+            };
+            load(&mut r, 1, i * small, small);
+            for h in 0..8 {
+                match (h, i % 500) {
+                    (0, 499) => load(&mut r, 3, i * hot, hot),
+                    _ => load(&mut r, 2, h * hot, hot),
+                }
+            }
+            r.finish()
+        };
+        let progs = || (0..n).map(program).collect::<Vec<_>>();
+        let full = launch_sampled(&p, progs(), false);
+        let sampled = launch_sampled(&p, progs(), true);
+        let rel = (sampled.cycles as f64 - full.cycles as f64).abs() / full.cycles as f64;
+        eprintln!(
+            "{} of {n} timed, {} vs {} cycles ({:+.3}%)",
+            sampled.simulated_programs,
+            sampled.cycles,
+            full.cycles,
+            100.0 * rel
+        );
+        assert!(rel <= 0.005, "{} vs {} cycles", sampled.cycles, full.cycles);
+        assert_eq!(sampled.hbm_bytes, full.hbm_bytes);
+        assert!(sampled.check_physics(&p).is_empty());
+        assert!(
+            sampled.simulated_programs < n * 3 / 10,
+            "{} of {n} timed",
+            sampled.simulated_programs
+        );
     }
 
     #[test]

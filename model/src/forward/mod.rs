@@ -920,14 +920,9 @@ impl Runner {
                     section,
                     self.attention_factor,
                 )?,
-                _ => RopeTables::new(
-                    &positions,
-                    &self.inv_freq,
-                    self.attention_factor,
-                    self.interleaved,
-                )?,
+                _ => self.rope_tables(&positions, self.interleaved)?,
             };
-            let half = RopeTables::new(&positions, &self.inv_freq, self.attention_factor, false)?;
+            let half = self.rope_tables(&positions, false)?;
             ropes.push((rope, half));
         }
         let single = parts.len() == 1;
@@ -1003,12 +998,7 @@ impl Runner {
                         .iter()
                         .map(|&i| self.rope_position(parts[i].seq, parts[i].pos0))
                         .collect();
-                    let rope = RopeTables::new(
-                        &positions,
-                        &self.inv_freq,
-                        self.attention_factor,
-                        self.interleaved,
-                    )?;
+                    let rope = self.rope_tables(&positions, self.interleaved)?;
                     let seqs: Vec<sequences::SeqRows> = decodes
                         .iter()
                         .enumerate()
@@ -1026,12 +1016,7 @@ impl Runner {
                             match (&spec.attention, &self.cfg.indexer) {
                                 (AttentionKind::SparseMla, Some(ix)) => {
                                     // The indexer rotates half-split whatever the MLA layout is.
-                                    let rope_half = RopeTables::new(
-                                        &positions,
-                                        &self.inv_freq,
-                                        self.attention_factor,
-                                        false,
-                                    )?;
+                                    let rope_half = self.rope_tables(&positions, false)?;
                                     mla::forward_sparse_decodes(
                                         &mut self.ops,
                                         m,

@@ -243,4 +243,19 @@ impl Runner {
         let d = self.rope_deltas.get(&seq).copied().unwrap_or(0);
         (i as i64 + d).max(0) as usize
     }
+
+    /// RoPE tables for `positions` at the model's frequencies (shape-only in cost-only runs).
+    pub(super) fn rope_tables(
+        &self,
+        positions: &[usize],
+        interleaved: bool,
+    ) -> Result<RopeTables, ForwardError> {
+        RopeTables::new(
+            self.ops.mem,
+            positions,
+            &self.inv_freq,
+            self.attention_factor,
+            interleaved,
+        )
+    }
 }

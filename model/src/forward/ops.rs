@@ -1888,13 +1888,24 @@ pub(crate) struct RopeTables {
 }
 
 impl RopeTables {
-    /// Tables for `positions` from precomputed inverse frequencies.
+    /// Tables for `positions` from precomputed inverse frequencies; shape-only in `mem`'s
+    /// cost-only runs (an 8K-token prefill's tables cost more host time than some launches).
     pub fn new(
+        mem: Mem,
         positions: &[usize],
         inv_freq: &[f64],
         attention_factor: f64,
         interleaved: bool,
     ) -> Result<RopeTables, ForwardError> {
+        if mem.shape_only {
+            let shape = [positions.len(), inv_freq.len()];
+            return Ok(RopeTables {
+                cos: Tensor::shape_only(&shape),
+                sin: Tensor::shape_only(&shape),
+                rot_dim: 2 * shape[1],
+                interleaved,
+            });
+        }
         let (c, s) = kernels::rope::cos_sin(positions, inv_freq, attention_factor);
         RopeTables::from_cos_sin(positions.len(), inv_freq.len(), &c, &s, interleaved)
     }
