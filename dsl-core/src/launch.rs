@@ -653,6 +653,16 @@ impl Launcher {
             Some(first)
         };
         let mut references = reference.as_ref().map(|r| References::new(r, []));
+        // Per position along a grid row (rows up to MAX_ROW_REFERENCES long), the references of
+        // the last program recorded there that diverged from `references`: its next program a
+        // row on follows it first. Causal attention's rows differ along the row (each query
+        // block attends its own number of key blocks) but repeat per head, so no launch-wide
+        // reference fits them and each of their programs recorded in full.
+        let row = grid[0];
+        let mut row_refs: Vec<Option<References>> = match reference {
+            Some(_) if row > 1 && row <= MAX_ROW_REFERENCES => vec![None; row],
+            _ => Vec::new(),
+        };
         // Programs run in parallel a wave at a time, and each wave is timed while the next one
         // runs. Traces are timed in program-id order, so the numbers and cycles are the same for
         // any thread count.
@@ -673,7 +683,10 @@ impl Launcher {
                 || {
                     let (traces, wave_logs): (Vec<_>, Vec<_>) = (start..end)
                         .into_par_iter()
-                        .map(|i| run_one(i, references.as_ref()))
+                        .map(|i| {
+                            let own = row_refs.get(i % row).and_then(Option::as_ref);
+                            run_one(i, own.or(references.as_ref()))
+                        })
                         .unzip();
                     (traces, wave_logs)
                 },
@@ -690,7 +703,20 @@ impl Launcher {
                     *r = new;
                 }
                 remember_streams(&mut recent, &next);
-                references = Some(References::new(r, &recent));
+                let refs = References::new(r, &recent);
+                if !row_refs.is_empty() {
+                    for (i, t) in (start..end).zip(&next) {
+                        if let Ok(t) = t {
+                            let slot = &mut row_refs[i % row];
+                            if refs.holds(t) {
+                                *slot = None;
+                            } else if !slot.as_ref().is_some_and(|o| o.holds(t)) {
+                                *slot = Some(References::new(t, &recent));
+                            }
+                        }
+                    }
+                }
+                references = Some(refs);
             }
             recorded = next;
             start = end;
@@ -702,6 +728,10 @@ impl Launcher {
 
 /// Waves of programs a cost-only launch records per batch (see [`Launcher::time_programs`]).
 const COST_ONLY_WAVES_PER_BATCH: usize = 16;
+
+/// Longest grid row whose positions keep references of their own (see
+/// [`Launcher::time_programs`]): a few thousand handles at most.
+const MAX_ROW_REFERENCES: usize = 4096;
 
 /// A recorded program: its trace (or the error it hit) and, in a checked launch, its log.
 type ProgramOutcome = (Result<ProgramTrace, SimError>, Option<ProgramLog>);
