@@ -744,6 +744,7 @@ pub fn scale(a: ScaleArgs) -> Result<(), String> {
     // One estimator on a cluster grown to the largest count: card counts that share a shard
     // share its simulated runs.
     let s = setup(&a.deploy, counts.iter().copied().max())?;
+    crate::model_cmd::note_inferred(s.est.config());
     for n in counts {
         let row = match plan_phase(
             &s.est,

@@ -950,6 +950,7 @@ pub fn validate_cmd(args: ValidateArgs) -> Result<(), String> {
                 args.reference.display()
             )
         })?;
+    load_config_noting(&args.model_dir.join("config.json"))?;
     let mut r = runner(
         &args.model_dir,
         &args.device,
@@ -1046,6 +1047,7 @@ pub fn cards_cmd(a: CardsArgs) -> Result<(), String> {
     use accel_sim::ClusterPreset;
     use model::plan::parallel::Plan;
     let plan = Plan::parse(&a.plan, None, "--plan").map_err(|e| e.to_string())?;
+    load_config_noting(&a.model_dir.join("config.json"))?;
     let mut cluster = ClusterPreset::load(&a.cluster).map_err(|e| format!("--cluster: {e}"))?;
     let nodes = plan.cards().div_ceil(cluster.cards_per_node);
     if nodes > cluster.nodes {
@@ -1203,8 +1205,14 @@ pub fn cards_cmd(a: CardsArgs) -> Result<(), String> {
 /// (the JSON on stdout stays as it is), since every number below stands on that guess.
 fn load_config_noting(path: &std::path::Path) -> Result<model::config::ModelConfig, String> {
     let cfg = model::config::load_config(path).map_err(|e| e.to_string())?;
+    note_inferred(&cfg);
+    Ok(cfg)
+}
+
+/// Says on stderr when `cfg`'s `model_type` was read as another family's (every number a
+/// command reports stands on that guess); stdout, JSON included, stays as it is.
+pub(crate) fn note_inferred(cfg: &model::config::ModelConfig) {
     if let Some(w) = cfg.inferred_family() {
         eprintln!("warning: {w}");
     }
-    Ok(cfg)
 }

@@ -176,6 +176,7 @@ fn tune_model_cmd(args: &TuneArgs, model: &str) -> Result<(), String> {
         }
     }
     let cfg = model::plan::presets::load_model(model).map_err(|e| format!("--model: {e}"))?;
+    crate::model_cmd::note_inferred(&cfg);
     if let Some(max) = cfg.max_position_embeddings {
         let need = args.prompt_len.max(args.context + 1);
         if need > max {

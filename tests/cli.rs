@@ -1415,6 +1415,24 @@ fn an_unknown_model_type_is_read_as_its_architecture_and_said_so() {
     ]);
     let shown = v["config_warnings"][0].as_str().unwrap_or_default();
     assert!(shown.contains("read as `deepseek_v32`"), "{v}");
+    // So does the scaling sweep, on stderr beside its JSON.
+    let out = day0(&[
+        "scale",
+        "--model",
+        tiny_path,
+        "--cards",
+        "1,2",
+        "--prompt-len",
+        "64",
+        "--output-len",
+        "4",
+        "--json",
+    ]);
+    assert!(out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("read as `deepseek_v32`"), "{err}");
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON on stdout");
+    assert_eq!(v.as_array().map(Vec::len), Some(2), "{v}");
     std::fs::write(&path, r#"{"model_type": "glm_moe_dsa", "hidden_size": 8}"#).unwrap();
     let out = day0(&["coverage", "--config", path.to_str().unwrap()]);
     assert!(!out.status.success());
