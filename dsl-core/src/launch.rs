@@ -679,8 +679,12 @@ impl Launcher {
         let mut logs: Vec<ProgramLog> = Vec::new();
         while start < total {
             let end = (start + batch).min(total);
-            let (next, timed) = rayon::join(
-                || {
+            // The pool records while this thread times: a card role's own thread keeps its
+            // simulation (the serial part) off the pool, so one role's long launch never queues
+            // another role's behind it (a 5 ms launch waited 0.25 s for a worker).
+            let mut batch_out = None;
+            let timed = rayon::in_place_scope(|scope| {
+                scope.spawn(|_| {
                     let (traces, wave_logs): (Vec<_>, Vec<_>) = (start..end)
                         .into_par_iter()
                         .map(|i| {
@@ -688,11 +692,11 @@ impl Launcher {
                             run_one(i, own.or(references.as_ref()))
                         })
                         .unzip();
-                    (traces, wave_logs)
-                },
-                || push_all(&mut sim, std::mem::take(&mut recorded)),
-            );
-            let (next, wave_logs) = next;
+                    batch_out = Some((traces, wave_logs));
+                });
+                push_all(&mut sim, std::mem::take(&mut recorded))
+            });
+            let (next, wave_logs) = batch_out.expect("the scope waited for the batch");
             if keep_logs {
                 // One log per program, in program order (a program without one logged nothing).
                 logs.extend(wave_logs.into_iter().map(Option::unwrap_or_default));
