@@ -549,8 +549,9 @@ fn a_batched_decode_and_a_one_sequence_run_launch_the_same_per_sequence_operator
 }
 
 /// The planner prices routed experts in a run of their own at the rows expert parallelism sends
-/// a card: that run launches the routed experts and nothing else (no norms, dense MLPs, routers
-/// or shared experts at those rows), at exactly the cost they have inside a whole layer.
+/// a card: that run launches the routed experts and nothing else (no embedding, norms, dense
+/// MLPs, routers, shared experts or lm_head at those rows), at exactly the cost they have inside a
+/// whole layer.
 #[test]
 fn a_routed_experts_run_launches_only_the_routed_experts() {
     use model::forward::{Blocks, Runner};
@@ -564,14 +565,19 @@ fn a_routed_experts_run_launches_only_the_routed_experts() {
             let mut r = Runner::cost_only(cfg.clone(), launcher, tokens).unwrap();
             r.run_blocks(blocks).unwrap();
             r.forward(&vec![0; tokens]).unwrap();
-            r.last_layers().to_vec()
+            (r.last_layers().to_vec(), r.stats().clone())
         };
-        let alone = run(Blocks {
+        let (alone, alone_total) = run(Blocks {
             attention: false,
             ffn: false,
             routed_experts: true,
         });
-        let whole = run(Blocks::ALL);
+        let (whole, whole_total) = run(Blocks::ALL);
+        // Nobody reads a routed-experts run's embedding, final norm or lm_head: none launches.
+        for op in ["embedding", "final_norm", "lm_head"] {
+            assert!(whole_total.per_op.contains_key(op), "{name}: {op}");
+            assert!(!alone_total.per_op.contains_key(op), "{name}: {op} ran");
+        }
         let mut routed_layers = 0;
         for (l, (a, w)) in alone.iter().zip(&whole).enumerate() {
             assert!(a.attention.per_op.is_empty(), "{name} layer {l}");

@@ -326,6 +326,13 @@ impl Blocks {
         ffn: true,
         routed_experts: true,
     };
+
+    /// Only the routed experts: a planner's expert-parallel card role, whose embedding, final
+    /// norm and `lm_head` nobody reads (the main role's are the card's), so a shape-only run
+    /// skips them.
+    pub fn routed_only(self) -> bool {
+        self.routed_experts && !self.attention && !self.ffn
+    }
 }
 
 /// The cost of one decoder layer in the last step, by block.
@@ -934,7 +941,12 @@ impl Runner {
         let mut hidden_states = Vec::new();
 
         self.ops.layer = None;
-        let mut h = self.ops.embedding(ids, &self.weights.embed)?;
+        let skip_ends = self.ops.mem.shape_only && self.blocks.routed_only();
+        let mut h = if skip_ends {
+            self.ops.mem.act(t, self.cfg.hidden_size)
+        } else {
+            self.ops.embedding(ids, &self.weights.embed)?
+        };
         if let Some(im) = &images {
             self.ops
                 .scatter_rows("vision.image_tokens", &im.tokens, &im.rows, &h, false)?;
@@ -1252,6 +1264,17 @@ impl Runner {
             }
         }
         self.ops.layer = None;
+        if skip_ends {
+            return Ok(parts
+                .iter()
+                .map(|p| StepOutput {
+                    logits: Vec::new(),
+                    tokens: p.tokens,
+                    vocab,
+                    hidden_states: Vec::new(),
+                })
+                .collect());
+        }
         let n = self
             .ops
             .rmsnorm("final_norm", &h, &self.weights.final_norm, eps)?;
