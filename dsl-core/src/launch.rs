@@ -654,10 +654,12 @@ impl Launcher {
         };
         let mut references = reference.as_ref().map(|r| References::new(r, []));
         // Per position along a grid row (rows up to MAX_ROW_REFERENCES long), the references of
-        // the last program recorded there that diverged from `references`: its next program a
-        // row on follows it first. Causal attention's rows differ along the row (each query
-        // block attends its own number of key blocks) but repeat per head, so no launch-wide
-        // reference fits them and each of their programs recorded in full.
+        // the last program recorded there that diverged from `references` (that program first,
+        // then the launch's main reference and the recent streams): the programs at that
+        // position a row on follow them instead of `references`. Causal attention's rows differ
+        // along the row (each query block attends its own number of key blocks) but repeat per
+        // head, so no launch-wide reference fits them and each of their programs recorded in
+        // full.
         let row = grid[0];
         let mut row_refs: Vec<Option<References>> = match reference {
             Some(_) if row > 1 && row <= MAX_ROW_REFERENCES => vec![None; row],
@@ -709,13 +711,15 @@ impl Launcher {
                 remember_streams(&mut recent, &next);
                 let refs = References::new(r, &recent);
                 if !row_refs.is_empty() {
+                    let main = r.shapes_handle();
                     for (i, t) in (start..end).zip(&next) {
                         if let Ok(t) = t {
                             let slot = &mut row_refs[i % row];
                             if refs.holds(t) {
                                 *slot = None;
                             } else if !slot.as_ref().is_some_and(|o| o.holds(t)) {
-                                *slot = Some(References::new(t, &recent));
+                                *slot =
+                                    Some(References::new(t, std::iter::once(&main).chain(&recent)));
                             }
                         }
                     }
@@ -734,7 +738,9 @@ impl Launcher {
 const COST_ONLY_WAVES_PER_BATCH: usize = 16;
 
 /// Longest grid row whose positions keep references of their own (see
-/// [`Launcher::time_programs`]): a few thousand handles at most.
+/// [`Launcher::time_programs`]): each holds a recorded program's body (its events, not its load
+/// windows) until the launch ends, so a causal row of this many query blocks keeps at most this
+/// many bodies alive.
 const MAX_ROW_REFERENCES: usize = 4096;
 
 /// A recorded program: its trace (or the error it hit) and, in a checked launch, its log.

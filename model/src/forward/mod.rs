@@ -315,7 +315,9 @@ pub struct Blocks {
     /// Within a MoE block, the routed experts (dispatch, expert GEMMs, combine). With `ffn` and
     /// without these, a MoE block runs its router and shared experts only; without `ffn` and
     /// with these, only the routed experts run, on the layer's input rows (the planner prices
-    /// them at the rows expert parallelism sends a card, where the rest would be wasted work).
+    /// them at the rows expert parallelism sends a card, where the rest would be wasted work),
+    /// and a shape-only run skips the embedding, final norm and `lm_head` too, returning empty
+    /// logits ([`Blocks::routed_only`]).
     pub routed_experts: bool,
 }
 
