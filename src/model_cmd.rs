@@ -950,7 +950,6 @@ pub fn validate_cmd(args: ValidateArgs) -> Result<(), String> {
                 args.reference.display()
             )
         })?;
-    load_config_noting(&args.model_dir.join("config.json"))?;
     let mut r = runner(
         &args.model_dir,
         &args.device,
@@ -959,6 +958,7 @@ pub fn validate_cmd(args: ValidateArgs) -> Result<(), String> {
         false,
         None,
     )?;
+    note_inferred(r.config());
     let v = validate(&mut r, &ids, &reference, args.threshold).map_err(|e| e.to_string())?;
     if args.json {
         let diffs: Vec<serde_json::Value> = v

@@ -1143,6 +1143,27 @@ mod tests {
         launch_sampled(p, progs, false)
     }
 
+    /// `progs()` timed in full and sampled, and the sampled cycles' relative error (printed with
+    /// `what` and the share of programs timed).
+    fn sampled_against_full(
+        p: &DevicePreset,
+        progs: impl Fn() -> Vec<ProgramTrace>,
+        what: &str,
+    ) -> (Report, Report, f64) {
+        let full = launch_sampled(p, progs(), false);
+        let sampled = launch_sampled(p, progs(), true);
+        let rel = (sampled.cycles as f64 - full.cycles as f64).abs() / full.cycles as f64;
+        eprintln!(
+            "{what}: {} of {} timed, {} vs {} cycles ({:+.3}%)",
+            sampled.simulated_programs,
+            full.programs,
+            sampled.cycles,
+            full.cycles,
+            100.0 * rel
+        );
+        (full, sampled, rel)
+    }
+
     fn launch_sampled(p: &DevicePreset, progs: Vec<ProgramTrace>, sampling: bool) -> Report {
         let info = LaunchInfo {
             kernel: "stream",
@@ -1211,15 +1232,13 @@ mod tests {
                 .map(|i| streaming(1, 2 * i, 4, 32 * 1024))
                 .collect::<Vec<_>>()
         };
-        let full = launch_sampled(&p, like(), false);
-        let sampled = launch_sampled(&p, like(), true);
+        let (full, sampled, rel) = sampled_against_full(&p, like, "like programs");
         assert_eq!(full.simulated_programs, n);
         assert!(
             sampled.simulated_programs < n / 2,
             "{}",
             sampled.simulated_programs
         );
-        let rel = (sampled.cycles as f64 - full.cycles as f64).abs() / full.cycles as f64;
         assert!(rel <= 0.02, "{} vs {} cycles", sampled.cycles, full.cycles);
         let rel = (sampled.hbm_bytes as f64 - full.hbm_bytes as f64).abs() / full.hbm_bytes as f64;
         assert!(
@@ -1259,16 +1278,8 @@ mod tests {
                     })
                     .collect::<Vec<_>>()
             };
-            let full = launch_sampled(&p, progs(), false);
-            let sampled = launch_sampled(&p, progs(), true);
-            let rel = (sampled.cycles as f64 - full.cycles as f64).abs() / full.cycles as f64;
-            eprintln!(
-                "interruption every {every:?}: {} of {n} timed, {} vs {} cycles ({:+.3}%)",
-                sampled.simulated_programs,
-                sampled.cycles,
-                full.cycles,
-                100.0 * rel
-            );
+            let (full, sampled, rel) =
+                sampled_against_full(&p, progs, &format!("interruption every {every:?}"));
             assert!(rel <= 0.005, "{} vs {} cycles", sampled.cycles, full.cycles);
             assert!(sampled.check_physics(&p).is_empty());
             // Resuming only after two fresh windows timed 3024 of the interrupted launch's 9600.
@@ -1315,16 +1326,7 @@ mod tests {
             r.finish()
         };
         let progs = || (0..n).map(program).collect::<Vec<_>>();
-        let full = launch_sampled(&p, progs(), false);
-        let sampled = launch_sampled(&p, progs(), true);
-        let rel = (sampled.cycles as f64 - full.cycles as f64).abs() / full.cycles as f64;
-        eprintln!(
-            "{} of {n} timed, {} vs {} cycles ({:+.3}%)",
-            sampled.simulated_programs,
-            sampled.cycles,
-            full.cycles,
-            100.0 * rel
-        );
+        let (full, sampled, rel) = sampled_against_full(&p, progs, "an evicted window every 500");
         assert!(rel <= 0.005, "{} vs {} cycles", sampled.cycles, full.cycles);
         assert_eq!(sampled.hbm_bytes, full.hbm_bytes);
         assert!(sampled.check_physics(&p).is_empty());

@@ -1266,30 +1266,26 @@ impl Runner {
             }
         }
         self.ops.layer = None;
-        if skip_ends {
-            return Ok(parts
-                .iter()
-                .map(|p| StepOutput {
-                    logits: Vec::new(),
-                    tokens: p.tokens,
-                    vocab,
-                    hidden_states: Vec::new(),
-                })
-                .collect());
-        }
-        let n = self
-            .ops
-            .rmsnorm("final_norm", &h, &self.weights.final_norm, eps)?;
-        // A cost-only run of one sequence prices what serving computes: the next token's logits
-        // only (the goldens of functional runs need every row; a batch computes every row).
-        let last_only = self.ops.mem.shape_only && single;
-        let n = if last_only {
-            ops::view(n.row_range(t - 1, 1), "last row")?
+        // A routed-experts role's head is nobody's: it books no launch and has no logits (nor
+        // has any shape-only run).
+        let logits = if skip_ends {
+            Vec::new()
         } else {
-            n
+            let n = self
+                .ops
+                .rmsnorm("final_norm", &h, &self.weights.final_norm, eps)?;
+            // A cost-only run of one sequence prices what serving computes: the next token's
+            // logits only (the goldens of functional runs need every row; a batch computes every
+            // row).
+            let last_only = self.ops.mem.shape_only && single;
+            let n = if last_only {
+                ops::view(n.row_range(t - 1, 1), "last row")?
+            } else {
+                n
+            };
+            let logits = self.ops.linear("lm_head", &n, &self.weights.lm_head)?;
+            logits.to_vec().unwrap_or_default()
         };
-        let logits = self.ops.linear("lm_head", &n, &self.weights.lm_head)?;
-        let logits = logits.to_vec().unwrap_or_default();
         if single {
             return Ok(vec![StepOutput {
                 logits,
