@@ -62,10 +62,8 @@ const NR: usize = 2 * VL;
 type BRow = [V; 2];
 
 thread_local! {
-    /// Per-thread packing buffers, reused across calls: the B panels, and a row of zeros that
-    /// stands for the missing rows of a ragged A block.
-    static PACK: std::cell::RefCell<(Vec<BRow>, Vec<f32>)> =
-        const { std::cell::RefCell::new((Vec::new(), Vec::new())) };
+    /// Per-thread packing buffer, reused across calls.
+    static PACK: std::cell::RefCell<PackedB> = std::cell::RefCell::new(PackedB::default());
 }
 
 /// How the B operand is laid out in memory.
@@ -75,6 +73,94 @@ enum BLayout {
     RowMajor,
     /// `n×k` row-major (the product uses its transpose).
     Transposed,
+}
+
+/// A read-only row-major matrix operand of the matrix multiply: `rows` rows of `cols` elements,
+/// row `r` starting `r·stride` elements after the first. A tile's own buffer (`stride = cols`), or
+/// a window of a larger memory read in place (`stride` = the memory's row pitch), so a tile
+/// loaded from device memory can feed the matrix unit without first being copied out.
+///
+/// Only the `cols` elements of each row are ever read (never the gap between rows, which may
+/// belong to someone else).
+#[derive(Clone, Copy)]
+pub struct MatRef<'a> {
+    ptr: *const f32,
+    stride: usize,
+    rows: usize,
+    cols: usize,
+    _borrow: std::marker::PhantomData<&'a [f32]>,
+}
+
+impl<'a> MatRef<'a> {
+    /// The first `rows·cols` elements of `s`, row-major.
+    ///
+    /// # Panics
+    /// If `s` holds fewer than `rows·cols` elements.
+    pub fn dense(s: &'a [f32], rows: usize, cols: usize) -> MatRef<'a> {
+        MatRef::strided(s, cols, rows, cols)
+    }
+
+    /// A window of `s`: `rows` rows of `cols` elements, `stride` apart, from `s[0]`.
+    ///
+    /// # Panics
+    /// If `cols > stride` (with more than one row) or the last row passes the end of `s`.
+    pub fn strided(s: &'a [f32], stride: usize, rows: usize, cols: usize) -> MatRef<'a> {
+        let end = match rows {
+            0 => Some(0),
+            _ => (rows - 1)
+                .checked_mul(stride)
+                .and_then(|e| e.checked_add(cols)),
+        };
+        assert!(
+            (rows <= 1 || cols <= stride) && end.is_some_and(|e| e <= s.len()),
+            "MatRef::strided: {rows}x{cols} at pitch {stride} does not fit a slice of {}",
+            s.len()
+        );
+        MatRef {
+            ptr: s.as_ptr(),
+            stride,
+            rows,
+            cols,
+            _borrow: std::marker::PhantomData,
+        }
+    }
+
+    /// A window of `rows` rows of `cols` elements, `stride` apart, from `ptr`.
+    ///
+    /// # Safety
+    /// For `'a`, every row's `cols` elements (`ptr + r·stride ..`, `r < rows`) must be valid for
+    /// reads and must not be written by anyone.
+    pub unsafe fn from_raw(ptr: *const f32, stride: usize, rows: usize, cols: usize) -> MatRef<'a> {
+        MatRef {
+            ptr,
+            stride,
+            rows,
+            cols,
+            _borrow: std::marker::PhantomData,
+        }
+    }
+
+    /// Rows.
+    pub fn rows(&self) -> usize {
+        self.rows
+    }
+
+    /// Columns.
+    pub fn cols(&self) -> usize {
+        self.cols
+    }
+
+    /// Row `r`.
+    ///
+    /// # Panics
+    /// If `r` is not a row.
+    #[inline]
+    pub fn row(&self, r: usize) -> &'a [f32] {
+        assert!(r < self.rows, "MatRef::row {r} of {}", self.rows);
+        // SAFETY: row `r` is one of the rows the constructor vouched for (`dense` checked the
+        // slice holds it), for `'a`.
+        unsafe { std::slice::from_raw_parts(self.ptr.add(r * self.stride), self.cols) }
+    }
 }
 
 /// `c[m×n] += a[m×k] · b[k×n]`, all row-major, f32 accumulation.
@@ -87,7 +173,7 @@ pub fn mma_f32(c: &mut [f32], a: &[f32], b: &[f32], m: usize, n: usize, k: usize
         c.len() >= m * n && a.len() >= m * k && b.len() >= k * n,
         "mma_f32: slice too short"
     );
-    mma_packed(c, a, b, m, n, k, BLayout::RowMajor);
+    mma_f32_ref(c, MatRef::dense(a, m, k), MatRef::dense(b, k, n));
 }
 
 /// `c[m×n] += a[m×k] · b[n×k]ᵀ` (B given row-major as n×k, e.g. keys in attention).
@@ -98,42 +184,109 @@ pub fn mma_f32_bt(c: &mut [f32], a: &[f32], b: &[f32], m: usize, n: usize, k: us
         c.len() >= m * n && a.len() >= m * k && b.len() >= k * n,
         "mma_f32_bt: slice too short"
     );
-    mma_packed(c, a, b, m, n, k, BLayout::Transposed);
+    mma_f32_bt_ref(c, MatRef::dense(a, m, k), MatRef::dense(b, n, k));
 }
 
-fn mma_packed(c: &mut [f32], a: &[f32], b: &[f32], m: usize, n: usize, k: usize, layout: BLayout) {
+/// [`mma_f32`] on operands read in place: `c[m×n] += a · b` with `a` m×k and `b` k×n
+/// (`c` row-major, dense). The same bits as [`mma_f32`] on dense copies of `a` and `b`.
+///
+/// # Panics
+/// If `c` holds fewer than `m·n` elements or the inner dimensions differ (checked by
+/// [`mma_f32_packed`], which it packs B for).
+pub fn mma_f32_ref(c: &mut [f32], a: MatRef<'_>, b: MatRef<'_>) {
+    mma_packed(c, a, b, BLayout::RowMajor);
+}
+
+/// [`mma_f32_bt`] on operands read in place: `c[m×n] += a · bᵀ` with `a` m×k and `b` n×k.
+///
+/// # Panics
+/// If `c` holds fewer than `m·n` elements or the inner dimensions differ (checked by
+/// [`mma_f32_packed`]).
+pub fn mma_f32_bt_ref(c: &mut [f32], a: MatRef<'_>, b: MatRef<'_>) {
+    mma_packed(c, a, b, BLayout::Transposed);
+}
+
+fn mma_packed(c: &mut [f32], a: MatRef<'_>, b: MatRef<'_>, layout: BLayout) {
+    PACK.with(|cell| {
+        let mut packed = cell.borrow_mut();
+        packed.pack_as(b, layout);
+        mma_f32_packed(c, a, &packed);
+    });
+}
+
+/// The B operand of a matrix multiply packed for the micro-kernel: `⌈n/NR⌉` column panels of
+/// `k` rows of `NR` lanes (zero-padded past `n`). Packing once and multiplying many times is how
+/// BLAS amortises it; a caller that multiplies the same B by several A's (programs of one
+/// launch reading the same weight window) can keep one (see [`mma_f32_packed`]).
+#[derive(Default)]
+pub struct PackedB {
+    panels: Vec<BRow>,
+    k: usize,
+    n: usize,
+}
+
+impl PackedB {
+    /// `b` (k×n, row-major) packed.
+    pub fn new(b: MatRef<'_>) -> PackedB {
+        let mut p = PackedB::default();
+        p.pack_as(b, BLayout::RowMajor);
+        p
+    }
+
+    /// `bᵀ` packed, for `b` given n×k (as [`mma_f32_bt`] takes it).
+    pub fn new_transposed(b: MatRef<'_>) -> PackedB {
+        let mut p = PackedB::default();
+        p.pack_as(b, BLayout::Transposed);
+        p
+    }
+
+    /// Repacks this buffer with `b` laid out as `layout`.
+    fn pack_as(&mut self, b: MatRef<'_>, layout: BLayout) {
+        let (k, n) = match layout {
+            BLayout::RowMajor => (b.rows, b.cols),
+            BLayout::Transposed => (b.cols, b.rows),
+        };
+        pack_b(&mut self.panels, b, n, k, layout);
+        (self.k, self.n) = (k, n);
+    }
+
+    /// Host bytes it holds.
+    pub fn bytes(&self) -> usize {
+        self.panels.len() * std::mem::size_of::<BRow>()
+    }
+}
+
+/// `c[m×n] += a · b` with `a` m×k read in place and `b` packed ([`PackedB`], k×n); `c`
+/// row-major, dense. The same bits as [`mma_f32`] on the same values.
+///
+/// # Panics
+/// If `c` holds fewer than `m·n` elements or the inner dimensions differ.
+pub fn mma_f32_packed(c: &mut [f32], a: MatRef<'_>, b: &PackedB) {
+    let (m, k, n) = (a.rows, b.k, b.n);
+    assert!(
+        a.cols == k && c.len() >= m * n,
+        "mma_f32_packed: a {m}x{}, b {k}x{n}, c of {}",
+        a.cols,
+        c.len()
+    );
     if m == 0 || n == 0 || k == 0 {
         return;
     }
-    PACK.with(|cell| {
-        let mut guard = cell.borrow_mut();
-        let (bpack, zeros) = &mut *guard;
-        pack_b(bpack, b, n, k, layout);
-        if zeros.len() < k {
-            zeros.resize(k, 0.0);
+    for i0 in (0..m).step_by(MR) {
+        let mr = MR.min(m - i0);
+        // A is read in place: MR row slices of length k. Past the last row a ragged block
+        // repeats its first row: those accumulators are never stored.
+        let rows: [&[f32]; MR] = std::array::from_fn(|i| a.row(i0 + if i < mr { i } else { 0 }));
+        for jp in 0..n.div_ceil(NR) {
+            let bp = &b.panels[jp * k..(jp + 1) * k];
+            let j0 = jp * NR;
+            let nc = NR.min(n - j0);
+            let mut acc = [[V::ZERO; 2]; MR];
+            load_c(&mut acc, c, n, i0, j0, mr, nc);
+            micro(&mut acc, &rows, bp);
+            store_c(&acc, c, n, i0, j0, mr, nc);
         }
-        let zeros = &zeros[..k];
-        for i0 in (0..m).step_by(MR) {
-            let mr = MR.min(m - i0);
-            // A is read in place: MR row slices of length k (zeros past the last row).
-            let rows: [&[f32]; MR] = std::array::from_fn(|i| {
-                if i < mr {
-                    &a[(i0 + i) * k..(i0 + i + 1) * k]
-                } else {
-                    zeros
-                }
-            });
-            for jp in 0..n.div_ceil(NR) {
-                let bp = &bpack[jp * k..(jp + 1) * k];
-                let j0 = jp * NR;
-                let nc = NR.min(n - j0);
-                let mut acc = [[V::ZERO; 2]; MR];
-                load_c(&mut acc, c, n, i0, j0, mr, nc);
-                micro(&mut acc, &rows, bp);
-                store_c(&acc, c, n, i0, j0, mr, nc);
-            }
-        }
-    });
+    }
 }
 
 /// The `MR×NR` micro-kernel: `acc += A-rows · bp` over the `k` packed steps, k ascending.
@@ -197,49 +350,43 @@ fn store_c(
 }
 
 /// Packs B into `ceil(n/NR)` panels of `k` rows of `NR` columns (zero-padded past `n`).
-fn pack_b(out: &mut Vec<BRow>, b: &[f32], n: usize, k: usize, layout: BLayout) {
+fn pack_b(out: &mut Vec<BRow>, b: MatRef<'_>, n: usize, k: usize, layout: BLayout) {
+    let panels = n.div_ceil(NR);
     out.clear();
-    out.reserve(n.div_ceil(NR) * k);
-    for j0 in (0..n).step_by(NR) {
-        let nc = NR.min(n - j0);
-        match layout {
-            BLayout::RowMajor if nc == NR => {
-                for p in 0..k {
-                    let src = &b[p * n + j0..p * n + j0 + NR];
-                    out.push([
-                        V::new(src[..VL].try_into().expect("VL lanes")),
-                        V::new(src[VL..].try_into().expect("VL lanes")),
-                    ]);
+    out.resize(panels * k, [V::ZERO; 2]);
+    match layout {
+        BLayout::RowMajor => {
+            // Row by row, so each source row (often a window of a wider matrix, rows a page
+            // apart) is read front to back once, its panels' pieces scattered to their panels.
+            for p in 0..k {
+                let row = b.row(p);
+                for jp in 0..panels {
+                    let j0 = jp * NR;
+                    let t: [f32; NR] = match row.get(j0..j0 + NR) {
+                        Some(full) => full.try_into().expect("NR lanes"),
+                        None => {
+                            let mut t = [0.0f32; NR];
+                            t[..n - j0].copy_from_slice(&row[j0..n]);
+                            t
+                        }
+                    };
+                    out[jp * k + p] = bytemuck::cast::<[f32; NR], BRow>(t);
                 }
             }
-            BLayout::RowMajor => {
-                for p in 0..k {
-                    let mut t = [0.0f32; NR];
-                    t[..nc].copy_from_slice(&b[p * n + j0..p * n + j0 + nc]);
-                    out.push([
-                        V::new(t[..VL].try_into().expect("VL lanes")),
-                        V::new(t[VL..].try_into().expect("VL lanes")),
-                    ]);
-                }
-            }
-            BLayout::Transposed => {
+        }
+        BLayout::Transposed => {
+            for jp in 0..panels {
+                let j0 = jp * NR;
+                let nc = NR.min(n - j0);
                 // Column j of the product's B is row j of the given n×k matrix.
-                let cols: [&[f32]; NR] = std::array::from_fn(|jj| {
-                    if jj < nc {
-                        &b[(j0 + jj) * k..(j0 + jj + 1) * k]
-                    } else {
-                        &[]
-                    }
-                });
-                for p in 0..k {
+                let cols: [&[f32]; NR] =
+                    std::array::from_fn(|jj| if jj < nc { b.row(j0 + jj) } else { &[] });
+                for (p, dst) in out[jp * k..(jp + 1) * k].iter_mut().enumerate() {
                     let mut t = [0.0f32; NR];
                     for (jj, col) in cols.iter().enumerate().take(nc) {
                         t[jj] = col[p];
                     }
-                    out.push([
-                        V::new(t[..VL].try_into().expect("VL lanes")),
-                        V::new(t[VL..].try_into().expect("VL lanes")),
-                    ]);
+                    *dst = bytemuck::cast::<[f32; NR], BRow>(t);
                 }
             }
         }
@@ -748,6 +895,46 @@ mod tests {
             let mut got = vec![0.0f32; m * n];
             mma_f32_bt(&mut got, &a, &bt, m, n, k);
             prop_assert!(got.iter().zip(&want).all(|(x, y)| x.to_bits() == y.to_bits()));
+        }
+    }
+
+    proptest! {
+        /// Operands read in place from windows of wider matrices (`mma_f32_ref`,
+        /// `mma_f32_bt_ref`) and a B packed ahead (`mma_f32_packed`) give the bits of
+        /// `mma_f32` / `mma_f32_bt` on dense copies.
+        #[test]
+        fn in_place_and_packed_operands_match_dense(m in 1usize..40, n in 1usize..70, k in 1usize..40, pad_a in 0usize..9, pad_b in 0usize..9, off in 0usize..5, seed in any::<u64>()) {
+            let (lda, ldb, ldbt) = (k + pad_a, n + pad_b, k + pad_b);
+            let wide_a = rnd_vec(off + m * lda, seed);
+            let wide_b = rnd_vec(off + k * ldb, seed ^ 0x3);
+            let wide_bt = rnd_vec(off + n * ldbt, seed ^ 0x5);
+            let dense = |w: &[f32], ld: usize, r: usize, c: usize| -> Vec<f32> {
+                (0..r).flat_map(|i| w[off + i * ld..off + i * ld + c].to_vec()).collect()
+            };
+            let (a, b, bt) = (dense(&wide_a, lda, m, k), dense(&wide_b, ldb, k, n), dense(&wide_bt, ldbt, n, k));
+            let ar = MatRef::strided(&wide_a[off..], lda, m, k);
+            let br = MatRef::strided(&wide_b[off..], ldb, k, n);
+            let btr = MatRef::strided(&wide_bt[off..], ldbt, n, k);
+            let c0 = rnd_vec(m * n, seed ^ 0x7);
+            let same = |x: &[f32], y: &[f32]| x.iter().zip(y).all(|(p, q)| p.to_bits() == q.to_bits());
+
+            let mut want = c0.clone();
+            mma_f32(&mut want, &a, &b, m, n, k);
+            let mut got = c0.clone();
+            mma_f32_ref(&mut got, ar, br);
+            prop_assert!(same(&got, &want));
+            let mut got = c0.clone();
+            mma_f32_packed(&mut got, ar, &PackedB::new(br));
+            prop_assert!(same(&got, &want));
+
+            let mut want = c0.clone();
+            mma_f32_bt(&mut want, &a, &bt, m, n, k);
+            let mut got = c0.clone();
+            mma_f32_bt_ref(&mut got, ar, btr);
+            prop_assert!(same(&got, &want));
+            let mut got = c0.clone();
+            mma_f32_packed(&mut got, ar, &PackedB::new_transposed(btr));
+            prop_assert!(same(&got, &want));
         }
     }
 

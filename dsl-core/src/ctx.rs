@@ -5,11 +5,12 @@
 
 use crate::elem::Elem;
 use crate::hazard::{Access, ArgView, ProgramHazards, Taint};
-use crate::tile::Tile;
+use crate::tensor::DeviceMem;
+use crate::tile::{DeferredLoad, Host, Tile};
 use accel_sim::program::{BufId, Instr, ProgramTrace, Recorder, References};
 use accel_sim::SimError;
 use std::marker::PhantomData;
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 
 /// One program's context: grid position, backend, current line and recorded instructions.
 pub struct Ctx {
@@ -24,6 +25,15 @@ pub struct Ctx {
     pub(crate) hz: Option<Box<ProgramHazards>>,
     /// The launch's tensor arguments, for naming tensors in hazard messages.
     pub(crate) args: Arc<[ArgView]>,
+    /// This program's loads not copied yet (see [`crate::tile::Host::Deferred`]), for `store` to
+    /// copy the ones whose window it is about to overwrite; dropped tiles' entries are pruned.
+    pub(crate) deferred: Vec<Weak<DeferredLoad>>,
+    /// Whether loads may be deferred: in launches, whose tiles never outlive the launch (a
+    /// standalone context's tiles might see a later launch's writes).
+    pub(crate) defer_loads: bool,
+    /// The launch this program belongs to (unique per launch; 0 outside one), which scopes the
+    /// host's packed matrix operands (`crate::packed_operands`).
+    pub(crate) launch: u64,
 }
 
 impl Ctx {
@@ -44,6 +54,9 @@ impl Ctx {
             error: None,
             hz: None,
             args: Arc::from(Vec::new()),
+            deferred: Vec::new(),
+            defer_loads: true,
+            launch: 0,
         }
     }
 
@@ -54,6 +67,7 @@ impl Ctx {
     /// need a launch.
     pub fn standalone(kernel: &'static str, functional: bool, check_finite: bool) -> Ctx {
         let mut ctx = Ctx::new(kernel, [0; 3], [1; 3], functional, None);
+        ctx.defer_loads = false;
         if functional {
             ctx.hz = Some(Box::new(ProgramHazards::new(&crate::hazard::Hazards {
                 enabled: true,
@@ -103,6 +117,26 @@ impl Ctx {
         }
     }
 
+    /// Remembers a deferred load of this program, so a store over its window copies it first.
+    pub(crate) fn defer(&mut self, load: &Arc<DeferredLoad>) {
+        if self.deferred.len() >= 16 {
+            self.deferred.retain(|w| w.strong_count() > 0);
+        }
+        self.deferred.push(Arc::downgrade(load));
+    }
+
+    /// Before a store writes memory indices `[lo, hi)` of `mem`: copies this program's deferred
+    /// loads that read any of them, so they keep the values they were loaded with.
+    pub(crate) fn settle_deferred(&mut self, mem: &Arc<DeviceMem>, lo: usize, hi: usize) {
+        self.deferred.retain(|w| match w.upgrade() {
+            Some(d) => {
+                d.settle_if_overlapping(mem, lo, hi);
+                true
+            }
+            None => false,
+        });
+    }
+
     /// A new tile buffer of `T`, `R×C`, with `data` (functional runs).
     pub(crate) fn new_tile<T: Elem, const R: usize, const C: usize>(
         &mut self,
@@ -112,7 +146,7 @@ impl Ctx {
         let buf: BufId = self.trace.alloc(bytes, self.line);
         Tile {
             buf,
-            data,
+            host: Host::from(data),
             _t: PhantomData,
             valid: [R, C],
             fill: false,

@@ -19,11 +19,12 @@ use crate::ctx::Ctx;
 use crate::elem::{Elem, Float};
 use crate::hazard::Taint;
 use crate::tensor::Tensor;
-use crate::tile::Tile;
+use crate::tile::{DeferredLoad, Host, Tile};
 use accel_sim::functional::{self as f, Binary, Reduce, Unary};
 use accel_sim::isa::{self, Op, Region, VectorClass};
 use accel_sim::program::Instr;
 use accel_sim::DType;
+use std::sync::Arc;
 
 /// This program's index along grid `axis` (0, 1 or 2).
 pub fn program_id(ctx: &mut Ctx, axis: usize) -> usize {
@@ -95,37 +96,48 @@ fn load_window<const R: usize, const C: usize, T: Elem>(
     // what it held).
     let index_data = !ctx.functional && T::DTYPE == DType::I32 && t.has_data();
     if !ctx.functional && !index_data {
-        tile.data = None;
+        tile.set_host(Host::None);
     }
-    if ctx.functional || index_data {
-        let mut fv = [fill];
-        T::round(&mut fv);
-        // Every element is written below (the window's data, then the fill around it), so the
-        // buffer's old contents never show.
-        let mut v = tile
-            .data
-            .take()
-            .unwrap_or_else(|| crate::tile_buffers::take(R * C));
-        v.resize(R * C, fv[0]);
-        let copied = if t.has_data() {
-            t.window_read(row * stride + col, vr_data, vc, &mut v, C);
-            if vc < C {
-                for r in 0..vr_data {
-                    v[r * C + vc..(r + 1) * C].fill(fv[0]);
-                }
-            }
-            vr_data
-        } else {
-            ctx.fail(format!(
-                "functional launch given a shape-only tensor {t:?}; create it with data"
-            ));
-            0
-        };
-        v[copied * C..].fill(fv[0]);
-        tile.data = Some(v);
-        if ctx.checked() {
-            ctx.note_read(t.id(), t.offset() + row * stride + col, stride, vr_data, vc);
+    // A functional window wholly inside the tensor is read where it lies when it is used (see
+    // `Host::Deferred`); small tiles are copied at once, which costs less than deferring.
+    let in_place = ctx.functional && ctx.defer_loads && vr_data == R && vc == C && R * C >= 64;
+    match t.mem_at(row * stride + col).filter(|_| in_place) {
+        Some((mem, start, pitch)) => {
+            let load = Arc::new(DeferredLoad::new(mem.clone(), start, pitch, R, C));
+            ctx.defer(&load);
+            tile.set_host(Host::Deferred(load));
         }
+        None if ctx.functional || index_data => {
+            let mut fv = [fill];
+            T::round(&mut fv);
+            // Every element is written below (the window's data, then the fill around it), so
+            // the buffer's old contents never show.
+            let mut v = match tile.take_owned() {
+                Some(v) => v,
+                None => crate::tile_buffers::take(R * C),
+            };
+            v.resize(R * C, fv[0]);
+            let copied = if t.has_data() {
+                t.window_read(row * stride + col, vr_data, vc, &mut v, C);
+                if vc < C {
+                    for r in 0..vr_data {
+                        v[r * C + vc..(r + 1) * C].fill(fv[0]);
+                    }
+                }
+                vr_data
+            } else {
+                ctx.fail(format!(
+                    "functional launch given a shape-only tensor {t:?}; create it with data"
+                ));
+                0
+            };
+            v[copied * C..].fill(fv[0]);
+            tile.set_host(Host::Owned(v));
+        }
+        None => {}
+    }
+    if (ctx.functional || index_data) && ctx.checked() {
+        ctx.note_read(t.id(), t.offset() + row * stride + col, stride, vr_data, vc);
     }
     tile.valid = if vc == 0 { [0, 0] } else { [vr, vc] };
     tile.fill = false;
@@ -225,7 +237,15 @@ pub fn store<T: Elem, const R: usize, const C: usize>(
     let vr = rows.saturating_sub(row).min(R);
     let vc = cols.saturating_sub(col).min(C);
     if ctx.functional {
-        if let Some(d) = &tile.data {
+        if vr > 0 && vc > 0 {
+            if let Some((mem, lo, pitch)) = t.mem_at(row * t.row_stride() + col) {
+                if !ctx.deferred.is_empty() {
+                    ctx.settle_deferred(mem, lo, lo + (vr - 1) * pitch + vc);
+                }
+                crate::packed_operands::forget_memory(Arc::as_ptr(mem) as usize);
+            }
+        }
+        if let Some(d) = tile.vals() {
             if t.has_data() {
                 t.write_window(row, col, vr, vc, d, C);
             } else {
@@ -361,7 +381,7 @@ pub fn load_into<T: Elem, const R: usize, const C: usize>(
 ) {
     let taken = Tile {
         buf: tile.buf,
-        data: tile.data.take(),
+        host: std::mem::replace(&mut tile.host, Host::None),
         _t: std::marker::PhantomData,
         valid: tile.valid,
         fill: tile.fill,
@@ -387,6 +407,36 @@ fn mma_useful<const M: usize, const N: usize>(
     isa::mma_flop(vm as u64, vn as u64, vk as u64)
 }
 
+/// The functional part of [`mma`] (`acc += a·b`) and [`mma_bt`] (`transposed`: `acc += a·bᵀ`):
+/// operands read in place, and a B that is a deferred load packed once per launch and thread.
+fn host_mma<
+    T: Float,
+    const M: usize,
+    const N: usize,
+    const K: usize,
+    const BR: usize,
+    const BC: usize,
+>(
+    ctx: &Ctx,
+    acc: &mut Tile<f32, M, N>,
+    a: &Tile<T, M, K>,
+    b: &Tile<T, BR, BC>,
+    transposed: bool,
+) {
+    let (Some(x), Some(c)) = (a.operand(), acc.vals_mut()) else {
+        return;
+    };
+    if let Some(packed) = b.deferred().and_then(|d| d.packed(ctx.launch, transposed)) {
+        f::mma_f32_packed(c, x, &packed);
+    } else if let Some(y) = b.operand() {
+        if transposed {
+            f::mma_f32_bt_ref(c, x, y);
+        } else {
+            f::mma_f32_ref(c, x, y);
+        }
+    }
+}
+
 /// `acc[M×N] += a[M×K] · b[K×N]` on the matrix unit (inputs `T`, accumulation f32).
 pub fn mma<T: Float, const M: usize, const N: usize, const K: usize>(
     ctx: &mut Ctx,
@@ -394,9 +444,7 @@ pub fn mma<T: Float, const M: usize, const N: usize, const K: usize>(
     a: &Tile<T, M, K>,
     b: &Tile<T, K, N>,
 ) {
-    if let (Some(c), Some(x), Some(y)) = (acc.data.as_mut(), a.data.as_ref(), b.data.as_ref()) {
-        f::mma_f32(c, x, y, M, N, K);
-    }
+    host_mma(ctx, acc, a, b, false);
     let (vm, vn, vk) = (a.valid[0], b.valid[1], a.valid[1].min(b.valid[0]));
     let useful = mma_useful(acc, vm, vn, vk);
     let op = Op::Mma {
@@ -421,9 +469,7 @@ pub fn mma_bt<T: Float, const M: usize, const N: usize, const K: usize>(
     a: &Tile<T, M, K>,
     b: &Tile<T, N, K>,
 ) {
-    if let (Some(c), Some(x), Some(y)) = (acc.data.as_mut(), a.data.as_ref(), b.data.as_ref()) {
-        f::mma_f32_bt(c, x, y, M, N, K);
-    }
+    host_mma(ctx, acc, a, b, true);
     let (vm, vn, vk) = (a.valid[0], b.valid[0], a.valid[1].min(b.valid[1]));
     let useful = mma_useful(acc, vm, vn, vk);
     let op = Op::Mma {
@@ -448,7 +494,7 @@ pub fn cast<U: Elem, T: Elem, const R: usize, const C: usize>(
     ctx: &mut Ctx,
     t: &Tile<T, R, C>,
 ) -> Tile<U, R, C> {
-    let data = t.data.as_ref().map(|d| {
+    let data = t.vals().map(|d| {
         let mut v = crate::tile_buffers::copied(d);
         U::round(&mut v);
         v
@@ -469,7 +515,7 @@ fn unary_op<T: Float, const R: usize, const C: usize>(
     t: &Tile<T, R, C>,
     op: Unary,
 ) -> Tile<T, R, C> {
-    let data = t.data.as_ref().map(|d| {
+    let data = t.vals().map(|d| {
         let mut v = crate::tile_buffers::filled(R * C, 0.0);
         f::unary(&mut v, d, op);
         T::round(&mut v);
@@ -604,7 +650,7 @@ fn binary_op<T: Float, const R: usize, const C: usize>(
     b: &Tile<T, R, C>,
     op: Binary,
 ) -> Tile<T, R, C> {
-    let data = match (&a.data, &b.data) {
+    let data = match (a.vals(), b.vals()) {
         (Some(x), Some(y)) => {
             let mut v = crate::tile_buffers::filled(R * C, 0.0);
             f::binary(&mut v, x, y, op);
@@ -686,7 +732,7 @@ fn scalar_op<T: Float, const R: usize, const C: usize>(
     s: f32,
     op: Binary,
 ) -> Tile<T, R, C> {
-    let data = t.data.as_ref().map(|d| {
+    let data = t.vals().map(|d| {
         let mut v = crate::tile_buffers::filled(R * C, 0.0);
         f::binary_scalar(&mut v, d, s, op);
         T::round(&mut v);
@@ -722,7 +768,7 @@ fn col_bcast<T: Float, const R: usize, const C: usize>(
     v: &Tile<T, R, 1>,
     op: Binary,
 ) -> Tile<T, R, C> {
-    let data = match (&a.data, &v.data) {
+    let data = match (a.vals(), v.vals()) {
         (Some(x), Some(y)) => {
             let mut o = crate::tile_buffers::filled(R * C, 0.0);
             f::binary_col_bcast(&mut o, x, y, C, op);
@@ -749,7 +795,7 @@ fn row_bcast<T: Float, const R: usize, const C: usize>(
     v: &Tile<T, 1, C>,
     op: Binary,
 ) -> Tile<T, R, C> {
-    let data = match (&a.data, &v.data) {
+    let data = match (a.vals(), v.vals()) {
         (Some(x), Some(y)) => {
             let mut o = crate::tile_buffers::filled(R * C, 0.0);
             f::binary_row_bcast(&mut o, x, y, C, op);
@@ -847,7 +893,7 @@ fn reduce_rows_op<T: Float, const R: usize, const C: usize>(
     t: &Tile<T, R, C>,
     op: Reduce,
 ) -> Tile<f32, R, 1> {
-    let data = t.data.as_ref().map(|d| {
+    let data = t.vals().map(|d| {
         let mut v = crate::tile_buffers::filled(R, 0.0);
         f::reduce_rows(&mut v, d, C, op);
         v
@@ -869,7 +915,7 @@ fn reduce_cols_op<T: Float, const R: usize, const C: usize>(
     t: &Tile<T, R, C>,
     op: Reduce,
 ) -> Tile<f32, 1, C> {
-    let data = t.data.as_ref().map(|d| {
+    let data = t.vals().map(|d| {
         let mut v = crate::tile_buffers::filled(C, 0.0);
         f::reduce_cols(&mut v, d, C, op);
         v
@@ -945,7 +991,7 @@ fn mask_columns<T: Float, const R: usize, const C: usize>(
     s: &Tile<T, R, C>,
     masked: impl Fn(usize) -> std::ops::Range<usize>,
 ) -> Tile<T, R, C> {
-    let data = s.data.as_ref().map(|d| {
+    let data = s.vals().map(|d| {
         let mut v = crate::tile_buffers::copied(d);
         for (r, row) in v.chunks_exact_mut(C).enumerate() {
             let cols = masked(r);
@@ -1015,7 +1061,7 @@ pub fn dequant_mxfp4<U: Float, const R: usize, const C: usize, const CB: usize, 
             C.div_ceil(32)
         ));
     }
-    let data = match (&blocks.data, &scales.data) {
+    let data = match (blocks.vals(), scales.vals()) {
         (Some(b), Some(s)) if CB * 2 == C && CS * 32 == C => {
             Some(f::dequant_mxfp4(b, s, R, C, U::DTYPE))
         }
@@ -1040,7 +1086,7 @@ pub fn mma_at<T: Float, const M: usize, const N: usize, const K: usize>(
     a: &Tile<T, K, M>,
     b: &Tile<T, K, N>,
 ) {
-    if let (Some(c), Some(x), Some(y)) = (acc.data.as_mut(), a.data.as_ref(), b.data.as_ref()) {
+    if let (Some(c), Some(x), Some(y)) = (acc.vals_mut(), a.vals(), b.vals()) {
         let mut at = crate::tile_buffers::filled(M * K, 0.0);
         f::transpose(&mut at, x, K, M);
         f::mma_f32(c, &at, y, M, N, K);
@@ -1076,7 +1122,7 @@ pub fn deinterleave<T: Elem, const R: usize, const C: usize, const CH: usize>(
             C / 2
         ));
     }
-    let (even, odd) = match &t.data {
+    let (even, odd) = match t.vals() {
         Some(d) if 2 * CH == C => {
             let (mut e, mut o) = (
                 crate::tile_buffers::filled(R * CH, 0.0),
@@ -1128,7 +1174,7 @@ pub fn interleave<T: Elem, const R: usize, const CH: usize, const C: usize>(
             2 * CH
         ));
     }
-    let data = match (&even.data, &odd.data) {
+    let data = match (even.vals(), odd.vals()) {
         (Some(e), Some(o)) if 2 * CH == C => {
             let mut v = crate::tile_buffers::filled(R * C, 0.0);
             for (j, pair) in v.chunks_exact_mut(2).enumerate() {
@@ -1156,7 +1202,7 @@ pub fn transpose<T: Elem, const R: usize, const C: usize>(
     ctx: &mut Ctx,
     t: &Tile<T, R, C>,
 ) -> Tile<T, C, R> {
-    let data = t.data.as_ref().map(|d| {
+    let data = t.vals().map(|d| {
         let mut v = crate::tile_buffers::filled(R * C, 0.0);
         f::transpose(&mut v, d, R, C);
         v
@@ -1185,7 +1231,7 @@ pub fn shift_rows<T: Elem, const R: usize, const C: usize>(
         ));
     }
     let s = s.min(R);
-    let data = match (&prev.data, &cur.data) {
+    let data = match (prev.vals(), cur.vals()) {
         (Some(p), Some(c)) => {
             let mut v = crate::tile_buffers::filled(R * C, 0.0);
             v[..s * C].copy_from_slice(&p[(R - s) * C..]);
@@ -1220,10 +1266,7 @@ pub fn broadcast<T: Elem, const R: usize, const C: usize>(
     ctx: &mut Ctx,
     s: &Tile<T, 1, 1>,
 ) -> Tile<T, R, C> {
-    let data = s
-        .data
-        .as_ref()
-        .map(|d| crate::tile_buffers::filled(R * C, d[0]));
+    let data = s.vals().map(|d| crate::tile_buffers::filled(R * C, d[0]));
     let out = ctx.new_tile::<T, R, C>(data);
     vec_op(ctx, R * C, T::DTYPE, VectorClass::Simple, &[s.buf], out.buf);
     out
@@ -1236,7 +1279,7 @@ pub fn tril<T: Elem, const R: usize, const C: usize>(
     t: &Tile<T, R, C>,
     strict: bool,
 ) -> Tile<T, R, C> {
-    let data = t.data.as_ref().map(|d| {
+    let data = t.vals().map(|d| {
         let mut v = crate::tile_buffers::copied(d);
         for (r, row) in v.chunks_exact_mut(C).enumerate() {
             let keep = if strict { r } else { r + 1 };
@@ -1342,11 +1385,8 @@ pub fn index_at<const R: usize, const C: usize>(
     i: usize,
     fallback: usize,
 ) -> usize {
-    let get = |j: usize| t.data.as_ref().map_or(f32::NAN, |d| d[j]);
-    let data = t
-        .data
-        .as_ref()
-        .map(|d| (d.len(), &get as &dyn Fn(usize) -> f32));
+    let get = |j: usize| t.vals().map_or(f32::NAN, |d| d[j]);
+    let data = t.vals().map(|d| (d.len(), &get as &dyn Fn(usize) -> f32));
     let value = read_index(ctx, data, i, fallback, &|| format!("tile {t:?}"));
     let op = Op::Vector {
         elems: 1,
@@ -1391,11 +1431,7 @@ pub fn topk_update<const K: usize, const C: usize>(
     cand: &Tile<f32, 1, C>,
     base: usize,
 ) {
-    if let (Some(bv), Some(bi), Some(cv)) = (
-        best.data.as_mut(),
-        best_idx.data.as_mut(),
-        cand.data.as_ref(),
-    ) {
+    if let (Some(bv), Some(bi), Some(cv)) = (best.vals_mut(), best_idx.vals_mut(), cand.vals()) {
         let mut all: Vec<(f32, f32)> = bv.iter().copied().zip(bi.iter().copied()).collect();
         all.extend(cv.iter().enumerate().map(|(c, v)| (*v, (base + c) as f32)));
         all.sort_by(|a, b| topk_before(*a, *b));

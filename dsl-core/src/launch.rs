@@ -583,9 +583,11 @@ impl Launcher {
     ) -> Result<Launch, SimError> {
         let functional = self.backend == Backend::Functional;
         let checked = functional && self.hazards.any();
+        let launch = NEXT_LAUNCH.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         // Each program's trace, and in a checked launch the windows it read and wrote.
         let run_one = |i: usize, reference: Option<&References>| {
             let mut ctx = Ctx::new(meta.name, pid_of(grid, i), grid, functional, reference);
+            ctx.launch = launch;
             if checked {
                 ctx.hz = Some(Box::new(ProgramHazards::new(&self.hazards)));
                 ctx.args = Arc::clone(args);
@@ -733,6 +735,9 @@ impl Launcher {
         Ok((sim, logs))
     }
 }
+
+/// The next launch's id (see `Ctx::launch`); 0 is no launch.
+static NEXT_LAUNCH: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
 
 /// Waves of programs a cost-only launch records per batch (see [`Launcher::time_programs`]).
 const COST_ONLY_WAVES_PER_BATCH: usize = 16;

@@ -38,6 +38,7 @@ pub mod hazard;
 pub mod intrinsics;
 pub mod launch;
 pub mod memo;
+mod packed_operands;
 pub mod tensor;
 pub mod tile;
 mod tile_buffers;

@@ -14,9 +14,10 @@ static NEXT_ID: AtomicU64 = AtomicU64::new(1);
 /// Programs of one launch run on host threads at once, like blocks on an accelerator, and read
 /// and write windows of the same tensors. The memory is a slice of [`UnsafeCell`]s and is only ever
 /// accessed through raw pointers to exactly the elements an access touches (one row of a window at
-/// a time): no `&mut` to the buffer or any part of it, and no `&[f32]` over it, is formed while a
-/// launch runs, so programs touching disjoint elements never alias a reference another thread
-/// writes under.
+/// a time): no `&mut` to the buffer or any part of it is formed while a launch runs, and a
+/// `&[f32]` only over one row of a window the matrix unit reads in place
+/// ([`DeviceMem::window_ref`]), elements nobody writes while it lives, so programs touching
+/// disjoint elements never alias a reference another thread writes under.
 ///
 /// # The invariant
 ///
@@ -122,6 +123,32 @@ impl DeviceMem {
                 )
             }
         }
+    }
+
+    /// The `rows×cols` window at `start` (row pitch `stride`) as a matrix operand read in place
+    /// (a deferred tile load, `crate::tile::DeferredLoad`), its extent bounds-checked like
+    /// [`DeviceMem::read_rows`]. It reads exactly the window's elements, which, for as long as the
+    /// operand is used (one matrix-unit instruction), no program writes: not another (invariant),
+    /// nor the one reading, which is inside that instruction.
+    pub(crate) fn window_ref(
+        &self,
+        start: usize,
+        stride: usize,
+        rows: usize,
+        cols: usize,
+    ) -> accel_sim::functional::MatRef<'_> {
+        let extent = if rows == 0 {
+            0
+        } else {
+            (rows - 1)
+                .checked_mul(stride)
+                .and_then(|e| e.checked_add(cols))
+                .expect("device memory window extent overflows")
+        };
+        let base = self.at(start, extent);
+        // SAFETY: every row's `cols` elements lie inside the range `at` checked, and nobody
+        // writes them while the operand is in use (see above).
+        unsafe { accel_sim::functional::MatRef::from_raw(base, stride, rows, cols) }
     }
 
     /// Writes `src` at memory index `start`.
@@ -543,6 +570,12 @@ impl<T: Elem> Tensor<T> {
             }
             None => false,
         }
+    }
+
+    /// The memory behind this view and the memory index and row pitch of its element `i`, for a
+    /// load that reads its window later (`crate::tile::DeferredLoad`); `None` when shape-only.
+    pub(crate) fn mem_at(&self, i: usize) -> Option<(&Arc<DeviceMem>, usize, usize)> {
+        self.mem.as_ref().map(|m| (m, self.offset + i, self.stride))
     }
 
     /// Writes `vals` (row-major `rows×cols` with row pitch `src_stride`, already clipped to the
