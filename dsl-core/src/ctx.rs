@@ -119,7 +119,9 @@ impl Ctx {
 
     /// Remembers a deferred load of this program, so a store over its window copies it first.
     pub(crate) fn defer(&mut self, load: &Arc<DeferredLoad>) {
-        if self.deferred.len() >= 16 {
+        // Pruned at 16, 32, 64... entries: amortised constant even when many stay alive.
+        let n = self.deferred.len();
+        if n >= 16 && n.is_power_of_two() {
             self.deferred.retain(|w| w.strong_count() > 0);
         }
         self.deferred.push(Arc::downgrade(load));

@@ -74,6 +74,57 @@ fn load_impl<const R: usize, const C: usize, T: Elem>(
     load_window(ctx, tile, t, row, col, fill, blocking)
 }
 
+/// The host values of [`load_window`]'s tile: the `vr×vc` part of the window at (`row`, `col`) that
+/// lies in `t`, `fill` around it. Out of line, so the cost-only path of every load stays small.
+#[allow(clippy::too_many_arguments)]
+#[inline(never)]
+fn host_window<const R: usize, const C: usize, T: Elem>(
+    ctx: &mut Ctx,
+    tile: &mut Tile<T, R, C>,
+    t: &Tensor<T>,
+    row: usize,
+    col: usize,
+    fill: f32,
+    vr: usize,
+    vc: usize,
+) {
+    let stride = t.row_stride();
+    // A functional window wholly inside the tensor is read where it lies when it is used (see
+    // `Host::Deferred`); small tiles are copied at once, which costs less than deferring.
+    let in_place = ctx.functional && ctx.defer_loads && vr == R && vc == C && R * C >= 64;
+    if let Some((mem, start, pitch)) = t.mem_at(row * stride + col).filter(|_| in_place) {
+        let load = Arc::new(DeferredLoad::new(mem.clone(), start, pitch, R, C));
+        ctx.defer(&load);
+        tile.set_host(Host::Deferred(load));
+        return;
+    }
+    let mut fv = [fill];
+    T::round(&mut fv);
+    // Every element is written below (the window's data, then the fill around it), so the
+    // buffer's old contents never show.
+    let mut v = match tile.take_owned() {
+        Some(v) => v,
+        None => crate::tile_buffers::take(R * C),
+    };
+    v.resize(R * C, fv[0]);
+    let copied = if t.has_data() {
+        t.window_read(row * stride + col, vr, vc, &mut v, C);
+        if vc < C {
+            for r in 0..vr {
+                v[r * C + vc..(r + 1) * C].fill(fv[0]);
+            }
+        }
+        vr
+    } else {
+        ctx.fail(format!(
+            "functional launch given a shape-only tensor {t:?}; create it with data"
+        ));
+        0
+    };
+    v[copied * C..].fill(fv[0]);
+    tile.set_host(Host::Owned(v));
+}
+
 /// Fills `tile` (wholly) from the `R×C` window at (`row`, `col`) of `t` and records the load:
 /// what [`load`], [`load_async`], their `_or` forms and [`load_into`] share.
 fn load_window<const R: usize, const C: usize, T: Elem>(
@@ -95,49 +146,13 @@ fn load_window<const R: usize, const C: usize, T: Elem>(
     // on them. Index tiles are small; every other tile is shape-only (and a reused tile drops
     // what it held).
     let index_data = !ctx.functional && T::DTYPE == DType::I32 && t.has_data();
-    if !ctx.functional && !index_data {
+    if ctx.functional || index_data {
+        host_window(ctx, &mut tile, t, row, col, fill, vr_data, vc);
+        if ctx.checked() {
+            ctx.note_read(t.id(), t.offset() + row * stride + col, stride, vr_data, vc);
+        }
+    } else {
         tile.set_host(Host::None);
-    }
-    // A functional window wholly inside the tensor is read where it lies when it is used (see
-    // `Host::Deferred`); small tiles are copied at once, which costs less than deferring.
-    let in_place = ctx.functional && ctx.defer_loads && vr_data == R && vc == C && R * C >= 64;
-    match t.mem_at(row * stride + col).filter(|_| in_place) {
-        Some((mem, start, pitch)) => {
-            let load = Arc::new(DeferredLoad::new(mem.clone(), start, pitch, R, C));
-            ctx.defer(&load);
-            tile.set_host(Host::Deferred(load));
-        }
-        None if ctx.functional || index_data => {
-            let mut fv = [fill];
-            T::round(&mut fv);
-            // Every element is written below (the window's data, then the fill around it), so
-            // the buffer's old contents never show.
-            let mut v = match tile.take_owned() {
-                Some(v) => v,
-                None => crate::tile_buffers::take(R * C),
-            };
-            v.resize(R * C, fv[0]);
-            let copied = if t.has_data() {
-                t.window_read(row * stride + col, vr_data, vc, &mut v, C);
-                if vc < C {
-                    for r in 0..vr_data {
-                        v[r * C + vc..(r + 1) * C].fill(fv[0]);
-                    }
-                }
-                vr_data
-            } else {
-                ctx.fail(format!(
-                    "functional launch given a shape-only tensor {t:?}; create it with data"
-                ));
-                0
-            };
-            v[copied * C..].fill(fv[0]);
-            tile.set_host(Host::Owned(v));
-        }
-        None => {}
-    }
-    if (ctx.functional || index_data) && ctx.checked() {
-        ctx.note_read(t.id(), t.offset() + row * stride + col, stride, vr_data, vc);
     }
     tile.valid = if vc == 0 { [0, 0] } else { [vr, vc] };
     tile.fill = false;
