@@ -139,6 +139,17 @@ impl Ctx {
         });
     }
 
+    /// At the end of the program: copies any deferred load still alive (a tile the kernel kept
+    /// somewhere past its program), so no tile reads device memory after its launch. Nothing to
+    /// do when every tile was dropped, as in any ordinary kernel.
+    pub(crate) fn settle_all_deferred(&mut self) {
+        for w in self.deferred.drain(..) {
+            if let Some(d) = w.upgrade() {
+                d.values();
+            }
+        }
+    }
+
     /// A new tile buffer of `T`, `R×C`, with `data` (functional runs).
     pub(crate) fn new_tile<T: Elem, const R: usize, const C: usize>(
         &mut self,

@@ -593,6 +593,7 @@ impl Launcher {
                 ctx.args = Arc::clone(args);
             }
             body(&mut ctx);
+            ctx.settle_all_deferred();
             let log = ctx.hz.take().and_then(|h| h.log);
             match ctx.error {
                 Some(e) => (Err(e), log),

@@ -79,6 +79,10 @@ pub(crate) fn get_or_pack(
         }
         let packed = Arc::new(pack());
         let bytes = packed.bytes();
+        if bytes > MAX_BYTES {
+            // Too large to keep: used once, the cache left as it is.
+            return packed;
+        }
         while cache.bytes + bytes > MAX_BYTES {
             let Some(old) = cache.order.pop_front() else {
                 break;
@@ -87,11 +91,9 @@ pub(crate) fn get_or_pack(
                 cache.bytes -= p.bytes();
             }
         }
-        if bytes <= MAX_BYTES {
-            cache.bytes += bytes;
-            cache.order.push_back(key.clone());
-            cache.map.insert(key, (Arc::clone(&packed), mem));
-        }
+        cache.bytes += bytes;
+        cache.order.push_back(key.clone());
+        cache.map.insert(key, (Arc::clone(&packed), mem));
         packed
     })
 }

@@ -57,7 +57,8 @@ pub(crate) enum Host {
 /// Reading it later gives what copying it at the load would have given: no other program of the
 /// launch writes the elements a program loads (the [`DeviceMem`] invariant), and before the
 /// loading program itself stores over the window, `store` copies it
-/// ([`crate::ctx::Ctx::settle_deferred`]). A tile never outlives its program's launch.
+/// ([`crate::ctx::Ctx::settle_deferred`]). One a kernel keeps past its program is copied when the
+/// program ends ([`crate::ctx::Ctx::settle_all_deferred`]), so none reads memory after its launch.
 pub(crate) struct DeferredLoad {
     mem: Arc<DeviceMem>,
     /// Memory index of the window's first element, and the memory's row pitch.
