@@ -68,6 +68,24 @@ impl DeviceMem {
         UnsafeCell::raw_get(self.cells[start..].as_ptr())
     }
 
+    /// Pointer to the first element of a `rows×cols` window (row pitch `stride`) at `start`,
+    /// after checking that the window's whole extent is in the memory (with the extent's product
+    /// checked, so a wrapped one cannot pass [`DeviceMem::at`]).
+    ///
+    /// # Panics
+    /// If the window passes the end of the memory (a front-end bug: views are clipped).
+    #[inline]
+    fn window_at(&self, start: usize, stride: usize, rows: usize, cols: usize) -> *mut f32 {
+        let extent = match rows {
+            0 => 0,
+            _ => (rows - 1)
+                .checked_mul(stride)
+                .and_then(|e| e.checked_add(cols))
+                .expect("device memory window extent overflows"),
+        };
+        self.at(start, extent)
+    }
+
     /// Elements in the memory.
     fn len(&self) -> usize {
         self.cells.len()
@@ -105,12 +123,7 @@ impl DeviceMem {
             return;
         }
         assert!(cols <= dst_pitch && (rows - 1) * dst_pitch + cols <= dst.len());
-        // The window's extent in memory, checked so a wrapped product cannot pass `at`.
-        let extent = (rows - 1)
-            .checked_mul(stride)
-            .and_then(|e| e.checked_add(cols))
-            .expect("device memory window extent overflows");
-        let base = self.at(start, extent);
+        let base = self.window_at(start, stride, rows, cols);
         for r in 0..rows {
             // SAFETY: row `r` lies inside the range `at` checked; `dst` is the caller's own
             // buffer (no overlap) and holds the row (asserted); no other program writes these
@@ -137,16 +150,8 @@ impl DeviceMem {
         rows: usize,
         cols: usize,
     ) -> accel_sim::functional::MatRef<'_> {
-        let extent = if rows == 0 {
-            0
-        } else {
-            (rows - 1)
-                .checked_mul(stride)
-                .and_then(|e| e.checked_add(cols))
-                .expect("device memory window extent overflows")
-        };
-        let base = self.at(start, extent);
-        // SAFETY: every row's `cols` elements lie inside the range `at` checked, and nobody
+        let base = self.window_at(start, stride, rows, cols);
+        // SAFETY: every row's `cols` elements lie inside the range `window_at` checked, and nobody
         // writes them while the operand is in use (see above).
         unsafe { accel_sim::functional::MatRef::from_raw(base, stride, rows, cols) }
     }
