@@ -139,6 +139,7 @@ pub fn models(json_out: bool) -> Result<(), String> {
             "name": p.name,
             "total_params": c.total(),
             "active_params": c.active(),
+            "active_params_without_input_embedding": c.active_without_input_embedding(),
             "layers": cfg.num_layers(),
             "description": p.description,
             "config": p.file,
@@ -152,15 +153,17 @@ pub fn models(json_out: bool) -> Result<(), String> {
         return Ok(());
     }
     println!(
-        "{:<16} {:>10} {:>10} {:>7}  description",
-        "name", "total", "active", "layers"
+        "{:<16} {:>10} {:>10} {:>10} {:>7}  description",
+        "name", "total", "active", "w/o embed", "layers"
     );
     for r in &rows {
+        let b = |k: &str| r[k].as_u64().unwrap_or(0) as f64 / 1e9;
         println!(
-            "{:<16} {:>9.1}B {:>9.2}B {:>7}  {}",
+            "{:<16} {:>9.1}B {:>9.2}B {:>9.2}B {:>7}  {}",
             r["name"].as_str().unwrap_or(""),
-            r["total_params"].as_u64().unwrap_or(0) as f64 / 1e9,
-            r["active_params"].as_u64().unwrap_or(0) as f64 / 1e9,
+            b("total_params"),
+            b("active_params"),
+            b("active_params_without_input_embedding"),
             r["layers"].as_u64().unwrap_or(0),
             r["description"].as_str().unwrap_or("")
         );
@@ -621,6 +624,7 @@ pub fn run(a: RunArgs) -> Result<(), String> {
             "decode_cards": decode_cards,
             "total_params": c.total(),
             "active_params": c.active(),
+            "active_params_without_input_embedding": c.active_without_input_embedding(),
             "coverage": {"operators": cov.rows.len(), "missing": cov.missing()},
             "config_warnings": inferred,
             "checks": checks,
@@ -712,7 +716,7 @@ fn kv_cache_json(planned: &str) -> serde_json::Value {
 fn print_memory(c: &Candidate) {
     let m = &c.memory;
     println!(
-        "  memory per card (decode plan): weights {:.1} GB (dense {:.1}, experts {:.1}, other {:.1}), activations {:.2} GB, workspace {:.2} GB, reserve {:.1} GB, KV/state {:.1} GB free of {:.1} GB → {} KV tokens",
+        "  memory per card (decode plan): weights {:.1} GB (dense {:.1}, experts {:.1}, other {:.1}), activations {:.2} GB, workspace {:.2} GB, reserve {:.1} GB, KV/state {:.1} GB free of {:.1} GB → {}",
         gb(m.weights.total()),
         gb(m.weights.dense),
         gb(m.weights.experts),
@@ -722,7 +726,11 @@ fn print_memory(c: &Candidate) {
         gb(m.reserve),
         gb(m.free_for_cache().max(0.0)),
         gb(m.capacity),
-        m.kv_tokens_capacity()
+        match m.kv_tokens_capacity() {
+            Some(t) => format!("{t} KV tokens"),
+            // Windowed or recurrent layers only: the cache is per sequence, not per token.
+            None => "no per-token KV cache (every layer's cache is bounded per sequence)".into(),
+        }
     );
 }
 

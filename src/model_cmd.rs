@@ -255,6 +255,18 @@ fn peak_memory(
     (peak, j)
 }
 
+/// Says on stderr when the one-card memory plan (`peak` bytes) exceeds the card's `capacity`: the
+/// times printed assume a card that held the model (the JSON's `memory.fits` says the same).
+fn warn_if_unfit(peak: f64, capacity: f64) {
+    if peak > capacity {
+        eprintln!(
+            "warning: the model needs {:.1} GB but one card holds {:.1} GB: these times are those of a card that held it; `day0 run --model ... --cards N` plans a split that fits",
+            peak / 1e9,
+            capacity / 1e9
+        );
+    }
+}
+
 /// `--prompt-len` when neither it nor a replay gives one.
 const DEFAULT_PROMPT_LEN: usize = 1024;
 /// `--output-len` when neither it nor a replay gives one.
@@ -396,6 +408,7 @@ fn decode_step(args: &ForwardArgs, config: &Path) -> Result<(), String> {
         peak.1["kv_cache_and_state"].as_f64().unwrap_or(0.0) / 1e9,
         (peak.1["activations"].as_f64().unwrap_or(0.0) + peak.1["layer_workspace"].as_f64().unwrap_or(0.0)) / 1e9
     );
+    warn_if_unfit(peak.0, peak.1["device_capacity"].as_f64().unwrap_or(0.0));
     println!(
         "  attention {:.3} ms, dense ffn {:.3} ms, routed experts {:.3} ms, embedding/lm_head {:.3} ms",
         b.attention_s * 1e3,
@@ -637,6 +650,7 @@ fn forward_cost_only(args: &ForwardArgs, config: &Path) -> Result<(), String> {
         peak.0 / 1e9,
         r.device().hbm.capacity_bytes as f64 / 1e9
     );
+    warn_if_unfit(peak.0, r.device().hbm.capacity_bytes as f64);
     for (what, decode) in [("prefill", false), ("decode", true)] {
         if let Some((max, mean)) = load(decode) {
             println!(

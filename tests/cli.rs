@@ -497,6 +497,56 @@ const SMALL_PLANNED_RUN: &[&str] = &[
     "--batch", "64", "--no-check",
 ];
 
+/// A model whose every layer is windowed (Mistral-7B-v0.1's style, here on Mixtral's sizes) has no
+/// per-token KV cache: the report says so (JSON `null`), never an internal "unbounded" number.
+#[test]
+fn a_fully_windowed_model_reports_no_per_token_kv_capacity() {
+    let mut cfg: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("model/testdata/mixtral_8x22b_config.json"),
+        )
+        .unwrap(),
+    )
+    .unwrap();
+    cfg["sliding_window"] = serde_json::json!(4096);
+    let path = std::env::temp_dir().join(format!("day0-windowed-{}.json", std::process::id()));
+    std::fs::write(&path, cfg.to_string()).unwrap();
+    let model = path.to_str().unwrap();
+    let args = [
+        "run",
+        "--model",
+        model,
+        "--cards",
+        "8",
+        "--plan",
+        "tp=8",
+        "--prompt-len",
+        "256",
+        "--output-len",
+        "16",
+        "--batch",
+        "8",
+        "--no-check",
+    ];
+    let mut json_args = args.to_vec();
+    json_args.push("--json");
+    let v = day0_json(&json_args);
+    assert!(
+        v["memory"]["kv_tokens_capacity"].is_null(),
+        "{}",
+        v["memory"]
+    );
+    let out = day0(&args);
+    std::fs::remove_file(&path).ok();
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("no per-token KV cache") && !text.contains(&u64::MAX.to_string()),
+        "{text}"
+    );
+}
+
 /// A fixed plan on a small prompt: the report's fields, the decode step at least as long as its
 /// HBM bytes allow, memory per card.
 #[test]
@@ -634,6 +684,24 @@ fn impossible_deployments_and_bad_plans_name_the_problem() {
     assert!(
         err.contains("weights need") && !err.contains("panicked"),
         "{err}"
+    );
+    // With `--json`, the same error is also a JSON object on stdout.
+    let out = day0(&[
+        "run",
+        "--model",
+        "hybrid-3t",
+        "--cards",
+        "8",
+        "--no-check",
+        "--json",
+    ]);
+    assert!(!out.status.success());
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("a JSON error");
+    assert!(
+        v["error"]
+            .as_str()
+            .is_some_and(|e| e.contains("weights need")),
+        "{v}"
     );
     let cases: [(&[&str], &str); 5] = [
         (

@@ -314,7 +314,9 @@ fn llama3_inv_freq(
             let smooth = (old as f32 / wavelen - low) / band;
             let smoothed = (1.0 - smooth) * scaled / factor + smooth * scaled;
             // transformers' `~(wavelen < high) * ~(wavelen > low)`; wavelengths are finite.
-            let medium = wavelen >= high_wavelen && wavelen <= low_wavelen;
+            // Equal low and high factors leave no band (transformers would divide 0 by 0 at
+            // the one wavelength on its edge): that wavelength keeps its frequency.
+            let medium = wavelen >= high_wavelen && wavelen <= low_wavelen && band > 0.0;
             if medium {
                 smoothed
             } else {

@@ -88,6 +88,8 @@
 //! `gdn` and `kda` force the decay). FFN kinds: `dense`, `moe`. Any other kind is kept by name: the
 //! configuration still parses, and the coverage inventory reports the layer as missing.
 
+use serde_json::Value;
+
 use crate::config::{
     AttentionKind, ConfigWarning, Decay, DenseMlpDims, ExpertActivation, Family, FfnKind, GqaDims,
     IndexerDims, LayerSpec, LinearAttnDims, MlaDims, ModelConfig, ModelError, MoeDims, Obj,
@@ -173,6 +175,15 @@ pub(crate) fn parse(o: &Obj, model_type: &str) -> Result<ModelConfig, ModelError
     let mut cfg = parse_known(scope, parsed_as)
         .expect("an inferred family is a known model_type")
         .map_err(with_guess)?;
+    let unexplained = unexplained_fields(scope);
+    if !unexplained.is_empty() {
+        return Err(ModelError::UnexplainedFields {
+            file: o.file.to_string(),
+            model_type: model_type.to_string(),
+            parsed_as: format!("`{parsed_as}` ({because})"),
+            fields: unexplained,
+        });
+    }
     if let Some(t) = &text {
         t.ignore(&["model_type"]);
         o.ignore(HF_IGNORED);
@@ -297,6 +308,73 @@ pub(crate) fn infer_family(o: &Obj) -> Option<(&'static str, String)> {
         "llama",
         "it is a dense decoder (no experts, no latent attention, no linear attention)".into(),
     ))
+}
+
+/// Words in a field's name that say it shapes the network: experts and their layout, layer
+/// patterns and windows, routing, RoPE, attention variants, extra norms and caps. A family's
+/// schema reads those it knows; any other left unread in an inferred family means the file is
+/// another architecture (ERNIE-4.5's `moe_num_experts`, Llama-4's `interleave_moe_layer_step`
+/// and `intermediate_size_mlp`, Gemma-3's `sliding_window_pattern`, MiniMax-M2's `scoring_func`).
+const ARCHITECTURE_WORDS: &[&str] = &[
+    "expert",
+    "moe",
+    "interleave",
+    "intermediate_size",
+    "rope_layers",
+    "chunk",
+    "window",
+    "layer_types",
+    "pattern",
+    "pre_attn",
+    "scoring",
+    "routing",
+    "router",
+    "rotary",
+    "qk_norm",
+    "qk_layernorm",
+    "softcap",
+    "per_layer",
+    "cross_attention",
+    "linear_attn",
+    "mamba",
+    "ssm",
+    "lora",
+    "dense",
+    "topk",
+    "top_k",
+    "attn_type",
+    "local_base",
+];
+
+/// Words that mark training-only or bookkeeping fields, never the network (`router_aux_loss_coef`,
+/// `moe_dropout`).
+const BOOKKEEPING_WORDS: &[&str] = &["loss", "dropout", "init", "token_id", "jitter", "capacity"];
+
+/// The fields of `scope` that its inferred family's schema left unread, whose names say they shape
+/// the network ([`ARCHITECTURE_WORDS`]) and whose values do something: a 0, `false`, `null` or
+/// empty setting changes nothing (MiniMax-M2's `shared_intermediate_size: 0`).
+fn unexplained_fields(scope: &Obj) -> Vec<String> {
+    let prefix = scope.path("");
+    scope
+        .unknown()
+        .into_iter()
+        .filter(|path| {
+            let leaf = path.strip_prefix(&prefix).unwrap_or(path);
+            let name = leaf.rsplit('.').next().unwrap_or(leaf).to_ascii_lowercase();
+            // (A nested field's value is not looked up: it counts.)
+            let inert = match scope.peek_value(leaf) {
+                Some(Value::Null | Value::Bool(false)) => true,
+                Some(Value::Number(n)) => n.as_f64() == Some(0.0),
+                Some(Value::Array(a)) => a.is_empty(),
+                Some(Value::Object(m)) => m.is_empty(),
+                Some(Value::String(t)) => t.is_empty(),
+                Some(Value::Bool(true)) | None => false,
+            };
+            !inert
+                && ARCHITECTURE_WORDS.iter().any(|w| name.contains(w))
+                && !BOOKKEEPING_WORDS.iter().any(|w| name.contains(w))
+        })
+        .collect()
 }
 
 /// The parser of a known `model_type`, or `None` for one day0 does not know.
@@ -481,11 +559,13 @@ pub(crate) fn parse_rope(
                     need("low_freq_factor")?,
                     need("high_freq_factor")?,
                 );
-                if !(factor > 0.0 && low > 0.0 && high > low) {
+                // Equal factors (Llama-4-Scout's 1 and 1) leave no band to smooth over: every
+                // wavelength is either scaled or kept, and transformers only warns.
+                if !(factor > 0.0 && low > 0.0 && high >= low) {
                     return Err(d.invalid(
                         "high_freq_factor",
                         format!(
-                            "llama3 RoPE scaling needs factor > 0 and high_freq_factor > \
+                            "llama3 RoPE scaling needs factor > 0 and high_freq_factor ≥ \
                              low_freq_factor > 0, found factor {factor}, low {low}, high {high}"
                         ),
                     ));

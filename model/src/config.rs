@@ -106,6 +106,19 @@ pub enum ModelError {
         /// The `model_type` found.
         model_type: String,
     },
+    /// An unknown `model_type` whose fields match a known family's, except for fields that
+    /// change the architecture and that schema does not read (ERNIE-4.5's `moe_num_experts`,
+    /// Llama-4's `interleave_moe_layer_step`): read that way it would be another network.
+    UnexplainedFields {
+        /// The file.
+        file: String,
+        /// The `model_type` found.
+        model_type: String,
+        /// The known family its other fields match, and why (`` `mixtral` (it sets …) ``).
+        parsed_as: String,
+        /// The fields that schema leaves unread (full names).
+        fields: Vec<String>,
+    },
 }
 
 /// The `model_type`s [`parse_config`] knows by name; any other is read with the schema of the
@@ -139,7 +152,8 @@ impl ModelError {
             | ModelError::MissingField { file, .. }
             | ModelError::WrongType { file, .. }
             | ModelError::InvalidValue { file, .. }
-            | ModelError::UnsupportedModelType { file, .. } => file,
+            | ModelError::UnsupportedModelType { file, .. }
+            | ModelError::UnexplainedFields { file, .. } => file,
         }
     }
 
@@ -195,6 +209,29 @@ impl fmt::Display for ModelError {
                  with `moe_intermediate_size`, or a dense `intermediate_size`",
                 SUPPORTED_MODEL_TYPES.join(", ")
             ),
+            ModelError::UnexplainedFields {
+                file,
+                model_type,
+                parsed_as,
+                fields,
+            } => {
+                let names: Vec<String> = fields.iter().map(|f| format!("`{f}`")).collect();
+                write!(
+                    f,
+                    "{file}: model_type `{model_type}` is not one day0 knows; its fields match \
+                     {parsed_as}, but {} {} the architecture and that \
+                     schema does not read them, so day0 would model another network (a MoE \
+                     as dense, other layer patterns). It needs a parser of its own \
+                     (model/src/arch.rs, `parse_known`); if the fields change nothing, remove \
+                     them from a copy of the file",
+                    names.join(", "),
+                    if fields.len() == 1 {
+                        "changes"
+                    } else {
+                        "change"
+                    }
+                )
+            }
         }
     }
 }
@@ -969,6 +1006,11 @@ impl<'a> Obj<'a> {
     /// before parsing it).
     pub(crate) fn peek(&self, key: &str) -> bool {
         !matches!(self.map.get(key), None | Some(Value::Null))
+    }
+
+    /// The raw value of `key`, without marking it known.
+    pub(crate) fn peek_value(&self, key: &str) -> Option<&'a Value> {
+        self.map.get(key)
     }
 
     /// The string value of `key`, if it is one, without marking it known.

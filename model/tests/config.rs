@@ -597,6 +597,103 @@ fn an_unknown_model_type_is_read_as_the_family_its_fields_match() {
     );
 }
 
+/// An unknown `model_type` whose fields match a known family except for fields that reshape the
+/// network is refused, naming them: ERNIE-4.5's experts (`moe_*`) under a dense decoder's fields,
+/// Llama-4's interleaved MoE layers under Mixtral's, MiniMax-M2's sigmoid router and partial RoPE.
+/// The same fields set to nothing (0, false, null) change nothing and pass.
+#[test]
+fn inferred_family_refuses_fields_that_reshape_the_network() {
+    let cases: [(&str, &str, serde_json::Value, &[&str]); 3] = [
+        (
+            "llama31_405b_config.json",
+            "ernie4_5_moe",
+            serde_json::json!({"moe_num_experts": 64, "moe_k": 8, "moe_layer_start_index": 3,
+                "moe_intermediate_size": 3584, "moe_use_aux_free": true}),
+            &[
+                "moe_num_experts",
+                "moe_k",
+                "moe_layer_start_index",
+                "moe_intermediate_size",
+            ],
+        ),
+        (
+            "mixtral_8x22b_config.json",
+            "llama4_text",
+            serde_json::json!({"interleave_moe_layer_step": 2, "intermediate_size_mlp": 16384,
+                "attention_chunk_size": 8192}),
+            &[
+                "interleave_moe_layer_step",
+                "intermediate_size_mlp",
+                "attention_chunk_size",
+            ],
+        ),
+        (
+            "mixtral_8x22b_config.json",
+            "minimax_m2",
+            serde_json::json!({"scoring_func": "sigmoid", "use_routing_bias": true,
+                "rotary_dim": 64, "shared_intermediate_size": 0, "router_aux_loss_coef": 0.001}),
+            &["scoring_func", "use_routing_bias", "rotary_dim"],
+        ),
+    ];
+    for (file, model_type, extra, named) in cases {
+        let with = |m: &mut serde_json::Map<String, serde_json::Value>| {
+            m.insert("model_type".into(), serde_json::json!(model_type));
+            for (k, v) in extra.as_object().unwrap() {
+                m.insert(k.clone(), v.clone());
+            }
+        };
+        let e = parse_config(&edited(file, with), "new.json").unwrap_err();
+        match &e {
+            ModelError::UnexplainedFields {
+                model_type: m,
+                fields,
+                ..
+            } => {
+                assert_eq!(m, model_type);
+                let mut got: Vec<&str> = fields.iter().map(String::as_str).collect();
+                let mut want = named.to_vec();
+                if model_type == "ernie4_5_moe" {
+                    want.push("moe_use_aux_free");
+                }
+                got.sort();
+                want.sort();
+                assert_eq!(got, want, "{e}");
+            }
+            other => panic!("{model_type}: {other:?}"),
+        }
+        let shown = e.to_string();
+        assert!(
+            shown.contains("new.json") && shown.contains(model_type) && shown.contains(named[0]),
+            "{shown}"
+        );
+        // Inside a multimodal file's `text_config` the fields are named with their path.
+        let mut inner: serde_json::Value = serde_json::from_str(&edited(file, with)).unwrap();
+        inner.as_object_mut().unwrap().remove("model_type");
+        let wrapped = serde_json::json!({"model_type": "some_vl", "text_config": inner,
+            "vision_config": {"depth": 2}});
+        match parse_config(&wrapped.to_string(), "vl.json").unwrap_err() {
+            ModelError::UnexplainedFields { fields, .. } => assert!(
+                fields.iter().all(|f| f.starts_with("text_config.")),
+                "{fields:?}"
+            ),
+            other => panic!("{model_type} in text_config: {other:?}"),
+        }
+    }
+    // Set to nothing, the same kind of fields pass (with an unknown-field warning each).
+    let cfg = parse_config(
+        &edited("mixtral_8x22b_config.json", |m| {
+            m.insert("model_type".into(), serde_json::json!("mixtral_next"));
+            m.insert("shared_intermediate_size".into(), serde_json::json!(0));
+            m.insert("use_qk_norm".into(), serde_json::json!(false));
+            m.insert("attention_chunk_size".into(), serde_json::Value::Null);
+        }),
+        "inert.json",
+    )
+    .expect("inert fields pass");
+    assert_eq!(cfg.family, Family::Mixtral);
+    assert_eq!(cfg.unknown_fields().len(), 3, "{:?}", cfg.unknown_fields());
+}
+
 #[test]
 fn unsupported_or_missing_model_type() {
     let e = parse_config(r#"{"model_type": "gemma3"}"#, "gpt.json").unwrap_err();
@@ -828,6 +925,28 @@ fn llama_31_published_config_with_llama3_rope() {
         e.to_string().contains("low_freq_factor") && e.to_string().contains("l.json"),
         "{e}"
     );
+    // Equal factors (Llama-4-Scout's low 1, high 1) leave no band: accepted, as transformers
+    // does; an inverted band is still an error.
+    let equal = parse_config(
+        &edited("llama31_405b_config.json", |o| {
+            o["rope_scaling"]["high_freq_factor"] = serde_json::json!(1.0);
+        }),
+        "scout_rope.json",
+    )
+    .expect("equal llama3 factors parse");
+    assert!(matches!(
+        equal.rope.as_ref().unwrap().scaling,
+        RopeScaling::Llama3 { low_freq_factor, high_freq_factor, .. }
+            if low_freq_factor == 1.0 && high_freq_factor == 1.0
+    ));
+    let e = parse_config(
+        &edited("llama31_405b_config.json", |o| {
+            o["rope_scaling"]["high_freq_factor"] = serde_json::json!(0.5);
+        }),
+        "inverted.json",
+    )
+    .unwrap_err();
+    assert_eq!(e.field(), Some("rope_scaling.high_freq_factor"), "{e}");
     // No head_dim and more heads than hidden dims: an error naming head_dim, not a zero width.
     let e = parse_config(
         &edited("llama31_405b_config.json", |o| {
@@ -1043,6 +1162,7 @@ fn gpt_oss_configs_are_counted_and_inventoried() {
     let n = model::plan::params::count(&c);
     let embed = (201088 * 2880) as f64;
     let (total, active) = (n.total() as f64, n.active() as f64 - embed);
+    assert_eq!(n.active_without_input_embedding() as f64, active);
     assert!((total / 116.83e9 - 1.0).abs() < 0.01, "{total}");
     assert!((active / 5.13e9 - 1.0).abs() < 0.03, "{active}");
     let cov = model::coverage::Coverage::of_config(&c);
@@ -1057,7 +1177,7 @@ fn gpt_oss_configs_are_counted_and_inventoried() {
     small["layer_types"] = Value::from(big["layer_types"].as_array().unwrap()[..24].to_vec());
     let c = parse_config(&small.to_string(), "gpt-oss-20b.json").unwrap();
     let n = model::plan::params::count(&c);
-    let (total, active) = (n.total() as f64, n.active() as f64 - embed);
+    let (total, active) = (n.total() as f64, n.active_without_input_embedding() as f64);
     assert!((total / 20.91e9 - 1.0).abs() < 0.01, "{total}");
     assert!((active / 3.61e9 - 1.0).abs() < 0.03, "{active}");
 }

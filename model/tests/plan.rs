@@ -203,7 +203,7 @@ fn memory_plan_counts_native_formats_and_cache_kinds() {
     // 8 routed experts of 256 per card.
     let per_expert = 3.0 * 7168.0 * 2048.0 * bytes_per_param(&v3.weight_format);
     assert!(within(m.weights.experts, 58.0 * 8.0 * per_expert, 1e-9));
-    assert!(m.kv_tokens_capacity() > 0 && m.max_batch(4096) > 0);
+    assert!(m.kv_tokens_capacity().is_some_and(|t| t > 0) && m.max_batch(4096) > 0);
     // Linear-attention state is constant in the context.
     let qn = load_model("qwen3-next-80b").unwrap();
     let m = plan_memory(

@@ -81,14 +81,12 @@ impl MemoryPlan {
         self.capacity - self.weights.total() - self.activations - self.workspace - self.reserve
     }
 
-    /// KV tokens one card can hold (0 when nothing is left; unbounded models with no
-    /// per-token cache report `u64::MAX`).
-    pub fn kv_tokens_capacity(&self) -> u64 {
+    /// KV tokens one card can hold (0 when nothing is left), or `None` when no layer's cache
+    /// grows with the context (every layer windowed or recurrent: only the sequences count, see
+    /// [`MemoryPlan::max_batch`]).
+    pub fn kv_tokens_capacity(&self) -> Option<u64> {
         let free = self.free_for_cache().max(0.0);
-        if self.kv_per_token <= 0.0 {
-            return u64::MAX;
-        }
-        (free / self.kv_per_token) as u64
+        (self.kv_per_token > 0.0).then(|| (free / self.kv_per_token) as u64)
     }
 
     /// The most sequences of `context` tokens one card's cache holds.

@@ -5,8 +5,10 @@
 //! The counts follow the tensors the checkpoint stores and [`crate::forward`] binds, one formula
 //! per layer kind, so they match the published totals (DeepSeek-V3: 671B, Kimi-K2: 1.03T) without
 //! the multi-token-prediction head, which is not part of the main model. Active parameters count
-//! every non-routed tensor (embeddings and `lm_head` included, as the published "activated" figures
-//! do) plus `experts_per_token` routed experts per MoE layer.
+//! every non-routed tensor (embeddings and `lm_head` included, as Kimi-K2's and Qwen's "activated"
+//! figures do) plus `experts_per_token` routed experts per MoE layer. Vendors differ here: OpenAI's
+//! and DeepSeek-V2's figures leave out the input embedding (a token reads one row of it), so
+//! [`ParamCount::active_without_input_embedding`] gives that count too (gpt-oss-20b: 3.61B).
 
 use crate::config::{AttentionKind, Decay, FfnKind, ModelConfig};
 
@@ -78,6 +80,12 @@ impl ParamCount {
     /// Parameters one token reads.
     pub fn active(&self) -> u64 {
         self.outer() + self.layers.iter().map(LayerParams::active).sum::<u64>()
+    }
+
+    /// [`ParamCount::active`] without the input embedding, which a token only looks one row of
+    /// up (the convention of OpenAI's and DeepSeek-V2's published active counts).
+    pub fn active_without_input_embedding(&self) -> u64 {
+        self.active() - self.embedding
     }
 
     /// Parameters in routed experts (the part MXFP4 or expert parallelism applies to).
