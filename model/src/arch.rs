@@ -391,6 +391,7 @@ fn parse_known(o: &Obj, model_type: &str) -> Option<Result<ModelConfig, ModelErr
         "qwen2" | "qwen2_moe" => qwen2(o, model_type),
         "glm4_moe" => glm4_moe(o, model_type),
         "gpt_oss" => gpt_oss(o, model_type),
+        "minimax_m2" => minimax_m2(o, model_type),
         "llama" | "mistral" | "mixtral" => llama(o, model_type),
         "day0_hybrid" => hybrid(o, model_type),
         _ => return None,
@@ -1665,6 +1666,145 @@ fn glm4_moe(o: &Obj, model_type: &str) -> Result<ModelConfig, ModelError> {
         attention,
         ffn,
         moe,
+        rope,
+        w,
+    )
+}
+
+/// MiniMax-M2 (`minimax_m2`; M2.1, M2.5 and M2.7 share the schema; fields as transformers'
+/// `MiniMaxM2Config`): GQA whose q/k RMSNorm spans the whole projection
+/// (`qk_norm_type: per_layer`) and whose RoPE turns the first `rotary_dim` of each head; in every
+/// layer `num_local_experts` experts of width `intermediate_size`, routed as DeepSeek-V3 routes
+/// (`scoring_func: sigmoid` with `use_routing_bias`: the bias picks, the scores weigh,
+/// renormalised). Lightning-attention layers (`attn_type_list` 0, MiniMax-01's) are kept by name,
+/// so the coverage inventory reports them; features day0 does not model yet (per-layer sliding
+/// windows, a shared expert) are errors, not silently dropped.
+fn minimax_m2(o: &Obj, model_type: &str) -> Result<ModelConfig, ModelError> {
+    let mut w = Vec::new();
+    common_hf(o, &mut w)?;
+    // Multi-token-prediction modules are not part of the main model (as DeepSeek's
+    // `num_nextn_predict_layers`); the router's jitter is training-only.
+    o.ignore(&[
+        "use_mtp",
+        "num_mtp_modules",
+        "mtp_transformer_layers",
+        "router_jitter_noise",
+    ]);
+    let hidden_size = o.req_dim("hidden_size")?;
+    let n_layers = o.req_dim("num_hidden_layers")?;
+    let (heads, kv_heads) = gqa_heads(o)?;
+    let head_dim = head_dim_or(o, hidden_size / heads)?;
+    let attention: Vec<AttentionKind> = match o.opt_usize_list("attn_type_list")? {
+        None => vec![AttentionKind::Gqa; n_layers],
+        Some(kinds) if kinds.len() == n_layers => kinds
+            .iter()
+            .map(|k| match k {
+                1 => AttentionKind::Gqa,
+                _ => AttentionKind::Unknown("lightning_attention".into()),
+            })
+            .collect(),
+        Some(kinds) => {
+            return Err(o.invalid(
+                "attn_type_list",
+                format!(
+                    "must give one kind per layer ({n_layers}), found {}",
+                    kinds.len()
+                ),
+            ))
+        }
+    };
+    let windowed = match o.peek_value("attn_window_size") {
+        None | Some(Value::Null) => false,
+        Some(Value::Number(n)) => n.as_f64().is_some_and(|v| v > 0.0),
+        Some(Value::Array(a)) => a.iter().any(|v| v.as_f64().is_some_and(|v| v > 0.0)),
+        Some(_) => true,
+    };
+    if windowed {
+        return Err(o.invalid(
+            "attn_window_size",
+            "MiniMax sliding-window layers are not read yet (day0 would attend the whole \
+             context); remove the field from a copy to cost the model without windows",
+        ));
+    }
+    o.ignore(&["attn_window_size", "swa_rope_theta"]);
+    let qk_norm = o.bool_or("use_qk_norm", false, &mut w)?;
+    let across = match o.opt_str("qk_norm_type")? {
+        None | Some("per_layer") => true,
+        Some("per_head") => false,
+        Some(other) => {
+            return Err(o.invalid(
+                "qk_norm_type",
+                format!("must be `per_layer` or `per_head`, found `{other}`"),
+            ))
+        }
+    };
+    let rotary_dim = o.opt_usize("rotary_dim")?.unwrap_or(head_dim);
+    if rotary_dim == 0 || rotary_dim > head_dim || rotary_dim % 2 != 0 {
+        return Err(o.invalid(
+            "rotary_dim",
+            format!("must be even and at most head_dim ({head_dim}), found {rotary_dim}"),
+        ));
+    }
+    let gqa = GqaDims {
+        qk_norm,
+        qk_norm_across_heads: qk_norm && across,
+        ..GqaDims::new(heads, kv_heads, head_dim)
+    };
+    let rope = parse_rope(o, rotary_dim as f64 / head_dim as f64, &mut w)?;
+    if o.opt_usize("shared_intermediate_size")?.unwrap_or(0) > 0 {
+        return Err(o.invalid(
+            "shared_intermediate_size",
+            "a MiniMax shared expert is not read yet (day0 would leave it out)",
+        ));
+    }
+    let scoring = o.opt_str("scoring_func")?.unwrap_or("softmax");
+    let bias = o.opt_bool("use_routing_bias")?.unwrap_or(false);
+    let router = match (scoring, bias) {
+        ("sigmoid", true) => RouterKind::SigmoidGroupTopk,
+        ("softmax", false) => RouterKind::SoftmaxTopk,
+        (s, b) => RouterKind::Unknown(match b {
+            true => format!("{s}_with_correction_bias"),
+            false => format!("{s}_topk"),
+        }),
+    };
+    let grouped = o.opt_bool("use_grouped_topk")?.unwrap_or(false);
+    let (n_group, topk_group) = match grouped {
+        true => (
+            o.usize_or("num_expert_group", 1, &mut w)?,
+            o.usize_or("topk_group", 1, &mut w)?,
+        ),
+        false => {
+            o.ignore(&["num_expert_group", "topk_group"]);
+            (1, 1)
+        }
+    };
+    let moe = MoeDims {
+        activation: ExpertActivation::Swiglu,
+        biases: false,
+        experts: o.req_dim("num_local_experts")?,
+        experts_per_token: o.req_dim("num_experts_per_tok")?,
+        intermediate_size: o.req_dim("intermediate_size")?,
+        shared_experts: 0,
+        shared_intermediate_size: 0,
+        shared_expert_gate: false,
+        router,
+        n_group,
+        topk_group,
+        // MiniMax always renormalises the chosen weights.
+        norm_topk_prob: true,
+        routed_scaling_factor: o.opt_f64("routed_scaling_factor")?.unwrap_or(1.0),
+        expert_format: weight_format(o)?,
+    };
+    check_moe(o, &moe)?;
+    let ffn = vec![FfnKind::Moe; n_layers];
+    gqa_model(
+        o,
+        model_type,
+        Family::MiniMaxM2,
+        gqa,
+        attention,
+        ffn,
+        Some(moe),
         rope,
         w,
     )

@@ -140,6 +140,7 @@ pub const SUPPORTED_MODEL_TYPES: &[&str] = &[
     "qwen2_moe",
     "glm4_moe",
     "gpt_oss",
+    "minimax_m2",
     "day0_hybrid",
 ];
 
@@ -331,6 +332,11 @@ pub enum Family {
     /// weights. Every operator has a kernel: cost-only runs from its config.json; its checkpoints'
     /// experts (interleaved gate/up, input-major) are not read yet, so numeric runs refuse it.
     GptOss,
+    /// `minimax_m2`: MiniMax-M2 (M2.1, M2.5, M2.7): GQA with a q/k RMSNorm across all heads and
+    /// RoPE on part of each head, DeepSeek-V3's sigmoid routing with a correction bias over
+    /// Mixtral-style experts in every layer. Cost-only from its config.json; its checkpoints are
+    /// not read yet (no transformers reference of it is pinned), so numeric runs refuse it.
+    MiniMaxM2,
     /// `day0_hybrid`, day0's own schema.
     Day0Hybrid,
 }
@@ -361,6 +367,7 @@ impl Family {
             Family::Qwen2 => "Qwen2 (GQA with q/k/v biases)",
             Family::Glm4Moe => "GLM-4.5 (GQA with q/k/v biases, DeepSeek-V3 MoE)",
             Family::GptOss => "gpt-oss (GQA with sinks, sliding windows, MXFP4 MoE)",
+            Family::MiniMaxM2 => "MiniMax-M2 (GQA with q/k norm across heads, sigmoid MoE)",
             Family::Day0Hybrid => "day0 hybrid",
         }
     }
@@ -492,6 +499,9 @@ pub struct GqaDims {
     pub head_dim: usize,
     /// Per-head RMSNorm of q and k (Qwen3-Next: yes).
     pub qk_norm: bool,
+    /// With [`GqaDims::qk_norm`]: one RMSNorm over all heads of the projection (weights of
+    /// `heads·D` and `kv_heads·D`), MiniMax-M2's `qk_norm_type: per_layer`, not one per head.
+    pub qk_norm_across_heads: bool,
     /// Sigmoid output gate from a second half of `q_proj` (Qwen3-Next: yes).
     pub output_gate: bool,
     /// A learned per-head logit in every softmax's denominator ("attention sinks": gpt-oss's
@@ -533,6 +543,7 @@ impl GqaDims {
             kv_heads,
             head_dim,
             qk_norm: false,
+            qk_norm_across_heads: false,
             output_gate: false,
             qkv_bias: false,
             sinks: false,

@@ -666,7 +666,20 @@ impl Builder<'_> {
             self.bias_add("self_attn.k_proj.bias", nkv * d);
             self.bias_add("self_attn.v_proj.bias", nkv * d);
         }
-        if g.qk_norm {
+        if g.qk_norm_across_heads {
+            self.norm(
+                OpKind::RmsNorm,
+                "self_attn.q_norm (across heads)",
+                t,
+                nq * d,
+            );
+            self.norm(
+                OpKind::RmsNorm,
+                "self_attn.k_norm (across heads)",
+                t,
+                nkv * d,
+            );
+        } else if g.qk_norm {
             self.norm(OpKind::RmsNorm, "self_attn.q_norm", t * nq, d);
             self.norm(OpKind::RmsNorm, "self_attn.k_norm", t * nkv, d);
         }

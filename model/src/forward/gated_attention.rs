@@ -89,6 +89,12 @@ pub(crate) fn forward(
         ops.add_bias("attn.qkv_bias", &v_new, vb)?;
     }
     let (q, k) = match (&w.q_norm, &w.k_norm) {
+        (Some(qn), Some(kn)) if g.qk_norm_across_heads => {
+            // One RMSNorm over each token's whole projection (MiniMax-M2).
+            let qo = ops.rmsnorm("attn.q_norm", &q, qn, eps)?;
+            let ko = ops.rmsnorm("attn.k_norm", &k, kn, eps)?;
+            (qo, ko)
+        }
         (Some(qn), Some(kn)) => {
             // Per-head norms: the same RMSNorm over rows of D.
             let qh = view(q.reshaped(&[t * hq, d]), "query heads")?;

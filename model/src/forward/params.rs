@@ -506,9 +506,14 @@ fn gqa(
     let (h, d) = (cfg.hidden_size, g.head_dim);
     let q_rows = g.heads * d * if g.output_gate { 2 } else { 1 };
     let (q_norm, k_norm) = if g.qk_norm {
+        // One weight per head's dimension, or per dimension of every head (across heads).
+        let (qn, kn) = match g.qk_norm_across_heads {
+            true => (g.heads * d, g.kv_heads * d),
+            false => (d, d),
+        };
         (
-            Some(ld.norm(&format!("{p}.q_norm.weight"), d, one_plus)?),
-            Some(ld.norm(&format!("{p}.k_norm.weight"), d, one_plus)?),
+            Some(ld.norm(&format!("{p}.q_norm.weight"), qn, one_plus)?),
+            Some(ld.norm(&format!("{p}.k_norm.weight"), kn, one_plus)?),
         )
     } else {
         (None, None)
@@ -681,6 +686,13 @@ impl ModelWeights {
             WeightFormat::Mxfp4 => Format::Mxfp4,
             WeightFormat::Float | WeightFormat::Other(_) => Format::Bf16,
         };
+        if ckpt.is_some() && cfg.family == crate::config::Family::MiniMaxM2 {
+            return Err(ForwardError::Unsupported {
+                what: "MiniMax-M2 checkpoints: cost-only runs take its config.json, but its \
+                       weights are not bound against a transformers reference yet"
+                    .into(),
+            });
+        }
         let ld = Loader {
             ckpt,
             precision,

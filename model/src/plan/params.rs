@@ -189,7 +189,11 @@ fn attention(cfg: &ModelConfig, kind: &AttentionKind) -> u64 {
             let d = g.head_dim as u64;
             let q_rows = g.heads as u64 * d * if g.output_gate { 2 } else { 1 };
             let kv_rows = 2 * g.kv_heads as u64 * d;
-            let norms = if g.qk_norm { 2 * d } else { 0 };
+            let norms = match (g.qk_norm, g.qk_norm_across_heads) {
+                (false, _) => 0,
+                (true, false) => 2 * d,
+                (true, true) => (g.heads + g.kv_heads) as u64 * d,
+            };
             let biases =
                 if g.qkv_bias { q_rows + kv_rows } else { 0 } + if g.o_bias { h } else { 0 };
             let sinks = if g.sinks { g.heads as u64 } else { 0 };

@@ -138,7 +138,9 @@ pub(crate) enum Part {
 /// The FFN module name and the per-expert projection names of a family.
 pub(crate) fn ffn_names(family: Family) -> (&'static str, [&'static str; 3]) {
     match family {
-        Family::KimiLinear | Family::Mixtral => ("block_sparse_moe", ["w1", "w3", "w2"]),
+        Family::KimiLinear | Family::Mixtral | Family::MiniMaxM2 => {
+            ("block_sparse_moe", ["w1", "w3", "w2"])
+        }
         _ => ("mlp", ["gate_proj", "up_proj", "down_proj"]),
     }
 }
@@ -265,8 +267,12 @@ fn attention(
                 push(format!("{a}.v_proj.bias"), vec![g.kv_heads * g.head_dim]);
             }
             if g.qk_norm {
-                push(format!("{a}.q_norm.weight"), vec![g.head_dim]);
-                push(format!("{a}.k_norm.weight"), vec![g.head_dim]);
+                let (q, k) = match g.qk_norm_across_heads {
+                    true => (g.heads * g.head_dim, g.kv_heads * g.head_dim),
+                    false => (g.head_dim, g.head_dim),
+                };
+                push(format!("{a}.q_norm.weight"), vec![q]);
+                push(format!("{a}.k_norm.weight"), vec![k]);
             }
             if g.o_bias {
                 push(format!("{a}.o_proj.bias"), vec![h]);
@@ -375,7 +381,8 @@ fn ffn(
                 | Family::KimiK2
                 | Family::DeepseekV32
                 | Family::KimiLinear
-                | Family::Glm4Moe => true,
+                | Family::Glm4Moe
+                | Family::MiniMaxM2 => true,
                 Family::Qwen3Next
                 | Family::Qwen3VlMoe
                 | Family::Qwen3
@@ -388,8 +395,13 @@ fn ffn(
                 }
             };
             if correction_bias {
+                // MiniMax-M2 keeps it beside the gate, not in it.
+                let at = match cfg.family {
+                    Family::MiniMaxM2 => "",
+                    _ => "gate.",
+                };
                 push(
-                    format!("{m}.gate.e_score_correction_bias"),
+                    format!("{m}.{at}e_score_correction_bias"),
                     vec![moe.experts],
                 );
             }
