@@ -376,15 +376,10 @@ fn main() -> ExitCode {
         libc::signal(libc::SIGPIPE, libc::SIG_DFL);
     }
     let cli = Cli::parse();
-    // A `--json` caller reads stdout: it gets the error as JSON there too.
-    let json = std::env::args().any(|a| a == "--json");
     match run(cli) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("error: {e}");
-            if json {
-                println!("{}", serde_json::json!({ "error": e }));
-            }
             ExitCode::FAILURE
         }
     }

@@ -613,6 +613,7 @@ fn forward_cost_only(args: &ForwardArgs, config: &Path) -> Result<(), String> {
             "{}",
             serde_json::to_string_pretty(&j).map_err(|e| e.to_string())?
         );
+        warn_if_unfit(peak.0, r.device().hbm.capacity_bytes as f64);
         return Ok(());
     }
     let cfg = r.config();

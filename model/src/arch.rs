@@ -217,6 +217,7 @@ pub(crate) fn parse(o: &Obj, model_type: &str) -> Result<ModelConfig, ModelError
 /// with `linear_attn_config`), `linear_attention` layers mean Qwen3-Next's hybrid,
 /// `n_routed_experts` without MLA DeepSeek-V3's MoE under GQA (GLM-4.5), `experts_per_token`
 /// gpt-oss's MoE, an expert count with `moe_intermediate_size` Qwen's MoE layout,
+/// `num_local_experts` with `use_routing_bias`, `qk_norm_type` or `attn_type_list` MiniMax-M2's,
 /// `num_local_experts` alone Mixtral's; a dense decoder with Qwen's window fields is Qwen3 (with
 /// `head_dim`) or Qwen2, with `sliding_window` Mistral, else Llama. Expert counts no rule explains
 /// are refused rather than read as a dense model.
@@ -284,6 +285,13 @@ pub(crate) fn infer_family(o: &Obj) -> Option<(&'static str, String)> {
             });
         }
         if count == "num_local_experts" {
+            // MiniMax-M2's routing bias, across-heads q/k norm or layer-kind list.
+            if let Some(k) = ["use_routing_bias", "qk_norm_type", "attn_type_list"]
+                .into_iter()
+                .find(|k| has(k))
+            {
+                return Some(("minimax_m2", because(&[count, k])));
+            }
             return Some(("mixtral", because(&["num_local_experts"])));
         }
         return None;
@@ -314,7 +322,7 @@ pub(crate) fn infer_family(o: &Obj) -> Option<(&'static str, String)> {
 /// patterns and windows, routing, RoPE, attention variants, extra norms and caps. A family's
 /// schema reads those it knows; any other left unread in an inferred family means the file is
 /// another architecture (ERNIE-4.5's `moe_num_experts`, Llama-4's `interleave_moe_layer_step`
-/// and `intermediate_size_mlp`, Gemma-3's `sliding_window_pattern`, MiniMax-M2's `scoring_func`).
+/// and `intermediate_size_mlp`, Gemma-3's `query_pre_attn_scalar`).
 const ARCHITECTURE_WORDS: &[&str] = &[
     "expert",
     "moe",
@@ -347,8 +355,10 @@ const ARCHITECTURE_WORDS: &[&str] = &[
 ];
 
 /// Words that mark training-only or bookkeeping fields, never the network (`router_aux_loss_coef`,
-/// `moe_dropout`).
-const BOOKKEEPING_WORDS: &[&str] = &["loss", "dropout", "init", "token_id", "jitter", "capacity"];
+/// `moe_dropout`, `moe_router_dtype`).
+const BOOKKEEPING_WORDS: &[&str] = &[
+    "loss", "dropout", "init", "token_id", "jitter", "capacity", "dtype",
+];
 
 /// The fields of `scope` that its inferred family's schema left unread, whose names say they shape
 /// the network ([`ARCHITECTURE_WORDS`]) and whose values do something: a 0, `false`, `null` or
@@ -361,6 +371,12 @@ fn unexplained_fields(scope: &Obj) -> Vec<String> {
         .filter(|path| {
             let leaf = path.strip_prefix(&prefix).unwrap_or(path);
             let name = leaf.rsplit('.').next().unwrap_or(leaf).to_ascii_lowercase();
+            // Window sizes do nothing while `use_sliding_window` is false (Qwen's files keep
+            // `max_window_layers` either way).
+            let windows_off = scope.peek_value("use_sliding_window") == Some(&Value::Bool(false));
+            if windows_off && name.contains("window") {
+                return false;
+            }
             // (A nested field's value is not looked up: it counts.)
             let inert = match scope.peek_value(leaf) {
                 Some(Value::Null | Value::Bool(false)) => true,
@@ -849,10 +865,21 @@ fn deepseek(o: &Obj, model_type: &str, family: Family) -> Result<ModelConfig, Mo
         None
     };
     let indexer = if family == Family::DeepseekV32 {
+        // GLM-5's files select top-k on every layer (`index_topk_freq: 1`); another frequency
+        // would reuse selections across layers, which day0 does not model.
+        if let Some(freq) = o.opt_usize("index_topk_freq")? {
+            if freq != 1 {
+                return Err(o.invalid(
+                    "index_topk_freq",
+                    format!("only 1 (a top-k selection in every layer) is modelled, found {freq}"),
+                ));
+            }
+        }
         Some(IndexerDims {
             heads: o.req_dim("index_n_heads")?,
             head_dim: o.req_dim("index_head_dim")?,
             topk: o.req_dim("index_topk")?,
+            rope_interleaved: o.opt_bool("indexer_rope_interleave")?.unwrap_or(false),
         })
     } else {
         None
@@ -2142,6 +2169,7 @@ fn hybrid(o: &Obj, model_type: &str) -> Result<ModelConfig, ModelError> {
                 heads: i.req_dim("n_heads")?,
                 head_dim: i.req_dim("head_dim")?,
                 topk: i.req_dim("topk")?,
+                rope_interleaved: false,
             };
             o.adopt(&i);
             Some(dims)

@@ -486,6 +486,10 @@ pub struct IndexerDims {
     pub head_dim: usize,
     /// `index_topk`: tokens each query attends to.
     pub topk: usize,
+    /// The indexer's RoPE rotates interleaved pairs (GLM-5's `indexer_rope_interleave: true`);
+    /// DeepSeek-V3.2's rotates halves. The same cost either way; numeric runs implement halves
+    /// only and refuse interleaved checkpoints.
+    pub rope_interleaved: bool,
 }
 
 /// Grouped-query attention dimensions (Qwen3-Next full-attention layers).

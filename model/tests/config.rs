@@ -372,7 +372,7 @@ fn malformed_json_is_an_error_with_position() {
 #[test]
 fn unknown_fields_are_warnings_not_errors() {
     let t = edited("deepseek_v32_config.json", |m| {
-        m.insert("index_topk_freq".into(), Value::from(4));
+        m.insert("index_warmup_steps".into(), Value::from(4));
         m["rope_scaling"]
             .as_object_mut()
             .unwrap()
@@ -381,11 +381,11 @@ fn unknown_fields_are_warnings_not_errors() {
     let c = parse_config(&t, "v32_plus.json").expect("unknown fields are not fatal");
     let mut unknown = c.unknown_fields();
     unknown.sort();
-    assert_eq!(unknown, vec!["index_topk_freq", "rope_scaling.new_knob"]);
+    assert_eq!(unknown, vec!["index_warmup_steps", "rope_scaling.new_knob"]);
     assert!(c
         .warnings
         .iter()
-        .any(|w| w.to_string().contains("unknown field `index_topk_freq`")));
+        .any(|w| w.to_string().contains("unknown field `index_warmup_steps`")));
 }
 
 #[test]
@@ -522,6 +522,12 @@ fn an_unknown_model_type_is_read_as_the_family_its_fields_match() {
             "ministral",
             "sliding_window",
         ),
+        (
+            "minimax_m2_config.json",
+            "minimax_m2",
+            "minimax_m3",
+            "use_routing_bias",
+        ),
     ] {
         let original = load_config(&testdata(file)).expect("parses");
         assert_eq!(original.model_type, known, "{file}");
@@ -629,10 +635,11 @@ fn inferred_family_refuses_fields_that_reshape_the_network() {
         ),
         (
             "mixtral_8x22b_config.json",
-            "minimax_m3",
-            serde_json::json!({"scoring_func": "sigmoid", "use_routing_bias": true,
-                "rotary_dim": 64, "shared_intermediate_size": 0, "router_aux_loss_coef": 0.001}),
-            &["scoring_func", "use_routing_bias", "rotary_dim"],
+            "mixtral_sigmoid",
+            serde_json::json!({"scoring_func": "sigmoid", "rotary_dim": 64,
+                "shared_intermediate_size": 0, "router_aux_loss_coef": 0.001,
+                "moe_router_dtype": "float32"}),
+            &["scoring_func", "rotary_dim"],
         ),
     ];
     for (file, model_type, extra, named) in cases {
@@ -697,7 +704,7 @@ fn inferred_family_refuses_fields_that_reshape_the_network() {
 /// MiniMax-M2's published file (M2.7's, same sizes): every field read, 62 GQA layers with the q/k
 /// norm across heads and RoPE on 64 of 128 dimensions, 256 FP8 experts routed by sigmoid scores
 /// with a correction bias; counts against the published 230B total (228.70B in its safetensors,
-/// MTP modules and FP8 scales included) and 10B active (without the embeddings); complete
+/// its FP8 block scales included) and 10B active (without the embeddings); complete
 /// coverage; numeric runs refuse its checkpoints; what day0 does not model is an error.
 #[test]
 fn minimax_m2_published_config() {
@@ -792,6 +799,48 @@ fn minimax_m2_published_config() {
     )
     .unwrap();
     assert_eq!(softmax.moe.unwrap().router, RouterKind::SoftmaxTopk);
+}
+
+/// GLM-5 (`glm_moe_dsa`) is DeepSeek-V3.2's MLA + DSA at other sizes, with two indexer fields of
+/// its own: `indexer_rope_interleave` (read; numeric runs, which rotate halves, refuse it) and
+/// `index_topk_freq` (1 read, another frequency refused by field); `moe_router_dtype` is
+/// bookkeeping. None of them makes the inferred family refuse the file.
+#[test]
+fn glm5_indexer_fields_are_read() {
+    let glm5 = |freq: u64| {
+        edited("deepseek_v32_config.json", |o| {
+            o.insert("model_type".into(), serde_json::json!("glm_moe_dsa"));
+            o.insert("indexer_rope_interleave".into(), serde_json::json!(true));
+            o.insert("index_topk_freq".into(), serde_json::json!(freq));
+            o.insert("moe_router_dtype".into(), serde_json::json!("float32"));
+        })
+    };
+    let c = parse_config(&glm5(1), "glm5.json").expect("GLM-5's fields parse");
+    assert_eq!(c.family, Family::DeepseekV32);
+    assert!(c.indexer.as_ref().unwrap().rope_interleaved);
+    let v32 = load_config(&testdata("deepseek_v32_config.json")).unwrap();
+    assert!(!v32.indexer.as_ref().unwrap().rope_interleaved);
+    let e = parse_config(&glm5(2), "glm5.json").unwrap_err();
+    assert_eq!(e.field(), Some("index_topk_freq"), "{e}");
+}
+
+/// A tied embedding is also the `lm_head`, which every token reads whole: leaving out the input
+/// embedding leaves it in.
+#[test]
+fn active_without_input_embedding_keeps_a_tied_head() {
+    let untied = load_config(&testdata("llama31_405b_config.json")).unwrap();
+    let n = model::plan::params::count(&untied);
+    assert_eq!(n.active_without_input_embedding(), n.active() - n.embedding);
+    let tied = parse_config(
+        &edited("llama31_405b_config.json", |o| {
+            o.insert("tie_word_embeddings".into(), serde_json::json!(true));
+        }),
+        "tied.json",
+    )
+    .unwrap();
+    let n = model::plan::params::count(&tied);
+    assert_eq!(n.lm_head, 0);
+    assert_eq!(n.active_without_input_embedding(), n.active());
 }
 
 #[test]

@@ -405,6 +405,13 @@ fn gqa_shard(
     tp: usize,
     rank: usize,
 ) -> Result<GqaWeights, ForwardError> {
+    if g.qk_norm_across_heads && tp > 1 {
+        // Its statistics span every card's heads: an all-reduce inside the norm, not modelled
+        // numerically yet.
+        return Err(ForwardError::Unsupported {
+            what: format!("a q/k norm across all heads (MiniMax-M2) split over tp={tp} cards"),
+        });
+    }
     let (d, hq) = (g.head_dim, g.heads / tp);
     let q_rows = d * if g.output_gate { 2 } else { 1 };
     let (kv0, kv) = if g.kv_heads >= tp {

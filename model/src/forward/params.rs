@@ -686,6 +686,14 @@ impl ModelWeights {
             WeightFormat::Mxfp4 => Format::Mxfp4,
             WeightFormat::Float | WeightFormat::Other(_) => Format::Bf16,
         };
+        if ckpt.is_some() && cfg.indexer.as_ref().is_some_and(|i| i.rope_interleaved) {
+            return Err(ForwardError::Unsupported {
+                what:
+                    "an indexer whose RoPE rotates interleaved pairs (`indexer_rope_interleave`, \
+                       GLM-5): cost-only runs take its config.json, numeric runs rotate halves"
+                        .into(),
+            });
+        }
         if ckpt.is_some() && cfg.family == crate::config::Family::MiniMaxM2 {
             return Err(ForwardError::Unsupported {
                 what: "MiniMax-M2 checkpoints: cost-only runs take its config.json, but its \

@@ -706,6 +706,15 @@ impl Estimator {
             Algorithm::Auto,
         )?
         .seconds;
+        // A q/k RMSNorm across all heads (MiniMax-M2) sees only a card's heads under tensor
+        // parallelism: the squares' sums (one f32 each for q and k per token) are all-reduced.
+        let across_heads_norm = match self.cfg.gqa.as_ref() {
+            Some(g) if g.qk_norm_across_heads && plan.tp > 1 => {
+                collective::all_reduce(&self.cluster, &tp_group, mb as f64 * 8.0, Algorithm::Auto)?
+                    .seconds
+            }
+            _ => 0.0,
+        };
         let (dispatch, combine) = match moe {
             Some(m) if plan.ep > 1 => {
                 let origin = mb as f64 / plan.tp as f64;
@@ -779,6 +788,12 @@ impl Estimator {
                 add_ops(&mut stage_ops, &self.cfg.layers[l].kind(), &layer_ops);
                 if plan.tp > 1 {
                     tp_s += 2.0 * tp_allreduce;
+                }
+                if matches!(
+                    self.cfg.layers[l].attention,
+                    crate::config::AttentionKind::Gqa | crate::config::AttentionKind::SlidingGqa
+                ) {
+                    tp_s += across_heads_norm;
                 }
                 if self.cfg.layers[l].ffn == crate::config::FfnKind::Moe {
                     ep_s += dispatch + combine;

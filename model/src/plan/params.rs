@@ -83,9 +83,13 @@ impl ParamCount {
     }
 
     /// [`ParamCount::active`] without the input embedding, which a token only looks one row of
-    /// up (the convention of OpenAI's and DeepSeek-V2's published active counts).
+    /// up (the convention of OpenAI's and DeepSeek-V2's published active counts). A tied
+    /// embedding is also the `lm_head`, which every token reads whole: it stays.
     pub fn active_without_input_embedding(&self) -> u64 {
-        self.active() - self.embedding
+        match self.lm_head {
+            0 => self.active(),
+            _ => self.active() - self.embedding,
+        }
     }
 
     /// Parameters in routed experts (the part MXFP4 or expert parallelism applies to).

@@ -18,6 +18,7 @@
 //! | `qwen2` | as Llama, plus `self_attn.{q,k,v}_proj.bias` | `mlp.{gate,up,down}_proj` |
 //! | `glm4_moe` | as Qwen2 (biases per `attention_bias`), `q_norm`/`k_norm` with `use_qk_norm` | as DeepSeek-V3 |
 //! | `gpt_oss` | as Qwen2, plus `self_attn.o_proj.bias` and `self_attn.sinks [heads]` | `mlp.router.{weight, bias}`, fused input-major `mlp.experts.{gate_up_proj, down_proj}` (gate/up columns interleaved; MXFP4 `_blocks`/`_scales` in the releases) with `gate_up_proj_bias`, `down_proj_bias` |
+//! | `minimax_m2` (from its modeling code, not a saved checkpoint) | as Llama, plus `self_attn.q_norm [heads·D]`, `self_attn.k_norm [kv_heads·D]` (across heads) | `block_sparse_moe.gate`, `block_sparse_moe.e_score_correction_bias` (beside the gate), experts `w1`, `w3`, `w2` |
 //! | `kimi_linear` | MLA as V3; KDA: `self_attn.{q,k,v}_proj`, `{q,k,v}_conv1d`, `f_a_proj`, `f_b_proj`, `dt_bias`, `A_log`, `b_proj`, `g_a_proj`, `g_b_proj`, `o_norm`, `o_proj` | `block_sparse_moe.*`, experts `w1` (gate), `w3` (up), `w2` (down) |
 //!
 //! Every model also has `model.embed_tokens.weight`, `model.norm.weight`, per layer
