@@ -140,18 +140,18 @@ pub(crate) fn parse(o: &Obj, model_type: &str) -> Result<ModelConfig, ModelError
         None => o.opt_obj("text_config")?,
     };
     let scope = text.as_ref().unwrap_or(o);
-    // The language model's own `model_type`, when day0 knows it (Mistral-3's `mistral`), else
-    // the family its fields match.
-    let inner_known = text
-        .as_ref()
-        .and_then(|t| t.peek_str("model_type"))
-        // (`qwen3_vl_moe` and `day0_hybrid` name whole files, not a language model.)
-        .filter(|m| {
-            SUPPORTED_MODEL_TYPES.contains(m) && !["qwen3_vl_moe", "day0_hybrid"].contains(m)
-        });
-    let (parsed_as, because) = match inner_known {
-        Some(m) => (m, format!("its language model (`text_config`) is `{m}`")),
-        None => {
+    // The language model's own `model_type`, when day0 knows it (Mistral-3's `mistral`) or it is
+    // named after one it knows (Qwen3-VL's `qwen3_vl_text` is a Qwen3, whose q/k norm no field
+    // announces), else the family its fields match.
+    let inner_type = text.as_ref().and_then(|t| t.peek_str("model_type"));
+    let inner_known = inner_type.and_then(language_model_type);
+    let (parsed_as, because) = match (inner_known, inner_type) {
+        (Some(m), Some(named)) if m != named => (
+            m,
+            format!("its language model (`text_config`) is `{named}`, named after `{m}`"),
+        ),
+        (Some(m), _) => (m, format!("its language model (`text_config`) is `{m}`")),
+        (None, _) => {
             let (p, b) = infer_family(scope).ok_or_else(unsupported)?;
             match text {
                 Some(_) => (p, format!("{b} in its language model (`text_config`)")),
@@ -172,17 +172,34 @@ pub(crate) fn parse(o: &Obj, model_type: &str) -> Result<ModelConfig, ModelError
         },
         other => other,
     };
-    let mut cfg = parse_known(scope, parsed_as)
-        .expect("an inferred family is a known model_type")
-        .map_err(with_guess)?;
-    let unexplained = unexplained_fields(scope);
-    if !unexplained.is_empty() {
-        return Err(ModelError::UnexplainedFields {
-            file: o.file.to_string(),
-            model_type: model_type.to_string(),
-            parsed_as: format!("`{parsed_as}` ({because})"),
-            fields: unexplained,
-        });
+    let refuse = |fields: Vec<String>| ModelError::UnexplainedFields {
+        file: o.file.to_string(),
+        model_type: model_type.to_string(),
+        parsed_as: format!("`{parsed_as}` ({because})"),
+        fields,
+    };
+    // A language model of a type day0 knows by name is read as that type (its unread fields are
+    // warnings, as at the top level); any guess is checked for fields that reshape the network.
+    let guessed = inner_known.is_none() || inner_known != inner_type;
+    let parsed = parse_known(scope, parsed_as).expect("an inferred family is a known model_type");
+    let mut cfg = match parsed {
+        // A field the guess needs but the file lacks often means the guess is wrong: fields that
+        // reshape the network, left unread too, are the better error (Gemma-3's
+        // `query_pre_attn_scalar` before its absent `vocab_size`).
+        Err(e @ ModelError::MissingField { .. }) if guessed => {
+            let unexplained = unexplained_once_complete(scope, parsed_as, &e);
+            return Err(match unexplained.is_empty() {
+                true => with_guess(e),
+                false => refuse(unexplained),
+            });
+        }
+        other => other.map_err(with_guess)?,
+    };
+    if guessed {
+        let unexplained = unexplained_fields(scope);
+        if !unexplained.is_empty() {
+            return Err(refuse(unexplained));
+        }
     }
     if let Some(t) = &text {
         t.ignore(&["model_type"]);
@@ -208,6 +225,27 @@ pub(crate) fn parse(o: &Obj, model_type: &str) -> Result<ModelConfig, ModelError
         },
     );
     Ok(cfg)
+}
+
+/// The known language-model `model_type` a multimodal file's `text_config` names: itself, or the
+/// longest known type it extends by `_…` (`qwen3_vl_text` → `qwen3`, `qwen2_5_vl_text` →
+/// `qwen2`). `qwen3_vl_moe` and `day0_hybrid` name whole files, not language models.
+fn language_model_type(inner: &str) -> Option<&'static str> {
+    let usable = || {
+        SUPPORTED_MODEL_TYPES
+            .iter()
+            .copied()
+            .filter(|k| !["qwen3_vl_moe", "day0_hybrid"].contains(k))
+    };
+    usable().find(|k| *k == inner).or_else(|| {
+        usable()
+            .filter(|k| {
+                inner
+                    .strip_prefix(k)
+                    .is_some_and(|rest| rest.starts_with('_'))
+            })
+            .max_by_key(|k| k.len())
+    })
 }
 
 /// The known `model_type` whose schema an unknown one's fields follow, and which fields say so;
@@ -391,6 +429,41 @@ fn unexplained_fields(scope: &Obj) -> Vec<String> {
                 && !BOOKKEEPING_WORDS.iter().any(|w| name.contains(w))
         })
         .collect()
+}
+
+/// [`unexplained_fields`] of `scope` as `parsed_as` would leave them had the file given the
+/// fields it lacks (`missing`, then each next one, filled with a placeholder size): a parse that
+/// stopped early leaves unread fields its schema does read. Empty when the placeholders do not
+/// get the parse through.
+fn unexplained_once_complete(scope: &Obj, parsed_as: &str, missing: &ModelError) -> Vec<String> {
+    let prefix = scope.path("");
+    let mut map = scope.map().clone();
+    let mut filled = Vec::new();
+    let mut missing = missing.clone();
+    // A handful of absent fields at most: more means the guess itself is wrong.
+    for _ in 0..8 {
+        let ModelError::MissingField { field, .. } = &missing else {
+            return Vec::new();
+        };
+        let leaf = field.strip_prefix(&prefix).unwrap_or(field).to_string();
+        if leaf.contains('.') || filled.contains(&leaf) {
+            return Vec::new();
+        }
+        map.insert(leaf.clone(), Value::from(1));
+        filled.push(leaf);
+        let patched = Obj::root(scope.file, parsed_as, &map);
+        match parse_known(&patched, parsed_as) {
+            Some(Ok(_)) => {
+                return unexplained_fields(&patched)
+                    .into_iter()
+                    .map(|f| format!("{prefix}{f}"))
+                    .collect()
+            }
+            Some(Err(e @ ModelError::MissingField { .. })) => missing = e,
+            _ => return Vec::new(),
+        }
+    }
+    Vec::new()
 }
 
 /// The parser of a known `model_type`, or `None` for one day0 does not know.
@@ -1036,7 +1109,13 @@ fn qwen3_next(o: &Obj, model_type: &str) -> Result<ModelConfig, ModelError> {
         ]);
         None
     };
-    let experts = o.req_usize("num_experts")?;
+    // Qwen3-Next's own files always give the expert count; a new type read with its schema
+    // (a dense hybrid such as Qwen3.5's dense models) may have none: every layer is then dense.
+    // (The file's own `model_type`: `model_type` here is the schema it is read with.)
+    let experts = match o.peek_str("model_type") {
+        Some("qwen3_next") => o.req_usize("num_experts")?,
+        _ => o.opt_usize("num_experts")?.unwrap_or(0),
+    };
     let ffn = qwen_ffn_layout(o, n_layers, experts, &mut w)?;
     let moe = if experts > 0 {
         let m = MoeDims {
@@ -1657,6 +1736,23 @@ fn glm4_moe(o: &Obj, model_type: &str) -> Result<ModelConfig, ModelError> {
         .collect();
     let moe_inter = o.req_dim("moe_intermediate_size")?;
     let shared = o.usize_or("n_shared_experts", 1, &mut w)?;
+    // GLM-4.5's files leave the router implicit (DeepSeek-V3's); a file read with this schema
+    // that names another router keeps it by name, so the coverage inventory reports it.
+    let router = match (
+        o.opt_str("scoring_func")?.unwrap_or("sigmoid"),
+        o.opt_str("topk_method")?.unwrap_or("noaux_tc"),
+    ) {
+        ("sigmoid", "noaux_tc") => RouterKind::SigmoidGroupTopk,
+        (s, m) => RouterKind::Unknown(format!("{s}/{m}")),
+    };
+    if let Some(f) = o.opt_usize("moe_layer_freq")? {
+        if f != 1 {
+            return Err(o.invalid(
+                "moe_layer_freq",
+                format!("only 1 (every layer from first_k_dense_replace on is MoE) is modelled, found {f}"),
+            ));
+        }
+    }
     let moe = MoeDims {
         activation: ExpertActivation::Swiglu,
         biases: false,
@@ -1669,7 +1765,7 @@ fn glm4_moe(o: &Obj, model_type: &str) -> Result<ModelConfig, ModelError> {
         shared_experts: shared,
         shared_intermediate_size: moe_inter * shared,
         shared_expert_gate: false,
-        router: RouterKind::SigmoidGroupTopk,
+        router,
         n_group: o.usize_or("n_group", 1, &mut w)?,
         topk_group: o.usize_or("topk_group", 1, &mut w)?,
         norm_topk_prob: o.bool_or("norm_topk_prob", true, &mut w)?,

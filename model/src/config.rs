@@ -1023,6 +1023,11 @@ impl<'a> Obj<'a> {
         !matches!(self.map.get(key), None | Some(Value::Null))
     }
 
+    /// The whole JSON object, without marking anything known.
+    pub(crate) fn map(&self) -> &'a Map<String, Value> {
+        self.map
+    }
+
     /// The raw value of `key`, without marking it known.
     pub(crate) fn peek_value(&self, key: &str) -> Option<&'a Value> {
         self.map.get(key)

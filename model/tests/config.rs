@@ -801,6 +801,116 @@ fn minimax_m2_published_config() {
     assert_eq!(softmax.moe.unwrap().router, RouterKind::SoftmaxTopk);
 }
 
+/// When the guessed family also lacks a field it needs, fields that reshape the network are the
+/// better error (Gemma-3's `text_config` has no `vocab_size`, and its `query_pre_attn_scalar` says
+/// it is not Mistral); without such fields the missing one is still named. Fields the guessed
+/// schema reads after the missing one are not blamed.
+#[test]
+fn a_missing_field_with_unexplained_ones_names_the_unexplained() {
+    let gemma_like = |extra: bool| {
+        edited("tiny/mistral/config.json", |o| {
+            o.insert("model_type".into(), serde_json::json!("gemma9"));
+            o.remove("vocab_size");
+            if extra {
+                o.insert("query_pre_attn_scalar".into(), serde_json::json!(168));
+                o.insert("sliding_window_pattern".into(), serde_json::json!(6));
+            }
+        })
+    };
+    match parse_config(&gemma_like(true), "g.json").unwrap_err() {
+        ModelError::UnexplainedFields { fields, .. } => {
+            assert_eq!(fields, ["query_pre_attn_scalar", "sliding_window_pattern"])
+        }
+        other => panic!("{other:?}"),
+    }
+    let e = parse_config(&gemma_like(false), "g.json").unwrap_err();
+    assert_eq!(e.field(), Some("vocab_size"), "{e}");
+}
+
+/// A multimodal file's language model named after a known type (Qwen3-VL's `qwen3_vl_text`) is
+/// read with that type's schema: a Qwen3 with its q/k norm, which no field announces (its fields
+/// alone read as Llama). Experts under a dense name still make the guard refuse.
+#[test]
+fn a_language_model_named_after_a_known_type_uses_its_schema() {
+    let mut inner: Value =
+        serde_json::from_str(&text("tiny/qwen3_moe/config.json")).expect("valid JSON");
+    let o = inner.as_object_mut().unwrap();
+    for k in [
+        "num_local_experts",
+        "moe_intermediate_size",
+        "num_experts_per_tok",
+        "decoder_sparse_step",
+        "mlp_only_layers",
+        "norm_topk_prob",
+        "use_sliding_window",
+        "sliding_window",
+        "router_aux_loss_coef",
+        "output_router_logits",
+    ] {
+        o.remove(k);
+    }
+    o.insert("model_type".into(), serde_json::json!("qwen3_vl_text"));
+    let wrap = |inner: &Value| {
+        serde_json::json!({"model_type": "qwen3_vl", "text_config": inner,
+            "vision_config": {"depth": 2}})
+        .to_string()
+    };
+    let c = parse_config(&wrap(&inner), "vl.json").expect("parses");
+    assert_eq!(c.family, Family::Qwen3);
+    assert!(c.gqa.as_ref().unwrap().qk_norm);
+    assert!(c.moe.is_none());
+    assert!(
+        c.warnings[0].to_string().contains("named after `qwen3`"),
+        "{}",
+        c.warnings[0]
+    );
+    // Fields alone (no inner type) read as Llama, without the q/k norm.
+    inner.as_object_mut().unwrap().remove("model_type");
+    let guessed = parse_config(&wrap(&inner), "vl.json").unwrap();
+    assert_eq!(guessed.family, Family::Llama);
+    // A MoE language model whose name extends only a dense type is refused by its expert field.
+    inner["model_type"] = serde_json::json!("qwen3_vl_moe_text");
+    inner["num_experts"] = serde_json::json!(8);
+    match parse_config(&wrap(&inner), "vl.json").unwrap_err() {
+        ModelError::UnexplainedFields { fields, .. } => {
+            assert_eq!(fields, ["text_config.num_experts"])
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+/// A hybrid of Gated DeltaNet and gated attention without experts (a new type read with
+/// Qwen3-Next's schema, as Qwen3.5's dense models are) has dense MLPs in every layer; Qwen3-Next's
+/// own files still need their expert count.
+#[test]
+fn a_dense_linear_attention_hybrid_reads_as_dense() {
+    let strip = |o: &mut serde_json::Map<String, Value>| {
+        for k in [
+            "num_experts",
+            "num_experts_per_tok",
+            "moe_intermediate_size",
+            "shared_expert_intermediate_size",
+            "norm_topk_prob",
+            "decoder_sparse_step",
+            "mlp_only_layers",
+        ] {
+            o.remove(k);
+        }
+    };
+    let text = edited("qwen3_next_config.json", |o| {
+        strip(o);
+        o.insert("model_type".into(), serde_json::json!("qwen3_5_text"));
+    });
+    let c = parse_config(&text, "dense.json").expect("a dense hybrid parses");
+    assert_eq!(c.family, Family::Qwen3Next);
+    assert!(c.moe.is_none());
+    assert_eq!(c.dense_mlp.as_ref().unwrap().intermediate_size, 5120);
+    assert!(c.layers.iter().all(|l| l.ffn == FfnKind::Dense));
+    assert!(model::coverage::Coverage::of_config(&c).is_complete());
+    let own = parse_config(&edited("qwen3_next_config.json", strip), "q.json").unwrap_err();
+    assert_eq!(own.field(), Some("num_experts"), "{own}");
+}
+
 /// GLM-5 (`glm_moe_dsa`) is DeepSeek-V3.2's MLA + DSA at other sizes, with two indexer fields of
 /// its own: `indexer_rope_interleave` (read; numeric runs, which rotate halves, refuse it) and
 /// `index_topk_freq` (1 read, another frequency refused by field); `moe_router_dtype` is
@@ -1186,6 +1296,20 @@ fn qwen2_and_glm4_moe_configs() {
     );
     assert!(c.layers[..3].iter().all(|l| l.ffn == FfnKind::Dense));
     assert!(c.layers[3..].iter().all(|l| l.ffn == FfnKind::Moe));
+    // A file read with this schema that names another router keeps it by name (coverage then
+    // reports it); MoE on only some layers is refused by field.
+    let mut other = glm.clone();
+    other["scoring_func"] = serde_json::json!("softmax");
+    let c = parse_config(&other.to_string(), "glm.json").unwrap();
+    assert_eq!(
+        c.moe.as_ref().unwrap().router,
+        RouterKind::Unknown("softmax/noaux_tc".into())
+    );
+    assert!(!model::coverage::Coverage::of_config(&c).is_complete());
+    let mut sparse = glm.clone();
+    sparse["moe_layer_freq"] = serde_json::json!(2);
+    let e = parse_config(&sparse.to_string(), "glm.json").unwrap_err();
+    assert_eq!(e.field(), Some("moe_layer_freq"), "{e}");
 }
 
 /// DeepSeek-V2 (236B, 21B active) and V2-Lite (15.7B) as their released config.json files give
