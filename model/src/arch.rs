@@ -256,6 +256,7 @@ fn language_model_type(inner: &str) -> Option<&'static str> {
 /// `n_routed_experts` without MLA DeepSeek-V3's MoE under GQA (GLM-4.5), `experts_per_token`
 /// gpt-oss's MoE, an expert count with `moe_intermediate_size` Qwen's MoE layout,
 /// `num_local_experts` with `use_routing_bias`, `qk_norm_type` or `attn_type_list` MiniMax-M2's,
+/// `moe_num_experts` ERNIE-4.5's,
 /// `num_local_experts` alone Mixtral's; a dense decoder with Qwen's window fields is Qwen3 (with
 /// `head_dim`) or Qwen2, with `sliding_window` Mistral, else Llama. Expert counts no rule explains
 /// are refused rather than read as a dense model.
@@ -297,6 +298,10 @@ pub(crate) fn infer_family(o: &Obj) -> Option<(&'static str, String)> {
     }
     if !has("num_attention_heads") || !has("hidden_size") || !has("num_hidden_layers") {
         return None;
+    }
+    // ERNIE-4.5's experts under their own names.
+    if has("moe_num_experts") {
+        return Some(("ernie4_5_moe", because(&["moe_num_experts"])));
     }
     // MoE: DeepSeek's fields under GQA, gpt-oss's, Qwen's per-expert width, Mixtral's experts of
     // `intermediate_size`. An expert count no schema explains is refused, not read as dense.
@@ -359,7 +364,7 @@ pub(crate) fn infer_family(o: &Obj) -> Option<(&'static str, String)> {
 /// Words in a field's name that say it shapes the network: experts and their layout, layer
 /// patterns and windows, routing, RoPE, attention variants, extra norms and caps. A family's
 /// schema reads those it knows; any other left unread in an inferred family means the file is
-/// another architecture (ERNIE-4.5's `moe_num_experts`, Llama-4's `interleave_moe_layer_step`
+/// another architecture (Hunyuan's `moe_topk`, Llama-4's `interleave_moe_layer_step`
 /// and `intermediate_size_mlp`, Gemma-3's `query_pre_attn_scalar`).
 const ARCHITECTURE_WORDS: &[&str] = &[
     "expert",
@@ -481,6 +486,7 @@ fn parse_known(o: &Obj, model_type: &str) -> Option<Result<ModelConfig, ModelErr
         "glm4_moe" => glm4_moe(o, model_type),
         "gpt_oss" => gpt_oss(o, model_type),
         "minimax_m2" => minimax_m2(o, model_type),
+        "ernie4_5_moe" => ernie45_moe(o, model_type),
         "llama" | "mistral" | "mixtral" => llama(o, model_type),
         "day0_hybrid" => hybrid(o, model_type),
         _ => return None,
@@ -1928,6 +1934,119 @@ fn minimax_m2(o: &Obj, model_type: &str) -> Result<ModelConfig, ModelError> {
         attention,
         ffn,
         Some(moe),
+        rope,
+        w,
+    )
+}
+
+/// ERNIE-4.5 MoE (`ernie4_5_moe`; fields as transformers' `Ernie4_5_MoeConfig`): Llama attention
+/// (`use_bias` false in the releases; biases are refused), RoPE at `rope_theta`; layer `i` is MoE
+/// when `(i + 1) % moe_layer_interval == 0` and `moe_layer_start_index ≤ i ≤
+/// moe_layer_end_index` (null: the last layer; lists, as the VL files give per modality, by
+/// their extremes, as transformers' converter does), else a dense MLP of `intermediate_size`.
+/// A MoE layer has `moe_num_experts` experts of `moe_intermediate_size`, `moe_k` per token, and
+/// `moe_num_shared_experts` shared experts as one MLP of `moe_num_shared_experts ·
+/// moe_intermediate_size`. Routing: softmax probabilities, top-k picked on probabilities plus
+/// `e_score_correction_bias`, the picked probabilities renormalised — kept by name
+/// (`softmax_correction_bias_topk`) until a kernel exists.
+fn ernie45_moe(o: &Obj, model_type: &str) -> Result<ModelConfig, ModelError> {
+    let mut w = Vec::new();
+    common_hf(o, &mut w)?;
+    // Training-time knobs of the MoE (capacity, aux-free balancing's update, the norm's floor).
+    o.ignore(&[
+        "moe_capacity",
+        "moe_use_aux_free",
+        "moe_norm_min",
+        "moe_aux_loss_lambda",
+        "moe_z_loss_lambda",
+        "moe_orthogonal_loss_lambda",
+        "moe_group_orthogonal_loss",
+        "moe_dropout_prob",
+        "moe_group",
+        "moe_num_attn_experts",
+    ]);
+    if o.opt_bool("use_bias")? == Some(true) {
+        return Err(o.invalid(
+            "use_bias",
+            "biases on every projection are not modelled (the ERNIE-4.5 releases set false)",
+        ));
+    }
+    let hidden_size = o.req_dim("hidden_size")?;
+    let n_layers = o.req_dim("num_hidden_layers")?;
+    let (heads, kv_heads) = gqa_heads(o)?;
+    let head_dim = head_dim_or(o, hidden_size / heads)?;
+    let experts = o.opt_usize("moe_num_experts")?.unwrap_or(0);
+    // An int, a list (per modality) or null.
+    let bound =
+        |key: &str, pick: fn(&[usize]) -> Option<usize>| -> Result<Option<usize>, ModelError> {
+            match o.peek_value(key) {
+                None | Some(Value::Null) => {
+                    o.seen(key);
+                    Ok(None)
+                }
+                Some(Value::Array(_)) => Ok(o.opt_usize_list(key)?.as_deref().and_then(pick)),
+                Some(_) => o.opt_usize(key),
+            }
+        };
+    let start = bound("moe_layer_start_index", |l| l.iter().min().copied())?.unwrap_or(0);
+    let end = bound("moe_layer_end_index", |l| l.iter().max().copied())?.unwrap_or(n_layers - 1);
+    let interval = o.opt_usize("moe_layer_interval")?.unwrap_or(1);
+    if interval == 0 {
+        return Err(o.invalid("moe_layer_interval", "must be at least 1"));
+    }
+    let ffn: Vec<FfnKind> = (0..n_layers)
+        .map(
+            |i| match experts > 0 && (i + 1) % interval == 0 && i >= start && i <= end {
+                true => FfnKind::Moe,
+                false => FfnKind::Dense,
+            },
+        )
+        .collect();
+    let moe = if ffn.contains(&FfnKind::Moe) {
+        let scoring = match o.opt_str("moe_gate_act")? {
+            None | Some("softmax") => "softmax",
+            Some(other) => other,
+        };
+        let inter = o.req_dim("moe_intermediate_size")?;
+        let shared = o.opt_usize("moe_num_shared_experts")?.unwrap_or(0);
+        let m = MoeDims {
+            activation: ExpertActivation::Swiglu,
+            biases: false,
+            experts,
+            experts_per_token: o.req_dim("moe_k")?,
+            intermediate_size: inter,
+            shared_experts: shared,
+            shared_intermediate_size: shared * inter,
+            shared_expert_gate: false,
+            router: RouterKind::Unknown(format!("{scoring}_correction_bias_topk")),
+            n_group: 1,
+            topk_group: 1,
+            norm_topk_prob: true,
+            routed_scaling_factor: 1.0,
+            expert_format: weight_format(o)?,
+        };
+        check_moe(o, &m)?;
+        Some(m)
+    } else {
+        o.ignore(&[
+            "moe_intermediate_size",
+            "moe_k",
+            "moe_num_shared_experts",
+            "moe_gate_act",
+        ]);
+        None
+    };
+    let rope = parse_rope(o, 1.0, &mut w)?;
+    let attention = vec![AttentionKind::Gqa; n_layers];
+    let gqa = GqaDims::new(heads, kv_heads, head_dim);
+    gqa_model(
+        o,
+        model_type,
+        Family::Ernie45Moe,
+        gqa,
+        attention,
+        ffn,
+        moe,
         rope,
         w,
     )

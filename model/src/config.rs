@@ -141,6 +141,7 @@ pub const SUPPORTED_MODEL_TYPES: &[&str] = &[
     "glm4_moe",
     "gpt_oss",
     "minimax_m2",
+    "ernie4_5_moe",
     "day0_hybrid",
 ];
 
@@ -217,20 +218,19 @@ impl fmt::Display for ModelError {
                 fields,
             } => {
                 let names: Vec<String> = fields.iter().map(|f| format!("`{f}`")).collect();
+                let (verb, them) = match fields.len() {
+                    1 => ("changes", "it"),
+                    _ => ("change", "them"),
+                };
                 write!(
                     f,
                     "{file}: model_type `{model_type}` is not one day0 knows; its fields match \
-                     {parsed_as}, but {} {} the architecture and that \
-                     schema does not read them, so day0 would model another network (a MoE \
-                     as dense, other layer patterns). It needs a parser of its own \
-                     (model/src/arch.rs, `parse_known`); if the fields change nothing, remove \
-                     them from a copy of the file",
+                     {parsed_as}, but {} {verb} the architecture and that schema does not read \
+                     {them}, so day0 would model another network (a MoE as dense, other layer \
+                     patterns). It needs a parser of its own (model/src/arch.rs, \
+                     `parse_known`); if the fields change nothing, remove {them} from a copy of \
+                     the file",
                     names.join(", "),
-                    if fields.len() == 1 {
-                        "changes"
-                    } else {
-                        "change"
-                    }
                 )
             }
         }
@@ -337,6 +337,12 @@ pub enum Family {
     /// Mixtral-style experts in every layer. Cost-only from its config.json; its checkpoints are
     /// not read yet (no transformers reference of it is pinned), so numeric runs refuse it.
     MiniMaxM2,
+    /// `ernie4_5_moe`: Baidu ERNIE-4.5 (21B-A3B, 300B-A47B): Llama attention; from
+    /// `moe_layer_start_index` on, every `moe_layer_interval`-th layer a MoE with
+    /// `moe_num_shared_experts` shared experts, routed by softmax scores whose top-k is picked
+    /// with a correction bias (`moe_statics`) — a router day0 has no kernel for yet, so coverage
+    /// reports it missing and runs stop there.
+    Ernie45Moe,
     /// `day0_hybrid`, day0's own schema.
     Day0Hybrid,
 }
@@ -368,6 +374,7 @@ impl Family {
             Family::Glm4Moe => "GLM-4.5 (GQA with q/k/v biases, DeepSeek-V3 MoE)",
             Family::GptOss => "gpt-oss (GQA with sinks, sliding windows, MXFP4 MoE)",
             Family::MiniMaxM2 => "MiniMax-M2 (GQA with q/k norm across heads, sigmoid MoE)",
+            Family::Ernie45Moe => "ERNIE-4.5 MoE (GQA, softmax MoE with a correction bias)",
             Family::Day0Hybrid => "day0 hybrid",
         }
     }

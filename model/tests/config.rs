@@ -528,6 +528,12 @@ fn an_unknown_model_type_is_read_as_the_family_its_fields_match() {
             "minimax_m3",
             "use_routing_bias",
         ),
+        (
+            "ernie45_21b_a3b_config.json",
+            "ernie4_5_moe",
+            "ernie5_moe",
+            "moe_num_experts",
+        ),
     ] {
         let original = load_config(&testdata(file)).expect("parses");
         assert_eq!(original.model_type, known, "{file}");
@@ -604,7 +610,7 @@ fn an_unknown_model_type_is_read_as_the_family_its_fields_match() {
 }
 
 /// An unknown `model_type` whose fields match a known family except for fields that reshape the
-/// network is refused, naming them: ERNIE-4.5's experts (`moe_*`) under a dense decoder's fields,
+/// network is refused, naming them: Hunyuan's experts (`moe_*` lists) under a dense decoder's fields,
 /// Llama-4's interleaved MoE layers under Mixtral's, a MiniMax-like sigmoid router and partial RoPE.
 /// The same fields set to nothing (0, false, null) change nothing and pass.
 #[test]
@@ -612,15 +618,10 @@ fn inferred_family_refuses_fields_that_reshape_the_network() {
     let cases: [(&str, &str, serde_json::Value, &[&str]); 3] = [
         (
             "llama31_405b_config.json",
-            "ernie4_5_moe",
-            serde_json::json!({"moe_num_experts": 64, "moe_k": 8, "moe_layer_start_index": 3,
-                "moe_intermediate_size": 3584, "moe_use_aux_free": true}),
-            &[
-                "moe_num_experts",
-                "moe_k",
-                "moe_layer_start_index",
-                "moe_intermediate_size",
-            ],
+            "hunyuan_next",
+            serde_json::json!({"moe_topk": [8], "num_shared_expert": [1],
+                "moe_intermediate_size": [3584], "use_mixed_mlp_moe": true}),
+            &["moe_topk", "num_shared_expert", "moe_intermediate_size"],
         ),
         (
             "mixtral_8x22b_config.json",
@@ -659,8 +660,8 @@ fn inferred_family_refuses_fields_that_reshape_the_network() {
                 assert_eq!(m, model_type);
                 let mut got: Vec<&str> = fields.iter().map(String::as_str).collect();
                 let mut want = named.to_vec();
-                if model_type == "ernie4_5_moe" {
-                    want.push("moe_use_aux_free");
+                if model_type == "hunyuan_next" {
+                    want.push("use_mixed_mlp_moe");
                 }
                 got.sort();
                 want.sort();
@@ -951,6 +952,73 @@ fn active_without_input_embedding_keeps_a_tied_head() {
     let n = model::plan::params::count(&tied);
     assert_eq!(n.lm_head, 0);
     assert_eq!(n.active_without_input_embedding(), n.active());
+}
+
+/// ERNIE-4.5-21B-A3B (`ernie4_5_moe`): layer 0 dense, layers 1–27 MoE of 64 experts (6 per token)
+/// with two shared experts; 21B total and 3B active as published. Its router (softmax
+/// probabilities, top-k on probabilities plus a correction bias) has no kernel yet: the coverage
+/// inventory names it, and a VL file's per-modality layer bounds read by their extremes.
+#[test]
+fn ernie45_moe_config() {
+    let c = load_config(&testdata("ernie45_21b_a3b_config.json")).expect("parses");
+    assert_eq!(c.family, Family::Ernie45Moe);
+    assert!(c.unknown_fields().is_empty(), "{:?}", c.unknown_fields());
+    assert_eq!(c.layers[0].ffn, FfnKind::Dense);
+    assert!(c.layers[1..].iter().all(|l| l.ffn == FfnKind::Moe));
+    assert_eq!(c.dense_mlp.as_ref().unwrap().intermediate_size, 12288);
+    let m = c.moe.as_ref().unwrap();
+    assert_eq!(
+        (
+            m.experts,
+            m.experts_per_token,
+            m.intermediate_size,
+            m.shared_experts,
+            m.shared_intermediate_size
+        ),
+        (64, 6, 1536, 2, 3072)
+    );
+    assert_eq!(
+        m.router,
+        RouterKind::Unknown("softmax_correction_bias_topk".into())
+    );
+    let g = c.gqa.as_ref().unwrap();
+    assert_eq!((g.heads, g.kv_heads, g.head_dim), (20, 4, 128));
+    assert!(c.tie_word_embeddings);
+    let n = model::plan::params::count(&c);
+    // The card's "21B" and "3B" are rounded down: the tensors hold 21.83B (64 experts of 7.9M
+    // in 27 layers alone are 20.4B).
+    let (total, active) = (n.total() as f64, n.active_without_input_embedding() as f64);
+    assert!((total - 21.825e9).abs() < 0.01e9, "{total}");
+    assert!((21e9..22e9).contains(&total), "{total}");
+    assert!((3e9..4e9).contains(&active), "{active}");
+    let cov = model::coverage::Coverage::of_config(&c);
+    assert_eq!(cov.missing().len(), 1, "{:?}", cov.missing());
+    assert!(cov.missing()[0].contains("softmax_correction_bias_topk"));
+    // Per-modality bounds (ERNIE-4.5-VL) by their extremes; an interval of 2 and an end index.
+    let c = parse_config(
+        &edited("ernie45_21b_a3b_config.json", |o| {
+            o.insert("moe_layer_start_index".into(), serde_json::json!([3, 1]));
+            o.insert("moe_layer_end_index".into(), serde_json::json!([20, 25]));
+            o.insert("moe_layer_interval".into(), serde_json::json!(2));
+        }),
+        "vl.json",
+    )
+    .unwrap();
+    let moe_layers: Vec<usize> = (0..28)
+        .filter(|&i| c.layers[i].ffn == FfnKind::Moe)
+        .collect();
+    assert_eq!(
+        moe_layers,
+        (1..=25).filter(|i| (i + 1) % 2 == 0).collect::<Vec<_>>()
+    );
+    let e = parse_config(
+        &edited("ernie45_21b_a3b_config.json", |o| {
+            o.insert("use_bias".into(), serde_json::json!(true));
+        }),
+        "b.json",
+    )
+    .unwrap_err();
+    assert_eq!(e.field(), Some("use_bias"), "{e}");
 }
 
 #[test]

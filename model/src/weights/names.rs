@@ -383,7 +383,8 @@ fn ffn(
                 | Family::DeepseekV32
                 | Family::KimiLinear
                 | Family::Glm4Moe
-                | Family::MiniMaxM2 => true,
+                | Family::MiniMaxM2
+                | Family::Ernie45Moe => true,
                 Family::Qwen3Next
                 | Family::Qwen3VlMoe
                 | Family::Qwen3
@@ -399,12 +400,15 @@ fn ffn(
                 // MiniMax-M2 keeps it beside the gate, not in it.
                 let at = match cfg.family {
                     Family::MiniMaxM2 => "",
+                    Family::Ernie45Moe => "moe_statics.",
                     _ => "gate.",
                 };
-                push(
-                    format!("{m}.{at}e_score_correction_bias"),
-                    vec![moe.experts],
-                );
+                // (ERNIE keeps one row per expert group, of which its text models have one.)
+                let shape = match cfg.family {
+                    Family::Ernie45Moe => vec![1, moe.experts],
+                    _ => vec![moe.experts],
+                };
+                push(format!("{m}.{at}e_score_correction_bias"), shape);
             }
             if moe.shared_experts > 0 && moe.shared_intermediate_size > 0 {
                 if moe.shared_expert_gate {
