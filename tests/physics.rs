@@ -32,7 +32,8 @@ use kernels::moe::dispatch::{run_moe_combine, run_moe_dispatch, RoutingPlan};
 use kernels::moe::expert_gemm::{expert_matmul, prepare_weight, swiglu, WeightPath};
 use kernels::moe::grouped::{run_grouped_linear, run_grouped_linear_weight};
 use kernels::moe::router::{
-    run_router_sigmoid_group_topk, run_router_softmax_group_topk, SoftmaxRouterParams,
+    run_router_sigmoid_group_topk, run_router_softmax_bias_topk, run_router_softmax_group_topk,
+    SoftmaxRouterParams,
 };
 use kernels::norm::{run_layernorm, run_rmsnorm, run_rmsnorm_residual, RmsNormCase};
 use kernels::rope::run_rope;
@@ -97,6 +98,7 @@ const CHECKED: &[&str] = &[
     "kv_cache_append_fp8",
     "moe_router_sigmoid_group_topk",
     "moe_router_softmax_topk",
+    "moe_router_softmax_bias_topk",
     "moe_dispatch",
     "moe_combine",
     "moe_grouped_linear",
@@ -651,6 +653,21 @@ fn run_model_op(device: &str, op: &str, x: &[usize; 8]) -> Labelled {
                 ),
             )
         }
+        "moe_router_softmax_bias_topk" => {
+            // ERNIE-4.5: top-k on probability plus a correction bias.
+            let (t, e) = (dim(x[0], 1, 512), dim(x[1], 1, 512));
+            let k = pick(x[4], 1, e.min(64));
+            one(
+                format!("{op} tokens {t} experts {e} top_k {k}"),
+                run_router_softmax_bias_topk(
+                    &l,
+                    &shape(&[t, e]),
+                    &shape(&[1, e]),
+                    &shape(&[t, k]),
+                    &shape(&[t, k]),
+                ),
+            )
+        }
         "moe_dispatch" | "moe_combine" | "moe_grouped_linear" | "moe_grouped_bias" => {
             let (t, e) = (dim(x[0], 1, 512), dim(x[1], 1, 128));
             let k = pick(x[4], 1, e.min(16));
@@ -1170,6 +1187,10 @@ const MODEL_RUNNERS: &[(&str, &[&str])] = &[
         &["moe_router_sigmoid_group_topk"],
     ),
     ("moe_router_softmax_topk", &["moe_router_softmax_topk"]),
+    (
+        "moe_router_softmax_bias_topk",
+        &["moe_router_softmax_bias_topk"],
+    ),
     ("moe_dispatch", &["moe_dispatch"]),
     ("moe_combine", &["moe_combine"]),
     ("moe_grouped_linear", &["moe_grouped_linear"]),

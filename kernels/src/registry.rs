@@ -212,6 +212,13 @@ pub fn all() -> Vec<Implementation> {
             summary: "Qwen3-Next router, one token per program: row softmax, top-k, renormalise",
         },
         Implementation {
+            op: "moe_router_softmax_bias_topk",
+            kind: ImplKind::Dsl,
+            meta: &crate::moe::router::router_softmax_bias_topk::META,
+            summary: "ERNIE-4.5 router, one token per program: row softmax, top-k on probability \
+                      plus a correction bias, unbiased weights renormalised",
+        },
+        Implementation {
             op: "moe_dispatch",
             kind: ImplKind::Dsl,
             meta: &crate::moe::dispatch::moe_dispatch::META,

@@ -15,8 +15,8 @@ use kernels::moe::dispatch::{moe_dispatch, run_moe_combine, run_moe_dispatch, Ro
 use kernels::moe::grouped::{grouped_linear, run_expert_swiglu_grouped, run_grouped_linear};
 use kernels::moe::reference::{self as mref, MoeBlockWeights, SigmoidRouterParams};
 use kernels::moe::router::{
-    run_router_sigmoid_group_topk, run_router_softmax_group_topk, run_router_softmax_topk,
-    SoftmaxRouterParams,
+    run_router_sigmoid_group_topk, run_router_softmax_bias_topk, run_router_softmax_group_topk,
+    run_router_softmax_topk, SoftmaxRouterParams,
 };
 use kernels::reference::rel_error;
 use kernels::testdata::Rng;
@@ -137,6 +137,27 @@ proptest! {
         let (idx, weights) = routing_outputs(tokens, kk);
         run_router_softmax_topk(&launcher(), &tensor(&[tokens, experts], &logits), &idx, &weights, norm)
             .unwrap();
+        prop_assert_eq!(check_routing(&idx, &weights, &want), Ok(()));
+    }
+
+    /// ERNIE-4.5: top-k picked on softmax probability plus a correction bias (large enough to
+    /// reorder the probabilities), the unbiased probabilities renormalised; expert counts that
+    /// are not a multiple of the tile (the padded columns are never chosen).
+    #[test]
+    fn softmax_bias_router_matches_reference(
+        tokens in 1usize..40, experts in 1usize..140, k in 0usize..8, seed in any::<u64>(),
+    ) {
+        let kk = 1 + k % experts.min(8);
+        let mut rng = Rng::new(seed);
+        let logits = rng.vec(tokens * experts, 3.0);
+        let bias = rng.vec(experts, 0.2);
+        let want = mref::router_softmax_bias_topk(&logits, &bias, tokens, experts, kk).unwrap();
+        prop_assume!(want.margin > MIN_MARGIN);
+        let (idx, weights) = routing_outputs(tokens, kk);
+        run_router_softmax_bias_topk(
+            &launcher(), &tensor(&[tokens, experts], &logits), &tensor(&[1, experts], &bias),
+            &idx, &weights,
+        ).unwrap();
         prop_assert_eq!(check_routing(&idx, &weights, &want), Ok(()));
     }
 

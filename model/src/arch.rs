@@ -1946,9 +1946,10 @@ fn minimax_m2(o: &Obj, model_type: &str) -> Result<ModelConfig, ModelError> {
 /// their extremes, as transformers' converter does), else a dense MLP of `intermediate_size`.
 /// A MoE layer has `moe_num_experts` experts of `moe_intermediate_size`, `moe_k` per token, and
 /// `moe_num_shared_experts` shared experts as one MLP of `moe_num_shared_experts ·
-/// moe_intermediate_size`. Routing: softmax probabilities, top-k picked on probabilities plus
-/// `e_score_correction_bias`, the picked probabilities renormalised — kept by name
-/// (`softmax_correction_bias_topk`) until a kernel exists.
+/// moe_intermediate_size`. Routing ([`RouterKind::SoftmaxBiasTopk`]): softmax probabilities,
+/// top-k picked on probabilities plus `e_score_correction_bias`, the picked probabilities
+/// renormalised; another `moe_gate_act` is kept by name. Cost-only: its checkpoints are refused
+/// by numeric runs (no transformers reference pinned).
 fn ernie45_moe(o: &Obj, model_type: &str) -> Result<ModelConfig, ModelError> {
     let mut w = Vec::new();
     common_hf(o, &mut w)?;
@@ -2003,9 +2004,9 @@ fn ernie45_moe(o: &Obj, model_type: &str) -> Result<ModelConfig, ModelError> {
         )
         .collect();
     let moe = if ffn.contains(&FfnKind::Moe) {
-        let scoring = match o.opt_str("moe_gate_act")? {
-            None | Some("softmax") => "softmax",
-            Some(other) => other,
+        let router = match o.opt_str("moe_gate_act")? {
+            None | Some("softmax") => RouterKind::SoftmaxBiasTopk,
+            Some(other) => RouterKind::Unknown(format!("{other}_correction_bias_topk")),
         };
         let inter = o.req_dim("moe_intermediate_size")?;
         let shared = o.opt_usize("moe_num_shared_experts")?.unwrap_or(0);
@@ -2018,7 +2019,7 @@ fn ernie45_moe(o: &Obj, model_type: &str) -> Result<ModelConfig, ModelError> {
             shared_experts: shared,
             shared_intermediate_size: shared * inter,
             shared_expert_gate: false,
-            router: RouterKind::Unknown(format!("{scoring}_correction_bias_topk")),
+            router,
             n_group: 1,
             topk_group: 1,
             norm_topk_prob: true,

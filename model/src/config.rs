@@ -604,6 +604,9 @@ pub enum RouterKind {
     SigmoidGroupTopk,
     /// Softmax over experts, top-k (Qwen3-Next, DeepSeek-V2 greedy).
     SoftmaxTopk,
+    /// Softmax over experts, top-k picked on probability plus `e_score_correction_bias`, the
+    /// unbiased probabilities renormalised (ERNIE-4.5).
+    SoftmaxBiasTopk,
     /// A scoring/selection day0 does not know (`scoring_func/topk_method`).
     Unknown(String),
 }
@@ -614,6 +617,7 @@ impl RouterKind {
         match self {
             RouterKind::SigmoidGroupTopk => "sigmoid_group_topk".into(),
             RouterKind::SoftmaxTopk => "softmax_topk".into(),
+            RouterKind::SoftmaxBiasTopk => "softmax_bias_topk".into(),
             RouterKind::Unknown(s) => s.clone(),
         }
     }

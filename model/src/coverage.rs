@@ -440,6 +440,11 @@ pub fn rules(kind: &OpKind) -> Rule {
             |_| vec![],
             "no per-token softmax top-k kernel",
         ),
+        OpKind::MoeRouter(RouterKind::SoftmaxBiasTopk) => from_registry(
+            "moe_router_softmax_bias_topk",
+            |_| vec![],
+            "no softmax + correction-bias top-k kernel",
+        ),
         OpKind::MoeRouter(RouterKind::Unknown(_)) => missing("unknown router"),
         OpKind::MoeDispatch => from_registry(
             "moe_dispatch",

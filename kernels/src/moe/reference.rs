@@ -263,6 +263,46 @@ pub fn router_softmax_group_topk(
     Ok(out)
 }
 
+/// ERNIE-4.5's routing as transformers computes it (`Ernie4_5_MoeSparseMoeBlock`):
+/// `p = softmax(logits)` per token, the top-`K` experts picked on `p + bias`
+/// (`moe_statics.e_score_correction_bias`), their unbiased `p` divided by
+/// `max(Σ p, `[`SOFTMAX_BIAS_NORM_MIN`]`)`. The margin covers the biased ranking.
+pub fn router_softmax_bias_topk(
+    logits: &[f32],
+    bias: &[f32],
+    tokens: usize,
+    experts: usize,
+    top_k: usize,
+) -> Result<RouterRef, MoeRefError> {
+    if experts == 0 || top_k == 0 || top_k > experts {
+        return fail(format!(
+            "top_k = {top_k} must be in 1..={experts} (experts)"
+        ));
+    }
+    expect_len("logits", logits.len(), tokens * experts, "[T, E]")?;
+    expect_len("bias", bias.len(), experts, "[E]")?;
+    let probs = crate::reference::softmax_rows(logits, tokens, experts);
+    let mut out = RouterRef {
+        idx: Vec::with_capacity(tokens * top_k),
+        weights: Vec::with_capacity(tokens * top_k),
+        margin: f64::INFINITY,
+    };
+    for row in probs.chunks_exact(experts) {
+        let choice: Vec<f64> = row.iter().zip(bias).map(|(p, b)| p + *b as f64).collect();
+        let ranked = topk(&choice, experts);
+        let sorted: Vec<f64> = ranked.iter().map(|i| choice[*i]).collect();
+        out.margin = out.margin.min(ranking_margin(&sorted, top_k + 1));
+        let w: Vec<f64> = ranked[..top_k].iter().map(|i| row[*i]).collect();
+        let den = w.iter().sum::<f64>().max(SOFTMAX_BIAS_NORM_MIN);
+        out.idx.extend_from_slice(&ranked[..top_k]);
+        out.weights.extend(w.iter().map(|v| v / den));
+    }
+    Ok(out)
+}
+
+/// The floor of [`router_softmax_bias_topk`]'s normalising sum (ERNIE-4.5's `moe_norm_min`).
+pub const SOFTMAX_BIAS_NORM_MIN: f64 = 1e-12;
+
 /// `out[t] = base[t] + Σ_j weights[t, j] · y[t, j]` where `y [T·K, H]` holds the expert output of
 /// token `t`'s `j`-th choice at row `t·K + j` (token-major, before any permutation).
 pub fn combine(

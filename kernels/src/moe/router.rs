@@ -4,6 +4,8 @@
 //! - [`router_sigmoid_group_topk()`]: DeepSeek-V3 / Kimi-K2 (`DeepseekV3TopkRouter`): sigmoid
 //!   scores, `e_score_correction_bias` for selection only, group-limited top-k.
 //! - [`router_softmax_topk()`]: Qwen3-Next (`Qwen3NextTopKRouter`): softmax, top-k, renormalise.
+//! - [`router_softmax_bias_topk()`]: ERNIE-4.5: softmax, top-k on probability plus a correction
+//!   bias, the unbiased probabilities renormalised.
 //!
 //! One program per token: a token's selection is a chain of small row operations (the row of one
 //! token is at most a few hundred experts), so tokens are the parallel axis. Ties are broken by
@@ -28,6 +30,27 @@ pub fn group_choice_scores<const GS: usize>(
     let x = load_async_or::<1, GS>(logits, t, c0, f32::NEG_INFINITY);
     let b = load_async::<1, GS>(bias, 0, c0);
     mask_keys(&add(&sigmoid(&x), &b), 0, 0, width, false)
+}
+
+/// The running max `m` and sum `l = Σ exp(x − m)` of token `t`'s logits, read `EB` at a time
+/// (online softmax): each probability is then `exp(x − m) / l`.
+#[kernel(helper)]
+pub fn softmax_stats<const EB: usize>(
+    logits: &Tensor<f32>,
+    t: usize,
+) -> (Tile<f32, 1, 1>, Tile<f32, 1, 1>) {
+    let mut m = full::<f32, 1, 1>(f32::NEG_INFINITY);
+    let mut l = zeros::<f32, 1, 1>();
+    for c0 in (0..logits.cols()).step_by(EB) {
+        let x = load_async_or::<1, EB>(logits, t, c0, f32::NEG_INFINITY);
+        let m_new = maximum(&m, &row_max(&x));
+        l = add(
+            &mul(&l, &exp(&sub(&m, &m_new))),
+            &row_sum(&exp(&sub_col(&x, &m_new))),
+        );
+        m = m_new;
+    }
+    (m, l)
 }
 
 /// DeepSeek-V3 routing of one token per program: group scores (sum of each group's top-2
@@ -109,7 +132,8 @@ pub fn router_sigmoid_group_topk(
 /// running top-k (per kept group when grouped).
 #[kernel(
     grid = (logits.rows(),),
-    tunable(EB = [64, 8, 16, 32, 128, 256, 512], KB = [8, 16, 32, 64])
+    tunable(EB = [64, 8, 16, 32, 128, 256, 512], KB = [8, 16, 32, 64]),
+    helpers(softmax_stats)
 )]
 #[allow(clippy::too_many_arguments)]
 pub fn router_softmax_topk(
@@ -131,17 +155,7 @@ pub fn router_softmax_topk(
     );
     let t = program_id(0);
     let e = logits.cols();
-    let mut m = full::<f32, 1, 1>(f32::NEG_INFINITY);
-    let mut l = zeros::<f32, 1, 1>();
-    for c0 in (0..e).step_by(EB) {
-        let x = load_async_or::<1, EB>(logits, t, c0, f32::NEG_INFINITY);
-        let m_new = maximum(&m, &row_max(&x));
-        l = add(
-            &mul(&l, &exp(&sub(&m, &m_new))),
-            &row_sum(&exp(&sub_col(&x, &m_new))),
-        );
-        m = m_new;
-    }
+    let (m, l) = softmax_stats::<EB>(logits, t);
     let mut best = full::<f32, 1, KB>(f32::NEG_INFINITY);
     let mut best_idx = full::<i32, 1, KB>(-1.0);
     if n_group <= 1 {
@@ -188,6 +202,99 @@ pub fn router_softmax_topk(
     } else {
         store(weights, t, 0, &scale(&w, routed_scaling_factor));
     }
+}
+
+/// ERNIE-4.5's routing of one token per program: softmax over the experts (f32, online, `EB` at
+/// a time), the top-`K` picked on probability plus `e_score_correction_bias` (`bias [1, E]`;
+/// columns past `E` are −∞, never chosen), the chosen experts' unbiased probabilities divided by
+/// their sum floored at `norm_min` (`moe_norm_min`). Semantics:
+/// [`super::reference::router_softmax_bias_topk`].
+#[kernel(
+    grid = (logits.rows(),),
+    tunable(EB = [64, 8, 16, 32, 128, 256, 512], KB = [8, 16, 32, 64]),
+    helpers(softmax_stats)
+)]
+pub fn router_softmax_bias_topk(
+    logits: &Tensor<f32>,
+    bias: &Tensor<f32>,
+    idx: &Tensor<i32>,
+    weights: &Tensor<f32>,
+    norm_min: f32,
+) {
+    require(
+        idx.cols() <= KB,
+        "the KB tile must cover the experts per token",
+    );
+    let t = program_id(0);
+    let e = logits.cols();
+    let (m, l) = softmax_stats::<EB>(logits, t);
+    let mut best = full::<f32, 1, KB>(f32::NEG_INFINITY);
+    let mut best_idx = full::<i32, 1, KB>(-1.0);
+    for c0 in (0..e).step_by(EB) {
+        let x = load_async_or::<1, EB>(logits, t, c0, f32::NEG_INFINITY);
+        let b = load_async::<1, EB>(bias, 0, c0);
+        let prob = div_col(&exp(&sub_col(&x, &m)), &l);
+        let choice = mask_keys(&add(&prob, &b), 0, 0, e - c0, false);
+        topk_update(&mut best, &mut best_idx, &choice, c0);
+    }
+    store(idx, t, 0, &best_idx);
+    // The weights are the chosen experts' probabilities, without the bias.
+    let k = idx.cols();
+    let mut sum = zeros::<f32, 1, 1>();
+    for j in 0..k {
+        let ex = index_at(&best_idx, j, j);
+        let p = div(&exp(&sub(&load_async::<1, 1>(logits, t, ex), &m)), &l);
+        sum = add(&sum, &p);
+    }
+    let den = maximum(&sum, &full::<f32, 1, 1>(norm_min));
+    for j in 0..k {
+        let ex = index_at(&best_idx, j, j);
+        let p = div(&exp(&sub(&load_async::<1, 1>(logits, t, ex), &m)), &l);
+        store(weights, t, j, &div(&p, &den));
+    }
+}
+
+/// Runs [`router_softmax_bias_topk()`] after checking its parameters: `logits [T, E]`,
+/// `bias [1, E]`, `idx`/`weights [T, K]` with `K ≤ E`. Tiles are chosen to fit.
+pub fn run_router_softmax_bias_topk(
+    launcher: &Launcher,
+    logits: &Tensor<f32>,
+    bias: &Tensor<f32>,
+    idx: &Tensor<i32>,
+    weights: &Tensor<f32>,
+) -> Result<Report, SimError> {
+    let meta = &router_softmax_bias_topk::META;
+    let (_, e, k) = routing_shapes(meta.name, logits, idx, weights)?;
+    if bias.shape() != [1, e] {
+        return Err(bad(
+            meta.name,
+            format!("`bias` must be [1, E] = [1, {e}], got {bias:?}"),
+        ));
+    }
+    if k > e {
+        return Err(bad(
+            meta.name,
+            format!("top_k = {k} (the columns of `idx`) exceeds the {e} experts"),
+        ));
+    }
+    let config = crate::tile_choice::cover(
+        meta,
+        &Config::new().with(
+            "EB",
+            crate::tile_choice::covering(meta, "EB", e, 512).unwrap_or(64),
+        ),
+        &[("KB", k, "num_experts_per_tok")],
+    )?;
+    Ok(router_softmax_bias_topk::launch(
+        launcher,
+        &config,
+        logits,
+        bias,
+        idx,
+        weights,
+        super::reference::SOFTMAX_BIAS_NORM_MIN as f32,
+    )?
+    .report)
 }
 
 /// Most expert groups [`router_softmax_topk()`] ranks (its group tile's width).

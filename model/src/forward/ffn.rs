@@ -141,6 +141,13 @@ fn route(
             ops.router_sigmoid_group_topk(&logits, &bias, idx, weights, m)
         }
         RouterKind::SoftmaxTopk => ops.router_softmax_topk(&logits, idx, weights, m),
+        RouterKind::SoftmaxBiasTopk => {
+            let bias = match &w.bias {
+                Some(b) => b.clone(),
+                None => ops.mem.zeros(&[1, m.experts], "zero router bias")?,
+            };
+            ops.router_softmax_bias_topk(&logits, &bias, idx, weights)
+        }
         RouterKind::Unknown(r) => Err(ForwardError::Unsupported {
             what: format!("router `{r}`"),
         }),

@@ -1403,6 +1403,24 @@ impl Ops {
         self.book_report("moe.router", r)
     }
 
+    /// Softmax top-k router picking on probability plus a correction bias (ERNIE-4.5).
+    pub fn router_softmax_bias_topk(
+        &mut self,
+        logits: &Tensor<f32>,
+        bias: &Tensor<f32>,
+        idx: &Tensor<i32>,
+        weights: &Tensor<f32>,
+    ) -> Result<(), ForwardError> {
+        let r = kernels::moe::router::run_router_softmax_bias_topk(
+            &self.launcher,
+            logits,
+            bias,
+            idx,
+            weights,
+        );
+        self.book_report("moe.router", r)
+    }
+
     /// Softmax top-k router (Qwen, Mixtral; grouped and scaled: DeepSeek-V2).
     pub fn router_softmax_topk(
         &mut self,

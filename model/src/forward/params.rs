@@ -694,11 +694,17 @@ impl ModelWeights {
                         .into(),
             });
         }
-        if ckpt.is_some() && cfg.family == crate::config::Family::MiniMaxM2 {
+        let unbound = match cfg.family {
+            crate::config::Family::MiniMaxM2 => Some("MiniMax-M2"),
+            crate::config::Family::Ernie45Moe => Some("ERNIE-4.5 MoE"),
+            _ => None,
+        };
+        if let (Some(name), Some(_)) = (unbound, ckpt) {
             return Err(ForwardError::Unsupported {
-                what: "MiniMax-M2 checkpoints: cost-only runs take its config.json, but its \
-                       weights are not bound against a transformers reference yet"
-                    .into(),
+                what: format!(
+                    "{name} checkpoints: cost-only runs take its config.json, but its weights \
+                     are not bound against a transformers reference yet"
+                ),
             });
         }
         let ld = Loader {

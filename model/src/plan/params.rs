@@ -132,7 +132,11 @@ pub fn count(cfg: &ModelConfig) -> ParamCount {
                     p.shared_experts = 3 * h * m.shared_intermediate_size as u64
                         + if m.shared_expert_gate { h } else { 0 };
                     // The gate `[E, H]` and DeepSeek's `e_score_correction_bias` `[E]`.
-                    let bias = matches!(m.router, crate::config::RouterKind::SigmoidGroupTopk);
+                    let bias = matches!(
+                        m.router,
+                        crate::config::RouterKind::SigmoidGroupTopk
+                            | crate::config::RouterKind::SoftmaxBiasTopk
+                    );
                     p.router = e * h + if bias || m.biases { e } else { 0 };
                 }
                 _ => {}
