@@ -47,6 +47,17 @@ pub struct RouterRef {
     pub margin: f64,
 }
 
+impl RouterRef {
+    /// No decision yet, room for `choices` (`T·K`); the margin starts unbounded.
+    fn empty(choices: usize) -> RouterRef {
+        RouterRef {
+            idx: Vec::with_capacity(choices),
+            weights: Vec::with_capacity(choices),
+            margin: f64::INFINITY,
+        }
+    }
+}
+
 /// Smallest relative gap `|a − b| / max(|a|, |b|)` between adjacent entries of a best-first
 /// ranking, over its first `upto` entries (relative, as f32 rounding is; −∞ entries, which only
 /// stand for dropped experts, give an infinite gap).
@@ -142,11 +153,7 @@ pub fn router_sigmoid_group_topk(
     expect_len("logits", logits.len(), tokens * e, "[T, E]")?;
     expect_len("bias", bias.len(), e, "[E]")?;
     let gs = e / p.n_group;
-    let mut out = RouterRef {
-        idx: Vec::with_capacity(tokens * k),
-        weights: Vec::with_capacity(tokens * k),
-        margin: f64::INFINITY,
-    };
+    let mut out = RouterRef::empty(tokens * k);
     for row in logits.chunks_exact(e) {
         let s: Vec<f64> = row.iter().map(|v| sigmoid(*v as f64)).collect();
         let choice: Vec<f64> = s.iter().zip(bias).map(|(a, b)| a + *b as f64).collect();
@@ -229,11 +236,7 @@ pub fn router_softmax_group_topk(
     }
     expect_len("logits", logits.len(), tokens * experts, "[T, E]")?;
     let probs = crate::reference::softmax_rows(logits, tokens, experts);
-    let mut out = RouterRef {
-        idx: Vec::with_capacity(tokens * top_k),
-        weights: Vec::with_capacity(tokens * top_k),
-        margin: f64::INFINITY,
-    };
+    let mut out = RouterRef::empty(tokens * top_k);
     for row in probs.chunks_exact(experts) {
         let mut eligible = row.to_vec();
         if n_group > 1 {
@@ -282,11 +285,7 @@ pub fn router_softmax_bias_topk(
     expect_len("logits", logits.len(), tokens * experts, "[T, E]")?;
     expect_len("bias", bias.len(), experts, "[E]")?;
     let probs = crate::reference::softmax_rows(logits, tokens, experts);
-    let mut out = RouterRef {
-        idx: Vec::with_capacity(tokens * top_k),
-        weights: Vec::with_capacity(tokens * top_k),
-        margin: f64::INFINITY,
-    };
+    let mut out = RouterRef::empty(tokens * top_k);
     for row in probs.chunks_exact(experts) {
         let choice: Vec<f64> = row.iter().zip(bias).map(|(p, b)| p + *b as f64).collect();
         let ranked = topk(&choice, experts);

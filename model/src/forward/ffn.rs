@@ -132,20 +132,19 @@ fn route(
     if let Some(b) = &w.router_bias {
         ops.add_bias("moe.router_bias", &logits, b)?;
     }
+    // The correction bias the biased routers pick with (zeros where the checkpoint has none).
+    let bias = |ops: &mut Ops| match &w.bias {
+        Some(b) => Ok(b.clone()),
+        None => ops.mem.zeros(&[1, m.experts], "zero router bias"),
+    };
     match &m.router {
         RouterKind::SigmoidGroupTopk => {
-            let bias = match &w.bias {
-                Some(b) => b.clone(),
-                None => ops.mem.zeros(&[1, m.experts], "zero router bias")?,
-            };
+            let bias = bias(ops)?;
             ops.router_sigmoid_group_topk(&logits, &bias, idx, weights, m)
         }
         RouterKind::SoftmaxTopk => ops.router_softmax_topk(&logits, idx, weights, m),
         RouterKind::SoftmaxBiasTopk => {
-            let bias = match &w.bias {
-                Some(b) => b.clone(),
-                None => ops.mem.zeros(&[1, m.experts], "zero router bias")?,
-            };
+            let bias = bias(ops)?;
             ops.router_softmax_bias_topk(&logits, &bias, idx, weights)
         }
         RouterKind::Unknown(r) => Err(ForwardError::Unsupported {

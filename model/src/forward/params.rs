@@ -447,6 +447,7 @@ fn moe(ld: &Loader, cfg: &ModelConfig, layer: usize, p: &str) -> Result<MoeWeigh
         None
     };
     let router_name = if gpt_oss { "router" } else { "gate" };
+    let (bias_name, bias_shape) = crate::weights::names::correction_bias_tensor(cfg.family, e);
     let (router_bias, expert_biases) = if m.biases {
         let gate_up_bias = format!("{p}.experts.gate_up_proj_bias");
         let down_bias = format!("{p}.experts.down_proj_bias");
@@ -479,7 +480,7 @@ fn moe(ld: &Loader, cfg: &ModelConfig, layer: usize, p: &str) -> Result<MoeWeigh
         expert_biases,
         activation: m.activation,
         bias: ld
-            .opt(&format!("{p}.gate.e_score_correction_bias"), &[e])?
+            .opt(&format!("{p}.{bias_name}"), &bias_shape)?
             .map(|b| b.reshaped(&[1, e]))
             .transpose()
             .map_err(|message| ForwardError::Internal {

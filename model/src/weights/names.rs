@@ -146,6 +146,17 @@ pub(crate) fn ffn_names(family: Family) -> (&'static str, [&'static str; 3]) {
     }
 }
 
+/// The router's `e_score_correction_bias` under the FFN module, and its shape: in the gate for
+/// DeepSeek-V3 and its kin, beside it for MiniMax-M2, in `moe_statics` for ERNIE-4.5, which keeps
+/// one row per expert group (its text models have one).
+pub(crate) fn correction_bias_tensor(family: Family, experts: usize) -> (&'static str, Vec<usize>) {
+    match family {
+        Family::MiniMaxM2 => ("e_score_correction_bias", vec![experts]),
+        Family::Ernie45Moe => ("moe_statics.e_score_correction_bias", vec![1, experts]),
+        _ => ("gate.e_score_correction_bias", vec![experts]),
+    }
+}
+
 /// Everything a model needs, expert banks left as [`Part::Bank`].
 pub(crate) fn expected_parts(cfg: &ModelConfig) -> Vec<Part> {
     let h = cfg.hidden_size;
@@ -397,18 +408,8 @@ fn ffn(
                 }
             };
             if correction_bias {
-                // MiniMax-M2 keeps it beside the gate, not in it.
-                let at = match cfg.family {
-                    Family::MiniMaxM2 => "",
-                    Family::Ernie45Moe => "moe_statics.",
-                    _ => "gate.",
-                };
-                // (ERNIE keeps one row per expert group, of which its text models have one.)
-                let shape = match cfg.family {
-                    Family::Ernie45Moe => vec![1, moe.experts],
-                    _ => vec![moe.experts],
-                };
-                push(format!("{m}.{at}e_score_correction_bias"), shape);
+                let (name, shape) = correction_bias_tensor(cfg.family, moe.experts);
+                push(format!("{m}.{name}"), shape);
             }
             if moe.shared_experts > 0 && moe.shared_intermediate_size > 0 {
                 if moe.shared_expert_gate {
