@@ -679,7 +679,10 @@ impl Launcher {
         } else {
             COST_ONLY_WAVES_PER_BATCH
         };
-        let batch = (self.preset.cores as usize).max(1) * waves;
+        let wave = (self.preset.cores as usize).max(1);
+        // The first batch is one wave: the row references it leaves let the later programs
+        // follow (a causal attention's first batch of 16 waves recorded every program in full).
+        let mut batch = wave;
         let mut recorded: Vec<Result<ProgramTrace, SimError>> = Vec::new();
         let mut logs: Vec<ProgramLog> = Vec::new();
         while start < total {
@@ -731,6 +734,7 @@ impl Launcher {
             }
             recorded = next;
             start = end;
+            batch = wave * waves;
         }
         push_all(&mut sim, recorded)?;
         Ok((sim, logs))
