@@ -360,6 +360,21 @@ impl DevicePreset {
         self.l2.bandwidth_gbps / self.clock_ghz
     }
 
+    /// Largest DMA transfer whose bytes always move within one cycle: the lowest rate the shared
+    /// memory system ever gives a transfer is its bandwidth split over every core with a transfer
+    /// in flight on both DMA queues (or the core's DMA width, if lower). Such a transfer (a GEMM's
+    /// per-block FP8 scale, 4 bytes) finishes one cycle after it arrives whatever else is in
+    /// flight, so the timing model books it without the bandwidth-sharing simulation.
+    pub fn one_cycle_transfer_bytes(&self) -> u64 {
+        let users = 2.0 * self.cores.max(1) as f64;
+        self.dma
+            .bytes_per_cycle_per_core
+            .min(self.hbm_bytes_per_cycle() / users)
+            .min(self.l2_bytes_per_cycle() / users)
+            .floor()
+            .max(0.0) as u64
+    }
+
     /// HBM latency in cycles.
     pub fn hbm_latency_cycles(&self) -> u64 {
         (self.hbm.latency_ns * self.clock_ghz).round() as u64

@@ -22,6 +22,10 @@
 //!   with its arrival time, and the walk stops at the first instruction that needs the end of a
 //!   transfer still in flight. The launch ([`crate::schedule`]) resumes it when that transfer
 //!   completes. Times that wait on a transfer are kept symbolically ([`Lazy`]) until it does.
+//!   A transfer too small to be slowed by sharing (a 4-byte scale: it moves within one cycle at
+//!   the lowest share any transfer gets, [`DevicePreset::one_cycle_transfer_bytes`]) ends one
+//!   cycle after it arrives, as the fluid would end it; it is booked at once, without a round
+//!   trip through the launch (about a quarter of a long FP8 prefill's transfers).
 
 use crate::error::SimError;
 use crate::isa::{mma_cycles, vector_cycles, Engine, Op, VectorClass};
@@ -607,6 +611,7 @@ impl CoreRun {
         let trace = Arc::clone(&self.trace);
         let walker = trace.walker();
         let acc_cap = p.accumulators.as_ref().map(|a| a.bytes_per_core);
+        let one_cycle_bytes = p.one_cycle_transfer_bytes();
         // Accumulators live apart only on devices that say so.
         let acc_mask = if acc_cap.is_some() { SLOT_ACC } else { 0 };
         while let Some((si, ev, next)) = walker.at(&self.cursor) {
@@ -758,6 +763,24 @@ impl CoreRun {
                                     self.dma_iv.add(start, ready_at);
                                 }
                                 Lazy::known(ready_at)
+                            } else if *bytes <= one_cycle_bytes {
+                                // Moves within its first cycle at any share of the bandwidth
+                                // ([`DevicePreset::one_cycle_transfer_bytes`]): the shared memory
+                                // system would end it one cycle after it arrives.
+                                let busy_end = ready_at.max(now) + 1;
+                                self.known_exec(
+                                    e,
+                                    start,
+                                    busy_end,
+                                    cx,
+                                    ins.op.mnemonic(),
+                                    ins.line,
+                                    stat_i,
+                                );
+                                if q == 0 {
+                                    self.dma_iv.add(start, busy_end + latency);
+                                }
+                                Lazy::known(busy_end + latency)
                             } else {
                                 let arrival = ready_at.max(now);
                                 let id = tr.submit(arrival, class, *bytes, latency, self.mult);
