@@ -434,9 +434,9 @@ pub enum Step {
 /// One program being timed on `mult` cores in lockstep, resumable (see the module docs).
 #[derive(Clone)]
 pub struct CoreRun {
-    /// Shared so that a walk can hold it while mutating the run (a clone of the trace itself
-    /// would copy its load windows at every resumption).
-    trace: Arc<ProgramTrace>,
+    /// Shared, not copied (a copy would carry its load windows); `None` only while a walk or
+    /// [`Self::finalize`] has moved it out to read it as it mutates the run.
+    trace: Option<Arc<ProgramTrace>>,
     cursor: Cursor,
     /// Cycle the program started.
     pub start: u64,
@@ -507,7 +507,7 @@ impl CoreRun {
             dma_iv: Union::default(),
             occupancy: None,
             t: ProgramTiming::default(),
-            trace,
+            trace: Some(trace),
         }
     }
 
@@ -521,7 +521,12 @@ impl CoreRun {
 
     /// Whether `o` issues what this run's program issued (apart from load windows).
     pub fn same_program(&self, o: &ProgramTrace) -> bool {
-        self.trace.same_shapes(o)
+        self.trace().same_shapes(o)
+    }
+
+    /// The program being timed.
+    fn trace(&self) -> &ProgramTrace {
+        self.trace.as_deref().expect("a run holds its trace")
     }
 
     /// Whether every instruction is timed (stores may still be in flight).
@@ -606,9 +611,27 @@ impl CoreRun {
         if let Some(occupancy) = self.occupancy {
             return Ok(Step::Done { occupancy });
         }
+        // Moved out while the walk reads it and mutates the run (a clone cost two atomic
+        // operations per resumption, 2.5% of a long prefill's host time).
+        let trace = self.trace.take().expect("a run holds its trace");
+        let step = self.walk(&trace, cx, tr, now);
+        self.trace = Some(trace);
+        if matches!(step, Ok(Step::Done { .. })) && self.finished() {
+            self.finalize();
+        }
+        step
+    }
+
+    /// [`Self::advance`] over `trace` (the run's own, moved out).
+    fn walk(
+        &mut self,
+        trace: &ProgramTrace,
+        cx: &TimingContext<'_>,
+        tr: &mut Transfers,
+        now: u64,
+    ) -> Result<Step, SimError> {
         let p = cx.preset;
         let cap = p.sram.bytes_per_core;
-        let trace = Arc::clone(&self.trace);
         let walker = trace.walker();
         let acc_cap = p.accumulators.as_ref().map(|a| a.bytes_per_core);
         let one_cycle_bytes = p.one_cycle_transfer_bytes();
@@ -880,9 +903,6 @@ impl CoreRun {
             let out = self.engine_free[Engine::DmaOut.index()];
             self.t.dma_out_end = self.t.dma_out_end.max(out);
         }
-        if self.finished() {
-            self.finalize();
-        }
         Ok(Step::Done { occupancy })
     }
 
@@ -989,7 +1009,8 @@ impl CoreRun {
 
     /// Folds per-shape statistics into per-line ones and computes the exposed DMA.
     fn finalize(&mut self) {
-        for (si, ev) in self.trace.shapes().iter().enumerate() {
+        let trace = self.trace.take().expect("a run holds its trace");
+        for (si, ev) in trace.shapes().iter().enumerate() {
             if let Event::Exec(ins) = ev {
                 let stat = &self.shape_stat[si];
                 if stat.count == 0 {
@@ -1002,6 +1023,7 @@ impl CoreRun {
                 }
             }
         }
+        self.trace = Some(trace);
         self.t.dma_out_end = self.t.dma_out_end.max(self.start);
         self.t.cycles = self.t.occupancy.max(self.t.dma_out_end);
         let compute = merge_unions(&self.matrix_iv.0, &self.vector_iv.0);
