@@ -770,27 +770,21 @@ impl CoreRun {
                                 }
                             };
                             let ready_at = start + p.dma.overhead_cycles;
-                            if *bytes == 0 {
+                            // Transfers whose end is known now: (DMA busy until, data usable).
+                            let known = match *bytes {
                                 // A window entirely outside the tensor moves nothing (masked
                                 // prefetch past the end): the request's overhead only.
-                                self.known_exec(
-                                    e,
-                                    start,
-                                    ready_at,
-                                    cx,
-                                    ins.op.mnemonic(),
-                                    ins.line,
-                                    stat_i,
-                                );
-                                if q == 0 {
-                                    self.dma_iv.add(start, ready_at);
-                                }
-                                Lazy::known(ready_at)
-                            } else if *bytes <= one_cycle_bytes {
+                                0 => Some((ready_at, ready_at)),
                                 // Moves within its first cycle at any share of the bandwidth
                                 // ([`DevicePreset::one_cycle_transfer_bytes`]): the shared memory
                                 // system would end it one cycle after it arrives.
-                                let busy_end = ready_at.max(now) + 1;
+                                b if b <= one_cycle_bytes => {
+                                    let busy_end = ready_at.max(now) + 1;
+                                    Some((busy_end, busy_end + latency))
+                                }
+                                _ => None,
+                            };
+                            if let Some((busy_end, end)) = known {
                                 self.known_exec(
                                     e,
                                     start,
@@ -801,9 +795,9 @@ impl CoreRun {
                                     stat_i,
                                 );
                                 if q == 0 {
-                                    self.dma_iv.add(start, busy_end + latency);
+                                    self.dma_iv.add(start, end);
                                 }
-                                Lazy::known(busy_end + latency)
+                                Lazy::known(end)
                             } else {
                                 let arrival = ready_at.max(now);
                                 let id = tr.submit(arrival, class, *bytes, latency, self.mult);
