@@ -193,11 +193,22 @@ pub fn entries(cfg: &ModelConfig) -> Vec<SuiteEntry> {
             config: dsl_core::Config::new(),
             seed: SEED,
         };
-        out.push(entry(
-            format!("moe: expert GEMM, {path:?} weights, 4 experts × 8 tokens, 256→128"),
-            EXPERT_TOL,
-            move |l| Ok(run_expert_gemm(l, &case)?.report),
-        ));
+        if let WeightFormat::Int4Group { group } = moe.expert_format {
+            // The forward's INT4 kernel is the grouped GEMM (no fused expert-FFN variant).
+            out.push(entry(
+                format!(
+                    "moe: grouped expert GEMM, INT4 weights (scale per {group}), 4 experts × 8 tokens, 256→128"
+                ),
+                EXPERT_TOL,
+                move |l| run_int4_experts(l, group, &[9, 0, 14, 9], 128, 256),
+            ));
+        } else {
+            out.push(entry(
+                format!("moe: expert GEMM, {path:?} weights, 4 experts × 8 tokens, 256→128"),
+                EXPERT_TOL,
+                move |l| Ok(run_expert_gemm(l, &case)?.report),
+            ));
+        }
         let inter = moe.intermediate_size.clamp(1, 512);
         if let ExpertActivation::ClampedSwiglu { alpha, limit } = moe.activation {
             out.push(entry(
@@ -316,6 +327,51 @@ fn run_projection(
         .last()
         .ok_or_else(|| bad("the linear layer launched nothing".into()))?;
     let mut report = last.report;
+    report.max_rel_error = Some(rel_error(&got, &want));
+    Ok(report)
+}
+
+/// The grouped INT4 expert GEMM (W4A16, one bf16 scale per `group` inputs) on `counts[e]` random
+/// rows per expert (one expert may get none), `k` inputs to `n` outputs, against the f64 product
+/// of the dequantized weights and the bf16-rounded rows; the output starts poisoned.
+fn run_int4_experts(
+    launcher: &dsl_core::Launcher,
+    group: usize,
+    counts: &[usize],
+    n: usize,
+    k: usize,
+) -> Result<accel_sim::Report, accel_sim::SimError> {
+    let bad = |message: String| accel_sim::SimError::Launch {
+        kernel: "grouped_linear_int4".into(),
+        message,
+    };
+    let mut rng = Rng::new(SEED);
+    let (w, wv) =
+        kernels::testdata::int4_weight([counts.len(), n, k], group, &mut rng).map_err(bad)?;
+    let offsets = kernels::testdata::offsets_of(counts);
+    let rows = offsets[counts.len()];
+    let xv = rng.vec(rows * k, 1.0);
+    let x = Tensor::<f32>::from_f32(&[rows, k], &xv).map_err(bad)?;
+    let off_i32: Vec<i32> = offsets.iter().map(|o| *o as i32).collect();
+    let off = Tensor::from_indices(&[counts.len() + 1, 1], &off_i32).map_err(bad)?;
+    let y = Tensor::<f32>::poisoned(&[rows, n]);
+    let launches = kernels::moe::grouped::run_grouped_linear_weight(launcher, &x, &w, &off, &y)?;
+    let format = Format::Int4 { group };
+    let want = kernels::moe::reference::grouped_linear(
+        &activations_as_multiplied(launcher, &xv, rows, k, format),
+        &wv,
+        &offsets,
+        n,
+        k,
+    )
+    .map_err(|e| bad(e.to_string()))?;
+    let got = y
+        .to_vec()
+        .ok_or_else(|| bad("a functional launch holds its output".into()))?;
+    let (_, mut report) = launches
+        .into_iter()
+        .last()
+        .ok_or_else(|| bad("the grouped GEMM launched nothing".into()))?;
     report.max_rel_error = Some(rel_error(&got, &want));
     Ok(report)
 }

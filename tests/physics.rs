@@ -145,6 +145,7 @@ const CHECKED: &[&str] = &[
     "moe_grouped_linear_bf16",
     "moe_grouped_linear_fp8",
     "moe_grouped_linear_mxfp4",
+    "moe_grouped_linear_int4",
     "swiglu_clamped",
     "moe_grouped_bias",
 ];
@@ -731,15 +732,21 @@ fn run_model_op(device: &str, op: &str, x: &[usize; 8]) -> Labelled {
         }
         "linear_stored" | "grouped_linear_stored" => {
             // Each stored weight format in turn: bf16, block FP8 (W8A8 or W8A16 by the matrix
-            // unit's modes), MXFP4 (experts only).
-            let format = [Format::Bf16, Format::Fp8Block, Format::Mxfp4][x[6] % 3];
-            let (kd, nout) = (32 * dim(x[2], 1, 224), dim(x[3], 1, 7168));
+            // unit's modes), MXFP4 and group-scaled INT4 (experts only).
+            let int4 = Format::Int4 {
+                group: [32, 64, 128][x[5] % 3],
+            };
+            let format = [Format::Bf16, Format::Fp8Block, Format::Mxfp4, int4][x[6] % 4];
+            let unit = match format {
+                Format::Int4 { group } => group,
+                _ => 32,
+            };
+            let (kd, nout) = (unit * dim(x[2], 1, 7168 / unit), dim(x[3], 1, 7168));
             let w_shape = |lead: &[usize]| [lead, &[nout, kd][..]].concat();
             if op == "linear_stored" {
-                let format = if format == Format::Mxfp4 {
-                    Format::Bf16
-                } else {
-                    format
+                let format = match format {
+                    Format::Mxfp4 | Format::Int4 { .. } => Format::Bf16,
+                    other => other,
                 };
                 let m = dim(x[0], 1, 4096);
                 let w = Weight::shape_only(format, &w_shape(&[])).expect("weight");
@@ -1295,6 +1302,7 @@ const MODEL_RUNNERS: &[(&str, &[&str])] = &[
             "moe_grouped_linear_bf16",
             "moe_grouped_linear_fp8",
             "moe_grouped_linear_mxfp4",
+            "moe_grouped_linear_int4",
         ],
     ),
 ];

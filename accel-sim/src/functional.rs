@@ -699,6 +699,33 @@ pub fn reduce_cols(out: &mut [f32], a: &[f32], cols: usize, op: Reduce) {
     }
 }
 
+/// Dequantizes a symmetric group-scaled INT4 tile (compressed-tensors' `pack-quantized` W4A16, as
+/// Kimi-K2-Thinking's experts store it): `packed` holds `rows × cols/2` bytes, two 4-bit codes
+/// each (element `2j` in the low nibble of byte `j`, the little-endian order of the format's
+/// int32 words), a code `q` meaning the integer `q − 8`; `scales` holds `rows × cols/group` scales,
+/// one per `group` consecutive elements of a row. Returns `(q − 8) · scale` rounded to `dtype`.
+/// `cols` must be even and a multiple of `group`. The semantics of the DSL's `dequant_int4`.
+pub fn dequant_int4(
+    packed: &[f32],
+    scales: &[f32],
+    rows: usize,
+    cols: usize,
+    group: usize,
+    dtype: DType,
+) -> Vec<f32> {
+    let (cb, cs) = (cols / 2, cols / group.max(1));
+    let mut out = vec![0.0f32; rows * cols];
+    for (r, row) in out.chunks_exact_mut(cols.max(1)).enumerate().take(rows) {
+        for (c, x) in row.iter_mut().enumerate() {
+            let byte = packed[r * cb + c / 2] as u8;
+            let code = if c % 2 == 0 { byte & 0x0f } else { byte >> 4 };
+            *x = (i32::from(code) - 8) as f32 * scales[r * cs + c / group];
+        }
+    }
+    round_to(&mut out, dtype);
+    out
+}
+
 /// Dequantizes an MXFP4 tile: `blocks` holds `rows × cols/2` bytes (two E2M1 codes each, low
 /// nibble first) and `scales` `rows × cols/32` E8M0 scales (each byte as the f32 the front ends
 /// hold); returns `rows × cols` values rounded to `dtype`. A NaN scale (0xFF) makes its 32

@@ -186,6 +186,13 @@ pub const fn mxfp4_dequant_elems(rows: u64, cols: u64) -> u64 {
     2 * rows * cols
 }
 
+/// Vector element passes of dequantizing a group-scaled INT4 tile of `rows×cols` values: two
+/// passes, as MXFP4's, an unpack of the nibbles to signed integers and then the multiply by the
+/// group's scale.
+pub const fn int4_dequant_elems(rows: u64, cols: u64) -> u64 {
+    2 * rows * cols
+}
+
 /// Bytes a paged gather of `rows` rows moves besides the rows' own `data_bytes`: each row also
 /// reads its token index and its block-table entry (an i32 each).
 pub const fn gather_bytes(data_bytes: u64, rows: u64) -> u64 {

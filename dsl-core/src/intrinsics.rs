@@ -16,13 +16,13 @@
 //! `accel_sim::isa`, next to the instruction it records.
 
 use crate::ctx::Ctx;
-use crate::elem::{Elem, Float};
+use crate::elem::{bf16, Elem, Float};
 use crate::hazard::Taint;
 use crate::tensor::Tensor;
 use crate::tile::{DeferredLoad, Host, Tile};
 use accel_sim::functional::{self as f, Binary, Reduce, Unary};
 use accel_sim::isa::{self, Op, Region, VectorClass};
-use accel_sim::program::Instr;
+use accel_sim::program::{BufId, Instr};
 use accel_sim::DType;
 use std::sync::Arc;
 
@@ -1082,16 +1082,57 @@ pub fn dequant_mxfp4<U: Float, const R: usize, const C: usize, const CB: usize, 
         }
         _ => None,
     };
+    let elems = isa::mxfp4_dequant_elems(R as u64, C as u64);
+    dequantized(ctx, data, elems, [blocks.buf, scales.buf])
+}
+
+/// The tile a dequantization intrinsic made (`data`, `None` in cost-only runs), issued as `elems`
+/// simple vector passes over the packed codes and the scales `reads`.
+fn dequantized<U: Float, const R: usize, const C: usize>(
+    ctx: &mut Ctx,
+    data: Option<Vec<f32>>,
+    elems: u64,
+    reads: [BufId; 2],
+) -> Tile<U, R, C> {
     let out = ctx.new_tile::<U, R, C>(data);
     vec_op(
         ctx,
-        isa::mxfp4_dequant_elems(R as u64, C as u64) as usize,
+        elems as usize,
         U::DTYPE,
         VectorClass::Simple,
-        &[blocks.buf, scales.buf],
+        &reads,
         out.buf,
     );
     out
+}
+
+/// Dequantizes a symmetric group-scaled INT4 tile on chip (vector unit): `packed` holds `R×C` 4-bit
+/// codes two per byte (element `2j` in the low nibble of byte `j`: compressed-tensors'
+/// `pack-quantized` layout, Kimi-K2-Thinking's experts), a code `q` meaning `q − 8`; `scales` holds
+/// one bf16 scale per group of `C / CS` consecutive elements of a row. Element `(r, c)` =
+/// `(q − 8) · scale`, rounded to `U`. The packed tile must have `C/2` columns and `C` must be a
+/// multiple of `CS` (use `derived(CB = C / 2, CS = C / GROUP)`). Costed as
+/// [`isa::int4_dequant_elems`] vector element passes.
+///
+/// Usage: `dequant_int4::<bf16, R, C>(&packed, &scales)`
+pub fn dequant_int4<U: Float, const R: usize, const C: usize, const CB: usize, const CS: usize>(
+    ctx: &mut Ctx,
+    packed: &Tile<u8, R, CB>,
+    scales: &Tile<bf16, R, CS>,
+) -> Tile<U, R, C> {
+    let fits = CB * 2 == C && CS > 0 && C.is_multiple_of(CS);
+    if !fits {
+        ctx.fail(format!(
+            "dequant_int4 to {R}x{C} needs packed codes of {R}x{} bytes and scales of {R}xG groups with G dividing {C}, got {R}x{CB} and {R}x{CS}",
+            C / 2
+        ));
+    }
+    let data = match (packed.vals(), scales.vals()) {
+        (Some(q), Some(s)) if fits => Some(f::dequant_int4(q, s, R, C, C / CS, U::DTYPE)),
+        _ => None,
+    };
+    let elems = isa::int4_dequant_elems(R as u64, C as u64);
+    dequantized(ctx, data, elems, [packed.buf, scales.buf])
 }
 
 /// `acc[M×N] += a[K×M]ᵀ · b[K×N]` (e.g. a state update `Kᵀ V`; with `K = 1`, an outer product).

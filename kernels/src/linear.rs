@@ -383,7 +383,7 @@ pub fn activations_as_multiplied(
     let round_bf16 = || x.iter().map(|v| bf16::from_f32(*v).to_f32()).collect();
     match format {
         Format::F32 => x.to_vec(),
-        Format::Bf16 | Format::Mxfp4 => round_bf16(),
+        Format::Bf16 | Format::Mxfp4 | Format::Int4 { .. } => round_bf16(),
         Format::Fp8Block if !has_fp8_matrix(launcher) => round_bf16(),
         Format::Fp8Block => {
             let mut out = vec![0f32; m * k];
@@ -547,11 +547,13 @@ pub fn run_linear_weight(
             launches.extend(run_fastest_split(launcher, (m, n, k), &cfg, run)?);
             Ok(launches)
         }
-        Weight::Mxfp4 { .. } => Err(crate::weight::bad(
+        Weight::Mxfp4 { .. } | Weight::Int4 { .. } => Err(crate::weight::bad(
             name,
-            "MXFP4 is an expert-weight format here; a dense MXFP4 linear layer is not supported \
-             (store the weight in bf16 or FP8)"
-                .into(),
+            format!(
+                "{} is an expert-weight format here; a dense linear layer in it is not supported \
+                 (store the weight in bf16 or FP8)",
+                w.format().name()
+            ),
         )),
     }
 }

@@ -570,6 +570,12 @@ pub fn all() -> Vec<Implementation> {
             summary: "W8A16 grouped expert GEMM over block-FP8 weights (no FP8 matrix mode)",
         },
         Implementation {
+            op: "moe_grouped_linear_int4",
+            kind: ImplKind::Dsl,
+            meta: &crate::moe::grouped::grouped_linear_int4::META,
+            summary: "W4A16 grouped expert GEMM over packed group-scaled INT4 weights (compressed-tensors pack-quantized), dequantized tile by tile in SRAM",
+        },
+        Implementation {
             op: "moe_grouped_linear_mxfp4",
             kind: ImplKind::DslTuned,
             meta: &crate::moe::grouped::grouped_linear_mxfp4::META,

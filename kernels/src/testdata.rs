@@ -85,3 +85,34 @@ pub fn offsets_of(counts: &[usize]) -> Vec<usize> {
     }
     offsets
 }
+
+/// A random `[e, n, k]` group-scaled INT4 weight (any byte is two valid codes; scales of either
+/// sign, bf16) and its values as the matrix unit reads them: `(code − 8) · scale`, exact in f32,
+/// rounded to bf16 (the dtype [`crate::moe::grouped::grouped_linear_int4`] dequantizes to). For
+/// the checks of the INT4 expert GEMM; errors name a group that does not divide `k`.
+pub fn int4_weight(
+    shape: [usize; 3],
+    group: usize,
+    rng: &mut Rng,
+) -> Result<(crate::weight::Weight, Vec<f32>), String> {
+    let [e, n, k] = shape;
+    crate::weight::check_int4_group(group, k, &shape)?;
+    let bytes: Vec<u8> = (0..e * n * k / 2).map(|_| rng.next_u64() as u8).collect();
+    let scales: Vec<f32> = rng
+        .vec(e * n * k / group, 0.05)
+        .into_iter()
+        .map(|v| half::bf16::from_f32(v).to_f32())
+        .collect();
+    let values = (0..e * n * k)
+        .map(|i| {
+            let byte = bytes[i / 2];
+            let code = if i % 2 == 0 { byte & 0x0f } else { byte >> 4 };
+            half::bf16::from_f32((i32::from(code) - 8) as f32 * scales[i / group]).to_f32()
+        })
+        .collect();
+    let w = crate::weight::Weight::Int4 {
+        packed: Tensor::<u8>::from_bytes(&[e, n, k / 2], &bytes)?,
+        scales: Tensor::<half::bf16>::from_f32(&[e, n, k / group], &scales)?,
+    };
+    Ok((w, values))
+}

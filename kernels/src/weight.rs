@@ -1,5 +1,5 @@
 //! A weight matrix (or a stack of expert matrices) as device memory holds it: in f32, in bf16, in
-//! DeepSeek's block-scaled FP8 E4M3, or packed MXFP4. The linear and grouped-expert runners take a
+//! DeepSeek's block-scaled FP8 E4M3, packed MXFP4, or packed group-scaled INT4. The linear and grouped-expert runners take a
 //! [`Weight`] and launch the kernel that reads that format, so a model keeps each weight in the
 //! checkpoint's own format and the simulator reads exactly the bytes a real deployment reads.
 //!
@@ -35,6 +35,15 @@ pub enum Weight {
         /// Block scales.
         scales: Tensor<u8>,
     },
+    /// Symmetric INT4 with one bf16 scale per `group` consecutive inputs (compressed-tensors'
+    /// `pack-quantized` W4A16, Kimi-K2-Thinking's experts): code pairs `[.., N, K/2]` (code `q`
+    /// means `q − 8`) and scales `[.., N, K/group]`.
+    Int4 {
+        /// Packed codes.
+        packed: Tensor<u8>,
+        /// Group scales.
+        scales: Tensor<bf16>,
+    },
 }
 
 /// A stored format, without data: what [`Weight::shape_only`] builds.
@@ -48,6 +57,11 @@ pub enum Format {
     Fp8Block,
     /// MXFP4 (32-value blocks).
     Mxfp4,
+    /// Group-scaled symmetric INT4 (bf16 scales).
+    Int4 {
+        /// Inputs per scale (a divisor of 128: 32 for Kimi-K2-Thinking, 128 for most others).
+        group: usize,
+    },
 }
 
 impl Format {
@@ -58,6 +72,7 @@ impl Format {
             Format::Bf16 => "bf16",
             Format::Fp8Block => "fp8 e4m3 (128x128 block scales)",
             Format::Mxfp4 => "mxfp4",
+            Format::Int4 { .. } => "int4 (bf16 group scales)",
         }
     }
 }
@@ -89,6 +104,13 @@ impl Weight {
                     scales: Tensor::shape_only(&with([n, k / MX_BLOCK])),
                 }
             }
+            Format::Int4 { group } => {
+                check_int4_group(group, k, shape)?;
+                Weight::Int4 {
+                    packed: Tensor::shape_only(&with([n, k / 2])),
+                    scales: Tensor::shape_only(&with([n, k / group])),
+                }
+            }
         })
     }
 
@@ -99,6 +121,9 @@ impl Weight {
             Weight::Bf16(_) => Format::Bf16,
             Weight::Fp8Block { .. } => Format::Fp8Block,
             Weight::Mxfp4 { .. } => Format::Mxfp4,
+            Weight::Int4 { packed, scales } => Format::Int4 {
+                group: 2 * packed.cols() / scales.cols().max(1),
+            },
         }
     }
 
@@ -108,8 +133,8 @@ impl Weight {
             Weight::F32(t) => t.shape().to_vec(),
             Weight::Bf16(t) => t.shape().to_vec(),
             Weight::Fp8Block { weight, .. } => weight.shape().to_vec(),
-            Weight::Mxfp4 { blocks, .. } => {
-                let mut s = blocks.shape().to_vec();
+            Weight::Mxfp4 { blocks: packed, .. } | Weight::Int4 { packed, .. } => {
+                let mut s = packed.shape().to_vec();
                 if let Some(k) = s.last_mut() {
                     *k *= 2;
                 }
@@ -154,6 +179,10 @@ impl Weight {
                 blocks: blocks.row_range(start, rows)?,
                 scales: scales.row_range(start, rows)?,
             },
+            Weight::Int4 { packed, scales } => Weight::Int4 {
+                packed: packed.row_range(start, rows)?,
+                scales: scales.row_range(start, rows)?,
+            },
         })
     }
 
@@ -177,6 +206,10 @@ impl Weight {
                 blocks: blocks.reshaped(&drop(blocks.shape())?)?,
                 scales: scales.reshaped(&drop(scales.shape())?)?,
             },
+            Weight::Int4 { packed, scales } => Weight::Int4 {
+                packed: packed.reshaped(&drop(packed.shape())?)?,
+                scales: scales.reshaped(&drop(scales.shape())?)?,
+            },
         })
     }
 
@@ -190,9 +223,29 @@ impl Weight {
                 bytes(weight.len(), 1) + bytes(scale_inv.len(), 4)
             }
             Weight::Mxfp4 { blocks, scales } => bytes(blocks.len(), 1) + bytes(scales.len(), 1),
+            Weight::Int4 { packed, scales } => bytes(packed.len(), 1) + bytes(scales.len(), 2),
         }
     }
 }
+
+/// Checks an INT4 weight's group size against its input size `k` (the kernels load one scale
+/// column per group of a 128-wide K tile, so the group must divide 128).
+pub fn check_int4_group(group: usize, k: usize, shape: &[usize]) -> Result<(), String> {
+    if group == 0 || !INT4_GROUPS.contains(&group) {
+        return Err(format!(
+            "an INT4 weight's group size must be one of {INT4_GROUPS:?}, got {group}"
+        ));
+    }
+    if !k.is_multiple_of(group) {
+        return Err(format!(
+            "an INT4 weight with groups of {group} needs its input size a multiple of {group}, got {shape:?}"
+        ));
+    }
+    Ok(())
+}
+
+/// Group sizes the INT4 kernels read (divisors of their 128-wide K tile).
+pub const INT4_GROUPS: [usize; 3] = [32, 64, 128];
 
 /// `(leading axes, N, K)` of a weight shape of rank ≥ 2.
 fn split(shape: &[usize]) -> Result<(&[usize], usize, usize), String> {

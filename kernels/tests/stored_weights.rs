@@ -1,6 +1,6 @@
 //! Linear layers and grouped expert GEMMs over weights in their stored formats
-//! ([`kernels::weight::Weight`]: f32, bf16, block-scaled FP8 with W8A8 activations, MXFP4) against
-//! the f64 reference.
+//! ([`kernels::weight::Weight`]: f32, bf16, block-scaled FP8 with W8A8 activations, MXFP4,
+//! group-scaled INT4) against the f64 reference.
 //!
 //! The reference multiplies exactly the values the kernels hold: the dequantized weights, and the
 //! activations as the kernel rounds them (bf16 for bf16 and MXFP4 weights; for FP8, the codes and
@@ -37,9 +37,17 @@ fn weight(l: &Launcher, format: Format, shape: [usize; 3], seed: u64) -> (Weight
         Format::Bf16 => WeightPath::Bf16,
         Format::Fp8Block => WeightPath::Fp8Block,
         Format::Mxfp4 => WeightPath::Mxfp4Online,
+        Format::Int4 { group } => {
+            return kernels::testdata::int4_weight(shape, group, &mut rng).unwrap()
+        }
     };
     let p = prepare_weight(l, path, shape, &mut rng, "w").unwrap();
     (p.device, p.values.unwrap())
+}
+
+/// Whether a format is for expert weights only (a dense layer in it is an error).
+fn expert_only(f: &Format) -> bool {
+    matches!(f, Format::Mxfp4 | Format::Int4 { .. })
 }
 
 /// A device whose matrix unit has an FP8 mode (W8A8) and one without (W8A16).
@@ -53,6 +61,9 @@ fn formats() -> impl Strategy<Value = Format> {
         Format::Bf16,
         Format::Fp8Block,
         Format::Mxfp4,
+        Format::Int4 { group: 32 },
+        Format::Int4 { group: 64 },
+        Format::Int4 { group: 128 },
     ])
 }
 
@@ -109,7 +120,7 @@ proptest! {
 
     #[test]
     fn dense_linear_matches_reference_in_every_stored_format(
-        format in formats().prop_filter("MXFP4 is an expert format", |f| *f != Format::Mxfp4),
+        format in formats().prop_filter("MXFP4 and INT4 are expert formats", |f| !expert_only(f)),
         device in devices(), m in 1usize..80, n in 1usize..300, k in 1usize..300,
         seed in any::<u64>(),
     ) {
@@ -120,7 +131,7 @@ proptest! {
     /// Deep-K decode shapes, where the launch may split K (ragged K, so the last split is short).
     #[test]
     fn split_k_linear_matches_reference_in_every_stored_format(
-        format in formats().prop_filter("MXFP4 is an expert format", |f| *f != Format::Mxfp4),
+        format in formats().prop_filter("MXFP4 and INT4 are expert formats", |f| !expert_only(f)),
         device in devices(), m in 1usize..20, n in 1usize..200, k in 900usize..3000,
         seed in any::<u64>(),
     ) {
@@ -134,8 +145,12 @@ proptest! {
         counts in prop::collection::vec(0usize..40, 1..6), n_out in 1usize..200,
         k_blocks in 1usize..8, device in devices(), seed in any::<u64>(),
     ) {
-        // MXFP4 packs K in 32-value blocks; the other formats take it ragged.
-        let k = if format == Format::Mxfp4 { 32 * k_blocks } else { 37 * k_blocks };
+        // MXFP4 packs K in 32-value blocks, INT4 in its groups; the other formats take it ragged.
+        let k = match format {
+            Format::Mxfp4 => 32 * k_blocks,
+            Format::Int4 { group } => group * k_blocks,
+            _ => 37 * k_blocks,
+        };
         let mut counts = counts;
         if counts.iter().sum::<usize>() == 0 {
             counts[0] = 3;
@@ -227,6 +242,13 @@ fn stored_bytes_follow_the_format() {
     assert_eq!(b(Format::Fp8Block), (n * k + 4 * 2 * 8) as u64);
     assert_eq!(b(Format::Mxfp4), (n * k / 2 + n * k / 32) as u64);
     assert!(Weight::shape_only(Format::Mxfp4, &[n, 33]).is_err());
+    // INT4 with bf16 scales per group of 32: 4.5 bits a value.
+    assert_eq!(
+        b(Format::Int4 { group: 32 }),
+        (n * k / 2 + 2 * n * k / 32) as u64
+    );
+    assert!(Weight::shape_only(Format::Int4 { group: 32 }, &[n, 48]).is_err());
+    assert!(Weight::shape_only(Format::Int4 { group: 48 }, &[n, 96]).is_err());
 }
 
 /// A weight whose input size does not match the activations is an error naming both, and a dense
@@ -239,7 +261,9 @@ fn mismatches_and_dense_mxfp4_are_errors() {
     let w = Weight::shape_only(Format::Bf16, &[32, 96]).unwrap();
     let e = run_linear_weight(&l, &x, &w, &y).unwrap_err().to_string();
     assert!(e.contains("[N, 64]") && e.contains("bf16"), "{e}");
-    let w = Weight::shape_only(Format::Mxfp4, &[32, 64]).unwrap();
-    let e = run_linear_weight(&l, &x, &w, &y).unwrap_err().to_string();
-    assert!(e.contains("bf16 or FP8"), "{e}");
+    for f in [Format::Mxfp4, Format::Int4 { group: 32 }] {
+        let w = Weight::shape_only(f, &[32, 64]).unwrap();
+        let e = run_linear_weight(&l, &x, &w, &y).unwrap_err().to_string();
+        assert!(e.contains("bf16 or FP8") && e.contains(f.name()), "{e}");
+    }
 }

@@ -532,11 +532,86 @@ fn common_hf_with(o: &Obj, w: &mut Vec<ConfigWarning>, qkv_bias: bool) -> Result
     Ok(())
 }
 
-/// `quantization_config` → the checkpoint's weight format.
+/// `quantization_config` → the format of the checkpoint's linear layers other than the routed
+/// experts (attention, dense MLPs, shared experts).
 fn weight_format(o: &Obj) -> Result<WeightFormat, ModelError> {
+    Ok(weight_formats(o)?.0)
+}
+
+/// `quantization_config` → the format of the routed experts' weights.
+fn expert_weight_format(o: &Obj) -> Result<WeightFormat, ModelError> {
+    Ok(weight_formats(o)?.1)
+}
+
+/// `quantization_config` → (format of the other linear layers, format of the routed experts):
+/// one format for both, except where a `compressed-tensors` file keeps some modules in floats.
+fn weight_formats(o: &Obj) -> Result<(WeightFormat, WeightFormat), ModelError> {
     let Some(q) = o.opt_obj("quantization_config")? else {
-        return Ok(WeightFormat::Float);
+        return Ok((WeightFormat::Float, WeightFormat::Float));
     };
+    if q.opt_str("quant_method")? == Some("compressed-tensors") {
+        return compressed_tensors(&q);
+    }
+    let f = single_weight_format(&q)?;
+    Ok((f.clone(), f))
+}
+
+/// A `compressed-tensors` quantization block (llm-compressor's format). Day0 reads the scheme
+/// Kimi-K2-Thinking ships: one config group of symmetric INT4 weights with one scale per
+/// `group_size` inputs, activations unquantized (W4A16), `pack-quantized`. Modules the `ignore`
+/// list names stay in floats: attention projections there keep the non-expert layers in floats
+/// (Kimi-K2-Thinking lists every attention, shared-expert and dense-MLP projection), routed
+/// experts there keep the experts in floats. Any other scheme is kept by name, so the coverage
+/// inventory reports its expert GEMM as missing.
+fn compressed_tensors(q: &Obj) -> Result<(WeightFormat, WeightFormat), ModelError> {
+    let format = q.opt_str("format")?.unwrap_or("unknown").to_string();
+    let other = || WeightFormat::Other(format!("compressed-tensors/{format}"));
+    let ignore = q.opt_str_list("ignore")?.unwrap_or_default();
+    q.ignore_rest();
+    let groups = match q.opt_obj("config_groups")? {
+        Some(g) => g.object_entries()?,
+        None => Vec::new(),
+    };
+    let int4 = match &groups[..] {
+        [(_, g)] if format == "pack-quantized" => {
+            g.ignore_rest();
+            let w4a16 = match (g.opt_obj("weights")?, g.opt_obj("input_activations")?) {
+                (Some(w), None) => {
+                    w.ignore_rest();
+                    let group = w.opt_usize("group_size")?.unwrap_or(0);
+                    (w.opt_usize("num_bits")? == Some(4)
+                        && w.opt_str("type")? == Some("int")
+                        && w.opt_bool("symmetric")? == Some(true)
+                        && w.opt_str("strategy")? == Some("group")
+                        && kernels::weight::INT4_GROUPS.contains(&group))
+                    .then_some(group)
+                }
+                _ => None,
+            };
+            w4a16.map(|group| WeightFormat::Int4Group { group })
+        }
+        _ => None,
+    };
+    let Some(int4) = int4 else {
+        return Ok((other(), other()));
+    };
+    let names = |pred: &dyn Fn(&str) -> bool| ignore.iter().any(|n| pred(n));
+    let routed = |n: &str| n.contains("experts") && !n.contains("shared_expert");
+    let dense = if names(&|n| n.contains("attn")) {
+        WeightFormat::Float
+    } else {
+        int4.clone()
+    };
+    let experts = if names(&routed) {
+        WeightFormat::Float
+    } else {
+        int4
+    };
+    Ok((dense, experts))
+}
+
+/// A `quantization_config` with one format for every linear layer.
+fn single_weight_format(q: &Obj) -> Result<WeightFormat, ModelError> {
     // The quantization block's details vary by tool; only the method and block size matter here.
     let method = q.opt_str("quant_method")?.unwrap_or("unknown");
     Ok(match method {
@@ -914,7 +989,7 @@ fn deepseek(o: &Obj, model_type: &str, family: Family) -> Result<ModelConfig, Mo
                 if v2 { 1.0 } else { 2.5 },
                 &mut w,
             )?,
-            expert_format: weight_format.clone(),
+            expert_format: expert_weight_format(o)?,
         };
         check_moe(o, &m)?;
         if let Some(f) = o.opt_usize("moe_layer_freq")? {
@@ -1138,7 +1213,7 @@ fn qwen3_next(o: &Obj, model_type: &str) -> Result<ModelConfig, ModelError> {
             topk_group: 1,
             norm_topk_prob: o.bool_or("norm_topk_prob", true, &mut w)?,
             routed_scaling_factor: 1.0,
-            expert_format: weight_format(o)?,
+            expert_format: expert_weight_format(o)?,
         };
         check_moe(o, &m)?;
         Some(m)
@@ -1282,7 +1357,7 @@ fn qwen3_vl_moe(o: &Obj, model_type: &str) -> Result<ModelConfig, ModelError> {
             topk_group: 1,
             norm_topk_prob: true,
             routed_scaling_factor: 1.0,
-            expert_format: weight_format(&t)?,
+            expert_format: expert_weight_format(&t)?,
         };
         check_moe(&t, &m)?;
         Some(m)
@@ -1436,7 +1511,7 @@ fn softmax_moe(
         topk_group: 1,
         norm_topk_prob,
         routed_scaling_factor: 1.0,
-        expert_format: weight_format(o)?,
+        expert_format: expert_weight_format(o)?,
     };
     check_moe(o, &m)?;
     Ok(m)
@@ -1776,7 +1851,7 @@ fn glm4_moe(o: &Obj, model_type: &str) -> Result<ModelConfig, ModelError> {
         topk_group: o.usize_or("topk_group", 1, &mut w)?,
         norm_topk_prob: o.bool_or("norm_topk_prob", true, &mut w)?,
         routed_scaling_factor: o.f64_or("routed_scaling_factor", 1.0, &mut w)?,
-        expert_format: weight_format(o)?,
+        expert_format: expert_weight_format(o)?,
     };
     check_moe(o, &moe)?;
     let gqa = GqaDims {
@@ -1922,7 +1997,7 @@ fn minimax_m2(o: &Obj, model_type: &str) -> Result<ModelConfig, ModelError> {
         // MiniMax always renormalises the chosen weights.
         norm_topk_prob: true,
         routed_scaling_factor: o.opt_f64("routed_scaling_factor")?.unwrap_or(1.0),
-        expert_format: weight_format(o)?,
+        expert_format: expert_weight_format(o)?,
     };
     check_moe(o, &moe)?;
     let ffn = vec![FfnKind::Moe; n_layers];
@@ -2024,7 +2099,7 @@ fn ernie45_moe(o: &Obj, model_type: &str) -> Result<ModelConfig, ModelError> {
             topk_group: 1,
             norm_topk_prob: true,
             routed_scaling_factor: 1.0,
-            expert_format: weight_format(o)?,
+            expert_format: expert_weight_format(o)?,
         };
         check_moe(o, &m)?;
         Some(m)
@@ -2226,7 +2301,7 @@ fn kimi_linear(o: &Obj, model_type: &str) -> Result<ModelConfig, ModelError> {
             topk_group: o.opt_usize("topk_group")?.unwrap_or(1),
             norm_topk_prob: norm,
             routed_scaling_factor: o.f64_or("routed_scaling_factor", 2.446, &mut w)?,
-            expert_format: weight_format.clone(),
+            expert_format: expert_weight_format(o)?,
         };
         check_moe(o, &m)?;
         Some(m)

@@ -635,6 +635,12 @@ pub enum WeightFormat {
     },
     /// MXFP4 (32 E2M1 values + one E8M0 scale per block).
     Mxfp4,
+    /// Symmetric INT4 with one bf16 scale per `group` inputs, weights only (W4A16): the
+    /// `compressed-tensors` `pack-quantized` scheme Kimi-K2-Thinking ships its experts in.
+    Int4Group {
+        /// Inputs per scale.
+        group: usize,
+    },
     /// Another `quant_method`, by name.
     Other(String),
 }
@@ -647,6 +653,7 @@ impl fmt::Display for WeightFormat {
                 write!(f, "fp8 e4m3, block-scaled {}x{}", block[0], block[1])
             }
             WeightFormat::Mxfp4 => write!(f, "mxfp4"),
+            WeightFormat::Int4Group { group } => write!(f, "int4 (W4A16, bf16 scale per {group})"),
             WeightFormat::Other(s) => write!(f, "{s}"),
         }
     }
@@ -1299,6 +1306,21 @@ impl<'a> Obj<'a> {
             seen: RefCell::new(BTreeSet::new()),
             children: RefCell::new(Vec::new()),
         }
+    }
+
+    /// The object-valued entries of this object, by key (`config_groups`' named groups), each
+    /// marked known; a value that is not an object is an error naming it.
+    pub(crate) fn object_entries(&self) -> Result<Vec<(String, Obj<'a>)>, ModelError> {
+        self.map
+            .iter()
+            .map(|(k, v)| match v {
+                Value::Object(m) => {
+                    self.seen(k);
+                    Ok((k.clone(), self.child(k, m)))
+                }
+                other => Err(self.wrong(k, "an object", other)),
+            })
+            .collect()
     }
 
     /// Marks every key of this object as known (a block read only in part on purpose).

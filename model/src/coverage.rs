@@ -480,6 +480,23 @@ pub fn rules(kind: &OpKind) -> Rule {
             ],
             "",
         ),
+        OpKind::ExpertFfn(ExpertWeights::Int4(group)) => rule(
+            Status::Dsl,
+            vec![&kernels::moe::grouped::grouped_linear_int4::META, swiglu],
+            vec![
+                Check::MultipleOf {
+                    param: "hidden",
+                    of: *group,
+                    why: "one INT4 scale per group along K",
+                },
+                Check::MultipleOf {
+                    param: "inter",
+                    of: *group,
+                    why: "one INT4 scale per group along K",
+                },
+            ],
+            "",
+        ),
         OpKind::ExpertFfn(ExpertWeights::Other(_)) => {
             missing("no expert GEMM for this weight format")
         }

@@ -67,6 +67,8 @@ pub enum ExpertWeights {
     Fp8,
     /// MXFP4.
     Mxfp4,
+    /// Group-scaled INT4 (W4A16), with its group size.
+    Int4(usize),
     /// Another format, by name.
     Other(String),
 }
@@ -168,6 +170,7 @@ impl OpKind {
             OpKind::ExpertFfn(ExpertWeights::Float) => "expert_ffn".into(),
             OpKind::ExpertFfn(ExpertWeights::Fp8) => "expert_ffn.fp8".into(),
             OpKind::ExpertFfn(ExpertWeights::Mxfp4) => "expert_ffn.mxfp4".into(),
+            OpKind::ExpertFfn(ExpertWeights::Int4(_)) => "expert_ffn.int4".into(),
             OpKind::ExpertFfn(ExpertWeights::Other(s)) => format!("expert_ffn.{s}"),
             OpKind::ExpertBias => "moe_expert_bias".into(),
             OpKind::ClampedSwiglu => "swiglu_clamped".into(),
@@ -911,6 +914,7 @@ impl Builder<'_> {
             WeightFormat::Float => ExpertWeights::Float,
             WeightFormat::Fp8Block { .. } => ExpertWeights::Fp8,
             WeightFormat::Mxfp4 => ExpertWeights::Mxfp4,
+            WeightFormat::Int4Group { group } => ExpertWeights::Int4(*group),
             WeightFormat::Other(s) => ExpertWeights::Other(s.clone()),
         };
         self.op(

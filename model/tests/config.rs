@@ -1527,3 +1527,86 @@ fn gpt_oss_configs_are_counted_and_inventoried() {
     assert!((total / 20.91e9 - 1.0).abs() < 0.01, "{total}");
     assert!((active / 3.61e9 - 1.0).abs() < 0.03, "{active}");
 }
+
+/// Kimi-K2-Thinking's `compressed-tensors` block: one group of symmetric INT4 weights with a bf16
+/// scale per 32 inputs, activations unquantized (W4A16), `pack-quantized`; the `ignore` list keeps
+/// attention, shared-expert and dense-MLP projections in bf16. The routed experts read as
+/// `Int4Group { 32 }` (4.5 bits a value in the memory plan), the rest as floats, and the coverage
+/// inventory finds the INT4 grouped expert GEMM. Other schemes are kept by name and reported
+/// missing; an `ignore` list naming the routed experts keeps them in floats.
+#[test]
+fn kimi_k2_thinking_int4_experts() {
+    let c = load_config(&testdata("kimi_k2_thinking_config.json")).expect("parses");
+    assert_eq!(c.weight_format, WeightFormat::Float);
+    let moe = c.moe.as_ref().unwrap();
+    assert_eq!(moe.expert_format, WeightFormat::Int4Group { group: 32 });
+    let k2 = load_config(&testdata("kimi_k2_config.json")).unwrap();
+    // Kimi-K2's own warnings (a defaulted RoPE layout), nothing from the quantization block.
+    assert_eq!(c.warnings, k2.warnings);
+    let (n, n2) = (
+        model::plan::params::count(&c),
+        model::plan::params::count(&k2),
+    );
+    assert_eq!((n.total(), n.active()), (n2.total(), n2.active()));
+    assert_eq!(
+        model::plan::memory::bytes_per_param(&moe.expert_format),
+        0.5 + 2.0 / 32.0
+    );
+    let cov = model::coverage::Coverage::of_config(&c);
+    assert!(cov.is_complete(), "{}", cov.missing().join("; "));
+    let row = cov
+        .row("expert_ffn.int4")
+        .expect("the INT4 expert FFN is inventoried");
+    assert!(
+        row.kernels.iter().any(|k| k == "grouped_linear_int4"),
+        "{:?}",
+        row.kernels
+    );
+
+    let with_quant = |f: &dyn Fn(&mut serde_json::Map<String, Value>)| {
+        let t = edited("kimi_k2_thinking_config.json", |o| {
+            f(o["quantization_config"].as_object_mut().unwrap())
+        });
+        parse_config(&t, "k2_thinking_edited.json").expect("parses")
+    };
+    // NVFP4 (another compressed-tensors scheme): kept by name, its expert GEMM missing.
+    let c = with_quant(&|q| {
+        q.insert("format".into(), Value::from("nvfp4-pack-quantized"));
+    });
+    let other = WeightFormat::Other("compressed-tensors/nvfp4-pack-quantized".into());
+    assert_eq!(c.moe.as_ref().unwrap().expert_format, other);
+    let cov = model::coverage::Coverage::of_config(&c);
+    assert!(
+        cov.missing()
+            .iter()
+            .any(|m| m.contains("expert_ffn.compressed-tensors/nvfp4")),
+        "{:?}",
+        cov.missing()
+    );
+    // Asymmetric INT4, or a group the kernels do not read: the same.
+    for (key, value) in [
+        ("symmetric", Value::from(false)),
+        ("group_size", Value::from(256)),
+    ] {
+        let c = with_quant(&|q| {
+            q["config_groups"]["group_0"]["weights"][key] = value.clone();
+        });
+        assert!(
+            matches!(
+                c.moe.as_ref().unwrap().expert_format,
+                WeightFormat::Other(_)
+            ),
+            "{key}"
+        );
+    }
+    // Every linear layer in INT4 (nothing but the head ignored); routed experts ignored.
+    let c = with_quant(&|q| {
+        q.insert("ignore".into(), serde_json::json!(["lm_head"]));
+    });
+    assert_eq!(c.weight_format, WeightFormat::Int4Group { group: 32 });
+    let c = with_quant(&|q| {
+        q.insert("ignore".into(), serde_json::json!(["re:.*mlp\\.experts.*"]));
+    });
+    assert_eq!(c.moe.as_ref().unwrap().expert_format, WeightFormat::Float);
+    assert_eq!(c.weight_format, WeightFormat::Int4Group { group: 32 });
+}

@@ -361,6 +361,75 @@ pub fn grouped_linear_mxfp4<T: Float>(
     }
 }
 
+/// One `BM×BN` output tile of `x · wᵀ` with `w` packed group-scaled INT4 (`packed [N, K/2]`,
+/// `scales [N, K/GS]` bf16): each weight tile is dequantized to `T` in SRAM and each f32 activation
+/// tile rounded to `T` (W4A16), so the packed weight never expands in device memory.
+/// Double-buffered, as [`mxfp4_matmul_bt_tile()`].
+#[kernel(helper)]
+pub fn int4_matmul_bt_tile<
+    T: Float,
+    const BM: usize,
+    const BN: usize,
+    const BK: usize,
+    const BKB: usize,
+    const BKS: usize,
+>(
+    x: &Tensor<f32>,
+    packed: &Tensor<u8>,
+    scales: &Tensor<bf16>,
+    row: usize,
+    col: usize,
+) -> Tile<f32, BM, BN> {
+    let mut acc = zeros::<f32, BM, BN>();
+    let mut tx = load_async::<BM, BK>(x, row, 0);
+    let mut tq = load_async::<BN, BKB>(packed, col, 0);
+    let mut ts = load_async::<BN, BKS>(scales, col, 0);
+    for k in (BK..x.cols() + BK).step_by(BK) {
+        let next_x = load_async::<BM, BK>(x, row, k);
+        let next_q = load_async::<BN, BKB>(packed, col, k / 2);
+        let next_s = load_async::<BN, BKS>(scales, col, k / (BK / BKS));
+        let w = dequant_int4::<T, BN, BK>(&tq, &ts);
+        mma_bt(&mut acc, &cast::<T>(&tx), &w);
+        tx = next_x;
+        tq = next_q;
+        ts = next_s;
+    }
+    acc
+}
+
+/// [`grouped_linear()`] for group-scaled INT4 expert weights (W4A16: Kimi-K2-Thinking's
+/// `pack-quantized` experts, groups of 32), dequantized on chip to `T`. `GS` is the weight's group
+/// size, fixed by the runner ([`run_grouped_linear_weight`]), not tuned.
+#[kernel(
+    grid = grouped_grid(x.rows(), packed.shape()[0], BM, cdiv(packed.shape()[1], BN)),
+    tunable(BM = [16, 32, 64, 128], BN = [128, 64, 256], BK = [128], GS = [32, 64, 128]),
+    derived(BKB = BK / 2, BKS = BK / GS),
+    helpers(grouped_tile, int4_matmul_bt_tile)
+)]
+pub fn grouped_linear_int4<T: Float>(
+    x: &Tensor<f32>,
+    packed: &Tensor<u8>,
+    scales: &Tensor<bf16>,
+    offsets: &Tensor<i32>,
+    y: &Tensor<f32>,
+) {
+    require(
+        scales.cols() * GS == packed.cols() * 2,
+        "the scales must hold one column per GS inputs (the runner sets GS to the weight's group)",
+    );
+    let experts = packed.shape()[0];
+    let (e, tile_row, tile_col, stride) = grouped_tile(experts);
+    let start = load_index(offsets, e, e * x.rows() / experts);
+    let end = load_index(offsets, e + 1, (e + 1) * x.rows() / experts);
+    let (xe, ye) = (x.rows_clipped(start, end), y.rows_clipped(start, end));
+    let (qe, se) = (packed.at(e), scales.at(e));
+    let col = tile_col * BN;
+    for row in (tile_row * BM..xe.rows()).step_by(stride * BM) {
+        let acc = int4_matmul_bt_tile::<T, BM, BN, BK, BKB, BKS>(&xe, &qe, &se, row, col);
+        store(&ye, row, col, &acc);
+    }
+}
+
 /// Per-expert biases on grouped rows, in place: `y[r] += bias[e(r)]` for the rows
 /// `offsets[e]..offsets[e+1]` of `y [N, Nout]` with `bias [E, Nout]` (gpt-oss's
 /// `gate_up_proj_bias` / `down_proj_bias`, added to each expert's projection). One program per
@@ -466,6 +535,7 @@ pub fn run_grouped_linear_weight(
         Weight::Bf16(_) => grouped_linear_cast::META.name,
         Weight::Fp8Block { .. } => grouped_linear_fp8::META.name,
         Weight::Mxfp4 { .. } => grouped_linear_mxfp4::META.name,
+        Weight::Int4 { .. } => grouped_linear_int4::META.name,
     };
     let [e, n_out, k] = match shape[..] {
         [e, n, k] if e > 0 && n > 0 && k > 0 => [e, n, k],
@@ -539,6 +609,26 @@ pub fn run_grouped_linear_weight(
             let l = grouped_linear_mxfp4::launch::<bf16>(
                 launcher, &cfg, x, blocks, scales, offsets, y,
             )?;
+            Ok(vec![(name, l.report)])
+        }
+        Weight::Int4 { packed, scales } => {
+            let group = 2 * packed.cols() / scales.cols().max(1);
+            crate::weight::check_int4_group(group, k, &shape).map_err(|m| bad(name, m))?;
+            if scales.cols() * group != k {
+                return Err(bad(
+                    name,
+                    format!("INT4 scales {scales:?} do not hold one column per group of {group} of K = {k}"),
+                ));
+            }
+            let cfg = Config::new()
+                .with("BM", bm)
+                .with("BK", 128)
+                .with("GS", group as i64);
+            let cfg = launcher.tiles(&grouped_linear_int4::META, &key, cfg);
+            // The group is the weight's, whatever a tuning table holds.
+            let cfg = cfg.with("GS", group as i64);
+            let l =
+                grouped_linear_int4::launch::<bf16>(launcher, &cfg, x, packed, scales, offsets, y)?;
             Ok(vec![(name, l.report)])
         }
     }

@@ -416,9 +416,11 @@ fn moe(ld: &Loader, cfg: &ModelConfig, layer: usize, p: &str) -> Result<MoeWeigh
     // Whatever the checkpoint's layout (per expert, fused, MXFP4), as [E, 2I, H]: per expert the
     // gate rows then the up rows, so one grouped GEMM produces both halves.
     let what = format!("layer {layer} experts");
-    // MXFP4 packs K in 32-value blocks: experts whose sizes do not divide are held in bf16.
+    // MXFP4 packs K in 32-value blocks, INT4 in its groups: experts whose sizes do not divide
+    // are held in bf16.
     let format = match ld.held(ld.experts) {
         Format::Mxfp4 if h % 32 != 0 || i % 32 != 0 => Format::Bf16,
+        Format::Int4 { group } if h % group != 0 || i % group != 0 => Format::Bf16,
         f => f,
     };
     let gate_up = ld.derived_weight(&what, format, &[e, 2 * i, h], |c| {
@@ -685,6 +687,7 @@ impl ModelWeights {
         let stored = |f: &WeightFormat| match f {
             WeightFormat::Fp8Block { .. } => Format::Fp8Block,
             WeightFormat::Mxfp4 => Format::Mxfp4,
+            WeightFormat::Int4Group { group } => Format::Int4 { group: *group },
             WeightFormat::Float | WeightFormat::Other(_) => Format::Bf16,
         };
         if ckpt.is_some() && cfg.indexer.as_ref().is_some_and(|i| i.rope_interleaved) {
@@ -700,6 +703,16 @@ impl ModelWeights {
             crate::config::Family::Ernie45Moe => Some("ERNIE-4.5 MoE"),
             _ => None,
         };
+        let int4 = |f: &WeightFormat| matches!(f, WeightFormat::Int4Group { .. });
+        let int4_experts = cfg.moe.as_ref().is_some_and(|m| int4(&m.expert_format));
+        if ckpt.is_some() && (int4(&cfg.weight_format) || int4_experts) {
+            return Err(ForwardError::Unsupported {
+                what: "INT4 (compressed-tensors pack-quantized) checkpoints: cost-only runs take \
+                       its config.json and run the INT4 expert GEMM, but numeric runs do not \
+                       unpack `weight_packed`/`weight_scale` yet"
+                    .into(),
+            });
+        }
         if let (Some(name), Some(_)) = (unbound, ckpt) {
             return Err(ForwardError::Unsupported {
                 what: format!(
@@ -711,9 +724,9 @@ impl ModelWeights {
         let ld = Loader {
             ckpt,
             precision,
-            // A dense MXFP4 layer has no kernel: hold it in bf16.
+            // A dense MXFP4 or INT4 layer has no kernel: hold it in bf16.
             dense: match stored(&cfg.weight_format) {
-                Format::Mxfp4 => Format::Bf16,
+                Format::Mxfp4 | Format::Int4 { .. } => Format::Bf16,
                 f => f,
             },
             experts: cfg

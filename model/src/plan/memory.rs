@@ -27,12 +27,14 @@ impl Default for MemoryOptions {
 }
 
 /// Bytes per stored value of a weight format: FP8 counts its f32 scale per block, MXFP4 its
-/// E8M0 scale per 32 values (4.25 bits), plain floats are bf16.
+/// E8M0 scale per 32 values (4.25 bits), INT4 its bf16 scale per group (4.5 bits at groups of
+/// 32), plain floats are bf16.
 pub fn bytes_per_param(f: &WeightFormat) -> f64 {
     match f {
         WeightFormat::Float | WeightFormat::Other(_) => 2.0,
         WeightFormat::Fp8Block { block } => 1.0 + 4.0 / (block[0] * block[1]) as f64,
         WeightFormat::Mxfp4 => 4.25 / 8.0,
+        WeightFormat::Int4Group { group } => 0.5 + 2.0 / (*group).max(1) as f64,
     }
 }
 

@@ -32,6 +32,13 @@ pub const MODEL_PRESETS: &[ModelPreset] = &[
         file: "model/testdata/kimi_k2_config.json",
     },
     ModelPreset {
+        name: "kimi-k2-thinking",
+        description: "Moonshot Kimi-K2-Thinking: Kimi-K2's architecture, routed experts in INT4 (W4A16, a bf16 scale per 32)",
+        published: Some((1e12, 32e9)),
+        config: include_str!("../../testdata/kimi_k2_thinking_config.json"),
+        file: "model/testdata/kimi_k2_thinking_config.json",
+    },
+    ModelPreset {
         name: "deepseek-v3",
         description: "DeepSeek-V3 (671B): MLA, 256 experts, FP8 block-scaled weights",
         published: Some((671e9, 37e9)),
