@@ -197,7 +197,7 @@ pub fn entries(cfg: &ModelConfig) -> Vec<SuiteEntry> {
             // The forward's INT4 kernel is the grouped GEMM (no fused expert-FFN variant).
             out.push(entry(
                 format!(
-                    "moe: grouped expert GEMM, INT4 weights (scale per {group}), 4 experts × 8 tokens, 256→128"
+                    "moe: grouped expert GEMM, INT4 weights (scale per {group}), 4 experts (one empty) × 32 rows, 256→128"
                 ),
                 EXPERT_TOL,
                 move |l| run_int4_experts(l, group, &[9, 0, 14, 9], 128, 256),
@@ -547,6 +547,15 @@ mod tests {
         assert!(!v3.iter().any(|n| n.starts_with("dsa:")), "{v3:?}");
         let qwen = names(&preset("qwen3-235b-a22b"));
         assert!(qwen.iter().any(|n| n.starts_with("gqa:")), "{qwen:?}");
+        // INT4 experts are checked through the grouped kernel the forward runs, not the
+        // bf16 expert GEMM.
+        let k2t = names(&preset("kimi-k2-thinking"));
+        assert!(
+            k2t.iter()
+                .any(|n| n.starts_with("moe: grouped expert GEMM, INT4 weights (scale per 32)")),
+            "{k2t:?}"
+        );
+        assert!(!k2t.iter().any(|n| n.contains("Bf16 weights")), "{k2t:?}");
     }
 
     /// `day0 run --model M --cluster C` must not stop at step 2 for any built-in pair: a check
