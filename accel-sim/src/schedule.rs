@@ -366,6 +366,8 @@ pub struct LaunchSim<'a> {
     sampling: Option<Box<Sampling>>,
     /// Runs formed (programs walked, lockstep runs counting once).
     runs_formed: u64,
+    /// [`DevicePreset::one_cycle_transfer_bytes`] of the device.
+    one_cycle_bytes: u64,
 }
 
 impl<'a> LaunchSim<'a> {
@@ -397,6 +399,7 @@ impl<'a> LaunchSim<'a> {
             done_buf: Vec::new(),
             sampling: None,
             runs_formed: 0,
+            one_cycle_bytes: preset.one_cycle_transfer_bytes(),
             info,
         };
         sim.add_free(
@@ -822,6 +825,7 @@ impl<'a> LaunchSim<'a> {
             kernel: self.info.kernel,
             line_code: &code,
             record_intervals: self.trace.is_some(),
+            one_cycle_bytes: self.one_cycle_bytes,
         };
         let Some(run) = self.runs[r].as_mut() else {
             return Ok(());

@@ -405,6 +405,8 @@ pub struct TimingContext<'a> {
     pub line_code: &'a dyn Fn(u32) -> String,
     /// Whether to keep the timeline.
     pub record_intervals: bool,
+    /// [`DevicePreset::one_cycle_transfer_bytes`], computed once per launch (not per resumption).
+    pub one_cycle_bytes: u64,
 }
 
 /// A transfer of this program in flight on DMA queue `q`.
@@ -634,7 +636,7 @@ impl CoreRun {
         let cap = p.sram.bytes_per_core;
         let walker = trace.walker();
         let acc_cap = p.accumulators.as_ref().map(|a| a.bytes_per_core);
-        let one_cycle_bytes = p.one_cycle_transfer_bytes();
+        let one_cycle_bytes = cx.one_cycle_bytes;
         // Accumulators live apart only on devices that say so.
         let acc_mask = if acc_cap.is_some() { SLOT_ACC } else { 0 };
         while let Some((si, ev, next)) = walker.at(&self.cursor) {

@@ -122,7 +122,7 @@ impl Weight {
             Weight::Fp8Block { .. } => Format::Fp8Block,
             Weight::Mxfp4 { .. } => Format::Mxfp4,
             Weight::Int4 { packed, scales } => Format::Int4 {
-                group: 2 * packed.cols() / scales.cols().max(1),
+                group: int4_group(packed, scales),
             },
         }
     }
@@ -242,6 +242,11 @@ pub fn check_int4_group(group: usize, k: usize, shape: &[usize]) -> Result<(), S
         ));
     }
     Ok(())
+}
+
+/// The group size an INT4 weight's tensors imply: inputs (two per packed byte) per scale column.
+pub(crate) fn int4_group(packed: &Tensor<u8>, scales: &Tensor<bf16>) -> usize {
+    2 * packed.cols() / scales.cols().max(1)
 }
 
 /// Group sizes the INT4 kernels read (divisors of their 128-wide K tile).

@@ -612,7 +612,7 @@ pub fn run_grouped_linear_weight(
             Ok(vec![(name, l.report)])
         }
         Weight::Int4 { packed, scales } => {
-            let group = 2 * packed.cols() / scales.cols().max(1);
+            let group = crate::weight::int4_group(packed, scales);
             crate::weight::check_int4_group(group, k, &shape).map_err(|m| bad(name, m))?;
             if scales.cols() * group != k {
                 return Err(bad(
