@@ -97,9 +97,19 @@ pub fn entries(cfg: &ModelConfig) -> Vec<SuiteEntry> {
         let group = (g.heads / g.kv_heads.max(1)).clamp(1, 8);
         let kv = g.kv_heads.clamp(1, 2);
         let window = g.sliding_window.unwrap_or(0).clamp(1, PREFILL_TOKENS / 3);
-        for (kind, label, window) in [
-            (AttentionKind::Gqa, "gqa", 0),
-            (AttentionKind::SlidingGqa, "sliding gqa", window),
+        // A chunked layer's prefill is causal attention chunk by chunk; its decode token reads
+        // its chunk so far (the chunk capped so that the check's context crosses a boundary).
+        let chunk = g.attention_chunk.unwrap_or(1).clamp(1, DECODE_CONTEXT / 2);
+        for (kind, label, window, decode_window) in [
+            (AttentionKind::Gqa, "gqa", 0, 0),
+            (AttentionKind::SlidingGqa, "sliding gqa", window, window),
+            (
+                AttentionKind::ChunkedGqa,
+                "chunked gqa",
+                0,
+                (DECODE_CONTEXT - 1) % chunk + 1,
+            ),
+            (AttentionKind::NopeGqa, "nope gqa", 0, 0),
         ] {
             if !has(&kind) {
                 continue;
@@ -108,12 +118,12 @@ pub fn entries(cfg: &ModelConfig) -> Vec<SuiteEntry> {
             out.push(prefill_entry(label, heads, kv, d, d, window, sinks));
             out.push(entry(
                 format!("{label}: paged_decode_gqa_batch heads {heads}/{kv} head_dim {d} ctx {DECODE_CONTEXT}{}{}",
-                    if window > 0 { format!(" window {window}") } else { String::new() },
+                    if decode_window > 0 { format!(" window {decode_window}") } else { String::new() },
                     if sinks { " sinks" } else { "" }),
                 F32_TOL,
                 move |l| {
                     let case = decode_case(heads, kv, d, d, false);
-                    Ok(run_decode_gqa_batch_with(l, &case, &[DECODE_CONTEXT], window, sinks)?.report)
+                    Ok(run_decode_gqa_batch_with(l, &case, &[DECODE_CONTEXT], decode_window, sinks)?.report)
                 },
             ));
         }

@@ -86,6 +86,7 @@ const CHECKED: &[&str] = &[
     "add_bias",
     "sigmoid_mul",
     "sigmoid_mul_col",
+    "mul_col",
     "gelu",
     "linear_bias",
     "linear_heads",
@@ -303,6 +304,10 @@ fn run_op(device: &str, op: &str, m: usize, n: usize, k: usize) -> Result<Report
             &shape(&[m, n]),
         )
         .map(|r| r.report),
+        "mul_col" => {
+            kernels::elementwise::run_mul_col(&l, &shape(&[m, 1]), &shape(&[m, n]), &shape(&[m, n]))
+                .map(|r| r.report)
+        }
         "gelu" => kernels::elementwise::run_gelu(
             &l,
             &shape(&[m, n]),
@@ -384,6 +389,7 @@ const RUNNERS: &[&str] = &[
     "add_bias",
     "sigmoid_mul",
     "sigmoid_mul_col",
+    "mul_col",
     "gelu",
     "linear_bias",
     "linear_heads",

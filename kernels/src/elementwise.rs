@@ -5,6 +5,8 @@
 //!   `attn_output * torch.sigmoid(gate)`);
 //! - [`sigmoid_mul_col()`]: `out[t, :] = x[t, :] · σ(gate[t])` with `gate [T, 1]` (Qwen3-Next's
 //!   shared-expert gate, one scalar per token);
+//! - [`mul_col()`]: `out[t, :] = x[t, :] · s[t]` with `s [T, 1]` (Llama-4: a routed expert's
+//!   input times its router score, the query of a NoPE layer times its attention temperature);
 //! - [`add_bias()`]: `out[t, :] = x[t, :] + b` with `b [1, N]` (the q/k/v projection biases of
 //!   Qwen2 and GLM-4.5's attention);
 //! - [`gelu()`]: `out = GELU(x)`, exact (`nn.GELU()`, erf) or tanh-approximated
@@ -63,6 +65,18 @@ pub fn sigmoid_mul_col(gate: &Tensor<f32>, x: &Tensor<f32>, out: &Tensor<f32>) {
     let tg = load_async::<BR, 1>(gate, r, 0);
     let tx = load_async::<BR, BC>(x, r, c);
     store(out, r, c, &mul_col(&tx, &sigmoid(&tg)));
+}
+
+/// `out[t, :] = x[t, :] · s[t]` with one scale per row: one program per `BR×BC` tile.
+#[kernel(
+    grid = (cdiv(out.rows(), BR), cdiv(out.cols(), BC)),
+    tunable(BR = [16, 1, 4, 64], BC = [256, 32, 64, 128, 512])
+)]
+pub fn mul_col(s: &Tensor<f32>, x: &Tensor<f32>, out: &Tensor<f32>) {
+    let (r, c) = (program_id(0) * BR, program_id(1) * BC);
+    let ts = load_async::<BR, 1>(s, r, 0);
+    let tx = load_async::<BR, BC>(x, r, c);
+    store(out, r, c, &mul_col(&tx, &ts));
 }
 
 /// `out = GELU(x)`: one program per `BR×BC` tile; `approximate` picks the tanh form.
@@ -196,6 +210,26 @@ pub fn run_sigmoid_mul_col(
         launcher,
         &tiles_for(rows, cols, launcher.preset.sram.bytes_per_core),
         gate,
+        x,
+        out,
+    )
+}
+
+/// Runs [`mul_col()`]: `out = x · s` per row, `s [T, 1]`, `x`, `out [T, N]` (checked; `out` may
+/// be `x`).
+pub fn run_mul_col(
+    launcher: &Launcher,
+    s: &Tensor<f32>,
+    x: &Tensor<f32>,
+    out: &Tensor<f32>,
+) -> Result<Launch, SimError> {
+    let (rows, cols) = (out.rows(), out.cols());
+    check_shape(mul_col::META.name, "s", s, [rows, 1])?;
+    check_shape(mul_col::META.name, "x", x, [rows, cols])?;
+    mul_col::launch(
+        launcher,
+        &tiles_for(rows, cols, launcher.preset.sram.bytes_per_core),
+        s,
         x,
         out,
     )

@@ -275,6 +275,15 @@ pub fn sigmoid_mul_col(gate: &[f32], x: &[f32], cols: usize) -> Vec<f64> {
         .collect()
 }
 
+/// `x[t, :] · s[t]` in f64 for row-major `x [s.len(), cols]`.
+pub fn mul_col(s: &[f32], x: &[f32], cols: usize) -> Vec<f64> {
+    assert_eq!(x.len(), s.len() * cols, "mul_col: x length");
+    x.chunks_exact(cols.max(1))
+        .zip(s)
+        .flat_map(|(row, v)| row.iter().map(move |e| *e as f64 * *v as f64))
+        .collect()
+}
+
 /// erf(x) in f64 to ~1e-15: its Taylor series for |x| < 3, else 1 − erfc(|x|) from the continued
 /// fraction erfc(x) = e^(−x²)/√π · 1/(x + ½/(x + 1/(x + (3/2)/(x + …)))) (std has no erf).
 pub fn erf(x: f64) -> f64 {

@@ -186,6 +186,12 @@ pub fn all() -> Vec<Implementation> {
             summary: "x * sigmoid(gate) with one gate per row (shared-expert gate)",
         },
         Implementation {
+            op: "mul_col",
+            kind: ImplKind::Dsl,
+            meta: &crate::elementwise::mul_col::META,
+            summary: "x * s with one scale per row (Llama-4's router score on an expert's input, a NoPE layer's attention temperature)",
+        },
+        Implementation {
             op: "kv_cache_append",
             kind: ImplKind::Dsl,
             meta: &crate::attention::kv_append::kv_cache_append::META,

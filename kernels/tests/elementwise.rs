@@ -1,4 +1,4 @@
-//! Element-wise kernels (`add`, `add_bias`, `sigmoid_mul`, `sigmoid_mul_col`) against the f64
+//! Element-wise kernels (`add`, `add_bias`, `sigmoid_mul`, `sigmoid_mul_col`, `mul_col`) against the f64
 //! reference.
 //!
 //! Tolerance: f32 ≤ 1e-5 max relative error (reference RMS as the floor; one or two f32
@@ -8,7 +8,8 @@
 use dsl_core::prelude::*;
 use dsl_core::SimError;
 use kernels::elementwise::{
-    add_bias, run_add, run_add_bias, run_sigmoid_mul, run_sigmoid_mul_col, sigmoid_mul, tiles_for,
+    add_bias, run_add, run_add_bias, run_mul_col, run_sigmoid_mul, run_sigmoid_mul_col,
+    sigmoid_mul, tiles_for,
 };
 use kernels::reference::{self, rel_error};
 use kernels::testdata::Rng;
@@ -79,6 +80,16 @@ proptest! {
         prop_assert!(err <= TOL, "{rows}x{cols}: max rel error {err}");
     }
 
+    #[test]
+    fn mul_col_matches_reference(rows in 1usize..80, cols in 1usize..700, seed in any::<u64>()) {
+        let mut rng = Rng::new(seed);
+        let (sv, xv) = (rng.vec(rows, 2.0), rng.vec(rows * cols, 1.0));
+        let out = Tensor::<f32>::poisoned(&[rows, cols]);
+        run_mul_col(&launcher(), &tensor(&[rows, 1], &sv), &tensor(&[rows, cols], &xv), &out).unwrap();
+        let err = rel_error(&out.to_vec().unwrap(), &reference::mul_col(&sv, &xv, cols));
+        prop_assert!(err <= TOL, "{rows}x{cols}: max rel error {err}");
+    }
+
     /// Every declared tile shape, launched directly, on a ragged shape.
     #[test]
     fn any_declared_tiles(config in prop::sample::select(sigmoid_mul::META.space()), seed in any::<u64>()) {
@@ -138,11 +149,21 @@ fn mismatched_shapes_are_launch_errors() {
         }
         other => panic!("expected a launch error, got {other:?}"),
     }
+    assert!(matches!(
+        run_mul_col(&l, &a, &a, &out),
+        Err(SimError::Launch { .. })
+    ));
 }
 
 #[test]
 fn registered() {
-    for op in ["add", "add_bias", "sigmoid_mul", "sigmoid_mul_col"] {
+    for op in [
+        "add",
+        "add_bias",
+        "sigmoid_mul",
+        "sigmoid_mul_col",
+        "mul_col",
+    ] {
         let imps = kernels::registry::implementations(op);
         assert_eq!(imps.len(), 1, "{op}");
         assert_eq!(imps[0].meta.name, op);

@@ -91,14 +91,15 @@
 use serde_json::Value;
 
 use crate::config::{
-    AttentionKind, ConfigWarning, Decay, DenseMlpDims, ExpertActivation, Family, FfnKind, GqaDims,
-    IndexerDims, LayerSpec, LinearAttnDims, MlaDims, ModelConfig, ModelError, MoeDims, Obj,
-    RopeConfig, RopeScaling, RouterKind, WeightFormat, SUPPORTED_MODEL_TYPES,
+    AttentionKind, AttnTemperature, ConfigWarning, Decay, DenseMlpDims, ExpertActivation, Family,
+    FfnKind, GqaDims, IndexerDims, LayerSpec, LinearAttnDims, MlaDims, ModelConfig, ModelError,
+    MoeDims, Obj, RopeConfig, RopeScaling, RouterKind, WeightFormat, SUPPORTED_MODEL_TYPES,
 };
 
 /// Fields every Hugging Face config may carry that do not change the forward pass.
 const HF_IGNORED: &[&str] = &[
     "architectures",
+    "_attn_implementation_autoset",
     "auto_map",
     "torch_dtype",
     "dtype",
@@ -487,6 +488,7 @@ fn parse_known(o: &Obj, model_type: &str) -> Option<Result<ModelConfig, ModelErr
         "gpt_oss" => gpt_oss(o, model_type),
         "minimax_m2" => minimax_m2(o, model_type),
         "ernie4_5_moe" => ernie45_moe(o, model_type),
+        "llama4" | "llama4_text" => llama4(o, model_type),
         "llama" | "mistral" | "mixtral" => llama(o, model_type),
         "day0_hybrid" => hybrid(o, model_type),
         _ => return None,
@@ -2012,6 +2014,248 @@ fn minimax_m2(o: &Obj, model_type: &str) -> Result<ModelConfig, ModelError> {
         rope,
         w,
     )
+}
+
+/// Llama 4 (`llama4`, its language model under `text_config`, or `llama4_text`; fields and
+/// defaults as transformers' `Llama4TextConfig`). Layer `i` has RoPE when `no_rope_layers[i]` is
+/// 1 (transformers' `use_rope`; absent or empty: every `no_rope_layer_interval`-th layer, 1-based,
+/// has none), and attends within chunks of `attention_chunk_size` positions when `layer_types`
+/// says `chunked_attention` (by default the RoPE layers; a null chunk size makes them full
+/// attention). RoPE turns interleaved pairs, with `use_qk_norm` followed by a weightless RMS norm
+/// of each head's query and key; the NoPE layers scale their queries by the attention temperature
+/// (`attn_temperature_tuning`, `floor_scale`, `attn_scale`). Layers in `moe_layers` (by default
+/// every `interleave_moe_layer_step`-th, 1-based) are MoE — `num_local_experts` experts of
+/// `intermediate_size`, top-`num_experts_per_tok` of the logits, each chosen expert's input
+/// scaled by the sigmoid of its logit, plus a shared expert of the same width — the others
+/// dense MLPs of `intermediate_size_mlp`. The vision encoder (`vision_config`) is not modelled.
+fn llama4(o: &Obj, model_type: &str) -> Result<ModelConfig, ModelError> {
+    let mut w = Vec::new();
+    let text = match model_type {
+        "llama4" => {
+            o.ignore(HF_IGNORED);
+            o.ignore(&["boi_token_index", "eoi_token_index", "image_token_index"]);
+            if o.peek_value("vision_config").is_some_and(|v| !v.is_null()) {
+                o.seen("vision_config");
+                w.push(ConfigWarning::Ignored {
+                    field: o.path("vision_config"),
+                    reason: "Llama 4's vision encoder is not modelled: day0 runs its language \
+                             model on text tokens"
+                        .into(),
+                });
+            }
+            Some(o.opt_obj("text_config")?.ok_or_else(|| {
+                o.missing_for("text_config", "model_type llama4 (its language model)")
+            })?)
+        }
+        _ => None,
+    };
+    let t = text.as_ref().unwrap_or(o);
+    common_hf(t, &mut w)?;
+    // Training-time knobs, and the quantization tooling's flag.
+    t.ignore(&["model_type", "router_jitter_noise", "for_llm_compressor"]);
+    let hidden_size = t.req_dim("hidden_size")?;
+    let n_layers = t.req_dim("num_hidden_layers")?;
+    let vocab_size = t.req_dim("vocab_size")?;
+    let (heads, kv_heads) = gqa_heads(t)?;
+    let head_dim = head_dim_or(t, hidden_size / heads)?;
+    // `no_rope_layers[i]` is 1 where layer `i` HAS RoPE (the name reads the other way round).
+    let rope_on: Vec<bool> = match t.opt_usize_list("no_rope_layers")? {
+        Some(l) if !l.is_empty() => {
+            t.seen("no_rope_layer_interval");
+            if l.len() != n_layers || l.iter().any(|v| *v > 1) {
+                return Err(t.invalid(
+                    "no_rope_layers",
+                    format!("must give 0 or 1 for each of the {n_layers} layers"),
+                ));
+            }
+            l.iter().map(|v| *v == 1).collect()
+        }
+        _ => {
+            let every = t.usize_or("no_rope_layer_interval", 4, &mut w)?;
+            if every == 0 {
+                return Err(t.invalid("no_rope_layer_interval", "must be at least 1"));
+            }
+            (0..n_layers).map(|i| (i + 1) % every != 0).collect()
+        }
+    };
+    let chunk = match t.peek_value("attention_chunk_size") {
+        None => {
+            w.push(ConfigWarning::Defaulted {
+                field: t.path("attention_chunk_size"),
+                value: "8192".into(),
+            });
+            Some(8192)
+        }
+        Some(Value::Null) => {
+            t.seen("attention_chunk_size");
+            None
+        }
+        Some(_) => match t.opt_usize("attention_chunk_size")? {
+            Some(0) => return Err(t.invalid("attention_chunk_size", "must be at least 1")),
+            c => c,
+        },
+    };
+    let chunked: Vec<bool> = match t.opt_str_list("layer_types")? {
+        Some(types) if types.len() == n_layers => types
+            .iter()
+            .map(|k| match k.as_str() {
+                "chunked_attention" => Ok(true),
+                "full_attention" => Ok(false),
+                other => Err(t.invalid(
+                    "layer_types",
+                    format!("`{other}` is not `chunked_attention` or `full_attention`"),
+                )),
+            })
+            .collect::<Result<_, _>>()?,
+        Some(types) => {
+            return Err(t.invalid(
+                "layer_types",
+                format!(
+                    "must give one kind per layer ({n_layers}), found {}",
+                    types.len()
+                ),
+            ))
+        }
+        None => rope_on.clone(),
+    };
+    let attention = rope_on
+        .iter()
+        .zip(&chunked)
+        .enumerate()
+        .map(
+            |(i, (rope, chunked))| match (rope, *chunked && chunk.is_some()) {
+                (true, true) => Ok(AttentionKind::ChunkedGqa),
+                (true, false) => Ok(AttentionKind::Gqa),
+                (false, false) => Ok(AttentionKind::NopeGqa),
+                (false, true) => Err(t.invalid(
+                    "layer_types",
+                    format!("layer {i} attends in chunks without RoPE, a form day0 does not model"),
+                )),
+            },
+        )
+        .collect::<Result<Vec<_>, _>>()?;
+    let tuning = match t.peek_value("attn_temperature_tuning") {
+        // The released files write 4 (a number) where transformers declares a bool.
+        Some(Value::Bool(b)) => *b,
+        Some(Value::Number(n)) => n.as_f64().is_some_and(|v| v != 0.0),
+        Some(Value::Null) => false,
+        None => true,
+        Some(_) => return Err(t.invalid("attn_temperature_tuning", "must be a bool (or a number)")),
+    };
+    t.seen("attn_temperature_tuning");
+    let temperature = if tuning && attention.contains(&AttentionKind::NopeGqa) {
+        let floor_scale = t.f64_or("floor_scale", 8192.0, &mut w)?;
+        if floor_scale <= 0.0 {
+            return Err(t.invalid("floor_scale", "must be positive"));
+        }
+        Some(AttnTemperature {
+            floor_scale,
+            attn_scale: t.f64_or("attn_scale", 0.1, &mut w)?,
+        })
+    } else {
+        t.ignore(&["floor_scale", "attn_scale"]);
+        None
+    };
+    let gqa = GqaDims {
+        qk_l2_norm: t.bool_or("use_qk_norm", true, &mut w)?,
+        rope_interleaved: true,
+        attention_chunk: chunk.filter(|_| attention.contains(&AttentionKind::ChunkedGqa)),
+        temperature,
+        ..GqaDims::new(heads, kv_heads, head_dim)
+    };
+    let experts = t.usize_or("num_local_experts", 16, &mut w)?;
+    let moe_layers: Vec<usize> = match t.opt_usize_list("moe_layers")? {
+        Some(l) => {
+            t.seen("interleave_moe_layer_step");
+            if let Some(bad) = l.iter().find(|i| **i >= n_layers) {
+                return Err(t.invalid(
+                    "moe_layers",
+                    format!("layer {bad} is past the model's {n_layers} layers"),
+                ));
+            }
+            l
+        }
+        None => {
+            let step = t.usize_or("interleave_moe_layer_step", 1, &mut w)?;
+            if step == 0 {
+                return Err(t.invalid("interleave_moe_layer_step", "must be at least 1"));
+            }
+            (step - 1..n_layers).step_by(step).collect()
+        }
+    };
+    let ffn: Vec<FfnKind> = (0..n_layers)
+        .map(|i| match experts > 0 && moe_layers.contains(&i) {
+            true => FfnKind::Moe,
+            false => FfnKind::Dense,
+        })
+        .collect();
+    let inter = t.usize_or("intermediate_size", 8192, &mut w)?;
+    let moe = if ffn.contains(&FfnKind::Moe) {
+        let m = MoeDims {
+            activation: ExpertActivation::Swiglu,
+            biases: false,
+            experts,
+            experts_per_token: t.usize_or("num_experts_per_tok", 1, &mut w)?,
+            intermediate_size: inter,
+            shared_experts: 1,
+            shared_intermediate_size: inter,
+            shared_expert_gate: false,
+            router: RouterKind::SigmoidTopkScaledInput,
+            n_group: 1,
+            topk_group: 1,
+            norm_topk_prob: false,
+            routed_scaling_factor: 1.0,
+            expert_format: expert_weight_format(t)?,
+        };
+        check_moe(t, &m)?;
+        Some(m)
+    } else {
+        t.seen("num_experts_per_tok");
+        None
+    };
+    let dense_mlp = if ffn.contains(&FfnKind::Dense) {
+        Some(DenseMlpDims {
+            intermediate_size: t.usize_or("intermediate_size_mlp", 16384, &mut w)?,
+        })
+    } else {
+        t.seen("intermediate_size_mlp");
+        None
+    };
+    let rope = parse_rope(t, 1.0, &mut w)?;
+    let tie = match &text {
+        Some(_) => o.bool_or("tie_word_embeddings", false, &mut w)?,
+        None => t.bool_or("tie_word_embeddings", false, &mut w)?,
+    };
+    let cfg = ModelConfig {
+        source: o.file.to_string(),
+        model_type: model_type.to_string(),
+        family: Family::Llama4,
+        hidden_size,
+        vocab_size,
+        rms_norm_eps: t.f64_or("rms_norm_eps", 1e-5, &mut w)?,
+        tie_word_embeddings: tie,
+        max_position_embeddings: t.opt_usize("max_position_embeddings")?,
+        rope: Some(rope),
+        mla: None,
+        indexer: None,
+        gqa: Some(gqa),
+        linear_attention: None,
+        dense_mlp,
+        moe,
+        layers: attention
+            .into_iter()
+            .zip(ffn)
+            .map(|(attention, ffn)| LayerSpec { attention, ffn })
+            .collect(),
+        weight_format: weight_format(t)?,
+        warnings: w,
+        vision: None,
+    };
+    if let Some(t) = &text {
+        t.ignore(&["tie_word_embeddings"]);
+        o.adopt(t);
+    }
+    Ok(cfg)
 }
 
 /// ERNIE-4.5 MoE (`ernie4_5_moe`; fields as transformers' `Ernie4_5_MoeConfig`): Llama attention

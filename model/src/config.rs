@@ -142,6 +142,8 @@ pub const SUPPORTED_MODEL_TYPES: &[&str] = &[
     "gpt_oss",
     "minimax_m2",
     "ernie4_5_moe",
+    "llama4",
+    "llama4_text",
     "day0_hybrid",
 ];
 
@@ -343,6 +345,14 @@ pub enum Family {
     /// with a correction bias (`moe_statics`) — a router day0 has no kernel for yet, so coverage
     /// reports it missing and runs stop there.
     Ernie45Moe,
+    /// `llama4` / `llama4_text`: Llama 4 (Scout, Maverick). GQA whose RoPE layers attend within
+    /// chunks of `attention_chunk_size` positions (L2-normed q/k with `use_qk_norm`) and whose
+    /// every `no_rope_layer_interval`-th layer attends the whole context without positions (the
+    /// query scaled by a temperature); MoE in the `moe_layers` (top-k on the router logits,
+    /// the sigmoid of each chosen logit scaling the expert's *input*, plus a shared expert),
+    /// dense SwiGLU MLPs of `intermediate_size_mlp` elsewhere. The language model only (its
+    /// vision encoder is not modelled); cost-only: its checkpoints are not read yet.
+    Llama4,
     /// `day0_hybrid`, day0's own schema.
     Day0Hybrid,
 }
@@ -375,6 +385,7 @@ impl Family {
             Family::GptOss => "gpt-oss (GQA with sinks, sliding windows, MXFP4 MoE)",
             Family::MiniMaxM2 => "MiniMax-M2 (GQA with q/k norm across heads, sigmoid MoE)",
             Family::Ernie45Moe => "ERNIE-4.5 MoE (GQA, softmax MoE with a correction bias)",
+            Family::Llama4 => "Llama 4 (chunked and NoPE GQA, top-k sigmoid MoE + shared expert)",
             Family::Day0Hybrid => "day0 hybrid",
         }
     }
@@ -395,11 +406,32 @@ pub enum AttentionKind {
     /// (transformers' `sliding_attention` layers: Mistral, Qwen with `use_sliding_window`,
     /// gpt-oss). Its weights are GQA's; the prefill and decode kernels take the window.
     SlidingGqa,
+    /// Grouped-query attention within chunks of [`GqaDims::attention_chunk`] positions
+    /// (Llama 4's `chunked_attention` layers): a query at position `p` attends the keys from
+    /// `⌊p/C⌋·C` to `p`. Prefill runs causal attention chunk by chunk; decode reads the last
+    /// `p mod C + 1` keys; the cache keeps at most `C` tokens. Its weights are GQA's.
+    ChunkedGqa,
+    /// Grouped-query attention without positional encoding over the whole context (Llama 4's
+    /// NoPE layers): no RoPE, and with [`GqaDims::temperature`] the query scaled by its
+    /// position's attention temperature. Its weights are GQA's.
+    NopeGqa,
     /// A kind day0 does not know: kept by name so the coverage inventory reports it.
     Unknown(String),
 }
 
 impl AttentionKind {
+    /// Whether the layer is grouped-query attention of any form (plain, windowed, chunked or
+    /// without positions): GQA's weights, a key/value cache.
+    pub fn is_gqa(&self) -> bool {
+        matches!(
+            self,
+            AttentionKind::Gqa
+                | AttentionKind::SlidingGqa
+                | AttentionKind::ChunkedGqa
+                | AttentionKind::NopeGqa
+        )
+    }
+
     /// Short name (`mla`, `sparse_mla`, `gqa`, `linear`, or the unknown name).
     pub fn name(&self) -> String {
         match self {
@@ -408,6 +440,8 @@ impl AttentionKind {
             AttentionKind::Gqa => "gqa".into(),
             AttentionKind::LinearAttention => "linear".into(),
             AttentionKind::SlidingGqa => "sliding_attention".into(),
+            AttentionKind::ChunkedGqa => "chunked_attention".into(),
+            AttentionKind::NopeGqa => "nope_attention".into(),
             AttentionKind::Unknown(s) => s.clone(),
         }
     }
@@ -525,6 +559,34 @@ pub struct GqaDims {
     pub sliding_window: Option<usize>,
     /// q/k/v projections carry biases (`attention_bias`: Qwen2, GLM-4.5); `o_proj` has none.
     pub qkv_bias: bool,
+    /// Positions per chunk of an [`AttentionKind::ChunkedGqa`] layer (`attention_chunk_size`).
+    pub attention_chunk: Option<usize>,
+    /// Each head's query and key divided by their RMS after RoPE, without a weight (Llama 4's
+    /// `use_qk_norm`: `Llama4TextL2Norm`, on the layers with RoPE only).
+    pub qk_l2_norm: bool,
+    /// RoPE turns adjacent pairs `(2i, 2i+1)` (Llama 4's complex form), not the halves.
+    pub rope_interleaved: bool,
+    /// The attention temperature of [`AttentionKind::NopeGqa`] layers (Llama 4's
+    /// `attn_temperature_tuning`), or none.
+    pub temperature: Option<AttnTemperature>,
+}
+
+/// Llama 4's attention temperature on its NoPE layers: the query at position `p` is scaled by
+/// `ln(⌊(p + 1) / floor_scale⌋ + 1) · attn_scale + 1` (1 for the first `floor_scale − 1`
+/// positions).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct AttnTemperature {
+    /// `floor_scale`.
+    pub floor_scale: f64,
+    /// `attn_scale`.
+    pub attn_scale: f64,
+}
+
+impl AttnTemperature {
+    /// The scale of the query at position `pos`.
+    pub fn at(&self, pos: usize) -> f64 {
+        ((((pos as f64) + 1.0) / self.floor_scale).floor() + 1.0).ln() * self.attn_scale + 1.0
+    }
 }
 
 impl ModelConfig {
@@ -544,6 +606,25 @@ impl ModelConfig {
             _ => 0,
         }
     }
+
+    /// The chunk of layer `l`'s attention: positions per chunk of a chunked layer, 0 for any
+    /// other layer (or an index past the layers).
+    pub fn chunk_of(&self, l: usize) -> usize {
+        match (self.layers.get(l).map(|s| &s.attention), &self.gqa) {
+            (Some(AttentionKind::ChunkedGqa), Some(g)) => g.attention_chunk.unwrap_or(0),
+            _ => 0,
+        }
+    }
+
+    /// The most keys a query of layer `l` attends at context `ctx`, and so the tokens its cache
+    /// must keep: a sliding window's width, a chunk's length, else the whole context.
+    pub fn keys_kept(&self, l: usize, ctx: usize) -> usize {
+        match (self.window_of(l), self.chunk_of(l)) {
+            (w, _) if w > 0 => w.min(ctx),
+            (_, c) if c > 0 => c.min(ctx),
+            _ => ctx,
+        }
+    }
 }
 
 impl GqaDims {
@@ -560,6 +641,10 @@ impl GqaDims {
             sinks: false,
             o_bias: false,
             sliding_window: None,
+            attention_chunk: None,
+            qk_l2_norm: false,
+            rope_interleaved: false,
+            temperature: None,
         }
     }
 }
@@ -607,6 +692,10 @@ pub enum RouterKind {
     /// Softmax over experts, top-k picked on probability plus `e_score_correction_bias`, the
     /// unbiased probabilities renormalised (ERNIE-4.5).
     SoftmaxBiasTopk,
+    /// Top-k of the raw logits, each chosen expert's score the sigmoid of its logit, never
+    /// renormalised, and the score scaling the expert's *input* rather than its output (Llama 4:
+    /// `routed_in = x · score`; the outputs are summed).
+    SigmoidTopkScaledInput,
     /// A scoring/selection day0 does not know (`scoring_func/topk_method`).
     Unknown(String),
 }
@@ -618,6 +707,7 @@ impl RouterKind {
             RouterKind::SigmoidGroupTopk => "sigmoid_group_topk".into(),
             RouterKind::SoftmaxTopk => "softmax_topk".into(),
             RouterKind::SoftmaxBiasTopk => "softmax_bias_topk".into(),
+            RouterKind::SigmoidTopkScaledInput => "sigmoid_topk_scaled_input".into(),
             RouterKind::Unknown(s) => s.clone(),
         }
     }

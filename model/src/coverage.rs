@@ -383,6 +383,7 @@ pub fn rules(kind: &OpKind) -> Rule {
             from_registry("sigmoid_mul", |_| vec![], "no sigmoid-gate kernel")
         }
         OpKind::BiasAdd => from_registry("add_bias", |_| vec![], "no bias-add kernel"),
+        OpKind::RowScale => from_registry("mul_col", |_| vec![], "no per-row scale kernel"),
         OpKind::ShortConv => rule(
             Status::Dsl,
             vec![
@@ -444,6 +445,14 @@ pub fn rules(kind: &OpKind) -> Rule {
             "moe_router_softmax_bias_topk",
             |_| vec![],
             "no softmax + correction-bias top-k kernel",
+        ),
+        // Top-k of the logits with their sigmoids as weights: the sigmoid group top-k kernel with
+        // no correction bias, one group and no renormalisation picks the same experts (the
+        // sigmoid is monotonic) and writes the same weights.
+        OpKind::MoeRouter(RouterKind::SigmoidTopkScaledInput) => from_registry(
+            "moe_router_sigmoid_group_topk",
+            |_| vec![],
+            "no sigmoid top-k kernel",
         ),
         OpKind::MoeRouter(RouterKind::Unknown(_)) => missing("unknown router"),
         OpKind::MoeDispatch => from_registry(

@@ -107,6 +107,9 @@ pub enum OpKind {
     AttnOutputGate,
     /// A bias row added to every token's projection (`x + b`).
     BiasAdd,
+    /// Every row times its own scalar (`x[t, :] · s[t]`): Llama 4's router score on a routed
+    /// expert's input, and its NoPE layers' attention temperature on the query.
+    RowScale,
     /// Causal depthwise short convolution + SiLU (linear attention).
     ShortConv,
     /// Decay and β gates of the delta rule (`g = −exp(A_log)·softplus(a + dt_bias)`, `β = σ(b)`).
@@ -158,6 +161,7 @@ impl OpKind {
             OpKind::GqaAttention(p) => format!("gqa_attention.{p}"),
             OpKind::AttnOutputGate => "attn_output_gate".into(),
             OpKind::BiasAdd => "bias_add".into(),
+            OpKind::RowScale => "row_scale".into(),
             OpKind::ShortConv => "short_conv".into(),
             OpKind::DeltaGates(Decay::Scalar) => "delta_gates.gdn".into(),
             OpKind::DeltaGates(Decay::PerChannel) => "delta_gates.kda".into(),
@@ -340,8 +344,10 @@ pub fn build_phase(cfg: &ModelConfig, phase: Phase, tokens: usize, context: usiz
         match &spec.attention {
             AttentionKind::Mla => b.mla(false),
             AttentionKind::SparseMla => b.mla(true),
-            AttentionKind::Gqa => b.gqa(false),
-            AttentionKind::SlidingGqa => b.gqa(true),
+            AttentionKind::Gqa
+            | AttentionKind::SlidingGqa
+            | AttentionKind::ChunkedGqa
+            | AttentionKind::NopeGqa => b.gqa(&spec.attention),
             AttentionKind::LinearAttention => b.linear_attention(),
             AttentionKind::Unknown(k) => b.unknown(format!("attention kind `{k}`"), "self_attn"),
         }
@@ -652,7 +658,7 @@ impl Builder<'_> {
 
     /// Qwen3-Next gated GQA.
     /// Grouped-query attention, over a sliding window of keys when `sliding`.
-    fn gqa(&mut self, sliding: bool) {
+    fn gqa(&mut self, kind: &AttentionKind) {
         let Some(g) = self.cfg.gqa.clone() else {
             return self.unknown("gqa without attention dimensions".into(), "self_attn");
         };
@@ -686,19 +692,45 @@ impl Builder<'_> {
             self.norm(OpKind::RmsNorm, "self_attn.q_norm", t * nq, d);
             self.norm(OpKind::RmsNorm, "self_attn.k_norm", t * nkv, d);
         }
-        let prf = self
-            .cfg
-            .rope
-            .as_ref()
-            .map_or(1.0, |r| r.partial_rotary_factor);
-        let rd = ((d as f64) * prf).round() as usize;
-        self.rope(
-            "self_attn.rope",
-            opnd("q", &[t, nq, rd]),
-            opnd("k", &[t, nkv, rd]),
-            rd,
-            "half-split, partial",
-        );
+        let nope = *kind == AttentionKind::NopeGqa;
+        if !nope {
+            let prf = self
+                .cfg
+                .rope
+                .as_ref()
+                .map_or(1.0, |r| r.partial_rotary_factor);
+            let rd = ((d as f64) * prf).round() as usize;
+            let style = match (g.rope_interleaved, rd == d) {
+                (true, true) => "interleaved pairs",
+                (true, false) => "interleaved pairs, partial",
+                (false, true) => "half-split",
+                (false, false) => "half-split, partial",
+            };
+            self.rope(
+                "self_attn.rope",
+                opnd("q", &[t, nq, rd]),
+                opnd("k", &[t, nkv, rd]),
+                rd,
+                style,
+            );
+            if g.qk_l2_norm {
+                // Llama 4's L2 norm: an RMSNorm without weight, per head, after RoPE.
+                self.norm(OpKind::RmsNorm, "self_attn.q_l2_norm", t * nq, d);
+                self.norm(OpKind::RmsNorm, "self_attn.k_l2_norm", t * nkv, d);
+            }
+        } else if let Some(temp) = g.temperature {
+            self.op(
+                OpKind::RowScale,
+                "self_attn.attn_temperature",
+                vec![opnd("q", &[t, nq * d]), opnd("scale", &[t, 1])],
+                vec![opnd("q", &[t, nq * d])],
+                vec![("width", nq * d)],
+                Some(format!(
+                    "q · (ln(⌊(pos + 1) / {}⌋ + 1) · {} + 1)",
+                    temp.floor_scale, temp.attn_scale
+                )),
+            );
+        }
         self.cache_append(
             "self_attn.kv_cache",
             vec![opnd("k", &[t, nkv * d]), opnd("v", &[t, nkv * d])],
@@ -717,11 +749,19 @@ impl Builder<'_> {
             vec![("D", d), ("DV", d), ("heads", nq), ("kv_heads", nkv)],
             {
                 let mut notes = Vec::new();
-                if sliding {
-                    notes.push(format!(
+                match kind {
+                    AttentionKind::SlidingGqa => notes.push(format!(
                         "sliding window: each query sees its last {} keys",
                         g.sliding_window.unwrap_or(0)
-                    ));
+                    )),
+                    AttentionKind::ChunkedGqa => notes.push(format!(
+                        "chunked: each query sees the keys of its own chunk of {} positions",
+                        g.attention_chunk.unwrap_or(0)
+                    )),
+                    AttentionKind::NopeGqa => {
+                        notes.push("no positional encoding, whole context".into())
+                    }
+                    _ => {}
                 }
                 if g.sinks {
                     notes.push("attention sinks: one logit per head in every softmax".into());
@@ -910,6 +950,19 @@ impl Builder<'_> {
             vec![("hidden", h)],
             Some(format!("{} token-expert pairs, ~{cap} per expert", t * k)),
         );
+        if m.router == RouterKind::SigmoidTopkScaledInput {
+            self.op(
+                OpKind::RowScale,
+                "mlp.experts.input_scale",
+                vec![
+                    opnd("x_sorted", &[e, cap, h]),
+                    opnd("weights", &[e, cap, 1]),
+                ],
+                vec![opnd("x_sorted", &[e, cap, h])],
+                vec![("width", h)],
+                Some("each routed row times its router score (Llama 4)".into()),
+            );
+        }
         let weights = match &m.expert_format {
             WeightFormat::Float => ExpertWeights::Float,
             WeightFormat::Fp8Block { .. } => ExpertWeights::Fp8,

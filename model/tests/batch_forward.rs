@@ -68,8 +68,16 @@ fn rel_l2(a: &[f32], b: &[f32]) -> f64 {
 
 #[test]
 fn a_batch_gives_each_sequence_the_logits_it_gets_alone() {
-    let f32_cache = ["deepseek_v3", "deepseek_v32", "qwen3_next", "kimi_linear"]
-        .map(|name| (name, CacheFormat::F32));
+    // Llama 4's chunks are 8 positions: its sequences decode at different offsets within their
+    // chunks (one decode launch each) and sequence 1's second prompt chunk crosses a boundary.
+    let f32_cache = [
+        "deepseek_v3",
+        "deepseek_v32",
+        "qwen3_next",
+        "kimi_linear",
+        "llama4",
+    ]
+    .map(|name| (name, CacheFormat::F32));
     // DeepSeek-V3.2 reads every prompt chunk's context from its FP8 pools, so chunking changes
     // nothing. (Dense MLA's first chunk attends its own rows unquantised and a later chunk reads
     // them from the FP8 pool: sequence 1's chunked prompt differs from its whole prompt by FP8's

@@ -611,7 +611,8 @@ fn an_unknown_model_type_is_read_as_the_family_its_fields_match() {
 
 /// An unknown `model_type` whose fields match a known family except for fields that reshape the
 /// network is refused, naming them: Hunyuan's experts (`moe_*` lists) under a dense decoder's fields,
-/// Llama-4's interleaved MoE layers under Mixtral's, a MiniMax-like sigmoid router and partial RoPE.
+/// Llama-4's interleaved MoE layers under Mixtral's (a derivative under a new name: `llama4_text`
+/// itself has its parser), a MiniMax-like sigmoid router and partial RoPE.
 /// The same fields set to nothing (0, false, null) change nothing and pass.
 #[test]
 fn inferred_family_refuses_fields_that_reshape_the_network() {
@@ -625,7 +626,7 @@ fn inferred_family_refuses_fields_that_reshape_the_network() {
         ),
         (
             "mixtral_8x22b_config.json",
-            "llama4_text",
+            "llama4_derivative",
             serde_json::json!({"interleave_moe_layer_step": 2, "intermediate_size_mlp": 16384,
                 "attention_chunk_size": 8192}),
             &[
@@ -700,6 +701,133 @@ fn inferred_family_refuses_fields_that_reshape_the_network() {
     .expect("inert fields pass");
     assert_eq!(cfg.family, Family::Mixtral);
     assert_eq!(cfg.unknown_fields().len(), 3, "{:?}", cfg.unknown_fields());
+}
+
+/// Llama 4's release files (Maverick's as a public TensorRT-LLM fixture transcribes it, Scout's
+/// reconstructed from it; see model/testdata/README.md): the text model nested under
+/// `text_config`, the vision encoder a warning. Scout: 48 layers, RoPE and 8192-token chunks in 3
+/// of 4, NoPE with the attention temperature (`attn_temperature_tuning` written as 4) in every
+/// 4th, L2 q/k norm, 16 experts + a shared one in every layer; Maverick: no q/k norm, 128 experts
+/// in every other layer, dense MLPs of 16384 between. Counts against the model cards (Scout's
+/// 109B includes its vision encoder: the language model is below it), complete coverage, and a
+/// chunked layer's cache capped at a chunk.
+#[test]
+fn llama4_published_configs() {
+    let scout = load_config(&testdata("llama4_scout_config.json")).expect("parses");
+    let maverick = load_config(&testdata("llama4_maverick_config.json")).expect("parses");
+    for c in [&scout, &maverick] {
+        assert_eq!(
+            (c.family, c.model_type.as_str()),
+            (Family::Llama4, "llama4")
+        );
+        assert!(c.unknown_fields().is_empty(), "{:?}", c.unknown_fields());
+        assert!(
+            c.warnings.iter().any(
+                |w| matches!(w, ConfigWarning::Ignored { field, .. } if field == "vision_config")
+            ),
+            "{:?}",
+            c.warnings
+        );
+        assert_eq!(c.num_layers(), 48);
+        for (i, l) in c.layers.iter().enumerate() {
+            let want = match (i + 1) % 4 {
+                0 => AttentionKind::NopeGqa,
+                _ => AttentionKind::ChunkedGqa,
+            };
+            assert_eq!(l.attention, want, "layer {i}");
+        }
+        let g = c.gqa.as_ref().unwrap();
+        assert_eq!((g.heads, g.kv_heads, g.head_dim), (40, 8, 128));
+        assert_eq!(g.attention_chunk, Some(8192));
+        assert!(g.rope_interleaved && !g.qk_norm);
+        let t = g.temperature.expect("attention temperature");
+        assert_eq!((t.floor_scale, t.attn_scale), (8192.0, 0.1));
+        // 1 for the first 8191 positions, then ln 2 · 0.1 + 1.
+        assert_eq!(t.at(8190), 1.0);
+        assert!((t.at(8191) - (1.0 + 0.1 * 2f64.ln())).abs() < 1e-12);
+        let m = c.moe.as_ref().unwrap();
+        assert_eq!(m.router, RouterKind::SigmoidTopkScaledInput);
+        assert_eq!(
+            (m.experts_per_token, m.intermediate_size, m.shared_experts),
+            (1, 8192, 1)
+        );
+        assert!(!m.norm_topk_prob && m.routed_scaling_factor == 1.0);
+        let cov = model::coverage::Coverage::of_config(c);
+        assert!(cov.is_complete(), "{}", cov.missing().join("; "));
+        // A chunked layer keeps at most a chunk of keys, a NoPE layer its whole context.
+        assert_eq!(c.keys_kept(0, 100_000), 8192);
+        assert_eq!(c.keys_kept(3, 100_000), 100_000);
+        assert_eq!(c.keys_kept(0, 5000), 5000);
+    }
+    assert!(scout.gqa.as_ref().unwrap().qk_l2_norm);
+    assert!(!maverick.gqa.as_ref().unwrap().qk_l2_norm);
+    assert_eq!(scout.moe.as_ref().unwrap().experts, 16);
+    assert!(scout.layers.iter().all(|l| l.ffn == FfnKind::Moe));
+    assert_eq!(maverick.moe.as_ref().unwrap().experts, 128);
+    for (i, l) in maverick.layers.iter().enumerate() {
+        let want = if i % 2 == 1 {
+            FfnKind::Moe
+        } else {
+            FfnKind::Dense
+        };
+        assert_eq!(l.ffn, want, "layer {i}");
+    }
+    assert_eq!(
+        maverick.dense_mlp.as_ref().unwrap().intermediate_size,
+        16384
+    );
+    let (s, m) = (
+        model::plan::params::count(&scout),
+        model::plan::params::count(&maverick),
+    );
+    let rel = |got: u64, want: f64| got as f64 / want - 1.0;
+    assert!(rel(m.total(), 400e9).abs() < 0.01, "{}", m.total());
+    assert!(
+        (-0.02..0.0).contains(&rel(s.total(), 109e9)),
+        "{}",
+        s.total()
+    );
+    for n in [&s, &m] {
+        assert!(rel(n.active(), 17e9).abs() < 0.03, "{}", n.active());
+    }
+    // Without the temperature, or with a null chunk size (full attention with RoPE), or a chunked
+    // layer without RoPE.
+    let edit = |f: &dyn Fn(&mut serde_json::Map<String, Value>)| {
+        parse_config(
+            &edited("llama4_scout_config.json", |m| {
+                f(m["text_config"].as_object_mut().unwrap())
+            }),
+            "s.json",
+        )
+    };
+    let off = edit(&|t| {
+        t.insert("attn_temperature_tuning".into(), Value::Bool(false));
+    })
+    .unwrap();
+    assert!(off.gqa.unwrap().temperature.is_none());
+    let full = edit(&|t| {
+        t.insert("attention_chunk_size".into(), Value::Null);
+    })
+    .unwrap();
+    assert_eq!(full.layers[0].attention, AttentionKind::Gqa);
+    assert!(full.gqa.unwrap().attention_chunk.is_none());
+    let e = edit(&|t| {
+        t.insert(
+            "layer_types".into(),
+            serde_json::json!(vec!["chunked_attention"; 48]),
+        );
+    })
+    .unwrap_err();
+    assert!(
+        e.to_string()
+            .contains("layer 3 attends in chunks without RoPE"),
+        "{e}"
+    );
+    let e = edit(&|t| {
+        t.insert("no_rope_layers".into(), serde_json::json!([1, 0]));
+    })
+    .unwrap_err();
+    assert!(e.to_string().contains("no_rope_layers"), "{e}");
 }
 
 /// MiniMax-M2's published file (M2.7's, same sizes): every field read, 62 GQA layers with the q/k

@@ -748,10 +748,13 @@ fn tiny_golden_checkpoints_verify() {
         let report = assert_clean(&ckpt, &cfg, name);
         // transformers 5 saves per-expert tensors, except for Qwen3-VL-MoE, whose checkpoints
         // keep the fused experts (`gate_up_proj [E, 2I, H]`, `down_proj [E, H, I]`), and gpt-oss,
-        // whose fused experts are input-major (`[E, H, 2I]`, `[E, I, H]`; MXFP4 in releases).
+        // whose fused experts are input-major (`[E, H, 2I]`, `[E, I, H]`; MXFP4 in releases), as
+        // Llama 4's are.
         let want = match cfg.family {
             model::config::Family::Qwen3VlMoe => ExpertLayout::Fused,
-            model::config::Family::GptOss => ExpertLayout::FusedInOut,
+            model::config::Family::GptOss | model::config::Family::Llama4 => {
+                ExpertLayout::FusedInOut
+            }
             _ => ExpertLayout::PerExpert,
         };
         assert!(

@@ -75,6 +75,8 @@ from transformers.models.glm4_moe import modeling_glm4_moe as glm
 from transformers.models.qwen3_moe import modeling_qwen3_moe as q3m
 from transformers.models.gpt_oss import GptOssConfig, GptOssForCausalLM
 from transformers.models.gpt_oss import modeling_gpt_oss as go
+from transformers.models.llama4 import Llama4ForCausalLM, Llama4TextConfig
+from transformers.models.llama4 import modeling_llama4 as l4
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 DEFAULT_OUT = os.path.join(REPO, "model", "testdata", "tiny")
@@ -317,6 +319,52 @@ PRESETS = {
             num_experts_per_tok=2,
             sliding_window=None,
             rope_parameters=dict(rope_type="default", rope_theta=1000000.0),
+            pad_token_id=0,
+            bos_token_id=1,
+            eos_token_id=2,
+            max_position_embeddings=256,
+            rms_norm_eps=1e-5,
+        ),
+        {},
+    ),
+    # Llama 4 (Scout's layer pattern, shrunk): layers 0 and 2 put RoPE on interleaved pairs
+    # (`llama3` scaling) and attend within **chunks** of 8 positions (the 24-token prompt spans
+    # three, and decoding crosses into a fourth), with **L2-normed** q/k after RoPE; layers 1 and
+    # 3 are **NoPE** over the whole context with the **attention temperature** (floor_scale 4, so
+    # it grows along the prompt) and MoE: top-2 of 4 experts on the router logits, each expert's
+    # **input** scaled by the sigmoid of its logit, plus a shared expert; dense MLPs of
+    # `intermediate_size_mlp` in layers 0 and 2. Experts stored input-major (`gate_up_proj
+    # [E, H, 2I]`, gate columns first).
+    "llama4": (
+        Llama4ForCausalLM,
+        Llama4TextConfig,
+        39,
+        dict(
+            vocab_size=256,
+            hidden_size=64,
+            intermediate_size=32,
+            intermediate_size_mlp=96,
+            num_hidden_layers=4,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            head_dim=16,
+            num_local_experts=4,
+            num_experts_per_tok=2,
+            interleave_moe_layer_step=2,
+            no_rope_layer_interval=2,
+            attention_chunk_size=8,
+            use_qk_norm=True,
+            attn_temperature_tuning=True,
+            floor_scale=4,
+            attn_scale=0.1,
+            rope_parameters=dict(
+                rope_type="llama3",
+                rope_theta=10000.0,
+                factor=8.0,
+                low_freq_factor=1.0,
+                high_freq_factor=4.0,
+                original_max_position_embeddings=64,
+            ),
             pad_token_id=0,
             bos_token_id=1,
             eos_token_id=2,
@@ -593,6 +641,7 @@ def init_weights(model, gen):
                 q2m.Qwen2MoeRMSNorm,
                 glm.Glm4MoeRMSNorm,
                 go.GptOssRMSNorm,
+                l4.Llama4TextRMSNorm,
             ),
         ):
             put(name, "weight", near_one(m.weight.shape[0]))
@@ -630,6 +679,11 @@ def init_weights(model, gen):
         elif isinstance(m, go.GptOssTopKRouter):
             put(name, "weight", randn(*m.weight.shape) / math.sqrt(m.weight.shape[1]))
             put(name, "bias", 0.5 * randn(*m.bias.shape))
+        elif isinstance(m, l4.Llama4TextExperts):
+            # Input-major: gate_up [E, H, 2I] (gate columns, then up), down [E, I, H].
+            e, hidden, two_i = m.gate_up_proj.shape
+            put(name, "gate_up_proj", randn(e, hidden, two_i) / math.sqrt(hidden))
+            put(name, "down_proj", randn(*m.down_proj.shape) / math.sqrt(two_i // 2))
         elif isinstance(m, go.GptOssExperts):
             # Input-major: gate_up [E, H, 2I] (gate and up columns interleaved), down [E, I, H].
             e, hidden, two_i = m.gate_up_proj.shape
@@ -700,6 +754,8 @@ class SelectionChecks:
                 self.handles.append(m.register_forward_hook(self._qwen_router(name)))
             elif isinstance(m, go.GptOssTopKRouter):
                 self.handles.append(m.register_forward_hook(self._gpt_oss_router(name)))
+            elif isinstance(m, l4.Llama4Router):
+                self.handles.append(m.register_forward_hook(self._llama4_router(name)))
 
     def _record(self, key, margin):
         self.margins[key] = min(self.margins.get(key, math.inf), margin)
@@ -776,6 +832,13 @@ class SelectionChecks:
     def _gpt_oss_router(self, name):
         def hook(m, args, output):
             logits = args[0].reshape(-1, m.hidden_dim) @ m.weight.T + m.bias
+            self._record(f"{name} experts", boundary_margin(logits, m.top_k))
+
+        return hook
+
+    def _llama4_router(self, name):
+        def hook(m, args, output):
+            logits = args[0].reshape(-1, m.in_features) @ m.weight.T
             self._record(f"{name} experts", boundary_margin(logits, m.top_k))
 
         return hook

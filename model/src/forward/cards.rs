@@ -239,7 +239,7 @@ impl Ops {
         let order = plan.rows_tensor().map_err(plan_err)?;
         let offsets = plan.offsets_tensor().map_err(plan_err)?;
         let xr = view(Tensor::from_f32(&[n, h], rows), "moe.ep_rows")?;
-        let ye = super::ffn::expert_swiglu(self, w, &xr, &order, &offsets, inter)?;
+        let ye = super::ffn::expert_swiglu(self, w, &xr, &order, &offsets, inter, None)?;
         let ye = data_of(&ye, "moe.experts.down_proj")?;
         let mut out = Vec::with_capacity(n * h);
         for &slot in &plan.slot_of {

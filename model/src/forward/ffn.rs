@@ -98,6 +98,12 @@ pub(crate) fn moe(
             .loads
             .push((step, routing::ExpertLoad::of(&sel, e)));
     }
+    let scaled_input = m.router == RouterKind::SigmoidTopkScaledInput;
+    if ops.cards.is_some() && scaled_input {
+        return Err(ForwardError::Unsupported {
+            what: "a router that scales the experts' input (Llama 4) across simulated cards".into(),
+        });
+    }
     if ops.cards.is_some() {
         // Expert parallelism: the chosen rows travel to the cards holding their experts.
         let base = shared(ops)?;
@@ -113,10 +119,27 @@ pub(crate) fn moe(
     let offsets = plan.offsets_tensor().map_err(plan_err)?;
     let slot_of = plan.slot_of_tensor(k).map_err(plan_err)?;
 
-    let ye = expert_swiglu(ops, w, x, &rows, &offsets, i)?;
-
+    if !scaled_input {
+        let ye = expert_swiglu(ops, w, x, &rows, &offsets, i, None)?;
+        let base = shared(ops)?;
+        return ops.moe_combine(&ye, &slot_of, &weights, &base);
+    }
+    // Llama 4: each routed row enters its expert times its score, and the outputs are summed.
+    let n = plan.rows.len();
+    let scale = match weights.to_vec() {
+        Some(wv) => {
+            let mut sorted = vec![0.0f32; n];
+            for (pair, &slot) in plan.slot_of.iter().enumerate() {
+                sorted[slot as usize] = wv[pair];
+            }
+            view(Tensor::from_f32(&[n, 1], &sorted), "routed rows' scores")?
+        }
+        None => Tensor::shape_only(&[n, 1]),
+    };
+    let ye = expert_swiglu(ops, w, x, &rows, &offsets, i, Some(&scale))?;
     let base = shared(ops)?;
-    ops.moe_combine(&ye, &slot_of, &weights, &base)
+    let ones = ops.mem.filled(&[t, k], 1.0, "unit combine weights")?;
+    ops.moe_combine(&ye, &slot_of, &ones, &base)
 }
 
 /// The router: each row of `x`'s top-k experts (`idx`) and their weights (`weights`).
@@ -143,6 +166,13 @@ fn route(
             ops.router_sigmoid_group_topk(&logits, &bias, idx, weights, m)
         }
         RouterKind::SoftmaxTopk => ops.router_softmax_topk(&logits, idx, weights, m),
+        // Top-k of the logits weighted by their sigmoids: the same experts and weights as the
+        // sigmoid router with no correction bias, one group and no renormalisation (the parser
+        // sets those).
+        RouterKind::SigmoidTopkScaledInput => {
+            let zero = ops.mem.zeros(&[1, m.experts], "zero router bias")?;
+            ops.router_sigmoid_group_topk(&logits, &zero, idx, weights, m)
+        }
         RouterKind::SoftmaxBiasTopk => {
             let bias = bias(ops)?;
             ops.router_softmax_bias_topk(&logits, &bias, idx, weights)
@@ -155,7 +185,8 @@ fn route(
 
 /// The routed experts' SwiGLU on the rows of `x` a routing plan sends them: gathered by expert
 /// (`rows`), then per expert (`offsets`) `down(silu(gate(x)) · up(x))` with intermediate size
-/// `inter` (gpt-oss: the clamped SwiGLU, and each expert's biases after its projections).
+/// `inter` (gpt-oss: the clamped SwiGLU, and each expert's biases after its projections), each
+/// gathered row first scaled by its entry of `input_scale` `[rows, 1]` when given (Llama 4).
 /// Returns `[rows, H]` in the plan's (expert-grouped) order.
 pub(crate) fn expert_swiglu(
     ops: &mut Ops,
@@ -164,8 +195,13 @@ pub(crate) fn expert_swiglu(
     rows: &Tensor<i32>,
     offsets: &Tensor<i32>,
     inter: usize,
+    input_scale: Option<&Tensor<f32>>,
 ) -> Result<Tensor<f32>, ForwardError> {
     let xe = ops.moe_dispatch(x, rows)?;
+    let xe = match input_scale {
+        Some(s) => ops.mul_col("moe.experts.input_scale", s, &xe)?,
+        None => xe,
+    };
     let gu = ops.grouped_linear("moe.experts.gate_up_proj", &xe, &w.gate_up, offsets)?;
     if let Some((b, _)) = &w.expert_biases {
         ops.grouped_add_bias("moe.experts.gate_up_proj_bias", &gu, b, offsets)?;

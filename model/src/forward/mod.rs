@@ -498,7 +498,7 @@ impl Runner {
                     .as_ref()
                     .map(|r| r.partial_rotary_factor)
                     .unwrap_or(1.0);
-                ((g.head_dim as f64 * f) as usize, false)
+                ((g.head_dim as f64 * f) as usize, g.rope_interleaved)
             }
             (None, None) => (0, false),
         };
@@ -1067,7 +1067,7 @@ impl Runner {
                                 pool,
                                 &rope,
                                 eps,
-                                self.cfg.window_of(l),
+                                &self.cfg.layers[l].attention,
                             )?
                         }
                         _ => {
@@ -1113,7 +1113,7 @@ impl Runner {
                                 pool,
                                 rope,
                                 eps,
-                                self.cfg.window_of(l),
+                                &self.cfg.layers[l].attention,
                             )?
                         }
                         (AttnWeights::Linear(w), LayerStore::Linear(li)) => {

@@ -746,6 +746,16 @@ impl Ops {
         self.binary(op, gate, x, x, kernels::elementwise::run_sigmoid_mul_col)
     }
 
+    /// `x[t, :] · s[t]` (`s [T, 1]`) into a new tensor.
+    pub fn mul_col(
+        &mut self,
+        op: &str,
+        s: &Tensor<f32>,
+        x: &Tensor<f32>,
+    ) -> Result<Tensor<f32>, ForwardError> {
+        self.binary(op, s, x, x, kernels::elementwise::run_mul_col)
+    }
+
     /// gpt-oss's clamped SwiGLU `(clamp(u, ±limit) + 1) · g′ · σ(alpha · g′)`, `g′ = min(g,
     /// limit)`, into a new tensor.
     pub fn swiglu_clamped(
@@ -966,8 +976,28 @@ impl Ops {
         window: usize,
         sinks: Option<&Tensor<f32>>,
     ) -> Result<Tensor<f32>, ForwardError> {
+        let o = self.mem.act(q.rows(), q.cols() / head_dim * v_head_dim);
+        self.attention_into(op, q, k, v, &o, head_dim, v_head_dim, scale, window, sinks)?;
+        Ok(o)
+    }
+
+    /// [`Ops::attention`] into `o [Sq, H·DV]` (a view of a larger output: one chunk's queries of
+    /// a chunked-attention layer).
+    #[allow(clippy::too_many_arguments)]
+    pub fn attention_into(
+        &mut self,
+        op: &str,
+        q: &Tensor<f32>,
+        k: &Tensor<f32>,
+        v: &Tensor<f32>,
+        o: &Tensor<f32>,
+        head_dim: usize,
+        v_head_dim: usize,
+        scale: f64,
+        window: usize,
+        sinks: Option<&Tensor<f32>>,
+    ) -> Result<(), ForwardError> {
         let heads = q.cols() / head_dim;
-        let o = self.mem.act(q.rows(), heads * v_head_dim);
         let sinks = &self.sinks_or_none(op, heads, sinks)?;
         let tile = |n: usize| {
             if n <= 16 {
@@ -997,7 +1027,7 @@ impl Ops {
                         q,
                         k,
                         v,
-                        &o,
+                        o,
                         head_dim,
                         v_head_dim,
                         scale as f32,
@@ -1008,8 +1038,7 @@ impl Ops {
                 },
             )
         });
-        self.book_sequence(op, r)?;
-        Ok(o)
+        self.book_sequence(op, r)
     }
 
     /// Writes row `i` of `new [n, W]` to row `slots[i]` of the paged `pool [pages·page, W]`: the

@@ -405,7 +405,6 @@ fn mla(ld: &Loader, cfg: &ModelConfig, p: &str) -> Result<MlaWeights, ForwardErr
 fn moe(ld: &Loader, cfg: &ModelConfig, layer: usize, p: &str) -> Result<MoeWeights, ForwardError> {
     let m = cfg.moe.as_ref().ok_or_else(|| missing_dims(cfg, "MoE"))?;
     let (h, i, e) = (cfg.hidden_size, m.intermediate_size, m.experts);
-    let gpt_oss = cfg.family == crate::config::Family::GptOss;
     let bank = crate::weights::expert_banks(cfg)
         .into_iter()
         .find(|b| b.layer == layer)
@@ -448,7 +447,10 @@ fn moe(ld: &Loader, cfg: &ModelConfig, layer: usize, p: &str) -> Result<MoeWeigh
     } else {
         None
     };
-    let router_name = if gpt_oss { "router" } else { "gate" };
+    let router_name = match cfg.family {
+        crate::config::Family::GptOss | crate::config::Family::Llama4 => "router",
+        _ => "gate",
+    };
     let (bias_name, bias_shape) = crate::weights::names::correction_bias_tensor(cfg.family, e);
     let (router_bias, expert_biases) = if m.biases {
         let gate_up_bias = format!("{p}.experts.gate_up_proj_bias");
@@ -748,7 +750,10 @@ impl ModelWeights {
                 AttentionKind::Mla | AttentionKind::SparseMla => {
                     AttnWeights::Mla(mla(&ld, cfg, &format!("{p}.self_attn"))?)
                 }
-                AttentionKind::Gqa | AttentionKind::SlidingGqa => {
+                AttentionKind::Gqa
+                | AttentionKind::SlidingGqa
+                | AttentionKind::ChunkedGqa
+                | AttentionKind::NopeGqa => {
                     AttnWeights::Gqa(gqa(&ld, cfg, &format!("{p}.self_attn"), one_plus)?)
                 }
                 AttentionKind::LinearAttention => {

@@ -180,7 +180,10 @@ impl SequenceStore {
                     };
                     LayerStore::Latent(mla::LatentPool::new(m, index_dim, pool_pages, mem)?)
                 }
-                AttentionKind::Gqa | AttentionKind::SlidingGqa => {
+                AttentionKind::Gqa
+                | AttentionKind::SlidingGqa
+                | AttentionKind::ChunkedGqa
+                | AttentionKind::NopeGqa => {
                     let g = cfg.gqa.as_ref().ok_or_else(|| {
                         unsupported("attention layers without attention dimensions")
                     })?;

@@ -789,10 +789,7 @@ impl Estimator {
                 if plan.tp > 1 {
                     tp_s += 2.0 * tp_allreduce;
                 }
-                if matches!(
-                    self.cfg.layers[l].attention,
-                    crate::config::AttentionKind::Gqa | crate::config::AttentionKind::SlidingGqa
-                ) {
+                if self.cfg.layers[l].attention.is_gqa() {
                     tp_s += across_heads_norm;
                 }
                 if self.cfg.layers[l].ffn == crate::config::FfnKind::Moe {

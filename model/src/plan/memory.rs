@@ -228,13 +228,18 @@ fn cache_per_layer(
             }
             (k, 0.0)
         }
-        AttentionKind::Gqa | AttentionKind::SlidingGqa => {
+        AttentionKind::Gqa
+        | AttentionKind::SlidingGqa
+        | AttentionKind::ChunkedGqa
+        | AttentionKind::NopeGqa => {
             let Some(g) = &cfg.gqa else { return (0.0, 0.0) };
             let kv_heads = (g.kv_heads / tp).max(1);
             let per_token = 2.0 * kv_heads as f64 * (g.head_dim as f64 * kv_bytes + scale);
-            match (kind, g.sliding_window) {
-                // A windowed layer keeps its last `window` tokens whatever the context.
-                (AttentionKind::SlidingGqa, Some(w)) => (0.0, w as f64 * per_token),
+            match (kind, g.sliding_window, g.attention_chunk) {
+                // A windowed layer keeps its last `window` tokens whatever the context, a
+                // chunked one at most a chunk (its keys before the chunk are never read again).
+                (AttentionKind::SlidingGqa, Some(w), _)
+                | (AttentionKind::ChunkedGqa, _, Some(w)) => (0.0, w as f64 * per_token),
                 _ => (per_token, 0.0),
             }
         }

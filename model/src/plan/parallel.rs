@@ -156,7 +156,7 @@ impl Plan {
             }
         }
         if let Some(g) = &cfg.gqa {
-            if uses(&|k| matches!(k, AttentionKind::Gqa | AttentionKind::SlidingGqa)) {
+            if uses(&|k| k.is_gqa()) {
                 divides("attention heads", g.heads)?;
                 if g.kv_heads % tp != 0 && !tp.is_multiple_of(g.kv_heads) {
                     return Err(err(

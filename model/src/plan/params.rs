@@ -192,7 +192,10 @@ fn attention(cfg: &ModelConfig, kind: &AttentionKind) -> u64 {
             let o = h * heads * m.v_head_dim as u64;
             q + kv + o
         }
-        AttentionKind::Gqa | AttentionKind::SlidingGqa => {
+        AttentionKind::Gqa
+        | AttentionKind::SlidingGqa
+        | AttentionKind::ChunkedGqa
+        | AttentionKind::NopeGqa => {
             let Some(g) = &cfg.gqa else { return 0 };
             let d = g.head_dim as u64;
             let q_rows = g.heads as u64 * d * if g.output_gate { 2 } else { 1 };

@@ -88,6 +88,20 @@ pub const MODEL_PRESETS: &[ModelPreset] = &[
         file: "model/testdata/gpt_oss_120b_config.json",
     },
     ModelPreset {
+        name: "llama-4-scout",
+        description: "Llama 4 Scout (language model): 48 layers, 3 of 4 chunked (8192) with RoPE, 1 of 4 NoPE; 16 experts + shared in every layer",
+        published: Some((109e9, 17e9)),
+        config: include_str!("../../testdata/llama4_scout_config.json"),
+        file: "model/testdata/llama4_scout_config.json",
+    },
+    ModelPreset {
+        name: "llama-4-maverick",
+        description: "Llama 4 Maverick (language model): Scout's attention, 128 experts + shared in every other layer, dense between",
+        published: Some((400e9, 17e9)),
+        config: include_str!("../../testdata/llama4_maverick_config.json"),
+        file: "model/testdata/llama4_maverick_config.json",
+    },
+    ModelPreset {
         name: "hybrid-3t",
         description: "day0's release-day model: ~2.9T, 1M context, DSA-MLA 1:3 Gated DeltaNet, 1024 MXFP4 experts",
         published: None,

@@ -142,6 +142,7 @@ pub(crate) fn ffn_names(family: Family) -> (&'static str, [&'static str; 3]) {
         Family::KimiLinear | Family::Mixtral | Family::MiniMaxM2 => {
             ("block_sparse_moe", ["w1", "w3", "w2"])
         }
+        Family::Llama4 => ("feed_forward", ["gate_proj", "up_proj", "down_proj"]),
         _ => ("mlp", ["gate_proj", "up_proj", "down_proj"]),
     }
 }
@@ -253,7 +254,10 @@ fn attention(
                 }
             }
         }
-        AttentionKind::Gqa | AttentionKind::SlidingGqa => {
+        AttentionKind::Gqa
+        | AttentionKind::SlidingGqa
+        | AttentionKind::ChunkedGqa
+        | AttentionKind::NopeGqa => {
             let Some(g) = &cfg.gqa else { return };
             let a = format!("{p}.self_attn");
             let gate = if g.output_gate { 2 } else { 1 };
@@ -372,7 +376,7 @@ fn ffn(
         }
         FfnKind::Moe => {
             let Some(moe) = &cfg.moe else { return false };
-            if cfg.family == Family::GptOss {
+            if matches!(cfg.family, Family::GptOss | Family::Llama4) {
                 push(format!("{m}.router.weight"), vec![moe.experts, h]);
             } else {
                 push(format!("{m}.gate.weight"), vec![moe.experts, h]);
@@ -402,7 +406,8 @@ fn ffn(
                 | Family::Llama
                 | Family::Mixtral
                 | Family::Qwen2
-                | Family::GptOss => false,
+                | Family::GptOss
+                | Family::Llama4 => false,
                 Family::Day0Hybrid | Family::DeepseekV2 => {
                     moe.router == RouterKind::SigmoidGroupTopk
                 }
@@ -421,11 +426,12 @@ fn ffn(
                     );
                     push(format!("{m}.shared_expert_gate.weight"), vec![1, h]);
                 } else {
-                    swiglu(
-                        &format!("{m}.shared_experts"),
-                        moe.shared_intermediate_size,
-                        push,
-                    );
+                    // Llama 4 names its one shared expert in the singular.
+                    let name = match cfg.family {
+                        Family::Llama4 => "shared_expert",
+                        _ => "shared_experts",
+                    };
+                    swiglu(&format!("{m}.{name}"), moe.shared_intermediate_size, push);
                 }
             }
             true
