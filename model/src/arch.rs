@@ -489,6 +489,7 @@ fn parse_known(o: &Obj, model_type: &str) -> Option<Result<ModelConfig, ModelErr
         "minimax_m2" => minimax_m2(o, model_type),
         "ernie4_5_moe" => ernie45_moe(o, model_type),
         "llama4" | "llama4_text" => llama4(o, model_type),
+        "bailing_moe" => bailing_moe(o, model_type),
         "llama" | "mistral" | "mixtral" => llama(o, model_type),
         "day0_hybrid" => hybrid(o, model_type),
         _ => return None,
@@ -2256,6 +2257,132 @@ fn llama4(o: &Obj, model_type: &str) -> Result<ModelConfig, ModelError> {
         o.adopt(t);
     }
     Ok(cfg)
+}
+
+/// Ant Group's Ling / Ring MoE (`bailing_moe`: Ling-lite/plus 1.5 and the Ling 2.0 family up to
+/// Ling-1T and Ring-1T, whose `BailingMoeV2` files keep the model type; fields and semantics as
+/// vLLM's `bailing_moe.py` reads them, no transformers class exists): GQA from one fused
+/// `query_key_value` projection, a per-head RMSNorm of q and k with `use_qk_norm` (`use_rmsnorm`),
+/// half-split RoPE on `partial_rotary_factor` of each head; layer `i` a dense MLP of
+/// `intermediate_size` when `i < first_k_dense_replace`, else `num_experts` experts of
+/// `moe_intermediate_size` with `num_shared_experts` shared ones (one MLP of that many times
+/// `moe_shared_expert_intermediate_size`). Routing: `score_function` softmax (the default) without
+/// a bias, or sigmoid with `moe_router_enable_expert_bias` (DeepSeek-V3's), group-limited when
+/// `n_group` and `topk_group` are given, renormalised per `norm_topk_prob`, the routed output times
+/// `routed_scaling_factor`. Other combinations are kept by name (coverage reports them), biased
+/// projections and LayerNorm q/k norms are errors. Cost-only: its checkpoints are not read yet.
+fn bailing_moe(o: &Obj, model_type: &str) -> Result<ModelConfig, ModelError> {
+    let mut w = Vec::new();
+    common_hf(o, &mut w)?;
+    // Dropouts, the router's dtype, and the head's weight normalisation (a load-time transform of
+    // `lm_head`, no operator).
+    o.ignore(&[
+        "embedding_dropout",
+        "output_dropout",
+        "router_dtype",
+        "norm_head",
+        "norm_softmax",
+        "use_rmsnorm",
+    ]);
+    for key in ["use_bias", "use_qkv_bias"] {
+        if o.opt_bool(key)? == Some(true) {
+            return Err(o.invalid(
+                key,
+                "biased projections are not modelled (the Ling releases set false)",
+            ));
+        }
+    }
+    let hidden_size = o.req_dim("hidden_size")?;
+    let n_layers = o.req_dim("num_hidden_layers")?;
+    let (heads, kv_heads) = gqa_heads(o)?;
+    let head_dim = head_dim_or(o, hidden_size / heads)?;
+    let qk_norm = o.bool_or("use_qk_norm", false, &mut w)?;
+    if qk_norm && o.peek_value("use_rmsnorm") == Some(&Value::Bool(false)) {
+        return Err(o.invalid(
+            "use_rmsnorm",
+            "a LayerNorm q/k norm (use_qk_norm without use_rmsnorm) is not modelled; day0's GQA \
+             layers normalise q and k with RMSNorm",
+        ));
+    }
+    let gqa = GqaDims {
+        qk_norm,
+        ..GqaDims::new(heads, kv_heads, head_dim)
+    };
+    let rope = parse_rope(o, 1.0, &mut w)?;
+    let first_k = o.usize_or("first_k_dense_replace", 0, &mut w)?;
+    let experts = o.opt_usize("num_experts")?.unwrap_or(0);
+    let ffn: Vec<FfnKind> = (0..n_layers)
+        .map(|i| match experts > 0 && i >= first_k {
+            true => FfnKind::Moe,
+            false => FfnKind::Dense,
+        })
+        .collect();
+    let moe = if ffn.contains(&FfnKind::Moe) {
+        let scoring = o.opt_str("score_function")?.unwrap_or("softmax");
+        let bias = o.bool_or("moe_router_enable_expert_bias", false, &mut w)?;
+        let router = match (scoring, bias) {
+            ("sigmoid", true) => RouterKind::SigmoidGroupTopk,
+            ("softmax", false) => RouterKind::SoftmaxTopk,
+            (s, b) => RouterKind::Unknown(match b {
+                true => format!("{s}_with_expert_bias"),
+                false => format!("{s}_topk"),
+            }),
+        };
+        // vLLM limits groups only when both fields are set.
+        let (n_group, topk_group) = match (o.opt_usize("n_group")?, o.opt_usize("topk_group")?) {
+            (Some(g), Some(k)) => (g, k),
+            _ => (1, 1),
+        };
+        let inter = o.req_dim("moe_intermediate_size")?;
+        let shared = o.usize_or("num_shared_experts", 0, &mut w)?;
+        let shared_width = o
+            .opt_usize("moe_shared_expert_intermediate_size")?
+            .unwrap_or(inter);
+        let m = MoeDims {
+            activation: ExpertActivation::Swiglu,
+            biases: false,
+            experts,
+            experts_per_token: o.req_dim("num_experts_per_tok")?,
+            intermediate_size: inter,
+            shared_experts: shared,
+            shared_intermediate_size: shared * shared_width,
+            shared_expert_gate: false,
+            router,
+            n_group,
+            topk_group,
+            norm_topk_prob: o.bool_or("norm_topk_prob", true, &mut w)?,
+            routed_scaling_factor: o.opt_f64("routed_scaling_factor")?.unwrap_or(1.0),
+            expert_format: expert_weight_format(o)?,
+        };
+        check_moe(o, &m)?;
+        Some(m)
+    } else {
+        o.ignore(&[
+            "moe_intermediate_size",
+            "num_experts_per_tok",
+            "num_shared_experts",
+            "moe_shared_expert_intermediate_size",
+            "score_function",
+            "moe_router_enable_expert_bias",
+            "n_group",
+            "topk_group",
+            "norm_topk_prob",
+            "routed_scaling_factor",
+        ]);
+        None
+    };
+    let attention = vec![AttentionKind::Gqa; n_layers];
+    gqa_model(
+        o,
+        model_type,
+        Family::BailingMoe,
+        gqa,
+        attention,
+        ffn,
+        moe,
+        rope,
+        w,
+    )
 }
 
 /// ERNIE-4.5 MoE (`ernie4_5_moe`; fields as transformers' `Ernie4_5_MoeConfig`): Llama attention

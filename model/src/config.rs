@@ -144,6 +144,7 @@ pub const SUPPORTED_MODEL_TYPES: &[&str] = &[
     "ernie4_5_moe",
     "llama4",
     "llama4_text",
+    "bailing_moe",
     "day0_hybrid",
 ];
 
@@ -353,6 +354,11 @@ pub enum Family {
     /// dense SwiGLU MLPs of `intermediate_size_mlp` elsewhere. The language model only (its
     /// vision encoder is not modelled); cost-only: its checkpoints are not read yet.
     Llama4,
+    /// `bailing_moe`: Ant Group's Ling / Ring MoE (Ling-lite 1.5, Ling 2.0 up to Ling-1T): GQA
+    /// with per-head q/k RMSNorm and partial RoPE, dense MLPs before `first_k_dense_replace`,
+    /// then softmax or DeepSeek-V3 sigmoid routing with shared experts. Cost-only from its
+    /// config.json (no transformers reference of it to bind checkpoints against).
+    BailingMoe,
     /// `day0_hybrid`, day0's own schema.
     Day0Hybrid,
 }
@@ -386,6 +392,9 @@ impl Family {
             Family::MiniMaxM2 => "MiniMax-M2 (GQA with q/k norm across heads, sigmoid MoE)",
             Family::Ernie45Moe => "ERNIE-4.5 MoE (GQA, softmax MoE with a correction bias)",
             Family::Llama4 => "Llama 4 (chunked and NoPE GQA, top-k sigmoid MoE + shared expert)",
+            Family::BailingMoe => {
+                "Ling / Ring (bailing_moe: GQA with q/k norm, DeepSeek-style MoE)"
+            }
             Family::Day0Hybrid => "day0 hybrid",
         }
     }

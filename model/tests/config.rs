@@ -830,6 +830,105 @@ fn llama4_published_configs() {
     assert!(e.to_string().contains("no_rope_layers"), "{e}");
 }
 
+/// Ant Group's `bailing_moe`: Ling-lite-1.5's published file (softmax top-6 of 64 renormalised, 2
+/// shared experts, no q/k norm: 16.8B total and 2.75B active on its model card) and a Ling-1T-sized
+/// Ling 2.0 file (constructed, see model/testdata/README.md: sigmoid routing with the expert bias
+/// in 8 groups keep 4, one shared expert, 4 dense layers, q/k RMSNorm, RoPE on half of each head;
+/// 1T total, about 50B active). Both fully covered; numeric runs refuse the family; a LayerNorm
+/// q/k norm and biased projections are errors.
+#[test]
+fn bailing_moe_configs() {
+    let lite = load_config(&testdata("ling_lite_15_config.json")).expect("parses");
+    assert_eq!(lite.family, Family::BailingMoe);
+    assert!(
+        lite.unknown_fields().is_empty(),
+        "{:?}",
+        lite.unknown_fields()
+    );
+    let m = lite.moe.as_ref().unwrap();
+    assert_eq!(m.router, RouterKind::SoftmaxTopk);
+    assert_eq!(
+        (m.experts, m.experts_per_token, m.shared_intermediate_size),
+        (64, 6, 2 * 1408)
+    );
+    assert_eq!((m.n_group, m.topk_group), (1, 1));
+    assert!(m.norm_topk_prob && !lite.gqa.as_ref().unwrap().qk_norm);
+    assert!(lite.layers.iter().all(|l| l.ffn == FfnKind::Moe));
+    let n = model::plan::params::count(&lite);
+    assert!(
+        (n.total() as f64 / 16.8e9 - 1.0).abs() < 0.03,
+        "{}",
+        n.total()
+    );
+    assert!(
+        (n.active() as f64 / 2.75e9 - 1.0).abs() < 0.03,
+        "{}",
+        n.active()
+    );
+
+    let big = load_config(&testdata("ling_1t_config.json")).expect("parses");
+    assert!(
+        big.unknown_fields().is_empty(),
+        "{:?}",
+        big.unknown_fields()
+    );
+    let m = big.moe.as_ref().unwrap();
+    assert_eq!(m.router, RouterKind::SigmoidGroupTopk);
+    assert_eq!(
+        (m.n_group, m.topk_group, m.routed_scaling_factor),
+        (8, 4, 2.5)
+    );
+    assert_eq!((m.shared_experts, m.shared_intermediate_size), (1, 2048));
+    let g = big.gqa.as_ref().unwrap();
+    assert!(g.qk_norm && !g.qk_norm_across_heads);
+    assert_eq!(big.rope.as_ref().unwrap().partial_rotary_factor, 0.5);
+    assert_eq!(
+        big.layers
+            .iter()
+            .filter(|l| l.ffn == FfnKind::Dense)
+            .count(),
+        4
+    );
+    let n = model::plan::params::count(&big);
+    assert!(
+        (n.total() as f64 / 1e12 - 1.0).abs() < 0.01,
+        "{}",
+        n.total()
+    );
+    assert!(
+        (n.active() as f64 / 50e9 - 1.0).abs() < 0.05,
+        "{}",
+        n.active()
+    );
+    for c in [&lite, &big] {
+        let cov = model::coverage::Coverage::of_config(c);
+        assert!(cov.is_complete(), "{}", cov.missing().join("; "));
+    }
+    // A sigmoid router without the expert bias is kept by name and reported missing.
+    let odd = parse_config(
+        &edited("ling_1t_config.json", |m| {
+            m.insert("moe_router_enable_expert_bias".into(), Value::Bool(false));
+        }),
+        "odd.json",
+    )
+    .unwrap();
+    assert_eq!(
+        odd.moe.as_ref().unwrap().router,
+        RouterKind::Unknown("sigmoid_topk".into())
+    );
+    assert!(!model::coverage::Coverage::of_config(&odd).is_complete());
+    for (key, value) in [("use_rmsnorm", false), ("use_qkv_bias", true)] {
+        let e = parse_config(
+            &edited("ling_1t_config.json", |m| {
+                m.insert(key.into(), Value::Bool(value));
+            }),
+            "bad.json",
+        )
+        .unwrap_err();
+        assert!(e.to_string().contains(key), "{e}");
+    }
+}
+
 /// MiniMax-M2's published file (M2.7's, same sizes): every field read, 62 GQA layers with the q/k
 /// norm across heads and RoPE on 64 of 128 dimensions, 256 FP8 experts routed by sigmoid scores
 /// with a correction bias; counts against the published 230B total (228.70B in its safetensors,

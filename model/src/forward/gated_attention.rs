@@ -105,7 +105,6 @@ pub(crate) fn forward(
         (qg, None)
     };
     let k = ops.linear("attn.k_proj", x, &w.k_proj)?;
-    let k_new = ops.mem.act(t, hkv * d);
     let v_new = ops.linear("attn.v_proj", x, &w.v_proj)?;
     if let Some([_, kb, vb]) = &w.qkv_bias {
         ops.add_bias("attn.qkv_bias", &k, kb)?;
@@ -148,6 +147,7 @@ pub(crate) fn forward(
         };
         (q, k)
     } else {
+        let k_new = ops.mem.act(t, hkv * d);
         ops.rope_into("rope", &q, rope, d, 0, &q)?;
         ops.rope_into("rope", &k, rope, d, 0, &k_new)?;
         if g.qk_l2_norm {
@@ -248,13 +248,20 @@ pub(crate) fn forward(
         };
         let (pos0, pages) = (sq.pos0, sq.pages);
         let ctx = pos0 + t;
+        // The first position any query of the call attends: a chunked layer reads nothing before
+        // the chunk of its first query (its rows of `k_all` start there).
+        let base = match chunk {
+            0 => 0,
+            c => pos0 / c * c,
+        };
         let (k_all, v_all) = if pos0 == 0 {
             (k_new, v_new)
         } else {
             let rows = pages.rows(ctx);
+            let rows = &rows[base..];
             (
-                ops.gather_cache_rows("attn.gather_context", &pool.k, &rows)?,
-                ops.gather_cache_rows("attn.gather_context", &pool.v, &rows)?,
+                ops.gather_cache_rows("attn.gather_context", &pool.k, rows)?,
+                ops.gather_cache_rows("attn.gather_context", &pool.v, rows)?,
             )
         };
         match chunk {
@@ -277,8 +284,9 @@ pub(crate) fn forward(
                 while p < ctx {
                     let start = p / c * c;
                     let end = (start + c).min(ctx);
-                    let keys =
-                        |all: &Tensor<f32>, what| view(all.row_range(start, end - start), what);
+                    let keys = |all: &Tensor<f32>, what| {
+                        view(all.row_range(start - base, end - start), what)
+                    };
                     ops.attention_into(
                         "attn.attention",
                         &view(q.row_range(p - pos0, end - p), "a chunk's queries")?,

@@ -703,6 +703,7 @@ impl ModelWeights {
         let unbound = match cfg.family {
             crate::config::Family::MiniMaxM2 => Some("MiniMax-M2"),
             crate::config::Family::Ernie45Moe => Some("ERNIE-4.5 MoE"),
+            crate::config::Family::BailingMoe => Some("Ling / Ring (bailing_moe)"),
             _ => None,
         };
         let int4 = |f: &WeightFormat| matches!(f, WeightFormat::Int4Group { .. });

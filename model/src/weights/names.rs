@@ -154,6 +154,7 @@ pub(crate) fn correction_bias_tensor(family: Family, experts: usize) -> (&'stati
     match family {
         Family::MiniMaxM2 => ("e_score_correction_bias", vec![experts]),
         Family::Ernie45Moe => ("moe_statics.e_score_correction_bias", vec![1, experts]),
+        Family::BailingMoe => ("gate.expert_bias", vec![experts]),
         _ => ("gate.e_score_correction_bias", vec![experts]),
     }
 }
@@ -408,7 +409,7 @@ fn ffn(
                 | Family::Qwen2
                 | Family::GptOss
                 | Family::Llama4 => false,
-                Family::Day0Hybrid | Family::DeepseekV2 => {
+                Family::Day0Hybrid | Family::DeepseekV2 | Family::BailingMoe => {
                     moe.router == RouterKind::SigmoidGroupTopk
                 }
             };
