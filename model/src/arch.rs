@@ -204,6 +204,7 @@ pub(crate) fn parse(o: &Obj, model_type: &str) -> Result<ModelConfig, ModelError
     }
     if let Some(t) = &text {
         t.ignore(&["model_type"]);
+        outer_quantization(o, t, &mut cfg)?;
         o.ignore(HF_IGNORED);
         // The top level's tie governs the wrapper's head (as transformers' multimodal models).
         if let Some(tie) = o.opt_bool("tie_word_embeddings")? {
@@ -544,6 +545,21 @@ fn weight_format(o: &Obj) -> Result<WeightFormat, ModelError> {
 /// `quantization_config` → the format of the routed experts' weights.
 fn expert_weight_format(o: &Obj) -> Result<WeightFormat, ModelError> {
     Ok(weight_formats(o)?.1)
+}
+
+/// A multimodal wrapper may keep `quantization_config` at its top level, beside `text_config`
+/// (Llama 4's FP8 release, VL models): the language model's formats come from there when its own
+/// block has none, instead of the model being read as floats.
+fn outer_quantization(o: &Obj, t: &Obj, cfg: &mut ModelConfig) -> Result<(), ModelError> {
+    if t.peek("quantization_config") || !o.peek("quantization_config") {
+        return Ok(());
+    }
+    let (dense, experts) = weight_formats(o)?;
+    cfg.weight_format = dense;
+    if let Some(m) = cfg.moe.as_mut() {
+        m.expert_format = experts;
+    }
+    Ok(())
 }
 
 /// `quantization_config` → (format of the other linear layers, format of the routed experts):
@@ -1427,6 +1443,8 @@ fn qwen3_vl_moe(o: &Obj, model_type: &str) -> Result<ModelConfig, ModelError> {
         warnings: w,
         vision,
     };
+    let mut cfg = cfg;
+    outer_quantization(o, &t, &mut cfg)?;
     o.adopt(&t);
     Ok(cfg)
 }
@@ -2252,8 +2270,10 @@ fn llama4(o: &Obj, model_type: &str) -> Result<ModelConfig, ModelError> {
         warnings: w,
         vision: None,
     };
+    let mut cfg = cfg;
     if let Some(t) = &text {
         t.ignore(&["tie_word_embeddings"]);
+        outer_quantization(o, t, &mut cfg)?;
         o.adopt(t);
     }
     Ok(cfg)

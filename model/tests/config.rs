@@ -929,6 +929,43 @@ fn bailing_moe_configs() {
     }
 }
 
+/// A multimodal wrapper that keeps `quantization_config` at its top level, beside `text_config`
+/// (Llama 4's FP8 release, a VL wrapper around a DeepSeek-V3-style language model): the language
+/// model takes its formats from there, whether its type is known or inferred, instead of being
+/// read as floats.
+#[test]
+fn outer_quantization_config_reaches_the_language_model() {
+    let fp8 = parse_config(
+        &edited("llama4_maverick_config.json", |m| {
+            m.insert(
+                "quantization_config".into(),
+                serde_json::json!({"quant_method": "fbgemm_fp8", "activation_scale_ub": 1200.0,
+                    "modules_to_not_convert": ["vision_model"]}),
+            );
+        }),
+        "maverick-fp8.json",
+    )
+    .unwrap();
+    assert_eq!(
+        fp8.moe.as_ref().unwrap().expert_format,
+        WeightFormat::Other("fbgemm_fp8".into())
+    );
+    assert!(!model::coverage::Coverage::of_config(&fp8).is_complete());
+    // Kimi-K2's file nested as an unknown wrapper's `text_config`, its FP8 block moved out.
+    let k2: Value = serde_json::from_str(&text("kimi_k2_config.json")).unwrap();
+    let mut inner = k2.as_object().unwrap().clone();
+    let quant = inner.remove("quantization_config").unwrap();
+    let wrapper = serde_json::json!({"model_type": "kimi_vl_next", "text_config": inner,
+        "quantization_config": quant});
+    let c = parse_config(&wrapper.to_string(), "wrapper.json").unwrap();
+    assert!(c.inferred_family().is_some());
+    assert!(matches!(c.weight_format, WeightFormat::Fp8Block { .. }));
+    assert!(matches!(
+        c.moe.as_ref().unwrap().expert_format,
+        WeightFormat::Fp8Block { .. }
+    ));
+}
+
 /// MiniMax-M2's published file (M2.7's, same sizes): every field read, 62 GQA layers with the q/k
 /// norm across heads and RoPE on 64 of 128 dimensions, 256 FP8 experts routed by sigmoid scores
 /// with a correction bias; counts against the published 230B total (228.70B in its safetensors,
