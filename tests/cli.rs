@@ -685,6 +685,27 @@ fn impossible_deployments_and_bad_plans_name_the_problem() {
         err.contains("weights need") && !err.contains("panicked"),
         "{err}"
     );
+    // ... and it names a deployment that fits (the lower bound alone, 24 cards' worth, does not).
+    assert!(
+        err.contains("the fewest cards that fit: 32 (tp=1,dp=16,pp=2,ep=16)"),
+        "{err}"
+    );
+    // A given plan that does not fit names one of the same cards that does.
+    let out = day0(&[
+        "run",
+        "--model",
+        "kimi-k2",
+        "--cards",
+        "16",
+        "--plan",
+        "tp=8,dp=2,pp=1,ep=2",
+        "--no-check",
+    ]);
+    let err = stderr(&out);
+    assert!(
+        !out.status.success() && err.contains("on these 16 cards tp=4,dp=1,pp=4,ep=4 fits"),
+        "{err}"
+    );
     let cases: [(&[&str], &str); 5] = [
         (
             &[

@@ -247,7 +247,11 @@ pub fn plan_phase(
                     rejected.push((plan, e.message.clone()));
                     last_err = Some(EstimateError::Plan(e));
                 }
-                Err(e) => return Err(e.into()),
+                Err(e) => {
+                    return Err(EstimateError::Plan(what_fits(
+                        est, phase, cards, workload, mem, capacity, e,
+                    )))
+                }
             }
         }
         if !screened.is_empty() {
@@ -354,6 +358,12 @@ pub fn plan_phase(
         }
     }
     if feasible.is_empty() {
+        // No plan fit memory: say which deployment would.
+        if let (true, Some(EstimateError::Plan(e))) = (screened_out == 0, last_err.take()) {
+            last_err = Some(EstimateError::Plan(what_fits(
+                est, phase, cards, workload, mem, capacity, e,
+            )));
+        }
         return Err(last_err.unwrap_or_else(|| {
             EstimateError::Plan(PlanError {
                 flag: "--cards".into(),
@@ -391,6 +401,45 @@ pub fn plan_phase(
         rejected,
         why,
     })
+}
+
+/// A memory-plan error `e` on `cards` cards, completed with a deployment that fits: another plan
+/// of the same cards, else the fewest cards (whole nodes up to twice `cards`, then doublings up
+/// to 64 times) on which some plan fits, by the same closed-form memory plan. The lower bound
+/// `e` gives (the weights over one card's room) ignores what every card replicates.
+fn what_fits(
+    est: &Estimator,
+    phase: Phase,
+    cards: usize,
+    w: &Workload,
+    mem: &MemoryOptions,
+    capacity: f64,
+    e: PlanError,
+) -> PlanError {
+    if e.flag != "memory plan" {
+        return e;
+    }
+    let fits = |n: usize| {
+        candidate_plans(est, n).into_iter().find(|p| {
+            p.validate(est.config(), "--cards").is_ok()
+                && fit(est, phase, p, w, mem, capacity).is_ok()
+        })
+    };
+    let node = est.cluster().cards_per_node.max(1);
+    let more = (cards / node + 1..=2 * cards.max(1) / node)
+        .map(|k| k * node)
+        .chain((2..=6).map(|k| cards.max(1) << k));
+    let hint = match fits(cards) {
+        Some(p) => format!("; on these {cards} cards {p} fits"),
+        None => match more.into_iter().find_map(|n| fits(n).map(|p| (n, p))) {
+            Some((n, p)) => format!("; the fewest cards that fit: {n} ({p})"),
+            None => format!("; no plan fits on up to {} cards", cards.max(1) << 6),
+        },
+    };
+    PlanError {
+        flag: e.flag,
+        message: format!("{}{hint}", e.message),
+    }
 }
 
 /// The batch per replica a plan runs and its memory plan, or the error saying what does not fit.
