@@ -46,6 +46,9 @@
 //! - **Kimi Linear**: `linear_attn_config.kda_layers` / `full_attn_layers` (1-based) when given,
 //!   else `layer_types`, else transformers' default; dense MLP for `i < first_k_dense_replace`
 //!   (default 1) unless `mlp_layer_types` says otherwise. Its MLA uses no RoPE unless `mla_use_nope` is false (absent: none, as transformers).
+//! - **Llama 4** (`llama4`, `llama4_text`): see `llama4` below: chunked RoPE layers, NoPE layers
+//!   with the attention temperature, input-scaled top-k sigmoid MoE with a shared expert.
+//! - **Ling / Ring** (`bailing_moe`): see `bailing_moe` below (semantics as vLLM reads them).
 //!
 //! ## day0's hybrid schema (`"model_type": "day0_hybrid"`)
 //!

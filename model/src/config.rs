@@ -21,6 +21,8 @@
 //! | `mixtral` | Mixtral | GQA, MoE (softmax top-k, renormalised) in every layer |
 //! | `qwen2`, `qwen2_moe` | Qwen2 / Qwen2.5, Qwen2-MoE | GQA with q/k/v biases; dense SwiGLU MLP, or Qwen's MoE layout with a sigmoid-gated shared expert |
 //! | `glm4_moe` | GLM-4.5 / 4.6 | GQA with q/k/v biases and partial RoPE; dense MLP for `first_k_dense_replace`, then DeepSeek-V3's MoE |
+//! | `llama4`, `llama4_text` | Llama 4's language model (`text_config`) | RoPE layers chunked (`attention_chunk_size`), every `no_rope_layer_interval`-th NoPE with the attention temperature; MoE in `moe_layers` (input-scaled top-k sigmoid + shared expert), dense MLPs of `intermediate_size_mlp` elsewhere |
+//! | `bailing_moe` | Ling / Ring (Ling-lite 1.5, Ling 2.0 to Ling-1T) | GQA with q/k RMSNorm and partial RoPE; dense MLP for `first_k_dense_replace`, then softmax or sigmoid + expert-bias MoE with shared experts |
 //! | `day0_hybrid` | day0's own schema (see [`crate::arch`]) | per-layer kind: MLA / sparse-indexed MLA / linear attention; MoE with MXFP4 experts |
 //!
 //! Rules, following the reference code (transformers' `configuration_*.py`) where it has one:
@@ -352,7 +354,9 @@ pub enum Family {
     /// query scaled by a temperature); MoE in the `moe_layers` (top-k on the router logits,
     /// the sigmoid of each chosen logit scaling the expert's *input*, plus a shared expert),
     /// dense SwiGLU MLPs of `intermediate_size_mlp` elsewhere. The language model only (its
-    /// vision encoder is not modelled); cost-only: its checkpoints are not read yet.
+    /// vision encoder is not modelled); checkpoints under `Llama4ForCausalLM`'s names (`model.`,
+    /// experts fused input-major) run on data, the multimodal release's `language_model.model.`
+    /// names are not read yet.
     Llama4,
     /// `bailing_moe`: Ant Group's Ling / Ring MoE (Ling-lite 1.5, Ling 2.0 up to Ling-1T): GQA
     /// with per-head q/k RMSNorm and partial RoPE, dense MLPs before `first_k_dense_replace`,
