@@ -129,7 +129,16 @@ fn gb(b: f64) -> f64 {
     b / 1e9
 }
 
-/// `day0 models`: name, total and active parameters of each built-in model.
+/// A parameter count as model cards round it: `1T`, `671B`, `5.1B`.
+fn card_count(n: f64) -> String {
+    match n >= 1e12 {
+        true => format!("{}T", n / 1e12),
+        false => format!("{}B", n / 1e9),
+    }
+}
+
+/// `day0 models`: name, total and active parameters of each built-in model (computed from its
+/// config), beside the figures its model card publishes.
 pub fn models(json_out: bool) -> Result<(), String> {
     let mut rows = Vec::new();
     for p in MODEL_PRESETS {
@@ -140,6 +149,8 @@ pub fn models(json_out: bool) -> Result<(), String> {
             "total_params": c.total(),
             "active_params": c.active(),
             "active_params_without_input_embedding": c.active_without_input_embedding(),
+            "published_total_params": p.published.map(|(t, _)| t),
+            "published_active_params": p.published.map(|(_, a)| a),
             "layers": cfg.num_layers(),
             "description": p.description,
             "config": p.file,
@@ -153,17 +164,21 @@ pub fn models(json_out: bool) -> Result<(), String> {
         return Ok(());
     }
     println!(
-        "{:<16} {:>10} {:>10} {:>10} {:>7}  description",
-        "name", "total", "active", "w/o embed", "layers"
+        "{:<16} {:>10} {:>10} {:>10} {:>11} {:>7}  description",
+        "name", "total", "active", "w/o embed", "card says", "layers"
     );
-    for r in &rows {
+    for (r, p) in rows.iter().zip(MODEL_PRESETS) {
         let b = |k: &str| r[k].as_u64().unwrap_or(0) as f64 / 1e9;
+        let card = p.published.map_or("-".to_string(), |(t, a)| {
+            format!("{}/{}", card_count(t), card_count(a))
+        });
         println!(
-            "{:<16} {:>9.1}B {:>9.2}B {:>9.2}B {:>7}  {}",
+            "{:<16} {:>9.1}B {:>9.2}B {:>9.2}B {:>11} {:>7}  {}",
             r["name"].as_str().unwrap_or(""),
             b("total_params"),
             b("active_params"),
             b("active_params_without_input_embedding"),
+            card,
             r["layers"].as_u64().unwrap_or(0),
             r["description"].as_str().unwrap_or("")
         );

@@ -476,6 +476,9 @@ fn models_and_clusters_list_the_presets() {
         .expect("kimi-k2");
     let total = k2["total_params"].as_u64().unwrap() as f64;
     assert!((total / 1.03e12 - 1.0).abs() < 0.01, "{total}");
+    // Beside what the model card publishes (Kimi-K2's "1T total, 32B active").
+    assert_eq!(k2["published_total_params"].as_f64(), Some(1e12));
+    assert_eq!(k2["published_active_params"].as_f64(), Some(32e9));
     assert!(rows.iter().any(|r| r["name"] == "hybrid-3t"));
     let out = day0(&["clusters", "--json"]);
     assert!(out.status.success(), "{}", stderr(&out));
