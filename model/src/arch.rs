@@ -1416,7 +1416,7 @@ fn qwen3_vl_moe(o: &Obj, model_type: &str) -> Result<ModelConfig, ModelError> {
         }
         None => None,
     };
-    let cfg = ModelConfig {
+    let mut cfg = ModelConfig {
         source: o.file.to_string(),
         model_type: model_type.to_string(),
         family: Family::Qwen3VlMoe,
@@ -1446,7 +1446,6 @@ fn qwen3_vl_moe(o: &Obj, model_type: &str) -> Result<ModelConfig, ModelError> {
         warnings: w,
         vision,
     };
-    let mut cfg = cfg;
     outer_quantization(o, &t, &mut cfg)?;
     o.adopt(&t);
     Ok(cfg)
@@ -2248,7 +2247,7 @@ fn llama4(o: &Obj, model_type: &str) -> Result<ModelConfig, ModelError> {
         Some(_) => o.bool_or("tie_word_embeddings", false, &mut w)?,
         None => t.bool_or("tie_word_embeddings", false, &mut w)?,
     };
-    let cfg = ModelConfig {
+    let mut cfg = ModelConfig {
         source: o.file.to_string(),
         model_type: model_type.to_string(),
         family: Family::Llama4,
@@ -2273,7 +2272,6 @@ fn llama4(o: &Obj, model_type: &str) -> Result<ModelConfig, ModelError> {
         warnings: w,
         vision: None,
     };
-    let mut cfg = cfg;
     if let Some(t) = &text {
         t.ignore(&["tie_word_embeddings"]);
         outer_quantization(o, t, &mut cfg)?;

@@ -358,12 +358,13 @@ pub fn plan_phase(
         }
     }
     if feasible.is_empty() {
-        // No plan fit memory: say which deployment would.
-        if let (true, Some(EstimateError::Plan(e))) = (screened_out == 0, last_err.take()) {
-            last_err = Some(EstimateError::Plan(what_fits(
+        // When no plan fit memory, say which deployment would (other errors pass unchanged).
+        last_err = match last_err.take() {
+            Some(EstimateError::Plan(e)) => Some(EstimateError::Plan(what_fits(
                 est, phase, cards, workload, mem, capacity, e,
-            )));
-        }
+            ))),
+            other => other,
+        };
         return Err(last_err.unwrap_or_else(|| {
             EstimateError::Plan(PlanError {
                 flag: "--cards".into(),
