@@ -550,6 +550,18 @@ fn expert_weight_format(o: &Obj) -> Result<WeightFormat, ModelError> {
     Ok(weight_formats(o)?.1)
 }
 
+/// The router of a family that names its scoring function and whether a selection bias is added:
+/// sigmoid with the bias is DeepSeek-V3's, softmax without one the plain top-k; any other pair is
+/// kept by name (`<scoring>_with_<bias_name>` or `<scoring>_topk`) for the coverage inventory.
+fn scored_router(scoring: &str, bias: bool, bias_name: &str) -> RouterKind {
+    match (scoring, bias) {
+        ("sigmoid", true) => RouterKind::SigmoidGroupTopk,
+        ("softmax", false) => RouterKind::SoftmaxTopk,
+        (s, true) => RouterKind::Unknown(format!("{s}_with_{bias_name}")),
+        (s, false) => RouterKind::Unknown(format!("{s}_topk")),
+    }
+}
+
 /// A multimodal wrapper may keep `quantization_config` at its top level, beside `text_config`
 /// (Llama 4's FP8 release, VL models): the language model's formats come from there when its own
 /// block has none, instead of the model being read as floats.
@@ -1986,14 +1998,7 @@ fn minimax_m2(o: &Obj, model_type: &str) -> Result<ModelConfig, ModelError> {
     }
     let scoring = o.opt_str("scoring_func")?.unwrap_or("softmax");
     let bias = o.opt_bool("use_routing_bias")?.unwrap_or(false);
-    let router = match (scoring, bias) {
-        ("sigmoid", true) => RouterKind::SigmoidGroupTopk,
-        ("softmax", false) => RouterKind::SoftmaxTopk,
-        (s, b) => RouterKind::Unknown(match b {
-            true => format!("{s}_with_correction_bias"),
-            false => format!("{s}_topk"),
-        }),
-    };
+    let router = scored_router(scoring, bias, "correction_bias");
     let grouped = o.opt_bool("use_grouped_topk")?.unwrap_or(false);
     let (n_group, topk_group) = match grouped {
         true => (
@@ -2341,14 +2346,7 @@ fn bailing_moe(o: &Obj, model_type: &str) -> Result<ModelConfig, ModelError> {
     let moe = if ffn.contains(&FfnKind::Moe) {
         let scoring = o.opt_str("score_function")?.unwrap_or("softmax");
         let bias = o.bool_or("moe_router_enable_expert_bias", false, &mut w)?;
-        let router = match (scoring, bias) {
-            ("sigmoid", true) => RouterKind::SigmoidGroupTopk,
-            ("softmax", false) => RouterKind::SoftmaxTopk,
-            (s, b) => RouterKind::Unknown(match b {
-                true => format!("{s}_with_expert_bias"),
-                false => format!("{s}_topk"),
-            }),
-        };
+        let router = scored_router(scoring, bias, "expert_bias");
         // vLLM limits groups only when both fields are set.
         let (n_group, topk_group) = match (o.opt_usize("n_group")?, o.opt_usize("topk_group")?) {
             (Some(g), Some(k)) => (g, k),
