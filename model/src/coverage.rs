@@ -818,8 +818,10 @@ impl Coverage {
         )];
         match &cfg.weight_format {
             WeightFormat::Fp8Block { block } => notes.push(format!(
-                "checkpoint weights are FP8 E4M3 with {}x{} block scales: expert FFNs read them \
-                 directly (expert_gemm_fp8); `linear` assumes bf16 weights dequantized at load",
+                "checkpoint weights are FP8 E4M3 with {}x{} block scales, read as stored at native \
+                 precision: projections run act_quant_fp8 + linear_fp8 (W8A8; the `linear` row \
+                 lists the kernels an f32/bf16 run uses), routed experts act_quant_fp8 + \
+                 grouped_linear_fp8 (W8A16 forms on a matrix unit without an FP8 mode)",
                 block[0], block[1]
             )),
             WeightFormat::Other(m) => notes.push(format!(
