@@ -81,6 +81,19 @@ pub struct Dma {
     pub overhead_cycles: u64,
 }
 
+/// How the device starts a launch's programs.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct Dispatch {
+    /// Cycles between the first programs' starts on consecutive cores: the block dispatcher
+    /// fills the cores one after another, so core `c` starts its first program at
+    /// `c * stagger_cycles`. Real cores never run in exact lockstep; without the stagger,
+    /// identical programs started in the same cycle would share every transfer's bandwidth to
+    /// the same last cycle and stay in lockstep for the whole launch, which made latency-bound
+    /// launches up to 40% slow and sensitive to a single cycle of any latency.
+    pub stagger_cycles: u64,
+}
+
 /// Card-to-card interconnect (used by cluster models).
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
@@ -115,6 +128,8 @@ pub struct DevicePreset {
     pub hbm: Hbm,
     /// DMA engines.
     pub dma: Dma,
+    /// Program dispatch.
+    pub dispatch: Dispatch,
     /// Interconnect.
     pub link: Link,
     /// Systolic array shape, for devices whose matrix unit is one (timed per dataflow by
@@ -266,6 +281,12 @@ impl DevicePreset {
             if v > max {
                 return Err(bad(f, &too_large(v as f64, max as f64)));
             }
+        }
+        if self.dispatch.stagger_cycles > 1 << 20 {
+            return Err(bad(
+                "dispatch.stagger_cycles",
+                &too_large(self.dispatch.stagger_cycles as f64, (1u64 << 20) as f64),
+            ));
         }
         if self.l2.capacity_bytes > 1 << 48 {
             return Err(bad(
