@@ -355,8 +355,9 @@ pub enum Family {
     /// the sigmoid of each chosen logit scaling the expert's *input*, plus a shared expert),
     /// dense SwiGLU MLPs of `intermediate_size_mlp` elsewhere. The language model only (its
     /// vision encoder is not modelled); checkpoints under `Llama4ForCausalLM`'s names (`model.`,
-    /// experts fused input-major) run on data, the multimodal release's `language_model.model.`
-    /// names are not read yet.
+    /// experts fused input-major) run on data, and so do the multimodal releases'
+    /// (`language_model.model.`, read under the text model's names by
+    /// [`crate::weights::Checkpoint::open`]).
     Llama4,
     /// `bailing_moe`: Ant Group's Ling / Ring MoE (Ling-lite 1.5, Ling 2.0 up to Ling-1T): GQA
     /// with per-head q/k RMSNorm and partial RoPE, dense MLPs before `first_k_dense_replace`,

@@ -29,6 +29,11 @@ pub const INDEX_FILE: &str = "model.safetensors.index.json";
 const MAX_HEADER_BYTES: u64 = 100_000_000;
 /// Bytes of the header-length prefix.
 const PREFIX_BYTES: u64 = 8;
+/// Where transformers' multimodal wrappers (`*ForConditionalGeneration` of Llama 4, Mistral 3,
+/// Gemma 3, LLaVA) save the language model, and the text model's own prefix.
+const WRAPPED_TEXT_MODEL: (&str, &str) = ("language_model.model.", "model.");
+/// Where those wrappers save the language model's head, and the text model's own name for it.
+const WRAPPED_HEAD: (&str, &str) = ("language_model.lm_head.", "lm_head.");
 
 /// Where one tensor lives and how it is stored.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -77,7 +82,17 @@ impl Checkpoint {
     /// safetensors file opens that file ([`Checkpoint::open_file`]). Errors: no checkpoint,
     /// malformed header or index, truncated file, missing shard, a tensor the index places in a
     /// shard that lacks it.
+    ///
+    /// A multimodal release saved in transformers' wrapper layout (the language model under
+    /// `language_model.model.`, its head `language_model.lm_head.`: Llama 4, Mistral 3, Gemma 3,
+    /// LLaVA) is read under the text model's names (`model.`, `lm_head.`), as transformers'
+    /// checkpoint conversion does; its other parts (vision tower, projector) keep their names.
     pub fn open(dir: &Path) -> Result<Checkpoint, WeightError> {
+        Checkpoint::open_as_saved(dir).map(Checkpoint::with_text_model_names)
+    }
+
+    /// [`Checkpoint::open`] without renaming anything.
+    fn open_as_saved(dir: &Path) -> Result<Checkpoint, WeightError> {
         // A path to one safetensors file is taken as that file (a common way to point at a model).
         if dir.is_file() {
             return Checkpoint::open_file(dir);
@@ -104,6 +119,32 @@ impl Checkpoint {
         Err(WeightError::NoCheckpoint {
             dir: dir.display().to_string(),
         })
+    }
+
+    /// The checkpoint with a wrapper-layout language model (no `model.` tensor, some under
+    /// [`WRAPPED_TEXT_MODEL`]) renamed to the text model's names; any other checkpoint as is.
+    fn with_text_model_names(mut self) -> Checkpoint {
+        let wrapped = !self.tensors.keys().any(|n| n.starts_with("model."))
+            && self
+                .tensors
+                .keys()
+                .any(|n| n.starts_with(WRAPPED_TEXT_MODEL.0));
+        if !wrapped {
+            return self;
+        }
+        self.tensors = std::mem::take(&mut self.tensors)
+            .into_iter()
+            .map(|(name, e)| {
+                let renamed =
+                    [WRAPPED_TEXT_MODEL, WRAPPED_HEAD]
+                        .into_iter()
+                        .find_map(|(from, to)| {
+                            name.strip_prefix(from).map(|rest| format!("{to}{rest}"))
+                        });
+                (renamed.unwrap_or(name), e)
+            })
+            .collect();
+        self
     }
 
     /// Opens one safetensors file on its own (golden files, reference activations); [`dir`]
