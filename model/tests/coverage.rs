@@ -71,9 +71,16 @@ fn deepseek_v32_inventory() {
         row_kernels(&c, "sparse_mla_attention.decode"),
         ["sparse_mla"]
     );
+    // The forward's expert path: rows quantized per token, the grouped FP8 GEMM (W8A8, or
+    // W8A16 on a device without an FP8 matrix mode), SwiGLU.
     assert_eq!(
         row_kernels(&c, "expert_ffn.fp8"),
-        ["expert_gemm_fp8", "swiglu"]
+        [
+            "act_quant_fp8",
+            "grouped_linear_fp8",
+            "grouped_linear_fp8w",
+            "swiglu"
+        ]
     );
     // What the model's projections run (hand-tuned GEMMs are not swapped into them yet): the
     // tiled kernel, split over K at decode shapes that leave cores idle.
@@ -227,8 +234,17 @@ fn only_real_size_limits_make_an_operator_missing() {
 fn hybrid_inventory_uses_mxfp4_experts_and_both_attention_families() {
     let c = inventory(&testdata("day0_hybrid_config.json")).expect("inventory");
     let e = c.row("expert_ffn.mxfp4").unwrap();
-    assert_eq!(e.status, Status::Dsl);
-    assert_eq!(e.kernels, ["expert_gemm_mxfp4", "swiglu"]);
+    // What the forward launches: the grouped GEMM, the DSL prototype or its hand-tuned swap
+    // (whichever is faster at the launch's shape), then SwiGLU.
+    assert_eq!(e.status, Status::HandTuned);
+    assert_eq!(
+        e.kernels,
+        [
+            "grouped_linear_mxfp4",
+            "grouped_linear_mxfp4_hand",
+            "swiglu"
+        ]
+    );
     assert_eq!(e.layers, 11);
     assert_eq!(c.row("mla_attention.decode").unwrap().layers, 1);
     assert_eq!(c.row("sparse_mla_attention.decode").unwrap().layers, 3);
