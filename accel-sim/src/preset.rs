@@ -89,8 +89,10 @@ pub struct Dispatch {
     /// fills the cores one after another, so core `c` starts its first program at
     /// `c * stagger_cycles`. Real cores never run in exact lockstep; without the stagger,
     /// identical programs started in the same cycle would share every transfer's bandwidth to
-    /// the same last cycle and stay in lockstep for the whole launch, which made latency-bound
-    /// launches up to 40% slow and sensitive to a single cycle of any latency.
+    /// the same last cycle and stay in lockstep for the whole launch, which makes latency-bound
+    /// launches up to 40% slow and sensitive to a single cycle of any latency. The shipped
+    /// presets still say 0 (CALIBRATION.md, "Dispatch": the fitted efficiencies must come
+    /// with it).
     pub stagger_cycles: u64,
 }
 

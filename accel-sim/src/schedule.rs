@@ -4,8 +4,8 @@
 //! An event-driven simulation. Core `c` starts its first program at cycle `c * stagger` (the
 //! preset's `dispatch.stagger_cycles`: the dispatcher fills the cores one after another) and takes
 //! the next one (in program-id order) the cycle it frees; cores that free at the same cycle take
-//! programs in core order. The L2 model classifies a program's loads as hits or misses when it is assigned (program
-//! order, so deterministic). Each program is walked by its [`CoreRun`], which hands every DMA
+//! programs in core order. The L2 model classifies a program's loads as hits or misses when it is
+//! assigned (program order, so deterministic). Each program is walked by its [`CoreRun`], which hands every DMA
 //! transfer to the launch; the transfers of all cores flow through one [`Fluid`] that shares HBM
 //! and L2 bandwidth among whatever is in flight at each instant, so the tail of one wave overlaps
 //! the head of the next and no level ever moves more than its bandwidth. Events are taken in time

@@ -464,12 +464,11 @@ pub fn rules(kind: &OpKind) -> Rule {
         // checkpoint's format (FP8 after quantizing the rows, W8A16 where the matrix unit has
         // no FP8 mode), then SwiGLU; the library's fused per-expert kernels (`expert_gemm*`)
         // are for `day0 tune` and swaps, not what a model step runs.
-        OpKind::ExpertFfn(
-            w @ (ExpertWeights::Float
-            | ExpertWeights::Fp8
-            | ExpertWeights::Mxfp4
-            | ExpertWeights::Int4(_)),
-        ) => {
+        // What the forward launches: the grouped GEMM over the dispatched rows in the
+        // checkpoint's format (FP8 after quantizing the rows, W8A16 where the matrix unit has
+        // no FP8 mode), then SwiGLU; the library's fused per-expert kernels (`expert_gemm*`)
+        // are for `day0 tune` and swaps, not what a model step runs.
+        OpKind::ExpertFfn(w) => {
             let (op, quantize, block, why) = match w {
                 ExpertWeights::Float => ("moe_grouped_linear_bf16", false, 0, ""),
                 ExpertWeights::Fp8 => ("moe_grouped_linear_fp8", true, 0, ""),
@@ -485,39 +484,32 @@ pub fn rules(kind: &OpKind) -> Rule {
                     *group,
                     "one INT4 scale per group along K",
                 ),
-                ExpertWeights::Other(_) => unreachable!("matched above"),
+                ExpertWeights::Other(_) => return missing("no expert GEMM for this weight format"),
             };
             // Every implementation: the forward picks per launch (W8A8 or W8A16 by device; the
             // faster of the MXFP4 prototype and its hand-tuned swap).
             let all = registry::implementations(op);
-            let grouped = (!all.is_empty()).then(|| {
-                let hand = all.iter().any(|i| i.kind == ImplKind::HandTuned);
-                let status = if hand { Status::HandTuned } else { Status::Dsl };
-                (status, all.iter().map(|i| i.meta).collect::<Vec<_>>())
-            });
-            match (grouped, registered("act_quant_fp8")) {
-                (Some((status, mut k)), quant) => {
-                    if quantize {
-                        let Some((_, q)) = quant else {
-                            return missing("no per-token FP8 activation quantizer");
-                        };
-                        k.splice(0..0, q);
-                    }
-                    k.push(swiglu);
-                    let checks = match block {
-                        0 => vec![],
-                        of => ["hidden", "inter"]
-                            .into_iter()
-                            .map(|param| Check::MultipleOf { param, of, why })
-                            .collect(),
-                    };
-                    rule(status, k, checks, "")
-                }
-                (None, _) => missing("no grouped expert GEMM for this weight format"),
+            if all.is_empty() {
+                return missing("no grouped expert GEMM for this weight format");
             }
-        }
-        OpKind::ExpertFfn(ExpertWeights::Other(_)) => {
-            missing("no expert GEMM for this weight format")
+            let hand = all.iter().any(|i| i.kind == ImplKind::HandTuned);
+            let status = if hand { Status::HandTuned } else { Status::Dsl };
+            let mut k: Vec<&'static KernelMeta> = all.iter().map(|i| i.meta).collect();
+            if quantize {
+                let Some((_, q)) = registered("act_quant_fp8") else {
+                    return missing("no per-token FP8 activation quantizer");
+                };
+                k.splice(0..0, q);
+            }
+            k.push(swiglu);
+            let checks = match block {
+                0 => vec![],
+                of => ["hidden", "inter"]
+                    .into_iter()
+                    .map(|param| Check::MultipleOf { param, of, why })
+                    .collect(),
+            };
+            rule(status, k, checks, "")
         }
         OpKind::ExpertBias => from_registry(
             "moe_grouped_bias",
