@@ -279,6 +279,15 @@ fn run_delta_fitting(
     }))
 }
 
+/// How [`prepare_weight`] stores a random weight in `format` (floats as bf16).
+fn weight_path(format: Format) -> WeightPath {
+    match format {
+        Format::Fp8Block => WeightPath::Fp8Block,
+        Format::Mxfp4 => WeightPath::Mxfp4Online,
+        _ => WeightPath::Bf16,
+    }
+}
+
 /// One dense linear layer `y [m, n] = x [m, k] · wᵀ` with a random weight stored in `format`,
 /// against the f64 product of the values the kernels hold (the stored-weights test's
 /// comparison): its last launch's report carries the error.
@@ -293,11 +302,7 @@ fn run_projection(
         kernel: "linear".into(),
         message,
     };
-    let path = match format {
-        Format::Fp8Block => WeightPath::Fp8Block,
-        Format::Mxfp4 => WeightPath::Mxfp4Online,
-        _ => WeightPath::Bf16,
-    };
+    let path = weight_path(format);
     let mut rng = Rng::new(SEED);
     let p = prepare_weight(launcher, path, [1, n, k], &mut rng, "projection weight")?;
     let w = p.device.without_expert_axis().map_err(bad)?;
@@ -349,12 +354,7 @@ fn run_grouped_experts(
             kernels::testdata::int4_weight(shape, group, &mut rng).map_err(bad)?
         }
         f => {
-            let path = match f {
-                Format::Fp8Block => WeightPath::Fp8Block,
-                Format::Mxfp4 => WeightPath::Mxfp4Online,
-                _ => WeightPath::Bf16,
-            };
-            let p = prepare_weight(launcher, path, shape, &mut rng, "expert weight")?;
+            let p = prepare_weight(launcher, weight_path(f), shape, &mut rng, "expert weight")?;
             let values = p
                 .values
                 .ok_or_else(|| bad("a functional launcher gives the weight's values".into()))?;
